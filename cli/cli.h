@@ -1,0 +1,21 @@
+// The ptdp command line. main() is a thin wrapper around Run(), so tests drive the whole CLI
+// in-process and pin its output and exit codes.
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace ptdp::cli {
+
+// Exit codes (DESIGN.md): 0 success; 1 no valid plan or a failed check; 2 bad input (the message
+// names the file, line, key or flag); 3 the subcommand is not implemented yet.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailed = 1;
+inline constexpr int kExitBadInput = 2;
+inline constexpr int kExitNotImplemented = 3;
+
+// `args` excludes the program name. Normal output goes to `out`, errors and progress to `err`.
+int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+}  // namespace ptdp::cli

@@ -1,0 +1,113 @@
+#include "cli/flags.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+
+#include "core/error.h"
+
+namespace po = boost::program_options;
+
+namespace ptdp::cli {
+namespace {
+
+std::string FlagName(std::string_view name) {
+  return name.starts_with("-") ? std::string(name) : "--" + std::string(name);
+}
+
+}  // namespace
+
+Flags Flags::Parse(const std::vector<std::string>& args, const po::options_description& options,
+                   const std::string& command) {
+  Flags flags;
+  flags.command_ = command;
+  std::vector<std::string> own;
+  bool after_separator = false;
+  for (const std::string& a : args) {
+    if (after_separator) {
+      flags.passthrough_.push_back(a);
+    } else if (a == "--") {
+      after_separator = true;
+    } else {
+      own.push_back(a);
+    }
+  }
+  const std::string hint = fmt::format("see `ptdp {} --help`", command);
+  try {
+    const int style = po::command_line_style::unix_style ^ po::command_line_style::allow_guessing;
+    // Words that are not flags are collected under a hidden name and refused below.
+    po::options_description all;
+    all.add(options).add_options()("positional-words", po::value<std::vector<std::string>>());
+    po::positional_options_description positionals;
+    positionals.add("positional-words", -1);
+    po::store(po::command_line_parser(own).options(all).positional(positionals).style(style).run(),
+              flags.values_);
+    po::notify(flags.values_);
+  } catch (const po::unknown_option& e) {
+    throw InputError({"", 0, e.get_option_name()}, "unknown flag", hint);
+  } catch (const po::multiple_occurrences& e) {
+    throw InputError({"", 0, e.get_option_name()}, "given more than once", hint);
+  } catch (const po::invalid_command_line_syntax& e) {
+    const std::string name = e.get_option_name();
+    if (e.kind() == po::invalid_syntax::missing_parameter) {
+      throw InputError({"", 0, name}, "needs a value", hint);
+    }
+    throw InputError({"", 0, name}, e.what(), hint);
+  } catch (const po::error_with_option_name& e) {
+    throw InputError({"", 0, e.get_option_name()}, e.what(), hint);
+  } catch (const po::error& e) {
+    throw InputError({"", 0, ""}, e.what(), hint);
+  }
+  if (const auto it = flags.values_.find("positional-words"); it != flags.values_.end()) {
+    const auto& words = it->second.as<std::vector<std::string>>();
+    throw InputError(
+        {"", 0, ""}, fmt::format("unexpected argument \"{}\"", words.front()),
+        command == "check" ? "put the Megatron-LM command line after a lone --" : hint);
+  }
+  return flags;
+}
+
+bool Flags::Has(std::string_view flag) const { return values_.count(std::string(flag)) != 0; }
+
+bool Flags::Switch(std::string_view flag) const {
+  const auto it = values_.find(std::string(flag));
+  return it != values_.end() && it->second.as<bool>();
+}
+
+std::optional<std::string> Flags::OptionalString(std::string_view flag) const {
+  const auto it = values_.find(std::string(flag));
+  if (it == values_.end()) return std::nullopt;
+  return it->second.as<std::string>();
+}
+
+std::string Flags::String(std::string_view flag) const {
+  auto value = OptionalString(flag);
+  if (!value) Fail(flag, "is required");
+  return *value;
+}
+
+std::optional<int64_t> Flags::OptionalPositiveInt(std::string_view flag) const {
+  const auto text = OptionalString(flag);
+  if (!text) return std::nullopt;
+  int64_t value = 0;
+  const char* end = text->data() + text->size();
+  const auto [ptr, ec] = std::from_chars(text->data(), end, value);
+  if (text->empty() || ec != std::errc() || ptr != end) {
+    Fail(flag, fmt::format("expected a positive integer, got \"{}\"", *text));
+  }
+  if (value <= 0) Fail(flag, fmt::format("must be positive, got {}", value));
+  return value;
+}
+
+int64_t Flags::PositiveInt(std::string_view flag) const {
+  auto value = OptionalPositiveInt(flag);
+  if (!value) Fail(flag, "is required");
+  return *value;
+}
+
+void Flags::Fail(std::string_view flag, std::string message, std::string hint) const {
+  if (hint.empty()) hint = fmt::format("see `ptdp {} --help`", command_);
+  throw InputError({"", 0, FlagName(flag)}, std::move(message), std::move(hint));
+}
+
+}  // namespace ptdp::cli

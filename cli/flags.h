@@ -1,0 +1,58 @@
+// Command-line flags of one subcommand, read strictly: every value arrives as text and is
+// converted here, so each mistake becomes an InputError naming the flag (`--gpus: expected a
+// positive integer, got "eight"`). Abbreviated flags are not accepted.
+#pragma once
+
+#include <boost/program_options.hpp>
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace ptdp::cli {
+
+class Flags {
+ public:
+  // Parses `args` (the words after the subcommand; everything after a lone "--" is kept aside
+  // as passthrough()). `command` names the subcommand in hints ("see ptdp plan --help").
+  static Flags Parse(const std::vector<std::string>& args,
+                     const boost::program_options::options_description& options,
+                     const std::string& command);
+
+  bool Has(std::string_view flag) const;  // given on the command line (or defaulted)
+  bool Switch(std::string_view flag) const;
+  std::string String(std::string_view flag) const;  // required
+  std::optional<std::string> OptionalString(std::string_view flag) const;
+  int64_t PositiveInt(std::string_view flag) const;  // required
+  std::optional<int64_t> OptionalPositiveInt(std::string_view flag) const;
+
+  template <typename E>
+  E Enum(std::string_view flag, std::initializer_list<std::pair<std::string_view, E>> names) const;
+
+  const std::vector<std::string>& passthrough() const { return passthrough_; }
+  bool help() const { return Switch("help"); }
+
+  [[noreturn]] void Fail(std::string_view flag, std::string message, std::string hint = "") const;
+
+ private:
+  boost::program_options::variables_map values_;
+  std::vector<std::string> passthrough_;
+  std::string command_;
+};
+
+template <typename E>
+E Flags::Enum(std::string_view flag,
+              std::initializer_list<std::pair<std::string_view, E>> names) const {
+  const std::string got = String(flag);
+  std::string all;
+  for (const auto& [name, value] : names) {
+    if (name == got) return value;
+    all += (all.empty() ? "" : ", ") + std::string(name);
+  }
+  Fail(flag, "unknown value \"" + got + "\" (expected one of: " + all + ")");
+}
+
+}  // namespace ptdp::cli

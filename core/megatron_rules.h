@@ -1,0 +1,48 @@
+// Megatron-LM's validity rules for a parallel configuration (shared/reference/megatron-rules.md,
+// read from megatron/training/arguments.py validate_args, model_parallel_config.py,
+// transformer_config.py, num_microbatches_calculator.py and pipeline_parallel/schedules.py),
+// plus the few consistency rules ptdp's own schedule field adds.
+//
+// A configuration is valid exactly when CheckParallelConfig returns no violation. The planner
+// counts violations by Rule; `check` and the plan-file reader print their messages.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/model_spec.h"
+#include "core/parallel_config.h"
+#include "core/training_spec.h"
+
+namespace ptdp {
+
+enum class Rule {
+  kWorldSize,                  // tp * pp * dp == number of GPUs
+  kGlobalBatchDivisible,       // GBS % (MBS * DP) == 0
+  kHeadsDivisibleByTp,         // num_attention_heads % TP == 0
+  kQueryGroupsVsTp,            // num_query_groups % TP == 0 or TP % num_query_groups == 0
+  kLayersDivisibleByPp,        // num_layers % PP == 0
+  kVirtualStagesDivideLayers,  // (num_layers / PP) % (layers per virtual stage) == 0
+  kInterleavedNeedsPp,         // interleaved needs PP > 2
+  kInterleavedMicrobatches,    // interleaved needs m >= PP and m % PP == 0
+  kSequenceParallelNeedsTp,    // --sequence-parallel needs TP > 1
+  kScheduleVirtualStages,      // ptdp: interleaved <=> virtual_stages > 1
+};
+
+// Short stable identifier ("heads-divisible-by-tp"), for JSON output and rejection counts.
+std::string_view RuleId(Rule rule);
+
+struct Violation {
+  Rule rule;
+  std::string key;      // the parallel or training field at fault: "tp", "global_batch_size"
+  std::string message;  // Megatron's words with the numbers filled in
+  std::string hint;     // how to fix it
+};
+
+// All rules the configuration breaks, in the order Megatron checks them. Sizes must already be
+// positive (the parsers guarantee it).
+std::vector<Violation> CheckParallelConfig(const ModelSpec& model, const TrainingSpec& training,
+                                           const ParallelConfig& parallel, int64_t num_gpus);
+
+}  // namespace ptdp

@@ -1,0 +1,63 @@
+#include "core/model_spec.h"
+
+#include "core/error.h"
+
+namespace ptdp {
+
+std::string_view Name(Activation a) { return a == Activation::kGelu ? "gelu" : "swiglu"; }
+std::string_view Name(Normalization n) {
+  return n == Normalization::kLayerNorm ? "layernorm" : "rmsnorm";
+}
+std::string_view Name(PositionEmbedding p) {
+  return p == PositionEmbedding::kLearned ? "learned" : "rope";
+}
+
+int DefaultFfnHiddenSize(int hidden_size, Activation activation) {
+  if (activation == Activation::kSwiglu) {
+    // Megatron: int((4 * hidden_size * 2 / 3) / 64) * 64, computed in floating point.
+    return static_cast<int>((4.0 * hidden_size * 2.0 / 3.0) / 64.0) * 64;
+  }
+  return 4 * hidden_size;
+}
+
+int64_t PaddedVocabSize(const ModelSpec& model, int tensor_parallel) {
+  PTDP_CHECK(tensor_parallel > 0 && model.make_vocab_size_divisible_by > 0);
+  const int64_t multiple = int64_t{model.make_vocab_size_divisible_by} * tensor_parallel;
+  return (model.vocab_size + multiple - 1) / multiple * multiple;
+}
+
+ParameterCounts CountParameters(const ModelSpec& m, int tensor_parallel) {
+  const int64_t h = m.hidden_size;
+  const int64_t query_width = int64_t{m.num_attention_heads} * m.kv_channels;
+  const int64_t kv_width = int64_t{m.num_query_groups} * m.kv_channels;
+  const int64_t qkv_out = query_width + 2 * kv_width;
+  // SwiGLU's first linear produces both the gate and the up projection.
+  const int64_t fc1_out =
+      int64_t{m.ffn_hidden_size} * (m.activation == Activation::kSwiglu ? 2 : 1);
+  const int64_t norm = m.normalization == Normalization::kLayerNorm ? 2 * h : h;
+  const int64_t bias = m.add_bias_linear ? 1 : 0;
+
+  const int64_t attention = h * qkv_out + bias * qkv_out + query_width * h + bias * h;
+  const int64_t mlp = h * fc1_out + bias * fc1_out + int64_t{m.ffn_hidden_size} * h + bias * h;
+
+  ParameterCounts c;
+  const int64_t vocab = PaddedVocabSize(m, tensor_parallel);
+  c.word_embedding = vocab * h;
+  c.position_embedding = m.position_embedding == PositionEmbedding::kLearned
+                             ? int64_t{m.max_position_embeddings} * h
+                             : 0;
+  c.per_layer = attention + mlp + 2 * norm;
+  c.transformer = c.per_layer * m.num_layers;
+  c.final_norm = norm;
+  c.output_layer = m.tied_embeddings ? 0 : vocab * h;
+  c.total = c.word_embedding + c.position_embedding + c.transformer + c.final_norm + c.output_layer;
+  return c;
+}
+
+double NarayananEq2Parameters(const ModelSpec& m) {
+  const double l = m.num_layers, h = m.hidden_size;
+  const double v = static_cast<double>(PaddedVocabSize(m)), s = m.max_position_embeddings;
+  return 12.0 * l * h * h * (1.0 + 13.0 / (12.0 * h) + (v + s) / (12.0 * l * h));
+}
+
+}  // namespace ptdp

@@ -1,0 +1,67 @@
+// ModelSpec: the architecture of a GPT-style decoder, named as Megatron-LM names its arguments.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace ptdp {
+
+enum class Activation { kGelu, kSwiglu };
+enum class Normalization { kLayerNorm, kRmsNorm };
+enum class PositionEmbedding { kLearned, kRope };
+
+std::string_view Name(Activation a);         // "gelu" | "swiglu"
+std::string_view Name(Normalization n);      // "layernorm" | "rmsnorm"
+std::string_view Name(PositionEmbedding p);  // "learned" | "rope"
+
+// One decoder-only transformer. Every field is resolved (no "default" markers): parsers fill
+// Megatron's defaults, so two specs that describe the same model compare equal.
+struct ModelSpec {
+  std::string name;
+  int num_layers = 0;
+  int hidden_size = 0;
+  int num_attention_heads = 0;
+  int num_query_groups = 0;  // == num_attention_heads without grouped-query attention
+  int kv_channels = 0;       // per-head size; Megatron default hidden_size / num_attention_heads
+  int ffn_hidden_size = 0;   // Megatron default 4h (gelu) or int(8h/3 / 64) * 64 (swiglu)
+  int vocab_size = 0;        // tokenizer vocabulary, before padding
+  int make_vocab_size_divisible_by = 128;
+  int seq_length = 0;
+  int max_position_embeddings = 0;  // Megatron default seq_length
+  Activation activation = Activation::kGelu;
+  Normalization normalization = Normalization::kLayerNorm;
+  PositionEmbedding position_embedding = PositionEmbedding::kLearned;
+  bool tied_embeddings = true;  // output layer shares the word-embedding matrix
+  bool add_bias_linear = true;  // biases in QKV, projection and MLP linears (false for Llama)
+
+  bool operator==(const ModelSpec&) const = default;
+};
+
+// Megatron's ffn_hidden_size default: 4h, or int((4h * 2/3) / 64) * 64 with SwiGLU
+// (megatron/training/arguments.py).
+int DefaultFfnHiddenSize(int hidden_size, Activation activation);
+
+// Vocabulary after Megatron's padding: ceil(V / (divisible_by * tp)) * divisible_by * tp
+// (megatron/training/tokenizer _vocab_size_with_padding).
+int64_t PaddedVocabSize(const ModelSpec& model, int tensor_parallel = 1);
+
+// Parameters of one full model replica (all stages, unsharded), counted tensor by tensor as
+// Megatron builds them. The vocabulary is padded for `tensor_parallel`.
+struct ParameterCounts {
+  int64_t word_embedding = 0;      // V_padded * h
+  int64_t position_embedding = 0;  // max_position_embeddings * h with learned positions, else 0
+  int64_t per_layer = 0;           // one transformer layer, weights and biases and norms
+  int64_t transformer = 0;         // num_layers * per_layer
+  int64_t final_norm = 0;
+  int64_t output_layer = 0;  // V_padded * h when embeddings are untied, else 0
+  int64_t total = 0;
+};
+ParameterCounts CountParameters(const ModelSpec& model, int tensor_parallel = 1);
+
+// Narayanan et al. 2021 (SC'21), Eq. 2: P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)), for
+// GPT with a 4h GeLU MLP, biases, LayerNorm, tied embeddings and learned positions. It leaves
+// out the final LayerNorm (2h). Here V is the padded vocabulary and s max_position_embeddings.
+double NarayananEq2Parameters(const ModelSpec& model);
+
+}  // namespace ptdp

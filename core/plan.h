@@ -1,0 +1,26 @@
+// Plan: everything needed to simulate or execute one training layout, fully resolved, so that a
+// plan file means the same thing on any machine and in any later version that reads it.
+#pragma once
+
+#include <cstdint>
+
+#include "core/cluster_spec.h"
+#include "core/model_spec.h"
+#include "core/parallel_config.h"
+#include "core/training_spec.h"
+
+namespace ptdp {
+
+inline constexpr int kPlanVersion = 1;
+
+struct Plan {
+  ModelSpec model;
+  ClusterSpec cluster;
+  int64_t num_gpus = 0;  // == parallel.world_size() in a valid plan
+  TrainingSpec training;
+  ParallelConfig parallel;
+
+  bool operator==(const Plan&) const = default;
+};
+
+}  // namespace ptdp

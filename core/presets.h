@@ -1,0 +1,36 @@
+// Built-in presets (models/*.yaml, hwprofiles/*.yaml, compiled into the binary so that ptdp
+// works from any directory) and the resolution of a user's --model / --cluster argument.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "core/cluster_spec.h"
+#include "core/model_spec.h"
+
+namespace ptdp {
+
+struct PresetFile {
+  std::string_view name;  // "gpt3-175b"
+  std::string_view path;  // "models/gpt3-175b.yaml", as quoted in errors
+  std::string_view text;
+};
+
+// In the order core/CMakeLists.txt lists them (by family, then size).
+std::span<const PresetFile> ModelPresetFiles();
+std::span<const PresetFile> ClusterPresetFiles();
+
+// `arg` is, in this order: an existing file (a Hugging Face config.json when it ends in .json
+// or has a "model_type" key, else a model YAML), or a preset name. Anything else is an
+// InputError on `flag` that lists the presets.
+ModelSpec ResolveModel(const std::string& arg, std::string_view flag = "--model");
+
+// `arg` is an existing hardware-profile file or a preset name.
+ClusterSpec ResolveCluster(const std::string& arg, std::string_view flag = "--cluster");
+
+// The parsed presets (each parse error names the preset's path).
+ModelSpec ModelPreset(std::string_view name);
+ClusterSpec ClusterPreset(std::string_view name);
+
+}  // namespace ptdp

@@ -1,0 +1,323 @@
+#include "core/spec_yaml.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/megatron_rules.h"
+#include "core/units.h"
+#include "core/yaml_io.h"
+
+namespace ptdp {
+namespace {
+
+int ToInt(const YamlMap& map, std::string_view key, int64_t value) {
+  if (value > 1'000'000'000) map.Fail(key, fmt::format("{} is implausibly large", value));
+  return static_cast<int>(value);
+}
+
+int PositiveInt32(const YamlMap& map, std::string_view key) {
+  return ToInt(map, key, map.PositiveInt(key));
+}
+
+std::string StemOf(const std::string& source) {
+  const std::string stem = std::filesystem::path(source).stem().string();
+  return stem.empty() || stem[0] == '<' ? "custom" : stem;
+}
+
+std::string_view Bool(bool b) { return b ? "true" : "false"; }
+
+void WriteModel(YamlWriter& w, const ModelSpec& m) {
+  w.Line("name", YamlQuote(m.name));
+  w.Line("num_layers", std::to_string(m.num_layers));
+  w.Line("hidden_size", std::to_string(m.hidden_size));
+  w.Line("num_attention_heads", std::to_string(m.num_attention_heads));
+  w.Line("num_query_groups", std::to_string(m.num_query_groups));
+  w.Line("kv_channels", std::to_string(m.kv_channels));
+  w.Line("ffn_hidden_size", std::to_string(m.ffn_hidden_size));
+  w.Line("vocab_size", std::to_string(m.vocab_size));
+  w.Line("make_vocab_size_divisible_by", std::to_string(m.make_vocab_size_divisible_by));
+  w.Line("seq_length", std::to_string(m.seq_length));
+  w.Line("max_position_embeddings", std::to_string(m.max_position_embeddings));
+  w.Line("activation", Name(m.activation));
+  w.Line("normalization", Name(m.normalization));
+  w.Line("position_embedding", Name(m.position_embedding));
+  w.Line("tied_embeddings", Bool(m.tied_embeddings));
+  w.Line("add_bias_linear", Bool(m.add_bias_linear));
+}
+
+void WriteCluster(YamlWriter& w, const ClusterSpec& c) {
+  w.Line("name", YamlQuote(c.name));
+  w.Line("description", YamlQuote(c.description));
+  w.Begin("gpu");
+  w.Line("name", YamlQuote(c.gpu.name));
+  w.Line("peak_bf16_tflops", YamlScaled(c.gpu.peak_bf16_flops, units::kTflops));
+  w.Line("peak_fp16_tflops", YamlScaled(c.gpu.peak_fp16_flops, units::kTflops));
+  w.Line("peak_fp32_tflops", YamlScaled(c.gpu.peak_fp32_flops, units::kTflops));
+  w.Line("hbm_bytes", std::to_string(c.gpu.hbm_bytes));
+  w.Line("hbm_bandwidth_gb_per_s", YamlScaled(c.gpu.hbm_bandwidth_bytes_per_s, units::kGBPerS));
+  w.End();
+  w.Begin("node");
+  w.Line("gpus_per_node", std::to_string(c.gpus_per_node));
+  w.Line("nvlink_gb_per_s", YamlScaled(c.nvlink_bytes_per_s, units::kGBPerS));
+  w.Line("nvlink_busbw_gb_per_s", YamlScaled(c.nvlink_busbw_bytes_per_s, units::kGBPerS));
+  w.End();
+  w.Begin("network");
+  w.Line("nics_per_node", std::to_string(c.nics_per_node));
+  w.Line("nic_gb_per_s", YamlScaled(c.nic_bytes_per_s, units::kGBPerS));
+  w.Line("nic_busbw_gb_per_s", YamlScaled(c.nic_busbw_bytes_per_s, units::kGBPerS));
+  w.End();
+}
+
+void WriteTraining(YamlWriter& w, const TrainingSpec& t) {
+  w.Line("global_batch_size", std::to_string(t.global_batch_size));
+  w.Line("precision", Name(t.precision));
+  w.Line("optimizer", Name(t.optimizer));
+  w.Line("lr", YamlNumber(t.lr));
+  w.Line("weight_decay", YamlNumber(t.weight_decay));
+  w.Line("clip_grad", YamlNumber(t.clip_grad));
+  w.Line("adam_beta1", YamlNumber(t.adam_beta1));
+  w.Line("adam_beta2", YamlNumber(t.adam_beta2));
+  w.Line("adam_eps", YamlNumber(t.adam_eps));
+  w.Line("seed", std::to_string(t.seed));
+}
+
+void WriteParallel(YamlWriter& w, const ParallelConfig& p) {
+  w.Line("tp", std::to_string(p.tp));
+  w.Line("pp", std::to_string(p.pp));
+  w.Line("dp", std::to_string(p.dp));
+  w.Line("micro_batch_size", std::to_string(p.micro_batch_size));
+  w.Line("virtual_stages", std::to_string(p.virtual_stages));
+  w.Line("schedule", Name(p.schedule));
+  w.Line("sequence_parallel", Bool(p.sequence_parallel));
+  w.Line("recompute", Name(p.recompute));
+  w.Line("distributed_optimizer", Bool(p.distributed_optimizer));
+}
+
+}  // namespace
+
+ModelSpec ReadModel(const YamlMap& map, std::string_view default_name) {
+  ModelSpec m;
+  m.name = map.OptionalString("name").value_or(std::string(default_name));
+  m.num_layers = PositiveInt32(map, "num_layers");
+  m.hidden_size = PositiveInt32(map, "hidden_size");
+  m.num_attention_heads = PositiveInt32(map, "num_attention_heads");
+  m.num_query_groups =
+      map.Has("num_query_groups") ? PositiveInt32(map, "num_query_groups") : m.num_attention_heads;
+  if (m.num_attention_heads % m.num_query_groups != 0) {
+    map.Fail("num_query_groups",
+             fmt::format("num_attention_heads ({}) must be a multiple of num_query_groups ({})",
+                         m.num_attention_heads, m.num_query_groups));
+  }
+  if (map.Has("kv_channels")) {
+    m.kv_channels = PositiveInt32(map, "kv_channels");
+  } else if (m.hidden_size % m.num_attention_heads != 0) {
+    map.Fail("hidden_size",
+             fmt::format("hidden_size ({}) must be a multiple of num_attention_heads ({})",
+                         m.hidden_size, m.num_attention_heads),
+             "give kv_channels (the per-head size) explicitly");
+  } else {
+    m.kv_channels = m.hidden_size / m.num_attention_heads;
+  }
+  m.activation = map.Has("activation")
+                     ? map.Enum<Activation>("activation", {{"gelu", Activation::kGelu},
+                                                           {"swiglu", Activation::kSwiglu}})
+                     : Activation::kGelu;
+  m.ffn_hidden_size = map.Has("ffn_hidden_size")
+                          ? PositiveInt32(map, "ffn_hidden_size")
+                          : DefaultFfnHiddenSize(m.hidden_size, m.activation);
+  m.vocab_size = PositiveInt32(map, "vocab_size");
+  m.make_vocab_size_divisible_by = map.Has("make_vocab_size_divisible_by")
+                                       ? PositiveInt32(map, "make_vocab_size_divisible_by")
+                                       : 128;
+  m.seq_length = PositiveInt32(map, "seq_length");
+  m.max_position_embeddings = map.Has("max_position_embeddings")
+                                  ? PositiveInt32(map, "max_position_embeddings")
+                                  : m.seq_length;
+  if (m.max_position_embeddings < m.seq_length) {
+    map.Fail("max_position_embeddings",
+             fmt::format("max_position_embeddings ({}) must be at least seq_length ({})",
+                         m.max_position_embeddings, m.seq_length));
+  }
+  m.normalization =
+      map.Has("normalization")
+          ? map.Enum<Normalization>("normalization", {{"layernorm", Normalization::kLayerNorm},
+                                                      {"rmsnorm", Normalization::kRmsNorm}})
+          : Normalization::kLayerNorm;
+  m.position_embedding = map.Has("position_embedding")
+                             ? map.Enum<PositionEmbedding>(
+                                   "position_embedding", {{"learned", PositionEmbedding::kLearned},
+                                                          {"rope", PositionEmbedding::kRope}})
+                             : PositionEmbedding::kLearned;
+  m.tied_embeddings = map.Bool("tied_embeddings", true);
+  m.add_bias_linear = map.Bool("add_bias_linear", true);
+  map.RejectUnknownKeys();
+  return m;
+}
+
+ModelSpec ParseModelYaml(std::string_view text, const std::string& source) {
+  return ReadModel(YamlMap(ParseYamlDocument(text, source), source, "", 1), StemOf(source));
+}
+
+std::string WriteModelYaml(const ModelSpec& model) {
+  YamlWriter w;
+  WriteModel(w, model);
+  return w.text();
+}
+
+ClusterSpec ReadCluster(const YamlMap& map) {
+  ClusterSpec c;
+  c.name = map.String("name");
+  c.description = map.OptionalString("description").value_or("");
+  {
+    const YamlMap gpu = map.Map("gpu");
+    c.gpu.name = gpu.String("name");
+    c.gpu.peak_bf16_flops = gpu.PositiveNumber("peak_bf16_tflops") * units::kTflops;
+    c.gpu.peak_fp16_flops = gpu.PositiveNumber("peak_fp16_tflops") * units::kTflops;
+    c.gpu.peak_fp32_flops = gpu.PositiveNumber("peak_fp32_tflops") * units::kTflops;
+    c.gpu.hbm_bytes = gpu.PositiveInt("hbm_bytes");
+    c.gpu.hbm_bandwidth_bytes_per_s = gpu.PositiveNumber("hbm_bandwidth_gb_per_s") * units::kGBPerS;
+    gpu.RejectUnknownKeys();
+  }
+  {
+    const YamlMap node = map.Map("node");
+    c.gpus_per_node = PositiveInt32(node, "gpus_per_node");
+    c.nvlink_bytes_per_s = node.PositiveNumber("nvlink_gb_per_s") * units::kGBPerS;
+    c.nvlink_busbw_bytes_per_s = node.PositiveNumber("nvlink_busbw_gb_per_s") * units::kGBPerS;
+    node.RejectUnknownKeys();
+  }
+  {
+    const YamlMap net = map.Map("network");
+    c.nics_per_node = PositiveInt32(net, "nics_per_node");
+    c.nic_bytes_per_s = net.PositiveNumber("nic_gb_per_s") * units::kGBPerS;
+    c.nic_busbw_bytes_per_s = net.PositiveNumber("nic_busbw_gb_per_s") * units::kGBPerS;
+    if (c.nic_busbw_bytes_per_s > c.nic_bytes_per_s) {
+      net.Fail("nic_busbw_gb_per_s",
+               fmt::format("achieved bus bandwidth ({} GB/s) exceeds the NIC's rate ({} GB/s)",
+                           YamlScaled(c.nic_busbw_bytes_per_s, units::kGBPerS),
+                           YamlScaled(c.nic_bytes_per_s, units::kGBPerS)));
+    }
+    net.RejectUnknownKeys();
+  }
+  map.RejectUnknownKeys();
+  return c;
+}
+
+ClusterSpec ParseClusterYaml(std::string_view text, const std::string& source) {
+  return ReadCluster(YamlMap(ParseYamlDocument(text, source), source, "", 1));
+}
+
+std::string WriteClusterYaml(const ClusterSpec& cluster) {
+  YamlWriter w;
+  WriteCluster(w, cluster);
+  return w.text();
+}
+
+TrainingSpec ReadTraining(const YamlMap& map) {
+  TrainingSpec t;
+  t.global_batch_size = map.PositiveInt("global_batch_size");
+  if (map.Has("precision")) {
+    t.precision = map.Enum<Precision>(
+        "precision",
+        {{"bf16", Precision::kBf16}, {"fp16", Precision::kFp16}, {"fp32", Precision::kFp32}});
+  }
+  if (map.Has("optimizer")) {
+    t.optimizer =
+        map.Enum<Optimizer>("optimizer", {{"adam", Optimizer::kAdam}, {"sgd", Optimizer::kSgd}});
+  }
+  t.lr = map.PositiveNumber("lr", t.lr);
+  t.weight_decay = map.NonNegativeNumber("weight_decay", t.weight_decay);
+  t.clip_grad = map.NonNegativeNumber("clip_grad", t.clip_grad);
+  for (auto [key, field] :
+       {std::pair{"adam_beta1", &t.adam_beta1}, {"adam_beta2", &t.adam_beta2}}) {
+    *field = map.NonNegativeNumber(key, *field);
+    if (*field >= 1) map.Fail(key, fmt::format("must be below 1, got {}", YamlNumber(*field)));
+  }
+  t.adam_eps = map.PositiveNumber("adam_eps", t.adam_eps);
+  if (map.Has("seed")) t.seed = map.Int("seed");
+  map.RejectUnknownKeys();
+  return t;
+}
+
+ParallelConfig ReadParallel(const YamlMap& map) {
+  ParallelConfig p;
+  p.tp = PositiveInt32(map, "tp");
+  p.pp = PositiveInt32(map, "pp");
+  p.dp = PositiveInt32(map, "dp");
+  p.micro_batch_size = PositiveInt32(map, "micro_batch_size");
+  p.virtual_stages = map.Has("virtual_stages") ? PositiveInt32(map, "virtual_stages") : 1;
+  if (map.Has("schedule")) {
+    p.schedule = map.Enum<Schedule>("schedule", {{"gpipe", Schedule::kGpipe},
+                                                 {"1f1b", Schedule::k1F1B},
+                                                 {"interleaved", Schedule::kInterleaved},
+                                                 {"zb-h1", Schedule::kZbH1}});
+  }
+  p.sequence_parallel = map.Bool("sequence_parallel", false);
+  if (map.Has("recompute")) {
+    p.recompute = map.Enum<Recompute>("recompute", {{"none", Recompute::kNone},
+                                                    {"selective", Recompute::kSelective},
+                                                    {"full", Recompute::kFull}});
+  }
+  p.distributed_optimizer = map.Bool("distributed_optimizer", false);
+  map.RejectUnknownKeys();
+  return p;
+}
+
+Plan ParsePlanYaml(std::string_view text, const std::string& source) {
+  const YamlMap map(ParseYamlDocument(text, source), source, "", 1);
+  const int64_t version = map.PositiveInt("version");
+  if (version != kPlanVersion) {
+    map.Fail("version", fmt::format("unsupported plan version {} (this ptdp reads version {})",
+                                    version, kPlanVersion));
+  }
+  Plan plan;
+  const YamlMap model = map.Map("model");
+  model.String("name");  // optional in a model file, required in a plan
+  plan.model = ReadModel(model, "");
+  plan.cluster = ReadCluster(map.Map("cluster"));
+  plan.num_gpus = map.PositiveInt("gpus");
+  const YamlMap training = map.Map("training");
+  plan.training = ReadTraining(training);
+  const YamlMap parallel = map.Map("parallel");
+  plan.parallel = ReadParallel(parallel);
+  map.RejectUnknownKeys();
+
+  const std::vector<Violation> violations =
+      CheckParallelConfig(plan.model, plan.training, plan.parallel, plan.num_gpus);
+  if (!violations.empty()) {
+    const Violation& v = violations.front();
+    const YamlMap& section = v.key == "global_batch_size" ? training : parallel;
+    std::string hint = v.hint;
+    if (violations.size() > 1) {
+      hint += fmt::format("; {} more problem{} after this one", violations.size() - 1,
+                          violations.size() > 2 ? "s" : "");
+    }
+    section.Fail(v.key, v.message, hint);
+  }
+  return plan;
+}
+
+std::string WritePlanYaml(const Plan& plan) {
+  YamlWriter w;
+  w.Comment("ptdp plan: a fully resolved training layout (ptdp simulate|execute --plan FILE)");
+  w.Line("version", std::to_string(kPlanVersion));
+  w.Begin("model");
+  WriteModel(w, plan.model);
+  w.End();
+  w.Begin("cluster");
+  WriteCluster(w, plan.cluster);
+  w.End();
+  w.Line("gpus", std::to_string(plan.num_gpus));
+  w.Begin("training");
+  WriteTraining(w, plan.training);
+  w.End();
+  w.Begin("parallel");
+  WriteParallel(w, plan.parallel);
+  w.End();
+  return w.text();
+}
+
+Plan LoadPlanFile(const std::string& path) { return ParsePlanYaml(ReadTextFile(path), path); }
+
+}  // namespace ptdp

@@ -1,0 +1,298 @@
+#include "core/yaml_io.h"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace ptdp {
+namespace {
+
+bool IsQuoted(const YAML::Node& node) { return node.Tag() == "!"; }
+
+std::string Describe(const YAML::Node& node) {
+  if (node.IsNull()) return "nothing (null)";
+  if (node.IsSequence()) return "a list";
+  if (node.IsMap()) return "a map";
+  if (IsQuoted(node)) return fmt::format("the quoted string \"{}\"", node.Scalar());
+  return fmt::format("\"{}\"", node.Scalar());
+}
+
+// Edit distance, for did-you-mean hints on unknown keys.
+size_t Distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1] ? 1 : 0)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+YAML::Node ParseYamlDocument(std::string_view text, const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(text));
+  } catch (const YAML::Exception& e) {
+    const bool json = source.ends_with(".json");
+    throw InputError({source, e.mark.line + 1, ""}, (json ? "invalid JSON: " : "invalid YAML: ") + e.msg);
+  }
+  if (!root.IsDefined() || root.IsNull()) throw InputError({source, 0, ""}, "the file is empty");
+  return root;
+}
+
+std::string ReadTextFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw InputError({path, 0, ""}, fmt::format("cannot read file: {}", std::strerror(errno)));
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+YamlMap::YamlMap(const YAML::Node& node, std::string source, std::string path, int line)
+    : source_(std::move(source)), path_(std::move(path)), line_(line) {
+  if (!node.IsMap()) {
+    throw InputError({source_, line_, path_},
+                     fmt::format("expected a map of keys, got {}", Describe(node)));
+  }
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    if (!it->first.IsScalar()) {
+      throw InputError({source_, it->first.Mark().line + 1, path_}, "keys must be plain names");
+    }
+    Entry entry{it->first.Scalar(), it->second, it->first.Mark().line + 1};
+    for (const Entry& seen : entries_) {
+      if (seen.key == entry.key) {
+        throw InputError({source_, entry.line, PathOf(entry.key)},
+                         fmt::format("duplicate key (first at line {})", seen.line));
+      }
+    }
+    entries_.push_back(std::move(entry));
+  }
+}
+
+const YamlMap::Entry* YamlMap::Find(std::string_view key) const {
+  known_.emplace(key);
+  for (const Entry& e : entries_) {
+    if (e.key == key) return e.value.IsNull() ? nullptr : &e;
+  }
+  return nullptr;
+}
+
+const YamlMap::Entry& YamlMap::Require(std::string_view key) const {
+  const Entry* e = Find(key);
+  if (e != nullptr) return *e;
+  for (const Entry& present : entries_) {
+    if (present.key == key) Fail(key, "has no value");
+  }
+  Fail(key, "missing required key");
+}
+
+bool YamlMap::Has(std::string_view key) const { return Find(key) != nullptr; }
+
+int YamlMap::LineOf(std::string_view key) const {
+  for (const Entry& e : entries_) {
+    if (e.key == key) return e.line;
+  }
+  return line_;
+}
+
+std::string YamlMap::PathOf(std::string_view key) const {
+  return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
+}
+
+void YamlMap::Fail(std::string_view key, std::string message, std::string hint) const {
+  throw InputError({source_, LineOf(key), PathOf(key)}, std::move(message), std::move(hint));
+}
+
+int64_t YamlMap::Int(std::string_view key) const {
+  const Entry& e = Require(key);
+  const std::string& s = e.value.IsScalar() ? e.value.Scalar() : std::string();
+  int64_t value = 0;
+  const char* end = s.data() + s.size();
+  const char* begin = s.data() + (!s.empty() && s[0] == '+' ? 1 : 0);
+  const auto [ptr, ec] = std::from_chars(begin, end, value);
+  if (!e.value.IsScalar() || IsQuoted(e.value) || s.empty() || ec != std::errc() || ptr != end) {
+    Fail(key, fmt::format("expected an integer, got {}", Describe(e.value)));
+  }
+  return value;
+}
+
+int64_t YamlMap::PositiveInt(std::string_view key) const {
+  const int64_t value = Int(key);
+  if (value <= 0) Fail(key, fmt::format("must be positive, got {}", value));
+  return value;
+}
+
+double YamlMap::Number(std::string_view key) const {
+  const Entry& e = Require(key);
+  const std::string& s = e.value.IsScalar() ? e.value.Scalar() : std::string();
+  double value = 0;
+  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+  if (!e.value.IsScalar() || IsQuoted(e.value) || s.empty() || ec != std::errc() ||
+      ptr != s.data() + s.size() || !std::isfinite(value)) {
+    Fail(key, fmt::format("expected a number, got {}", Describe(e.value)));
+  }
+  return value;
+}
+
+double YamlMap::PositiveNumber(std::string_view key) const {
+  const double value = Number(key);
+  if (!(value > 0)) Fail(key, fmt::format("must be positive, got {}", YamlNumber(value)));
+  return value;
+}
+
+double YamlMap::NonNegativeNumber(std::string_view key) const {
+  const double value = Number(key);
+  if (value < 0) Fail(key, fmt::format("must not be negative, got {}", YamlNumber(value)));
+  return value;
+}
+
+std::string YamlMap::String(std::string_view key) const {
+  const Entry& e = Require(key);
+  if (!e.value.IsScalar()) Fail(key, fmt::format("expected a string, got {}", Describe(e.value)));
+  return e.value.Scalar();
+}
+
+bool YamlMap::Bool(std::string_view key) const {
+  const Entry& e = Require(key);
+  if (e.value.IsScalar() && !IsQuoted(e.value)) {
+    if (e.value.Scalar() == "true") return true;
+    if (e.value.Scalar() == "false") return false;
+  }
+  Fail(key, fmt::format("expected true or false, got {}", Describe(e.value)));
+}
+
+YamlMap YamlMap::Map(std::string_view key) const {
+  const Entry& e = Require(key);
+  return YamlMap(e.value, source_, PathOf(key), e.line);
+}
+
+std::optional<int64_t> YamlMap::OptionalPositiveInt(std::string_view key) const {
+  if (!Has(key)) return std::nullopt;
+  return PositiveInt(key);
+}
+
+std::optional<std::string> YamlMap::OptionalString(std::string_view key) const {
+  if (!Has(key)) return std::nullopt;
+  return String(key);
+}
+
+bool YamlMap::Bool(std::string_view key, bool default_value) const {
+  return Has(key) ? Bool(key) : default_value;
+}
+
+double YamlMap::PositiveNumber(std::string_view key, double default_value) const {
+  return Has(key) ? PositiveNumber(key) : default_value;
+}
+
+double YamlMap::NonNegativeNumber(std::string_view key, double default_value) const {
+  return Has(key) ? NonNegativeNumber(key) : default_value;
+}
+
+std::string YamlMap::EnumError(std::string_view got,
+                               const std::vector<std::string_view>& names) const {
+  return fmt::format("unknown value \"{}\" (expected one of: {})", got, fmt::join(names, ", "));
+}
+
+void YamlMap::RejectUnknownKeys() const {
+  for (const Entry& e : entries_) {
+    if (known_.count(e.key) != 0) continue;
+    // Suggest the closest known key (edit distance at most 2; ties go to the longer common
+    // prefix, so "tpp" suggests "tp" rather than "pp").
+    std::string best;
+    size_t best_distance = 3, best_prefix = 0;
+    for (const std::string& k : known_) {
+      const size_t d = Distance(e.key, k);
+      const size_t prefix = static_cast<size_t>(
+          std::mismatch(e.key.begin(), e.key.end(), k.begin(), k.end()).first - e.key.begin());
+      if (d < best_distance || (d == best_distance && !best.empty() && prefix > best_prefix)) {
+        best_distance = d, best_prefix = prefix, best = k;
+      }
+    }
+    std::string hint = best.empty() ? fmt::format("known keys: {}", fmt::join(known_, ", "))
+                                    : fmt::format("did you mean {}?", best);
+    throw InputError({source_, e.line, PathOf(e.key)}, "unknown key", std::move(hint));
+  }
+}
+
+std::string YamlQuote(std::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string YamlNumber(double value) { return fmt::format("{}", value); }
+
+std::string YamlScaled(double value_si, double scale) {
+  const double candidate = value_si / scale;
+  // Division and multiplication each round once, so the decimal that produced value_si lies
+  // within a few ulps of value_si / scale. Of the nearby doubles that map back exactly, write
+  // the one with the shortest decimal form (the candidate itself when it works).
+  std::string best;
+  double up = candidate, down = candidate;
+  for (int step = 0; step <= 4; ++step) {
+    for (double probe : {down, up}) {
+      if (probe * scale != value_si) continue;
+      std::string text = YamlNumber(probe);
+      if (best.empty() || text.size() < best.size()) best = std::move(text);
+    }
+    up = std::nextafter(up, INFINITY);
+    down = std::nextafter(down, -INFINITY);
+  }
+  return best.empty() ? YamlNumber(candidate) : best;
+}
+
+void YamlWriter::Line(std::string_view key, std::string_view value, std::string_view comment) {
+  text_ += fmt::format("{:{}}{}: {}", "", indent_ * 2, key, value);
+  if (!comment.empty()) text_ += fmt::format("  # {}", comment);
+  text_ += '\n';
+}
+
+void YamlWriter::Begin(std::string_view key) {
+  text_ += fmt::format("{:{}}{}:\n", "", indent_ * 2, key);
+  ++indent_;
+}
+
+void YamlWriter::End() { --indent_; }
+
+void YamlWriter::Comment(std::string_view text) {
+  text_ += fmt::format("{:{}}# {}\n", "", indent_ * 2, text);
+}
+
+}  // namespace ptdp

@@ -1,0 +1,17 @@
+// Built when CUDA is absent: the same interface, answering that there is no GPU path.
+#include "executor/device.h"
+
+namespace ptdp {
+
+CudaStatus QueryCuda() {
+  CudaStatus status;
+  status.reason = "ptdp was built without CUDA (nvcc or NCCL not found at configure time)";
+  return status;
+}
+
+bool CudaRoundTrip(size_t, std::string* error) {
+  *error = "ptdp was built without CUDA";
+  return false;
+}
+
+}  // namespace ptdp

@@ -1,0 +1,176 @@
+// The CLI driven in-process: help for every command, exit codes, exact error messages, and the
+// default `ptdp plan` that README command 1 runs.
+#include "cli/cli.h"
+
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "core/presets.h"
+
+namespace ptdp::cli {
+namespace {
+
+struct Result {
+  int code;
+  std::string out, err;
+};
+
+Result Cli(std::vector<std::string> args) {
+  std::ostringstream out, err;
+  const int code = Run(args, out, err);
+  return {code, out.str(), err.str()};
+}
+
+TEST(Cli, TopLevelHelpListsEveryCommandOfTheContract) {
+  const Result r = Cli({"--help"});
+  EXPECT_EQ(r.code, kExitOk);
+  for (const char* name :
+       {"plan", "simulate", "check", "execute", "validate", "calibrate", "models", "profiles"}) {
+    EXPECT_NE(r.out.find(std::string("\n  ") + name + " "), std::string::npos) << name;
+  }
+  EXPECT_EQ(Cli({}).code, kExitBadInput);
+  EXPECT_EQ(Cli({"--version"}).code, kExitOk);
+}
+
+TEST(Cli, EveryCommandHasHelp) {
+  for (const Command& c : AllCommands()) {
+    const Result r = Cli({std::string(c.name), "--help"});
+    EXPECT_EQ(r.code, kExitOk) << c.name;
+    EXPECT_EQ(r.out.rfind("usage: ", 0), 0u) << c.name;
+    EXPECT_NE(r.out.find("--help"), std::string::npos) << c.name;
+    EXPECT_EQ(r.out.find("Not implemented yet") == std::string::npos, c.implemented) << c.name;
+  }
+}
+
+TEST(Cli, UnimplementedCommandsSaySoAndExitNonZero) {
+  for (const Command& c : AllCommands()) {
+    if (c.implemented) continue;
+    const Result r = Cli({std::string(c.name)});
+    EXPECT_EQ(r.code, kExitNotImplemented) << c.name;
+    EXPECT_EQ(r.err, "ptdp: error: `ptdp " + std::string(c.name) + "` is not implemented yet (" +
+                         std::string(c.tracked_in) + ")\n");
+    EXPECT_EQ(r.out, "");
+  }
+  // Their flags are still checked first.
+  EXPECT_EQ(Cli({"simulate", "--tpp", "2"}).err,
+            "ptdp: error: --tpp: unknown flag (hint: see `ptdp simulate --help`)\n");
+}
+
+TEST(Cli, DefaultPlanShowsTheFoundingDocumentsExampleAndRanksNothing) {
+  const Result r = Cli({"plan"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_NE(r.out.find("ptdp plan: seed-example on 8 GPUs of dgx-a100-80gb, global batch 128"),
+            std::string::npos);
+  EXPECT_NE(r.out.find("24 layers, hidden 2048, 32 heads"), std::string::npos);
+  EXPECT_NE(r.out.find("parameters  1.32B (1,315,819,520)"), std::string::npos);
+  EXPECT_NE(r.out.find("1 node of 8 x A100-SXM4-80GB"), std::string::npos);
+  EXPECT_NE(r.out.find("global batch 128 sequences = 262,144 tokens per step"), std::string::npos);
+  EXPECT_NE(r.out.find("Nothing is ranked"), std::string::npos);
+}
+
+TEST(Cli, PlanAcceptsFilesAndOverrides) {
+  const Result r = Cli({"plan", "--model", std::string(PTDP_TEST_FIXTURES) +
+                                               "/tiny-llama/config.json",
+                        "--cluster", "hgx-h200", "--gpus", "16", "--global-batch", "64",
+                        "--seq-length", "256"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_NE(r.out.find("tiny-llama on 16 GPUs of hgx-h200"), std::string::npos);
+  EXPECT_NE(r.out.find("sequence 256"), std::string::npos);
+  EXPECT_NE(r.out.find("2 nodes of 8 x H200"), std::string::npos);
+}
+
+TEST(Cli, PlanRefusesToPretendItRanks) {
+  for (const char* flag : {"--top=3", "--format=json", "--out=/tmp/never-written.yaml"}) {
+    const Result r = Cli({"plan", flag});
+    EXPECT_EQ(r.code, kExitNotImplemented) << flag;
+    EXPECT_EQ(r.out, "") << flag;
+  }
+  EXPECT_EQ(Cli({"plan", "--explain"}).code, kExitNotImplemented);
+}
+
+TEST(Cli, BadFlagsExitTwoNamingTheFlag) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string err;
+  };
+  const Case cases[] = {
+      {{"plan", "--gpus", "0"}, "--gpus: must be positive, got 0 (hint: see `ptdp plan --help`)"},
+      {{"plan", "--gpus", "eight"},
+       "--gpus: expected a positive integer, got \"eight\" (hint: see `ptdp plan --help`)"},
+      {{"plan", "--gpus"}, "--gpus: needs a value (hint: see `ptdp plan --help`)"},
+      {{"plan", "--gpus", "8", "--gpus", "16"},
+       "--gpus: given more than once (hint: see `ptdp plan --help`)"},
+      {{"plan", "--gpu", "8"}, "--gpu: unknown flag (hint: see `ptdp plan --help`)"},
+      {{"plan", "--global-batch", "-5"},
+       "--global-batch: must be positive, got -5 (hint: see `ptdp plan --help`)"},
+      {{"plan", "--precision", "int4"},
+       "--precision: unknown value \"int4\" (expected one of: bf16, fp16, fp32) (hint: see "
+       "`ptdp plan --help`)"},
+      {{"plan", "stray"}, "unexpected argument \"stray\" (hint: see `ptdp plan --help`)"},
+      {{"plan", "--seq-length", "4096"},
+       "--seq-length: 4096 exceeds the model's max_position_embeddings (2048) (hint: see `ptdp "
+       "plan --help`)"},
+      {{"models", "--format", "xml"},
+       "--format: unknown value \"xml\" (expected one of: table, json) (hint: see `ptdp models "
+       "--help`)"},
+      {{"frobnicate"}, "frobnicate: unknown command (hint: `ptdp --help` lists the commands)"},
+      {{"check", "python", "pretrain_gpt.py"},
+       "unexpected argument \"python\" (hint: put the Megatron-LM command line after a lone --)"},
+  };
+  for (const Case& c : cases) {
+    const Result r = Cli(c.args);
+    EXPECT_EQ(r.code, kExitBadInput) << c.args.back();
+    EXPECT_EQ(r.err, "ptdp: error: " + c.err + "\n");
+    EXPECT_EQ(r.out, "");
+  }
+}
+
+TEST(Cli, BadModelFileNamesFileLineAndKey) {
+  const std::string path = ::testing::TempDir() + "/bad-model.yaml";
+  {
+    std::ofstream f(path);
+    f << "num_layers: 24\nhidden_size: 2048\nnum_attention_heads: 32\nvocab_size: 50257\n"
+         "seq_length: 2048\nactivation: relu\n";
+  }
+  const Result r = Cli({"plan", "--model", path});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_EQ(r.err, "ptdp: error: " + path +
+                       ":6: activation: unknown value \"relu\" (expected one of: gelu, swiglu)\n");
+}
+
+TEST(Cli, ModelsAndProfilesListEveryPreset) {
+  const Result models = Cli({"models"});
+  EXPECT_EQ(models.code, kExitOk);
+  for (const PresetFile& f : ModelPresetFiles()) {
+    EXPECT_NE(models.out.find("\n" + std::string(f.name) + " "), std::string::npos) << f.name;
+  }
+  const Result profiles = Cli({"profiles"});
+  for (const PresetFile& f : ClusterPresetFiles()) {
+    EXPECT_NE(profiles.out.find("\n" + std::string(f.name) + " "), std::string::npos) << f.name;
+  }
+}
+
+TEST(Cli, JsonOutputIsValidJsonWithExactCounts) {
+  const YAML::Node models = YAML::Load(Cli({"models", "--format", "json"}).out);
+  ASSERT_TRUE(models["models"].IsSequence());
+  EXPECT_EQ(models["models"].size(), ModelPresetFiles().size());
+  bool seen = false;
+  for (const auto& m : models["models"]) {
+    if (m["name"].as<std::string>() != "llama2-7b") continue;
+    EXPECT_EQ(m["parameters"].as<int64_t>(), 6738415616);
+    EXPECT_EQ(m["num_query_groups"].as<int>(), 32);
+    seen = true;
+  }
+  EXPECT_TRUE(seen);
+  const YAML::Node profiles = YAML::Load(Cli({"profiles", "--format", "json"}).out);
+  EXPECT_EQ(profiles["profiles"][0]["name"].as<std::string>(), "dgx-a100-80gb");
+  EXPECT_EQ(profiles["profiles"][0]["peak_bf16_flops"].as<double>(), 312e12);
+}
+
+}  // namespace
+}  // namespace ptdp::cli
