@@ -15,8 +15,13 @@ Plan ExamplePlan() {
   p.cluster = ClusterPreset("dgx-a100-80gb");
   p.num_gpus = 1024;
   p.training.global_batch_size = 1536;
-  p.parallel = {.tp = 8, .pp = 8, .dp = 16, .micro_batch_size = 1, .virtual_stages = 3,
-                .schedule = Schedule::kInterleaved, .sequence_parallel = true};
+  p.parallel = {.tp = 8,
+                .pp = 8,
+                .dp = 16,
+                .micro_batch_size = 1,
+                .virtual_stages = 3,
+                .schedule = Schedule::kInterleaved,
+                .sequence_parallel = true};
   return p;
 }
 

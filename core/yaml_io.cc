@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -49,7 +49,8 @@ YAML::Node ParseYamlDocument(std::string_view text, const std::string& source) {
     root = YAML::Load(std::string(text));
   } catch (const YAML::Exception& e) {
     const bool json = source.ends_with(".json");
-    throw InputError({source, e.mark.line + 1, ""}, (json ? "invalid JSON: " : "invalid YAML: ") + e.msg);
+    throw InputError({source, e.mark.line + 1, ""},
+                     (json ? "invalid JSON: " : "invalid YAML: ") + e.msg);
   }
   if (!root.IsDefined() || root.IsNull()) throw InputError({source, 0, ""}, "the file is empty");
   return root;

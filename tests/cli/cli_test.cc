@@ -74,10 +74,9 @@ TEST(Cli, DefaultPlanShowsTheFoundingDocumentsExampleAndRanksNothing) {
 }
 
 TEST(Cli, PlanAcceptsFilesAndOverrides) {
-  const Result r = Cli({"plan", "--model", std::string(PTDP_TEST_FIXTURES) +
-                                               "/tiny-llama/config.json",
-                        "--cluster", "hgx-h200", "--gpus", "16", "--global-batch", "64",
-                        "--seq-length", "256"});
+  const Result r =
+      Cli({"plan", "--model", std::string(PTDP_TEST_FIXTURES) + "/tiny-llama/config.json",
+           "--cluster", "hgx-h200", "--gpus", "16", "--global-batch", "64", "--seq-length", "256"});
   EXPECT_EQ(r.code, kExitOk) << r.err;
   EXPECT_NE(r.out.find("tiny-llama on 16 GPUs of hgx-h200"), std::string::npos);
   EXPECT_NE(r.out.find("sequence 256"), std::string::npos);

@@ -14,7 +14,9 @@ struct Case {
   ParallelConfig parallel{.tp = 2, .pp = 4, .dp = 1, .micro_batch_size = 4};
   int64_t gpus = 8;
 
-  std::vector<Violation> Check() const { return CheckParallelConfig(model, training, parallel, gpus); }
+  std::vector<Violation> Check() const {
+    return CheckParallelConfig(model, training, parallel, gpus);
+  }
   std::vector<std::string_view> Ids() const {
     std::vector<std::string_view> ids;
     for (const Violation& v : Check()) ids.push_back(RuleId(v.rule));
@@ -114,7 +116,11 @@ TEST(MegatronRules, Interleaving) {
             "pipeline-model-parallel size (4) with the interleaved schedule");
 
   Case two;  // pp 2 cannot interleave
-  two.parallel = {.tp = 4, .pp = 2, .dp = 1, .micro_batch_size = 1, .virtual_stages = 2,
+  two.parallel = {.tp = 4,
+                  .pp = 2,
+                  .dp = 1,
+                  .micro_batch_size = 1,
+                  .virtual_stages = 2,
                   .schedule = Schedule::kInterleaved};
   EXPECT_EQ(two.Ids(), Ids{"interleaved-needs-pp"});
   EXPECT_EQ(two.FirstMessage(),

@@ -101,23 +101,23 @@ TEST_P(NarayananTable1, ParametersMatchThePaper) {
               2.0 * m.hidden_size, 1.0);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Rows, NarayananTable1,
-    ::testing::Values(TableRow{"megatron-1.7b", 1.7, 24, 2304, 24},
-                      TableRow{"megatron-3.6b", 3.6, 30, 3072, 32},
-                      TableRow{"megatron-7.5b", 7.5, 36, 4096, 32},
-                      TableRow{"megatron-18.4b", 18.4, 40, 6144, 48},
-                      TableRow{"megatron-39.1b", 39.1, 48, 8192, 64},
-                      TableRow{"megatron-76.1b", 76.1, 60, 10240, 80},
-                      TableRow{"megatron-145.6b", 145.6, 80, 12288, 96},
-                      TableRow{"megatron-310.1b", 310.1, 96, 16384, 128},
-                      TableRow{"megatron-529.6b", 529.6, 105, 20480, 128},
-                      TableRow{"megatron-1t", 1008.0, 128, 25600, 160}),
-    [](const auto& info) {
-      std::string name = info.param.preset;
-      for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-      return name;
-    });
+INSTANTIATE_TEST_SUITE_P(Rows, NarayananTable1,
+                         ::testing::Values(TableRow{"megatron-1.7b", 1.7, 24, 2304, 24},
+                                           TableRow{"megatron-3.6b", 3.6, 30, 3072, 32},
+                                           TableRow{"megatron-7.5b", 7.5, 36, 4096, 32},
+                                           TableRow{"megatron-18.4b", 18.4, 40, 6144, 48},
+                                           TableRow{"megatron-39.1b", 39.1, 48, 8192, 64},
+                                           TableRow{"megatron-76.1b", 76.1, 60, 10240, 80},
+                                           TableRow{"megatron-145.6b", 145.6, 80, 12288, 96},
+                                           TableRow{"megatron-310.1b", 310.1, 96, 16384, 128},
+                                           TableRow{"megatron-529.6b", 529.6, 105, 20480, 128},
+                                           TableRow{"megatron-1t", 1008.0, 128, 25600, 160}),
+                         [](const auto& info) {
+                           std::string name = info.param.preset;
+                           for (char& c : name)
+                             c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace ptdp

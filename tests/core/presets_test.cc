@@ -11,11 +11,11 @@ namespace {
 
 TEST(Presets, TheContractsPresetsExist) {
   for (const char* name :
-       {"seed-example", "megatron-1.7b", "megatron-3.6b", "megatron-7.5b", "megatron-18.4b",
-        "megatron-39.1b", "megatron-76.1b", "megatron-145.6b", "megatron-310.1b",
-        "megatron-529.6b", "megatron-1t", "gpt3-125m", "gpt3-350m", "gpt3-1.3b", "gpt3-2.7b",
-        "gpt3-6.7b", "gpt3-13b", "gpt3-175b", "llama2-7b", "llama2-13b", "llama2-70b",
-        "llama3-8b", "llama3-70b", "llama3-405b"}) {
+       {"seed-example",   "megatron-1.7b",  "megatron-3.6b",   "megatron-7.5b",   "megatron-18.4b",
+        "megatron-39.1b", "megatron-76.1b", "megatron-145.6b", "megatron-310.1b", "megatron-529.6b",
+        "megatron-1t",    "gpt3-125m",      "gpt3-350m",       "gpt3-1.3b",       "gpt3-2.7b",
+        "gpt3-6.7b",      "gpt3-13b",       "gpt3-175b",       "llama2-7b",       "llama2-13b",
+        "llama2-70b",     "llama3-8b",      "llama3-70b",      "llama3-405b"}) {
     EXPECT_NO_THROW(ModelPreset(name)) << name;
   }
   for (const char* name : {"dgx-a100-80gb", "dgx-a100-40gb", "dgx-h100", "hgx-h200", "cpu-local"}) {

@@ -199,9 +199,10 @@ TEST(BadInput, ClusterProfiles) {
   EXPECT_EQ(ErrorOf(ParseClusterYaml, Replace(text, "  gpus_per_node: 8", "  gpus_per_node: 0")),
             "m.yaml:" + std::to_string(LineOf(text, "  gpus_per_node")) +
                 ": node.gpus_per_node: must be positive, got 0");
-  EXPECT_EQ(ErrorOf(ParseClusterYaml, Replace(text, "  hbm_bytes:", "  hbm_byte: 80\n  hbm_bytes:")),
-            "m.yaml:" + std::to_string(LineOf(text, "  hbm_bytes")) +
-                ": gpu.hbm_byte: unknown key (hint: did you mean hbm_bytes?)");
+  EXPECT_EQ(
+      ErrorOf(ParseClusterYaml, Replace(text, "  hbm_bytes:", "  hbm_byte: 80\n  hbm_bytes:")),
+      "m.yaml:" + std::to_string(LineOf(text, "  hbm_bytes")) +
+          ": gpu.hbm_byte: unknown key (hint: did you mean hbm_bytes?)");
   EXPECT_EQ(ErrorOf(ParseClusterYaml,
                     Replace(text, "  nic_busbw_gb_per_s: 47", "  nic_busbw_gb_per_s: 60")),
             "m.yaml:" + std::to_string(LineOf(text, "  nic_busbw_gb_per_s")) +
@@ -218,9 +219,9 @@ TEST(BadInput, PlanSectionsNameTheirKeyPath) {
             "m.yaml:" + std::to_string(LineOf(text, "  schedule:")) +
                 ": parallel.schedule: unknown value \"2f2b\" (expected one of: gpipe, 1f1b, "
                 "interleaved, zb-h1)");
-  EXPECT_EQ(PlanError(Replace(text, "  name: \"seed-example\"\n", "")),
-            "m.yaml:" + std::to_string(LineOf(text, "model:")) +
-                ": model.name: missing required key");
+  EXPECT_EQ(
+      PlanError(Replace(text, "  name: \"seed-example\"\n", "")),
+      "m.yaml:" + std::to_string(LineOf(text, "model:")) + ": model.name: missing required key");
   EXPECT_EQ(PlanError(Replace(text, "version: 1", "version: 2")),
             "m.yaml:2: version: unsupported plan version 2 (this ptdp reads version 1)");
   EXPECT_EQ(PlanError(Replace(text, "  precision: bf16", "  precision: int8")),
