@@ -14,10 +14,9 @@ namespace ptdp::cli {
 namespace {
 
 enum class Format { kTable, kJson };
+constexpr EnumName<Format> kFormatNames[] = {{"table", Format::kTable}, {"json", Format::kJson}};
 
-Format ReadFormat(const Flags& flags) {
-  return flags.Enum<Format>("format", {{"table", Format::kTable}, {"json", Format::kJson}});
-}
+Format ReadFormat(const Flags& flags) { return flags.Enum("format", kFormatNames, Format::kTable); }
 
 void AddFormat(po::options_description& options) {
   options.add_options()("format", po::value<std::string>()->default_value("table")->value_name("F"),

@@ -43,9 +43,7 @@ int RunPlan(const Flags& flags, std::ostream& out, std::ostream& err) {
   const int64_t gpus = flags.PositiveInt("gpus");
   TrainingSpec training;
   training.global_batch_size = flags.PositiveInt("global-batch");
-  training.precision = flags.Enum<Precision>(
-      "precision",
-      {{"bf16", Precision::kBf16}, {"fp16", Precision::kFp16}, {"fp32", Precision::kFp32}});
+  training.precision = flags.Enum("precision", kPrecisionNames, Precision::kBf16);
   if (auto seq = flags.OptionalPositiveInt("seq-length")) {
     if (*seq > model.max_position_embeddings &&
         model.position_embedding == PositionEmbedding::kLearned) {

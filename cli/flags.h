@@ -5,12 +5,13 @@
 
 #include <boost/program_options.hpp>
 #include <cstdint>
-#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "core/enum_names.h"
 
 namespace ptdp::cli {
 
@@ -29,8 +30,9 @@ class Flags {
   int64_t PositiveInt(std::string_view flag) const;  // required
   std::optional<int64_t> OptionalPositiveInt(std::string_view flag) const;
 
-  template <typename E>
-  E Enum(std::string_view flag, std::initializer_list<std::pair<std::string_view, E>> names) const;
+  // The flag's value must be one of the names; absent -> `default_value`.
+  template <typename E, size_t N>
+  E Enum(std::string_view flag, const EnumName<E> (&names)[N], E default_value) const;
 
   const std::vector<std::string>& passthrough() const { return passthrough_; }
   bool help() const { return Switch("help"); }
@@ -43,16 +45,12 @@ class Flags {
   std::string command_;
 };
 
-template <typename E>
-E Flags::Enum(std::string_view flag,
-              std::initializer_list<std::pair<std::string_view, E>> names) const {
-  const std::string got = String(flag);
-  std::string all;
-  for (const auto& [name, value] : names) {
-    if (name == got) return value;
-    all += (all.empty() ? "" : ", ") + std::string(name);
-  }
-  Fail(flag, "unknown value \"" + got + "\" (expected one of: " + all + ")");
+template <typename E, size_t N>
+E Flags::Enum(std::string_view flag, const EnumName<E> (&names)[N], E default_value) const {
+  const auto got = OptionalString(flag);
+  if (!got) return default_value;
+  if (auto value = ValueOf<E>(names, *got)) return *value;
+  Fail(flag, UnknownValueMessage<E>(names, *got));
 }
 
 }  // namespace ptdp::cli

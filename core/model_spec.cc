@@ -4,14 +4,6 @@
 
 namespace ptdp {
 
-std::string_view Name(Activation a) { return a == Activation::kGelu ? "gelu" : "swiglu"; }
-std::string_view Name(Normalization n) {
-  return n == Normalization::kLayerNorm ? "layernorm" : "rmsnorm";
-}
-std::string_view Name(PositionEmbedding p) {
-  return p == PositionEmbedding::kLearned ? "learned" : "rope";
-}
-
 int DefaultFfnHiddenSize(int hidden_size, Activation activation) {
   if (activation == Activation::kSwiglu) {
     // Megatron: int((4 * hidden_size * 2 / 3) / 64) * 64, computed in floating point.

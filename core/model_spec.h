@@ -5,15 +5,28 @@
 #include <string>
 #include <string_view>
 
+#include "core/enum_names.h"
+
 namespace ptdp {
 
 enum class Activation { kGelu, kSwiglu };
 enum class Normalization { kLayerNorm, kRmsNorm };
 enum class PositionEmbedding { kLearned, kRope };
 
-std::string_view Name(Activation a);         // "gelu" | "swiglu"
-std::string_view Name(Normalization n);      // "layernorm" | "rmsnorm"
-std::string_view Name(PositionEmbedding p);  // "learned" | "rope"
+inline constexpr EnumName<Activation> kActivationNames[] = {{"gelu", Activation::kGelu},
+                                                            {"swiglu", Activation::kSwiglu}};
+inline constexpr EnumName<Normalization> kNormalizationNames[] = {
+    {"layernorm", Normalization::kLayerNorm}, {"rmsnorm", Normalization::kRmsNorm}};
+inline constexpr EnumName<PositionEmbedding> kPositionEmbeddingNames[] = {
+    {"learned", PositionEmbedding::kLearned}, {"rope", PositionEmbedding::kRope}};
+
+inline std::string_view Name(Activation a) { return NameOf<Activation>(kActivationNames, a); }
+inline std::string_view Name(Normalization n) {
+  return NameOf<Normalization>(kNormalizationNames, n);
+}
+inline std::string_view Name(PositionEmbedding p) {
+  return NameOf<PositionEmbedding>(kPositionEmbeddingNames, p);
+}
 
 // One decoder-only transformer. Every field is resolved (no "default" markers): parsers fill
 // Megatron's defaults, so two specs that describe the same model compare equal.

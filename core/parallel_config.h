@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "core/enum_names.h"
+
 namespace ptdp {
 
 struct TrainingSpec;
@@ -11,8 +13,15 @@ struct TrainingSpec;
 enum class Schedule { kGpipe, k1F1B, kInterleaved, kZbH1 };
 enum class Recompute { kNone, kSelective, kFull };
 
-std::string_view Name(Schedule s);   // "gpipe" | "1f1b" | "interleaved" | "zb-h1"
-std::string_view Name(Recompute r);  // "none" | "selective" | "full"
+inline constexpr EnumName<Schedule> kScheduleNames[] = {{"gpipe", Schedule::kGpipe},
+                                                        {"1f1b", Schedule::k1F1B},
+                                                        {"interleaved", Schedule::kInterleaved},
+                                                        {"zb-h1", Schedule::kZbH1}};
+inline constexpr EnumName<Recompute> kRecomputeNames[] = {
+    {"none", Recompute::kNone}, {"selective", Recompute::kSelective}, {"full", Recompute::kFull}};
+
+inline std::string_view Name(Schedule s) { return NameOf<Schedule>(kScheduleNames, s); }
+inline std::string_view Name(Recompute r) { return NameOf<Recompute>(kRecomputeNames, r); }
 
 struct ParallelConfig {
   int tp = 1;                // --tensor-model-parallel-size

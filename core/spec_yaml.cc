@@ -120,10 +120,7 @@ ModelSpec ReadModel(const YamlMap& map, std::string_view default_name) {
   } else {
     m.kv_channels = m.hidden_size / m.num_attention_heads;
   }
-  m.activation = map.Has("activation")
-                     ? map.Enum<Activation>("activation", {{"gelu", Activation::kGelu},
-                                                           {"swiglu", Activation::kSwiglu}})
-                     : Activation::kGelu;
+  m.activation = map.Enum("activation", kActivationNames, Activation::kGelu);
   m.ffn_hidden_size = map.Has("ffn_hidden_size")
                           ? PositiveInt32(map, "ffn_hidden_size")
                           : DefaultFfnHiddenSize(m.hidden_size, m.activation);
@@ -140,16 +137,9 @@ ModelSpec ReadModel(const YamlMap& map, std::string_view default_name) {
              fmt::format("max_position_embeddings ({}) must be at least seq_length ({})",
                          m.max_position_embeddings, m.seq_length));
   }
-  m.normalization =
-      map.Has("normalization")
-          ? map.Enum<Normalization>("normalization", {{"layernorm", Normalization::kLayerNorm},
-                                                      {"rmsnorm", Normalization::kRmsNorm}})
-          : Normalization::kLayerNorm;
-  m.position_embedding = map.Has("position_embedding")
-                             ? map.Enum<PositionEmbedding>(
-                                   "position_embedding", {{"learned", PositionEmbedding::kLearned},
-                                                          {"rope", PositionEmbedding::kRope}})
-                             : PositionEmbedding::kLearned;
+  m.normalization = map.Enum("normalization", kNormalizationNames, Normalization::kLayerNorm);
+  m.position_embedding =
+      map.Enum("position_embedding", kPositionEmbeddingNames, PositionEmbedding::kLearned);
   m.tied_embeddings = map.Bool("tied_embeddings", true);
   m.add_bias_linear = map.Bool("add_bias_linear", true);
   map.RejectUnknownKeys();
@@ -217,15 +207,8 @@ std::string WriteClusterYaml(const ClusterSpec& cluster) {
 TrainingSpec ReadTraining(const YamlMap& map) {
   TrainingSpec t;
   t.global_batch_size = map.PositiveInt("global_batch_size");
-  if (map.Has("precision")) {
-    t.precision = map.Enum<Precision>(
-        "precision",
-        {{"bf16", Precision::kBf16}, {"fp16", Precision::kFp16}, {"fp32", Precision::kFp32}});
-  }
-  if (map.Has("optimizer")) {
-    t.optimizer =
-        map.Enum<Optimizer>("optimizer", {{"adam", Optimizer::kAdam}, {"sgd", Optimizer::kSgd}});
-  }
+  t.precision = map.Enum("precision", kPrecisionNames, t.precision);
+  t.optimizer = map.Enum("optimizer", kOptimizerNames, t.optimizer);
   t.lr = map.PositiveNumber("lr", t.lr);
   t.weight_decay = map.NonNegativeNumber("weight_decay", t.weight_decay);
   t.clip_grad = map.NonNegativeNumber("clip_grad", t.clip_grad);
@@ -247,18 +230,9 @@ ParallelConfig ReadParallel(const YamlMap& map) {
   p.dp = PositiveInt32(map, "dp");
   p.micro_batch_size = PositiveInt32(map, "micro_batch_size");
   p.virtual_stages = map.Has("virtual_stages") ? PositiveInt32(map, "virtual_stages") : 1;
-  if (map.Has("schedule")) {
-    p.schedule = map.Enum<Schedule>("schedule", {{"gpipe", Schedule::kGpipe},
-                                                 {"1f1b", Schedule::k1F1B},
-                                                 {"interleaved", Schedule::kInterleaved},
-                                                 {"zb-h1", Schedule::kZbH1}});
-  }
+  p.schedule = map.Enum("schedule", kScheduleNames, p.schedule);
   p.sequence_parallel = map.Bool("sequence_parallel", false);
-  if (map.Has("recompute")) {
-    p.recompute = map.Enum<Recompute>("recompute", {{"none", Recompute::kNone},
-                                                    {"selective", Recompute::kSelective},
-                                                    {"full", Recompute::kFull}});
-  }
+  p.recompute = map.Enum("recompute", kRecomputeNames, p.recompute);
   p.distributed_optimizer = map.Bool("distributed_optimizer", false);
   map.RejectUnknownKeys();
   return p;

@@ -4,13 +4,20 @@
 #include <cstdint>
 #include <string_view>
 
+#include "core/enum_names.h"
+
 namespace ptdp {
 
 enum class Precision { kBf16, kFp16, kFp32 };
 enum class Optimizer { kAdam, kSgd };
 
-std::string_view Name(Precision p);  // "bf16" | "fp16" | "fp32"
-std::string_view Name(Optimizer o);  // "adam" | "sgd"
+inline constexpr EnumName<Precision> kPrecisionNames[] = {
+    {"bf16", Precision::kBf16}, {"fp16", Precision::kFp16}, {"fp32", Precision::kFp32}};
+inline constexpr EnumName<Optimizer> kOptimizerNames[] = {{"adam", Optimizer::kAdam},
+                                                          {"sgd", Optimizer::kSgd}};
+
+inline std::string_view Name(Precision p) { return NameOf<Precision>(kPrecisionNames, p); }
+inline std::string_view Name(Optimizer o) { return NameOf<Optimizer>(kOptimizerNames, o); }
 
 // Bytes of one element of the training (compute) precision.
 int BytesPerElement(Precision p);

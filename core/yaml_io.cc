@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace ptdp {
 namespace {
@@ -205,11 +206,6 @@ double YamlMap::NonNegativeNumber(std::string_view key, double default_value) co
   return Has(key) ? NonNegativeNumber(key) : default_value;
 }
 
-std::string YamlMap::EnumError(std::string_view got,
-                               const std::vector<std::string_view>& names) const {
-  return fmt::format("unknown value \"{}\" (expected one of: {})", got, fmt::join(names, ", "));
-}
-
 void YamlMap::RejectUnknownKeys() const {
   for (const Entry& e : entries_) {
     if (known_.count(e.key) != 0) continue;
@@ -231,32 +227,8 @@ void YamlMap::RejectUnknownKeys() const {
   }
 }
 
-std::string YamlQuote(std::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
+// A JSON string literal is a valid YAML double-quoted scalar with the same meaning.
+std::string YamlQuote(std::string_view text) { return JsonString(text); }
 
 std::string YamlNumber(double value) { return fmt::format("{}", value); }
 

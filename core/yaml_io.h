@@ -9,13 +9,14 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cstdint>
-#include <initializer_list>
 #include <optional>
 #include <set>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "core/enum_names.h"
 
 namespace ptdp {
 
@@ -43,9 +44,9 @@ class YamlMap {
   bool Bool(std::string_view key) const;
   YamlMap Map(std::string_view key) const;
 
-  // Enumerations: the value must be one of the names.
-  template <typename E>
-  E Enum(std::string_view key, std::initializer_list<std::pair<std::string_view, E>> names) const;
+  // Enumerations: the value must be one of the names; absent -> `default_value`.
+  template <typename E, size_t N>
+  E Enum(std::string_view key, const EnumName<E> (&names)[N], E default_value) const;
 
   // Optional forms: nullopt (or the default) when the key is absent or null.
   std::optional<int64_t> OptionalPositiveInt(std::string_view key) const;
@@ -72,7 +73,6 @@ class YamlMap {
   };
   const Entry* Find(std::string_view key) const;  // marks the key as known
   const Entry& Require(std::string_view key) const;
-  std::string EnumError(std::string_view got, const std::vector<std::string_view>& names) const;
 
   std::string source_;
   std::string path_;
@@ -81,16 +81,12 @@ class YamlMap {
   mutable std::set<std::string, std::less<>> known_;
 };
 
-template <typename E>
-E YamlMap::Enum(std::string_view key,
-                std::initializer_list<std::pair<std::string_view, E>> names) const {
+template <typename E, size_t N>
+E YamlMap::Enum(std::string_view key, const EnumName<E> (&names)[N], E default_value) const {
+  if (!Has(key)) return default_value;
   const std::string got = String(key);
-  std::vector<std::string_view> all;
-  for (const auto& [name, value] : names) {
-    if (name == got) return value;
-    all.push_back(name);
-  }
-  Fail(key, EnumError(got, all));
+  if (auto value = ValueOf<E>(names, got)) return *value;
+  Fail(key, UnknownValueMessage<E>(names, got));
 }
 
 // Writing. Strings are always double-quoted (so any text round-trips); numbers use the
