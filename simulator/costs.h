@@ -1,0 +1,39 @@
+// What the event simulator needs to time one training step, as the cost model computes it:
+// durations and sizes per virtual stage (model chunk) and per pipeline stage. This header is
+// the contract between the cost model (cost_model.h fills it) and the event simulator
+// (event_sim.h plays a PipelineSchedule with it). Times in seconds, sizes in bytes.
+#pragma once
+
+#include <vector>
+
+namespace ptdp {
+
+// One model chunk on one pipeline stage (virtual stage c * p + r), for one micro-batch.
+struct ChunkCosts {
+  double forward_s = 0;          // F, including the tensor-parallel collectives inside it
+  double backward_input_s = 0;   // B: input gradient, recomputed forward (if any), TP comm
+  double backward_weight_s = 0;  // W: weight gradient. Schedules that do not split the backward
+                                 // run B and W back to back as one operation.
+  double send_forward_s = 0;     // F's output activation to the next virtual stage (0 if last)
+  double send_backward_s = 0;    // B's input gradient to the previous virtual stage (0 if first)
+  double activation_bytes = 0;   // stored from F until the backward releases it
+  double weight_grad_activation_bytes = 0;  // the part of it W still needs after B (split only)
+};
+
+// One pipeline stage (all its chunks), once per step.
+struct StageCosts {
+  double dp_grad_sync_s = 0;     // gradient all-reduce (or reduce-scatter with the distributed
+                                 // optimizer) over the data-parallel group
+  double dp_param_gather_s = 0;  // parameter all-gather after the step (distributed optimizer)
+  double embedding_sync_s = 0;   // tied-embedding gradient all-reduce, first and last stage
+  double optimizer_s = 0;        // the optimizer update of this stage's (shard of) parameters
+  bool overlap_grad_sync = false;  // the DP reduction may start during the backward
+  double static_bytes = 0;       // weights + gradients + optimizer state + fixed buffers
+};
+
+struct StepCosts {
+  std::vector<ChunkCosts> chunks;  // indexed by virtual stage c * p + r
+  std::vector<StageCosts> stages;  // indexed by pipeline stage r
+};
+
+}  // namespace ptdp
