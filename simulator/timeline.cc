@@ -1,0 +1,267 @@
+#include "simulator/timeline.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/json.h"
+
+namespace ptdp {
+namespace {
+
+struct Rgb {
+  int r, g, b;
+};
+
+// Tableau-like palette; later model chunks get lighter shades of their kind's colour.
+constexpr Rgb kForward{76, 120, 168};
+constexpr Rgb kBackward{89, 161, 79};
+constexpr Rgb kWeightGrad{176, 122, 161};
+constexpr Rgb kSend{242, 142, 43};
+constexpr Rgb kDpComm{225, 87, 89};
+constexpr Rgb kOptimizer{121, 112, 110};
+
+std::string Hex(Rgb c) { return fmt::format("#{:02x}{:02x}{:02x}", c.r, c.g, c.b); }
+
+Rgb Lighter(Rgb c, double amount) {
+  auto mix = [&](int x) { return static_cast<int>(std::lround(x + (255 - x) * amount)); };
+  return {mix(c.r), mix(c.g), mix(c.b)};
+}
+
+Rgb OpColour(const PipelineSchedule& s, OpKind kind, int chunk) {
+  const Rgb base = kind == OpKind::kForward    ? kForward
+                   : kind == OpKind::kBackward ? kBackward
+                                               : kWeightGrad;
+  return s.chunks > 1 ? Lighter(base, 0.5 * chunk / (s.chunks - 1)) : base;
+}
+
+std::string Escape(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+// A "nice" tick step (1, 2 or 5 times a power of ten) giving about `ticks` ticks over `span`.
+double TickStep(double span, int ticks) {
+  const double raw = span / ticks;
+  const double power = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double f : {1.0, 2.0, 5.0, 10.0}) {
+    if (raw <= f * power) return f * power;
+  }
+  return 10 * power;
+}
+
+std::string FormatTime(double seconds, double step) {
+  if (step >= 1.0) return fmt::format("{:g} s", seconds);
+  if (step >= 1e-3) return fmt::format("{:g} ms", std::round(seconds * 1e6) / 1e3);
+  return fmt::format("{:g} us", std::round(seconds * 1e9) / 1e3);
+}
+
+const char* Category(OpKind kind) {
+  switch (kind) {
+    case OpKind::kForward:
+      return "forward";
+    case OpKind::kBackward:
+      return "backward";
+    case OpKind::kWeightGrad:
+      return "weight-grad";
+  }
+  return "other";
+}
+
+}  // namespace
+
+std::string OpLabel(const PipelineSchedule& s, const PipelineOp& op) {
+  std::string label = Letter(op.kind) + std::to_string(op.microbatch);
+  if (s.chunks > 1) label += "." + std::to_string(op.chunk);
+  return label;
+}
+
+std::string TimelineSvg(const PipelineSchedule& s, const SimResult& r, const TimelineTitle& t) {
+  const int p = s.stages;
+  const double width = 1200, left = 92, right = 24, top = 64;
+  const double row = std::clamp(560.0 / p, 10.0, 30.0);  // compute row height
+  const double lane = std::max(3.0, row * 0.28);         // communication lane under it
+  const double pitch = row + lane + 4;
+  const double plot_w = width - left - right;
+  const double end = std::max(r.step_time_s, 1e-30);
+  const double scale = plot_w / end;
+  const double axis_y = top + p * pitch + 6;
+  const double height = axis_y + 80;
+  auto x = [&](double time) { return left + time * scale; };
+
+  std::string svg = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} "
+      "{}\" font-family=\"DejaVu Sans, Arial, sans-serif\">\n"
+      "<defs><pattern id=\"idle\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
+      "patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"#fafafa\"/>"
+      "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#d9d9d9\" stroke-width=\"2\"/>"
+      "</pattern></defs>\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
+      width, height, width, height);
+  svg += fmt::format("<text x=\"{}\" y=\"24\" font-size=\"15\" font-weight=\"bold\">{}</text>\n",
+                     left, Escape(t.title));
+  svg += fmt::format("<text x=\"{}\" y=\"44\" font-size=\"13\" fill=\"#444\">{}</text>\n", left,
+                     Escape(t.subtitle));
+
+  for (int st = 0; st < p; ++st) {
+    const double y = top + st * pitch;
+    svg += fmt::format(
+        "<text x=\"{}\" y=\"{:.1f}\" font-size=\"{:.0f}\" text-anchor=\"end\" "
+        "dominant-baseline=\"middle\">stage {}</text>\n",
+        left - 8, y + row / 2, std::min(12.0, row * 0.8), st);
+    // Idle is what shows through: the hatched background of the pipeline phase.
+    svg += fmt::format(
+        "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"url(#idle)\" "
+        "stroke=\"#cccccc\" stroke-width=\"0.5\"/>\n",
+        x(0), y, r.pipeline_end_s * scale, row);
+  }
+  const double font = std::min(11.0, row * 0.6);
+  for (const SimulatedOp& o : r.ops) {
+    const double y = top + o.stage * pitch;
+    const double w = (o.end_s - o.start_s) * scale;
+    svg += fmt::format(
+        "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\" "
+        "stroke=\"white\" stroke-width=\"{}\"><title>stage {} {} {}</title></rect>\n",
+        x(o.start_s), y, w, row, Hex(OpColour(s, o.op.kind, o.op.chunk)), w > 3 ? 0.6 : 0, o.stage,
+        OpLabel(s, o.op), FormatTime(o.end_s - o.start_s, o.end_s - o.start_s));
+    const std::string label = std::to_string(o.op.microbatch);
+    if (w >= font * 0.62 * label.size() + 2 && row >= 9) {
+      svg += fmt::format(
+          "<text x=\"{:.2f}\" y=\"{:.2f}\" font-size=\"{:.0f}\" fill=\"white\" "
+          "text-anchor=\"middle\" dominant-baseline=\"central\">{}</text>\n",
+          x(o.start_s) + w / 2, y + row / 2, font, label);
+    }
+  }
+  for (const SimulatedTransfer& tr : r.transfers) {
+    const double y = top + tr.from_stage * pitch + row + 1;
+    svg += fmt::format(
+        "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\" "
+        "opacity=\"0.8\"/>\n",
+        x(tr.start_s), y, std::max(0.5, (tr.end_s - tr.start_s) * scale), lane, Hex(kSend));
+  }
+  for (const SimulatedPhase& ph : r.phases) {
+    const bool comm = ph.category == "dp-comm";
+    const double y = top + ph.stage * pitch + (comm ? row + 1 : 0);
+    svg += fmt::format(
+        "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\">"
+        "<title>stage {} {}</title></rect>\n",
+        x(ph.start_s), y, std::max(0.5, (ph.end_s - ph.start_s) * scale), comm ? lane : row,
+        Hex(comm ? kDpComm : kOptimizer), ph.stage, Escape(ph.name));
+  }
+
+  // Time axis.
+  svg += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#333\"/>\n", x(0),
+                     axis_y, x(end), axis_y);
+  const double tick = TickStep(end, 10);
+  for (double tt = 0; tt <= end * (1 + 1e-9); tt += tick) {
+    svg += fmt::format(
+        "<line x1=\"{0:.2f}\" y1=\"{1}\" x2=\"{0:.2f}\" y2=\"{2}\" stroke=\"#333\"/>"
+        "<text x=\"{0:.2f}\" y=\"{3}\" font-size=\"11\" text-anchor=\"middle\">{4}</text>\n",
+        x(tt), axis_y, axis_y + 5, axis_y + 18, FormatTime(tt, tick));
+  }
+
+  // Legend.
+  struct Item {
+    Rgb colour;
+    const char* text;
+    bool hatched;
+  };
+  std::vector<Item> items = {{kForward, "forward", false}, {kBackward, "backward", false}};
+  if (s.split_backward) items.push_back({kWeightGrad, "weight gradient", false});
+  items.push_back({kSend, "pipeline send", false});
+  items.push_back({kDpComm, "data-parallel comm", false});
+  items.push_back({kOptimizer, "optimizer", false});
+  items.push_back({{0, 0, 0}, "idle (bubble)", true});
+  double lx = left;
+  const double ly = axis_y + 40;
+  for (const Item& it : items) {
+    svg += fmt::format(
+        "<rect x=\"{:.1f}\" y=\"{}\" width=\"14\" height=\"12\" fill=\"{}\" stroke=\"#999\" "
+        "stroke-width=\"0.5\"/><text x=\"{:.1f}\" y=\"{}\" font-size=\"12\">{}</text>\n",
+        lx, ly, it.hatched ? "url(#idle)" : Hex(it.colour), lx + 19, ly + 10, it.text);
+    lx += 40 + 7.0 * std::string_view(it.text).size();
+  }
+  if (s.chunks > 1) {
+    svg += fmt::format(
+        "<text x=\"{:.1f}\" y=\"{}\" font-size=\"12\" fill=\"#444\">lighter shade = later "
+        "model chunk</text>\n",
+        lx, ly + 10);
+  }
+  svg += "</svg>\n";
+  return svg;
+}
+
+TimelineTrace TimelineTraceEvents(const PipelineSchedule& s, const SimResult& r) {
+  const int p = s.stages;
+  TimelineTrace out;
+  for (int st = 0; st < p; ++st) {
+    out.tracks.push_back({st, fmt::format("stage {} compute", st)});
+    out.tracks.push_back({p + st, fmt::format("stage {} send to next", st)});
+    out.tracks.push_back({2 * p + st, fmt::format("stage {} send to previous", st)});
+    out.tracks.push_back({3 * p + st, fmt::format("stage {} data-parallel comm", st)});
+  }
+  std::sort(out.tracks.begin(), out.tracks.end(),
+            [](const TraceTrack& a, const TraceTrack& b) { return a.id < b.id; });
+  out.events.reserve(r.ops.size() + r.transfers.size() + r.phases.size());
+  for (const SimulatedOp& o : r.ops) {
+    out.events.push_back({o.stage, OpLabel(s, o.op), Category(o.op.kind), o.start_s,
+                          o.end_s - o.start_s, o.op.microbatch, o.op.chunk});
+  }
+  for (const SimulatedTransfer& tr : r.transfers) {
+    const bool forward = tr.op.kind == OpKind::kForward;
+    out.events.push_back({(forward ? p : 2 * p) + tr.from_stage,
+                          fmt::format("send {} to stage {}", OpLabel(s, tr.op), tr.to_stage),
+                          "send", tr.start_s, tr.end_s - tr.start_s, tr.op.microbatch,
+                          tr.op.chunk});
+  }
+  for (const SimulatedPhase& ph : r.phases) {
+    const bool comm = ph.category == "dp-comm";
+    out.events.push_back({comm ? 3 * p + ph.stage : ph.stage, ph.name, ph.category, ph.start_s,
+                          ph.end_s - ph.start_s});
+  }
+  return out;
+}
+
+std::string TimelineText(const PipelineSchedule& s, const SimResult& r, int width) {
+  const double end = std::max(r.pipeline_end_s, 1e-30);
+  const double scale = width / end;
+  std::string text;
+  const int label_width = static_cast<int>(fmt::format("stage {}", s.stages - 1).size());
+  std::vector<std::string> rows(s.stages, std::string(width, '.'));
+  for (const SimulatedOp& o : r.ops) {
+    std::string& line = rows[o.stage];
+    int a = static_cast<int>(std::lround(o.start_s * scale));
+    int b = static_cast<int>(std::lround(o.end_s * scale));
+    a = std::clamp(a, 0, width - 1);
+    b = std::clamp(std::max(b, a + 1), a + 1, width);
+    const std::string label = OpLabel(s, o.op);
+    for (int i = a; i < b; ++i) {
+      const size_t k = static_cast<size_t>(i - a);
+      line[i] = k < label.size() ? label[k] : ' ';
+    }
+  }
+  for (int st = 0; st < s.stages; ++st) {
+    text += fmt::format("{:<{}}  {}\n", fmt::format("stage {}", st), label_width, rows[st]);
+  }
+  return text;
+}
+
+}  // namespace ptdp
