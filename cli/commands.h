@@ -31,6 +31,7 @@ std::span<const Command> AllCommands();
 extern const Command kPlanCommand;
 extern const Command kSimulateCommand;
 extern const Command kCheckCommand;
+extern const Command kScheduleCommand;
 extern const Command kExecuteCommand;
 extern const Command kValidateCommand;
 extern const Command kCalibrateCommand;

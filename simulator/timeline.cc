@@ -151,6 +151,7 @@ std::string TimelineSvg(const PipelineSchedule& s, const SimResult& r, const Tim
     }
   }
   for (const SimulatedTransfer& tr : r.transfers) {
+    if (tr.end_s <= tr.start_s) continue;  // free communication: nothing to draw
     const double y = top + tr.from_stage * pitch + row + 1;
     svg += fmt::format(
         "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\" "
@@ -175,7 +176,13 @@ std::string TimelineSvg(const PipelineSchedule& s, const SimResult& r, const Tim
     svg += fmt::format(
         "<line x1=\"{0:.2f}\" y1=\"{1}\" x2=\"{0:.2f}\" y2=\"{2}\" stroke=\"#333\"/>"
         "<text x=\"{0:.2f}\" y=\"{3}\" font-size=\"11\" text-anchor=\"middle\">{4}</text>\n",
-        x(tt), axis_y, axis_y + 5, axis_y + 18, FormatTime(tt, tick));
+        x(tt), axis_y, axis_y + 5, axis_y + 18,
+        t.unit_time ? fmt::format("{:g}", tt) : FormatTime(tt, tick));
+  }
+
+  if (t.unit_time) {
+    svg += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"11\" fill=\"#444\">time units</text>\n",
+                       x(end) - 60, axis_y + 32);
   }
 
   // Legend.
@@ -186,9 +193,16 @@ std::string TimelineSvg(const PipelineSchedule& s, const SimResult& r, const Tim
   };
   std::vector<Item> items = {{kForward, "forward", false}, {kBackward, "backward", false}};
   if (s.split_backward) items.push_back({kWeightGrad, "weight gradient", false});
-  items.push_back({kSend, "pipeline send", false});
-  items.push_back({kDpComm, "data-parallel comm", false});
-  items.push_back({kOptimizer, "optimizer", false});
+  // Only what the picture shows.
+  const bool sends = std::any_of(r.transfers.begin(), r.transfers.end(),
+                                 [](const SimulatedTransfer& tr) { return tr.end_s > tr.start_s; });
+  auto has_phase = [&](std::string_view category) {
+    return std::any_of(r.phases.begin(), r.phases.end(),
+                       [&](const SimulatedPhase& ph) { return ph.category == category; });
+  };
+  if (sends) items.push_back({kSend, "pipeline send", false});
+  if (has_phase("dp-comm")) items.push_back({kDpComm, "data-parallel comm", false});
+  if (has_phase("optimizer")) items.push_back({kOptimizer, "optimizer", false});
   items.push_back({{0, 0, 0}, "idle (bubble)", true});
   double lx = left;
   const double ly = axis_y + 40;
@@ -240,8 +254,18 @@ TimelineTrace TimelineTraceEvents(const PipelineSchedule& s, const SimResult& r)
   return out;
 }
 
-std::string TimelineText(const PipelineSchedule& s, const SimResult& r, int width) {
+std::string TimelineText(const PipelineSchedule& s, const SimResult& r, int width, int max_width) {
   const double end = std::max(r.pipeline_end_s, 1e-30);
+  if (width <= 0) {
+    double shortest = end;
+    size_t label = 1;
+    for (const SimulatedOp& o : r.ops) {
+      if (o.end_s > o.start_s) shortest = std::min(shortest, o.end_s - o.start_s);
+      label = std::max(label, OpLabel(s, o.op).size());
+    }
+    const double columns = std::ceil(end / shortest - 1e-9) * static_cast<double>(label + 1);
+    width = static_cast<int>(std::min<double>(columns, max_width));
+  }
   const double scale = width / end;
   std::string text;
   const int label_width = static_cast<int>(fmt::format("stage {}", s.stages - 1).size());
@@ -255,7 +279,7 @@ std::string TimelineText(const PipelineSchedule& s, const SimResult& r, int widt
     const std::string label = OpLabel(s, o.op);
     for (int i = a; i < b; ++i) {
       const size_t k = static_cast<size_t>(i - a);
-      line[i] = k < label.size() ? label[k] : ' ';
+      line[i] = k < label.size() && b - a > 1 ? label[k] : (b - a > 1 ? ' ' : Letter(o.op.kind));
     }
   }
   for (int st = 0; st < s.stages; ++st) {

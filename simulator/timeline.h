@@ -12,8 +12,9 @@
 namespace ptdp {
 
 struct TimelineTitle {
-  std::string title;     // "seed-example on 8 x dgx-a100-80gb: TP 2 x PP 4 x DP 1, mb 4, 1f1b"
-  std::string subtitle;  // "step 1.23 s, bubble 8.6%, peak memory 23.4 GB"
+  std::string title;       // "seed-example on 8 x dgx-a100-80gb: TP 2 x PP 4 x DP 1, mb 4, 1f1b"
+  std::string subtitle;    // "step 1.23 s, bubble 8.6%, peak memory 23.4 GB"
+  bool unit_time = false;  // times are abstract units (schedule studies), not seconds
 };
 
 // A self-contained SVG document: one row per stage (compute) with a thin lane below it for
@@ -31,10 +32,13 @@ struct TimelineTrace {
 };
 TimelineTrace TimelineTraceEvents(const PipelineSchedule& schedule, const SimResult& result);
 
-// Each stage's operations as characters in time, `width` columns for the pipeline phase:
+// Each stage's operations as characters in time over the pipeline phase:
 //   stage 0  F0 F1 F2 F3 ......B0    F4 ......B1    ...
-// ('.' is idle; labels are truncated where an operation is narrower than its label).
-std::string TimelineText(const PipelineSchedule& schedule, const SimResult& result, int width);
+// ('.' is idle). With width 0 the scale gives the shortest operation room for the longest label
+// plus a space, in whole columns, up to `max_width` columns; a given width is used as is.
+// Labels are truncated where an operation is narrower than its label.
+std::string TimelineText(const PipelineSchedule& schedule, const SimResult& result, int width = 0,
+                         int max_width = 320);
 
 // "F3" or, with several model chunks, "F3.1" (micro-batch.chunk).
 std::string OpLabel(const PipelineSchedule& schedule, const PipelineOp& op);

@@ -173,3 +173,74 @@ TEST(Cli, JsonOutputIsValidJsonWithExactCounts) {
 
 }  // namespace
 }  // namespace ptdp::cli
+
+namespace ptdp::cli {
+namespace {
+
+TEST(CliSchedule, PrintsTheOrderAndTheUnitTimeShape) {
+  const Result r = Cli({"schedule", "--pp", "4", "--microbatches", "8"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_NE(r.out.find("  stage 0   F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7\n"),
+            std::string::npos);
+  EXPECT_NE(r.out.find("bubble 27.3% of the pipeline"), std::string::npos);  // 3 / 11
+  EXPECT_NE(r.out.find("in micro-batches: 4 3 2 1"), std::string::npos);
+}
+
+TEST(CliSchedule, JsonHasTheContractsShape) {
+  const Result r = Cli(
+      {"schedule", "--schedule", "zb-h1", "--pp", "2", "--microbatches", "2", "--format", "json"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  const YAML::Node j = YAML::Load(r.out);
+  ASSERT_EQ(j["stages"].size(), 2u);
+  // Stage 1 of zb-h1 (p = 2, m = 2): F0 B0 F1 B1 W0 W1.
+  const YAML::Node last = j["stages"][1];
+  ASSERT_EQ(last.size(), 6u);
+  EXPECT_EQ(last[4]["op"].as<std::string>(), "W");
+  EXPECT_EQ(last[4]["microbatch"].as<int>(), 0);
+  EXPECT_EQ(last[4]["chunk"].as<int>(), 0);
+}
+
+TEST(CliSchedule, WritesSvgAndTraceFiles) {
+  const std::string svg = ::testing::TempDir() + "/sched.svg";
+  const std::string trace = ::testing::TempDir() + "/sched.json";
+  const Result r = Cli({"schedule", "--schedule", "interleaved", "--pp", "4", "--microbatches", "8",
+                        "--virtual-stages", "2", "--svg", svg, "--trace", trace});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  std::ifstream s(svg), t(trace);
+  const std::string svg_text((std::istreambuf_iterator<char>(s)), {});
+  EXPECT_EQ(svg_text.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg_text.find("</svg>"), std::string::npos);
+  const YAML::Node json = YAML::LoadFile(trace);
+  // 4 stages x 8 micro-batches x 2 chunks x (F, B) compute events, plus metadata.
+  int compute = 0;
+  for (const auto& e : json["traceEvents"]) {
+    if (e["ph"].as<std::string>() == "X" &&
+        (e["cat"].as<std::string>() == "forward" || e["cat"].as<std::string>() == "backward")) {
+      ++compute;
+    }
+  }
+  EXPECT_EQ(compute, 4 * 8 * 2 * 2);
+}
+
+TEST(CliSchedule, BadCombinationsNameTheFlag) {
+  EXPECT_EQ(Cli({"schedule", "--schedule", "interleaved", "--pp", "4", "--microbatches", "6",
+                 "--virtual-stages", "2"})
+                .err,
+            "ptdp: error: --microbatches: interleaved needs the micro-batches (6) to be a "
+            "multiple of the pipeline stages (4) (hint: see `ptdp schedule --help`)\n");
+  EXPECT_EQ(Cli({"schedule", "--schedule", "interleaved", "--pp", "4", "--microbatches", "8"}).err,
+            "ptdp: error: --virtual-stages: is required with --schedule interleaved (hint: see "
+            "`ptdp schedule --help`)\n");
+  EXPECT_EQ(Cli({"schedule", "--pp", "4", "--microbatches", "8", "--virtual-stages", "2"}).err,
+            "ptdp: error: --virtual-stages: 1f1b runs one model chunk per stage, got 2 (hint: see "
+            "`ptdp schedule --help`)\n");
+  EXPECT_EQ(Cli({"schedule", "--microbatches", "8"}).code, kExitBadInput);
+  const Result unwritable =
+      Cli({"schedule", "--pp", "2", "--microbatches", "2", "--svg", "/nonexistent/dir/x.svg"});
+  EXPECT_EQ(unwritable.code, kExitBadInput);
+  EXPECT_EQ(unwritable.err,
+            "ptdp: error: --svg: cannot write /nonexistent/dir/x.svg: No such file or directory\n");
+}
+
+}  // namespace
+}  // namespace ptdp::cli
