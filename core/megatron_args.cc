@@ -1,0 +1,754 @@
+#include "core/megatron_args.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+
+#include "core/error.h"
+#include "core/megatron_flags.inc"
+#include "core/megatron_rules.h"
+
+namespace ptdp {
+namespace {
+
+constexpr KnownFlag kMegatronFlags[] = {PTDP_MEGATRON_FLAGS};
+constexpr KnownFlag kLauncherFlags[] = {PTDP_LAUNCHER_FLAGS};
+
+using Severity = MegatronFinding::Severity;
+
+struct Token {
+  std::string text;
+  int line = 0;
+};
+
+// ---- Lexing: lines -> commands of tokens -------------------------------------------------
+
+struct Lexed {
+  std::vector<std::vector<Token>> commands;
+  std::vector<MegatronFinding> findings;
+};
+
+std::string Substitute(const std::string& word, const std::map<std::string, std::string>& vars) {
+  std::string out;
+  for (size_t i = 0; i < word.size(); ++i) {
+    if (word[i] != '$' || i + 1 >= word.size()) {
+      out += word[i];
+      continue;
+    }
+    size_t start = i + 1, end;
+    const bool braced = word[start] == '{';
+    if (braced) ++start;
+    end = start;
+    while (end < word.size() &&
+           (std::isalnum(static_cast<unsigned char>(word[end])) || word[end] == '_')) {
+      ++end;
+    }
+    const std::string name = word.substr(start, end - start);
+    const auto it = vars.find(name);
+    if (name.empty() || it == vars.end() || (braced && (end >= word.size() || word[end] != '}'))) {
+      out += word[i];
+      continue;
+    }
+    out += it->second;
+    i = braced ? end : end - 1;
+  }
+  return out;
+}
+
+// Splits the text into commands (a newline ends a command unless the line ends with a
+// backslash; `;`, `&&` and `||` end one too) of shell words with their lines. Comment lines
+// inside a continued command are skipped with a warning: in a real shell they end it.
+Lexed Lex(std::string_view text, const std::string& source) {
+  Lexed out;
+  std::vector<Token> current;
+  std::map<std::string, std::string> vars;
+  bool continuing = false;
+  int line_no = 0, last_comment_line = -1;
+  constexpr std::string_view kCommentFix =
+      "move the comment above the command, or end the line before it without \\";
+  auto finish = [&]() {
+    if (current.empty()) return;
+    // A command made only of NAME=value words (optionally after `export`) defines variables.
+    size_t first = current[0].text == "export" ? 1 : 0;
+    bool all_assignments = first < current.size();
+    for (size_t i = first; i < current.size(); ++i) {
+      const size_t eq = current[i].text.find('=');
+      if (eq == std::string::npos || eq == 0 || current[i].text[0] == '-') all_assignments = false;
+    }
+    if (all_assignments) {
+      for (size_t i = first; i < current.size(); ++i) {
+        const size_t eq = current[i].text.find('=');
+        vars[current[i].text.substr(0, eq)] = current[i].text.substr(eq + 1);
+      }
+    } else {
+      out.commands.push_back(std::move(current));
+    }
+    current.clear();
+  };
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t nl = text.find('\n', pos);
+    if (nl == std::string_view::npos) nl = text.size();
+    std::string_view line = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    const size_t first_char = line.find_first_not_of(" \t");
+    if (first_char != std::string_view::npos && line[first_char] == '#') {
+      if (continuing) {
+        // One finding per run of comment lines.
+        auto& f = out.findings;
+        if (!f.empty() && f.back().flag.empty() && f.back().line > 0 &&
+            f.back().message.starts_with("comment line") && f.back().fix == kCommentFix &&
+            last_comment_line == line_no - 1) {
+          f.back().message = fmt::format(
+              "comment lines {}-{} inside a command continued with \\ end the command in a "
+              "real shell: the flags after them never reach Megatron",
+              f.back().line, line_no);
+        } else {
+          f.push_back({Severity::kWarning, "", line_no,
+                       fmt::format("comment line {} inside a command continued with \\ ends "
+                                   "the command in a real shell: the flags after it never "
+                                   "reach Megatron",
+                                   line_no),
+                       std::string(kCommentFix)});
+        }
+        last_comment_line = line_no;
+      }
+      continue;  // ptdp reads on, as the author meant
+    }
+    std::string word;
+    bool in_word = false, ends_with_backslash = false;
+    char quote = 0;
+    for (size_t i = 0; i < line.size(); ++i) {
+      const char c = line[i];
+      if (quote != 0) {
+        if (c == quote) {
+          quote = 0;
+        } else if (c == '\\' && quote == '"' && i + 1 < line.size()) {
+          word += line[++i];
+        } else {
+          word += c;
+        }
+        continue;
+      }
+      if (c == '\'' || c == '"') {
+        quote = c;
+        in_word = true;
+      } else if (c == '\\') {
+        if (i + 1 == line.size()) {
+          ends_with_backslash = true;
+        } else {
+          word += line[++i];
+          in_word = true;
+        }
+      } else if (c == ' ' || c == '\t') {
+        if (in_word) current.push_back({Substitute(word, vars), line_no});
+        word.clear();
+        in_word = false;
+      } else if (c == '#' && !in_word) {
+        break;  // comment to the end of the line
+      } else if (c == ';' || ((c == '&' || c == '|') && i + 1 < line.size() && line[i + 1] == c)) {
+        if (in_word) current.push_back({Substitute(word, vars), line_no});
+        word.clear();
+        in_word = false;
+        finish();
+        if (c != ';') ++i;
+      } else {
+        word += c;
+        in_word = true;
+      }
+    }
+    if (quote != 0) {
+      throw InputError({source, line_no, ""}, fmt::format("unclosed {} quote", quote),
+                       "ptdp reads one command line; close the quote on the same line");
+    }
+    if (in_word) current.push_back({Substitute(word, vars), line_no});
+    continuing = ends_with_backslash;
+    if (!continuing) finish();
+  }
+  finish();
+  return out;
+}
+
+// ---- Flags -------------------------------------------------------------------------------
+
+const KnownFlag* Find(std::span<const KnownFlag> table, std::string_view name) {
+  for (const KnownFlag& f : table) {
+    if (f.name == name) return &f;
+  }
+  return nullptr;
+}
+
+size_t Distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1] ? 1 : 0)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// Flags people often write that Megatron-LM does not have, with what to write instead.
+struct Mistake {
+  std::string_view flag, message, fix;
+};
+constexpr Mistake kMistakes[] = {
+    {"--num-microbatches",
+     "Megatron-LM has no --num-microbatches (it existed for one commit in December 2020): it "
+     "derives the number of micro-batches as global batch / (micro-batch x data-parallel size)",
+     "remove it; set --global-batch-size and --micro-batch-size"},
+    {"--learning-rate", "Megatron-LM's learning-rate flag is --lr", "write --lr"},
+    {"--num-gpus", "Megatron-LM takes the world size from the launcher (torchrun)",
+     "pass --nproc-per-node (and --nnodes) to torchrun"},
+    {"--tensor-parallel-size", "the flag is --tensor-model-parallel-size",
+     "write --tensor-model-parallel-size"},
+    {"--pipeline-parallel-size", "the flag is --pipeline-model-parallel-size",
+     "write --pipeline-model-parallel-size"},
+};
+
+// Flags argparse accepts but validate_args refuses (megatron/training/arguments.py).
+constexpr Mistake kDeprecated[] = {
+    {"--batch-size", "--batch-size argument is no longer valid", "use --micro-batch-size"},
+    {"--warmup", "--warmup argument is no longer valid", "use --lr-warmup-fraction"},
+    {"--model-parallel-size", "--model-parallel-size is no longer valid",
+     "use --tensor-model-parallel-size"},
+    {"--checkpoint-activations", "--checkpoint-activations is no longer valid",
+     "use --recompute-activations, or --recompute-granularity and --recompute-method"},
+};
+
+std::string Suggest(std::string_view flag) {
+  std::string best;
+  size_t best_distance = 3;
+  for (const KnownFlag& f : kMegatronFlags) {
+    const size_t d = Distance(flag, f.name);
+    if (d < best_distance) best_distance = d, best = std::string(f.name);
+  }
+  if (best.empty() && flag.find('_') != std::string_view::npos) {
+    std::string dashed(flag);
+    std::replace(dashed.begin(), dashed.end(), '_', '-');
+    if (Find(kMegatronFlags, dashed) != nullptr) best = dashed;
+  }
+  return best;
+}
+
+bool IsScript(std::string_view word) { return word.size() > 3 && word.ends_with(".py"); }
+
+// ---- Reading the values ------------------------------------------------------------------
+
+class Reader {
+ public:
+  explicit Reader(MegatronCommand& c) : c_(c) {}
+
+  const MegatronCommand::Arg* Last(std::string_view flag) const {
+    const MegatronCommand::Arg* found = nullptr;
+    for (const auto& a : c_.args) {
+      if (a.flag == flag) found = &a;
+    }
+    return found;
+  }
+  bool Has(std::string_view flag) const { return Last(flag) != nullptr; }
+
+  std::optional<int64_t> Int(std::string_view flag) {
+    const auto* a = Last(flag);
+    if (a == nullptr || a->values.empty()) return std::nullopt;
+    const std::string& v = a->values.front();
+    int64_t value = 0;
+    const auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), value);
+    if (ec != std::errc() || ptr != v.data() + v.size()) {
+      Error(*a, fmt::format("argument {}: invalid int value: '{}'", flag, v),
+            v.find('$') != std::string::npos ? "define the shell variable in the pasted text, or "
+                                               "write the number"
+                                             : "");
+      return std::nullopt;
+    }
+    return value;
+  }
+  std::optional<double> Number(std::string_view flag) {
+    const auto* a = Last(flag);
+    if (a == nullptr || a->values.empty()) return std::nullopt;
+    const std::string& v = a->values.front();
+    double value = 0;
+    const auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), value);
+    if (ec != std::errc() || ptr != v.data() + v.size()) {
+      Error(*a, fmt::format("argument {}: invalid float value: '{}'", flag, v), "");
+      return std::nullopt;
+    }
+    return value;
+  }
+  std::optional<std::string> String(std::string_view flag) const {
+    const auto* a = Last(flag);
+    if (a == nullptr || a->values.empty()) return std::nullopt;
+    return a->values.front();
+  }
+  int LineOf(std::string_view flag) const {
+    const auto* a = Last(flag);
+    return a != nullptr ? a->line : 0;
+  }
+  void Error(const MegatronCommand::Arg& a, std::string message, std::string fix) {
+    c_.findings.push_back({Severity::kError, a.flag, a.line, std::move(message), std::move(fix)});
+  }
+  void Add(Severity severity, std::string_view flag, std::string message, std::string fix) {
+    c_.findings.push_back(
+        {severity, std::string(flag), LineOf(flag), std::move(message), std::move(fix)});
+  }
+
+ private:
+  MegatronCommand& c_;
+};
+
+int ToInt(int64_t v) {
+  return static_cast<int>(std::clamp<int64_t>(v, -1'000'000'000, 1'000'000'000));
+}
+
+}  // namespace
+
+std::span<const KnownFlag> MegatronFlags() { return kMegatronFlags; }
+std::span<const KnownFlag> LauncherFlags() { return kLauncherFlags; }
+
+bool MegatronCommand::has_errors() const {
+  return std::any_of(findings.begin(), findings.end(),
+                     [](const MegatronFinding& f) { return f.severity == Severity::kError; });
+}
+
+MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& source) {
+  Lexed lexed = Lex(text, source);
+  MegatronCommand c;
+  c.findings = std::move(lexed.findings);
+
+  // The command that runs a Python script; the last one when there are several.
+  const std::vector<Token>* command = nullptr;
+  size_t script_at = 0;
+  for (const auto& cmd : lexed.commands) {
+    for (size_t i = 0; i < cmd.size(); ++i) {
+      if (IsScript(cmd[i].text)) {
+        command = &cmd;
+        script_at = i;
+        break;
+      }
+    }
+  }
+  if (command == nullptr) {
+    throw InputError({source, 0, ""}, "no Megatron-LM command found: no word ends in .py",
+                     "paste the command that runs pretrain_gpt.py (python or torchrun)");
+  }
+  const std::vector<Token>& words = *command;
+  c.script = words[script_at].text;
+
+  // Launcher words before the script: torchrun's --nproc-per-node and --nnodes give the world.
+  std::optional<int64_t> nproc, nnodes;
+  for (size_t i = 0; i < script_at; ++i) {
+    std::string flag = words[i].text, value;
+    if (!flag.starts_with("--")) continue;
+    const size_t eq = flag.find('=');
+    if (eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+    } else if (i + 1 < script_at && !words[i + 1].text.starts_with("-")) {
+      const KnownFlag* known = Find(kLauncherFlags, flag);
+      if (known == nullptr || known->arity != FlagArity::kSwitch) value = words[++i].text;
+    }
+    std::string dashed = flag;
+    std::replace(dashed.begin(), dashed.end(), '_', '-');
+    int64_t n = 0;
+    const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+    const bool numeric = ec == std::errc() && ptr == value.data() + value.size() && n > 0;
+    if (dashed == "--nproc-per-node" && numeric) nproc = n;
+    if (dashed == "--nnodes" && numeric) nnodes = n;
+  }
+  if (nproc) c.world_size = *nproc * nnodes.value_or(1);
+
+  // Megatron's own flags after the script.
+  for (size_t i = script_at + 1; i < words.size(); ++i) {
+    const Token& w = words[i];
+    if (!w.text.starts_with("-")) {
+      c.findings.push_back({Severity::kError, "", w.line,
+                            fmt::format("unrecognized arguments: {}", w.text),
+                            "every value follows the flag it belongs to"});
+      continue;
+    }
+    MegatronCommand::Arg arg{w.text, {}, w.line};
+    const size_t eq = arg.flag.find('=');
+    if (eq != std::string::npos) {
+      arg.values.push_back(arg.flag.substr(eq + 1));
+      arg.flag = arg.flag.substr(0, eq);
+    }
+    const KnownFlag* known = Find(kMegatronFlags, arg.flag);
+    const FlagArity arity = known != nullptr ? known->arity : FlagArity::kOptional;
+    auto next_is_value = [&]() {
+      return i + 1 < words.size() && !words[i + 1].text.starts_with("--");
+    };
+    if (eq == std::string::npos) {
+      if (arity == FlagArity::kOne) {
+        if (next_is_value()) {
+          arg.values.push_back(words[++i].text);
+        } else {
+          c.findings.push_back({Severity::kError, arg.flag, w.line,
+                                fmt::format("argument {}: expected one argument", arg.flag), ""});
+        }
+      } else if (arity == FlagArity::kOptional) {
+        if (next_is_value()) arg.values.push_back(words[++i].text);
+      } else if (arity == FlagArity::kMany) {
+        while (next_is_value()) arg.values.push_back(words[++i].text);
+      }
+    } else if (arity == FlagArity::kSwitch) {
+      c.findings.push_back(
+          {Severity::kError, arg.flag, w.line,
+           fmt::format("argument {}: ignored explicit argument '{}'", arg.flag, arg.values.front()),
+           fmt::format("write {} alone", arg.flag)});
+    }
+    if (known == nullptr) {
+      std::string message = fmt::format("unrecognized arguments: {}", arg.flag);
+      std::string fix;
+      for (const Mistake& m : kMistakes) {
+        if (m.flag == arg.flag) message = std::string(m.message), fix = std::string(m.fix);
+      }
+      if (fix.empty()) {
+        const std::string suggestion = Suggest(arg.flag);
+        if (!suggestion.empty()) fix = fmt::format("did you mean {}?", suggestion);
+      }
+      c.findings.push_back({Severity::kError, arg.flag, w.line, message, fix});
+    } else {
+      for (const Mistake& m : kDeprecated) {
+        if (m.flag == arg.flag) {
+          c.findings.push_back(
+              {Severity::kError, arg.flag, w.line, std::string(m.message), std::string(m.fix)});
+        }
+      }
+      for (const auto& earlier : c.args) {
+        if (earlier.flag == arg.flag) {
+          c.findings.push_back({Severity::kWarning, arg.flag, w.line,
+                                fmt::format("given twice (first on line {}); argparse keeps the "
+                                            "last value",
+                                            earlier.line),
+                                "keep one"});
+          break;
+        }
+      }
+    }
+    c.args.push_back(std::move(arg));
+  }
+
+  // What the flags mean, with Megatron's defaults and required arguments.
+  Reader r(c);
+  ModelSpec& m = c.model;
+  const auto layers = r.Int("--num-layers"), hidden = r.Int("--hidden-size"),
+             heads = r.Int("--num-attention-heads"), seq = r.Int("--seq-length"),
+             max_pos = r.Int("--max-position-embeddings");
+  for (auto [flag, value] : {std::pair{"--num-layers", layers},
+                             {"--hidden-size", hidden},
+                             {"--num-attention-heads", heads},
+                             {"--max-position-embeddings", max_pos}}) {
+    if (!value && !r.Has(flag)) {
+      r.Add(
+          Severity::kError, flag,
+          fmt::format("{} argument is None: Megatron-LM requires it", std::string(flag).substr(2)),
+          flag == std::string_view("--max-position-embeddings")
+              ? "add --max-position-embeddings (at least --seq-length)"
+              : fmt::format("add {}", flag));
+    }
+  }
+  if (!seq && !r.Has("--seq-length")) {
+    r.Add(Severity::kError, "--seq-length", "seq-length argument is None", "add --seq-length");
+  }
+  m.name = "megatron-command";
+  m.num_layers = ToInt(layers.value_or(0));
+  m.hidden_size = ToInt(hidden.value_or(0));
+  m.num_attention_heads = ToInt(heads.value_or(0));
+  m.seq_length = ToInt(seq.value_or(0));
+  // ptdp's model needs a size even where Megatron stops; the error above says so.
+  m.max_position_embeddings = ToInt(max_pos.value_or(seq.value_or(0)));
+  m.activation = r.Has("--swiglu") ? Activation::kSwiglu : Activation::kGelu;
+  m.ffn_hidden_size = ToInt(
+      r.Int("--ffn-hidden-size")
+          .value_or(m.hidden_size > 0 ? DefaultFfnHiddenSize(m.hidden_size, m.activation) : 0));
+  m.num_query_groups = m.num_attention_heads;
+  if (auto groups = r.Int("--num-query-groups")) {
+    if (r.Has("--group-query-attention")) {
+      m.num_query_groups = ToInt(*groups);
+    } else {
+      r.Add(Severity::kWarning, "--num-query-groups",
+            "--num-query-groups has no effect without --group-query-attention",
+            "add --group-query-attention");
+    }
+  }
+  if (auto kv = r.Int("--kv-channels")) {
+    m.kv_channels = ToInt(*kv);
+  } else if (m.num_attention_heads > 0 && m.hidden_size % m.num_attention_heads != 0) {
+    r.Add(Severity::kError, "--hidden-size",
+          fmt::format("hidden_size ({}) must be a multiple of num_attention_heads ({})",
+                      m.hidden_size, m.num_attention_heads),
+          "give --kv-channels");
+  } else if (m.num_attention_heads > 0) {
+    m.kv_channels = m.hidden_size / m.num_attention_heads;
+  }
+  if (m.num_query_groups > 0 && m.num_attention_heads % m.num_query_groups != 0) {
+    r.Add(Severity::kError, "--num-query-groups",
+          fmt::format("num_attention_heads ({}) must be a multiple of num_query_groups ({})",
+                      m.num_attention_heads, m.num_query_groups),
+          "");
+  }
+  if (max_pos && seq && *max_pos < *seq) {
+    r.Add(Severity::kError, "--max-position-embeddings",
+          fmt::format("max_position_embeddings ({}) must be greater than or equal to seq_length "
+                      "({}).",
+                      *max_pos, *seq),
+          "");
+  }
+  if (auto norm = r.String("--normalization")) {
+    if (*norm == "RMSNorm")
+      m.normalization = Normalization::kRmsNorm;
+    else if (*norm != "LayerNorm") {
+      r.Add(Severity::kError, "--normalization",
+            fmt::format("ptdp models LayerNorm and RMSNorm, not {}", *norm), "");
+    }
+  }
+  const auto pos_type = r.String("--position-embedding-type");
+  if (r.Has("--use-rotary-position-embeddings") || (pos_type && *pos_type == "rope")) {
+    m.position_embedding = PositionEmbedding::kRope;
+  } else if (pos_type && *pos_type != "learned_absolute") {
+    r.Add(Severity::kError, "--position-embedding-type",
+          fmt::format("ptdp models learned_absolute and rope positions, not {}", *pos_type), "");
+  }
+  m.tied_embeddings = !r.Has("--untie-embeddings-and-output-weights");
+  m.add_bias_linear = !r.Has("--disable-bias-linear");
+  m.make_vocab_size_divisible_by = ToInt(r.Int("--make-vocab-size-divisible-by").value_or(128));
+  if (auto vocab = r.Int("--vocab-size")) {
+    m.vocab_size = ToInt(*vocab);
+  } else {
+    m.vocab_size = 50257;
+    r.Add(Severity::kWarning, "",
+          "the vocabulary size comes from the tokenizer, which ptdp cannot read: assuming GPT-2's "
+          "50257 tokens",
+          "pass --vocab-size to Megatron (or to this check) for exact figures");
+  }
+  c.model_complete = m.num_layers > 0 && m.hidden_size > 0 && m.num_attention_heads > 0 &&
+                     m.seq_length > 0 && m.kv_channels > 0 && m.ffn_hidden_size > 0 &&
+                     m.num_query_groups > 0 && m.num_attention_heads % m.num_query_groups == 0 &&
+                     m.max_position_embeddings >= m.seq_length;
+
+  // Layout.
+  ParallelConfig& p = c.parallel;
+  p.tp = ToInt(r.Int("--tensor-model-parallel-size").value_or(1));
+  p.pp = ToInt(r.Int("--pipeline-model-parallel-size").value_or(1));
+  p.dp = 1;
+  if (auto mbs = r.Int("--micro-batch-size")) {
+    p.micro_batch_size = ToInt(*mbs);
+  } else if (!r.Has("--micro-batch-size")) {
+    r.Add(Severity::kError, "--micro-batch-size", "assert args.micro_batch_size is not None",
+          "add --micro-batch-size");
+  }
+  for (auto [flag, value] : {std::pair{"--tensor-model-parallel-size", p.tp},
+                             {"--pipeline-model-parallel-size", p.pp},
+                             {"--micro-batch-size", p.micro_batch_size}}) {
+    if (value <= 0) {
+      r.Add(Severity::kError, flag, fmt::format("{} must be positive, got {}", flag, value), "");
+    }
+  }
+  p.tp = std::max(p.tp, 1);
+  p.pp = std::max(p.pp, 1);
+  p.micro_batch_size = std::max(p.micro_batch_size, 1);
+  const auto per_vstage = r.Int("--num-layers-per-virtual-pipeline-stage");
+  const auto vstages = r.Int("--num-virtual-stages-per-pipeline-rank");
+  if (per_vstage && vstages) {
+    r.Add(Severity::kError, "--num-virtual-stages-per-pipeline-rank",
+          "No more than one of the following arguments can be set at the same time: "
+          "--num-layers-per-virtual-pipeline-stage, --num-virtual-stages-per-pipeline-rank",
+          "keep one");
+  }
+  p.virtual_stages = 1;
+  if (vstages && *vstages > 0) {
+    p.virtual_stages = ToInt(*vstages);
+  } else if (per_vstage && *per_vstage > 0 && m.num_layers % p.pp == 0) {
+    const int per_stage = m.num_layers / p.pp;
+    if (per_stage % *per_vstage != 0) {
+      r.Add(Severity::kError, "--num-layers-per-virtual-pipeline-stage",
+            "number of layers per pipeline stage must be divisible number of layers per virtual "
+            "pipeline stage",
+            "");
+    } else {
+      p.virtual_stages = per_stage / ToInt(*per_vstage);
+    }
+  }
+  p.schedule = p.virtual_stages > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
+  if (p.virtual_stages > 1 && r.Has("--overlap-p2p-communication") && p.pp == 2) {
+    // Megatron allows p > 1 with p2p overlap; ptdp's rules use the stricter p > 2.
+    r.Add(Severity::kWarning, "--overlap-p2p-communication",
+          "ptdp models interleaving with pp > 2 only; pp 2 with p2p overlap is not simulated", "");
+  }
+  p.sequence_parallel = r.Has("--sequence-parallel");
+  if (p.sequence_parallel && p.tp == 1) {
+    r.Add(Severity::kWarning, "--sequence-parallel",
+          "Disabling sequence parallelism because tensor model parallelism is disabled",
+          "drop --sequence-parallel or use tensor parallelism");
+    p.sequence_parallel = false;
+  }
+  const auto granularity = r.String("--recompute-granularity");
+  if (r.Has("--recompute-activations")) p.recompute = Recompute::kSelective;
+  if (granularity) {
+    if (*granularity == "full") {
+      p.recompute = Recompute::kFull;
+      const auto method = r.String("--recompute-method");
+      const auto count = r.Int("--recompute-num-layers");
+      if (!method) {
+        r.Add(Severity::kWarning, "--recompute-granularity",
+              "full recompute without --recompute-method: Megatron recomputes nothing",
+              "add --recompute-method uniform --recompute-num-layers 1");
+        p.recompute = Recompute::kNone;
+      } else if (*method != "uniform" || count.value_or(1) != 1) {
+        r.Add(Severity::kWarning, "--recompute-method",
+              "ptdp models full recompute of every layer (uniform, 1 layer per group); this "
+              "command recomputes part of the layers and is simulated as every layer",
+              "");
+      }
+    } else if (*granularity == "selective") {
+      p.recompute = Recompute::kSelective;
+      if (r.Has("--recompute-method")) {
+        r.Add(Severity::kError, "--recompute-method",
+              "recompute method is not yet supported for selective recomputing granularity",
+              "drop --recompute-method");
+      }
+    }
+  }
+  p.distributed_optimizer = r.Has("--use-distributed-optimizer");
+  for (const char* flag : {"--context-parallel-size", "--expert-model-parallel-size"}) {
+    if (r.Int(flag).value_or(1) > 1) {
+      r.Add(Severity::kWarning, flag, fmt::format("ptdp does not model {} > 1 yet", flag), "");
+    }
+  }
+  for (const char* flag :
+       {"--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"}) {
+    if (r.Has(flag)) {
+      r.Add(Severity::kWarning, flag, "ptdp models even pipeline stages only; ignored", "");
+    }
+  }
+
+  // Training.
+  TrainingSpec& t = c.training;
+  if (r.Has("--bf16") && r.Has("--fp16")) {
+    r.Add(Severity::kError, "--fp16", "assert not args.bf16: choose one of --fp16 and --bf16", "");
+  }
+  t.precision = r.Has("--bf16")   ? Precision::kBf16
+                : r.Has("--fp16") ? Precision::kFp16
+                                  : Precision::kFp32;
+  if (auto opt = r.String("--optimizer"))
+    t.optimizer = *opt == "sgd" ? Optimizer::kSgd : Optimizer::kAdam;
+  if (auto lr = r.Number("--lr")) t.lr = *lr;
+  if (auto wd = r.Number("--weight-decay")) t.weight_decay = *wd;
+  if (auto clip = r.Number("--clip-grad")) t.clip_grad = *clip;
+  if (auto b1 = r.Number("--adam-beta1")) t.adam_beta1 = *b1;
+  if (auto b2 = r.Number("--adam-beta2")) t.adam_beta2 = *b2;
+  if (auto eps = r.Number("--adam-eps")) t.adam_eps = *eps;
+  if (auto seed = r.Int("--seed")) t.seed = *seed;
+  t.global_batch_size = r.Int("--global-batch-size").value_or(0);
+  if (r.Has("--global-batch-size") && t.global_batch_size <= 0) {
+    r.Add(Severity::kError, "--global-batch-size", "assert args.global_batch_size > 0", "");
+  }
+
+  if (auto world = r.Int("--world-size")) c.world_size = *world;
+  if (p.tp > 1) {
+    r.Add(Severity::kWarning, "--tensor-model-parallel-size",
+          "with tensor parallelism Megatron-LM asserts the environment variable "
+          "CUDA_DEVICE_MAX_CONNECTIONS=1 on GPUs before Blackwell",
+          "export CUDA_DEVICE_MAX_CONNECTIONS=1 before launching");
+  }
+  return c;
+}
+
+void ResolveWorldSize(MegatronCommand& c, int64_t world) {
+  c.world_size = world;
+  ParallelConfig& p = c.parallel;
+  const int64_t model = int64_t{p.tp} * p.pp;
+  if (world % model != 0) {
+    c.findings.push_back(
+        {Severity::kError, "--tensor-model-parallel-size", 0,
+         fmt::format("world size ({}) is not divisible by total_model_size ({})", world, model),
+         "choose tensor and pipeline sizes whose product divides the number of GPUs"});
+    return;
+  }
+  p.dp = static_cast<int>(world / model);
+  if (c.training.global_batch_size == 0) {
+    c.training.global_batch_size = int64_t{p.micro_batch_size} * p.dp;
+  }
+  // A --num-microbatches that Megatron would refuse: say what Megatron derives instead.
+  for (MegatronFinding& f : c.findings) {
+    if (f.flag != "--num-microbatches") continue;
+    const int64_t per_step = int64_t{p.micro_batch_size} * p.dp;
+    if (c.training.global_batch_size % per_step != 0) continue;
+    const int64_t derived = c.training.global_batch_size / per_step;
+    std::string given;
+    for (const auto& a : c.args) {
+      if (a.flag == "--num-microbatches" && !a.values.empty()) given = a.values.front();
+    }
+    f.message +=
+        fmt::format("; here {} / ({} x {}) = {}{}", c.training.global_batch_size,
+                    p.micro_batch_size, p.dp, derived,
+                    given.empty()                      ? ""
+                    : given == std::to_string(derived) ? ", the value given"
+                                                       : fmt::format(", not the {} given", given));
+  }
+}
+
+std::vector<std::string> MegatronArgs(const Plan& plan) {
+  const ModelSpec& m = plan.model;
+  const ParallelConfig& p = plan.parallel;
+  std::vector<std::string> a;
+  auto add = [&](std::string flag, auto value) {
+    a.push_back(std::move(flag));
+    a.push_back(fmt::format("{}", value));
+  };
+  add("--tensor-model-parallel-size", p.tp);
+  add("--pipeline-model-parallel-size", p.pp);
+  if (p.schedule == Schedule::kInterleaved) {
+    add("--num-layers-per-virtual-pipeline-stage", m.num_layers / p.pp / p.virtual_stages);
+  }
+  add("--micro-batch-size", p.micro_batch_size);
+  add("--global-batch-size", plan.training.global_batch_size);
+  if (p.sequence_parallel) a.push_back("--sequence-parallel");
+  if (p.recompute == Recompute::kSelective) {
+    add("--recompute-granularity", "selective");
+  } else if (p.recompute == Recompute::kFull) {
+    add("--recompute-granularity", "full");
+    add("--recompute-method", "uniform");
+    add("--recompute-num-layers", 1);
+  }
+  if (p.distributed_optimizer) a.push_back("--use-distributed-optimizer");
+  add("--num-layers", m.num_layers);
+  add("--hidden-size", m.hidden_size);
+  add("--num-attention-heads", m.num_attention_heads);
+  if (m.num_query_groups != m.num_attention_heads) {
+    a.push_back("--group-query-attention");
+    add("--num-query-groups", m.num_query_groups);
+  }
+  if (m.kv_channels * m.num_attention_heads != m.hidden_size) add("--kv-channels", m.kv_channels);
+  if (m.ffn_hidden_size != DefaultFfnHiddenSize(m.hidden_size, m.activation)) {
+    add("--ffn-hidden-size", m.ffn_hidden_size);
+  }
+  add("--seq-length", m.seq_length);
+  add("--max-position-embeddings", m.max_position_embeddings);
+  if (m.activation == Activation::kSwiglu) a.push_back("--swiglu");
+  if (m.normalization == Normalization::kRmsNorm) add("--normalization", "RMSNorm");
+  if (m.position_embedding == PositionEmbedding::kRope) add("--position-embedding-type", "rope");
+  if (!m.tied_embeddings) a.push_back("--untie-embeddings-and-output-weights");
+  if (!m.add_bias_linear) a.push_back("--disable-bias-linear");
+  if (m.make_vocab_size_divisible_by != 128) {
+    add("--make-vocab-size-divisible-by", m.make_vocab_size_divisible_by);
+  }
+  if (plan.training.precision == Precision::kBf16) a.push_back("--bf16");
+  if (plan.training.precision == Precision::kFp16) a.push_back("--fp16");
+  return a;
+}
+
+std::string MegatronArgsLine(const Plan& plan) {
+  return fmt::format("{}", fmt::join(MegatronArgs(plan), " "));
+}
+
+}  // namespace ptdp

@@ -1,0 +1,245 @@
+// Reading pasted Megatron-LM command lines and writing a plan's flags.
+#include "core/megatron_args.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/presets.h"
+
+namespace ptdp {
+namespace {
+
+using Severity = MegatronFinding::Severity;
+
+std::string ReadFixture(const std::string& name) {
+  std::ifstream in(std::string(PTDP_TEST_FIXTURES) + "/" + name);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// "E 18 --num-microbatches" / "W 16 " per finding, to compare whole lists at a glance.
+std::vector<std::string> Summary(const MegatronCommand& c) {
+  std::vector<std::string> out;
+  for (const MegatronFinding& f : c.findings) {
+    out.push_back(
+        fmt::format("{} {} {}", f.severity == Severity::kError ? 'E' : 'W', f.line, f.flag));
+  }
+  return out;
+}
+
+const MegatronFinding* FindingFor(const MegatronCommand& c, std::string_view flag) {
+  for (const MegatronFinding& f : c.findings) {
+    if (f.flag == flag) return &f;
+  }
+  return nullptr;
+}
+
+TEST(MegatronArgs, FlagTablesComeFromMegatronAndTorchrun) {
+  EXPECT_GT(MegatronFlags().size(), 500u);
+  auto arity = [](std::string_view name) {
+    for (const KnownFlag& f : MegatronFlags()) {
+      if (f.name == name) return static_cast<int>(f.arity);
+    }
+    return -1;
+  };
+  EXPECT_EQ(arity("--num-layers"), static_cast<int>(FlagArity::kOne));
+  EXPECT_EQ(arity("--sequence-parallel"), static_cast<int>(FlagArity::kSwitch));
+  EXPECT_EQ(arity("--data-path"), static_cast<int>(FlagArity::kMany));
+  EXPECT_EQ(arity("--lr"), static_cast<int>(FlagArity::kOne));
+  EXPECT_EQ(arity("--num-microbatches"), -1);
+  EXPECT_EQ(arity("--learning-rate"), -1);
+}
+
+TEST(MegatronArgs, TheFoundingDocumentsCommand) {
+  MegatronCommand c = ReadMegatronCommand(ReadFixture("seed-example.sh"), "seed-example.sh");
+  EXPECT_EQ(c.script, "pretrain_gpt.py");
+  EXPECT_TRUE(c.model_complete);
+  EXPECT_EQ(c.model.num_layers, 24);
+  EXPECT_EQ(c.model.hidden_size, 2048);
+  EXPECT_EQ(c.model.num_attention_heads, 32);
+  EXPECT_EQ(c.model.seq_length, 2048);
+  EXPECT_EQ(c.parallel.tp, 2);
+  EXPECT_EQ(c.parallel.pp, 4);
+  EXPECT_EQ(c.parallel.micro_batch_size, 4);
+  EXPECT_EQ(c.training.global_batch_size, 128);
+  EXPECT_EQ(c.training.precision, Precision::kFp32);  // neither --bf16 nor --fp16
+  EXPECT_FALSE(c.world_size.has_value());             // python, not torchrun
+  EXPECT_EQ(Summary(c),
+            (std::vector<std::string>{"W 16 ", "E 18 --num-microbatches", "E 21 --learning-rate",
+                                      "E 0 --max-position-embeddings", "W 0 ",
+                                      "W 11 --tensor-model-parallel-size"}));
+  EXPECT_TRUE(c.has_errors());
+  EXPECT_EQ(FindingFor(c, "--learning-rate")->fix, "write --lr");
+  EXPECT_EQ(FindingFor(c, "--max-position-embeddings")->message,
+            "max-position-embeddings argument is None: Megatron-LM requires it");
+
+  ResolveWorldSize(c, 8);
+  EXPECT_EQ(c.parallel.dp, 1);
+  EXPECT_NE(
+      FindingFor(c, "--num-microbatches")->message.find("here 128 / (4 x 1) = 32, the value given"),
+      std::string::npos);
+}
+
+TEST(MegatronArgs, TorchrunVariablesAndEqualsSigns) {
+  const std::string text =
+      "export CUDA_DEVICE_MAX_CONNECTIONS=1\n"
+      "TP=4\n"
+      "GPUS_PER_NODE=8\n"
+      "torchrun --nproc_per_node=$GPUS_PER_NODE --nnodes 2 pretrain_gpt.py \\\n"
+      "  --tensor-model-parallel-size ${TP} --pipeline-model-parallel-size=2 \\\n"
+      "  --num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 \\\n"
+      "  --max-position-embeddings 4096 --micro-batch-size 1 --global-batch-size 256 \\\n"
+      "  --bf16 --use-distributed-optimizer --sequence-parallel \\\n"
+      "  --swiglu --normalization RMSNorm --position-embedding-type rope \\\n"
+      "  --untie-embeddings-and-output-weights --disable-bias-linear \\\n"
+      "  --group-query-attention --num-query-groups 8 --ffn-hidden-size 14336 \\\n"
+      "  --vocab-size 128256 --lr 3e-4  # trailing comment\n";
+  MegatronCommand c = ReadMegatronCommand(text, "llama.sh");
+  EXPECT_EQ(c.world_size, 16);
+  EXPECT_EQ(c.parallel.tp, 4);
+  EXPECT_EQ(c.parallel.pp, 2);
+  EXPECT_TRUE(c.parallel.sequence_parallel);
+  EXPECT_TRUE(c.parallel.distributed_optimizer);
+  EXPECT_EQ(c.training.precision, Precision::kBf16);
+  EXPECT_DOUBLE_EQ(c.training.lr, 3e-4);
+  const ModelSpec llama = ModelPreset("llama3-8b");
+  EXPECT_EQ(c.model.num_query_groups, 8);
+  EXPECT_EQ(c.model.activation, Activation::kSwiglu);
+  EXPECT_EQ(c.model.normalization, Normalization::kRmsNorm);
+  EXPECT_EQ(c.model.position_embedding, PositionEmbedding::kRope);
+  EXPECT_FALSE(c.model.tied_embeddings);
+  EXPECT_FALSE(c.model.add_bias_linear);
+  EXPECT_EQ(CountParameters(c.model).total, CountParameters(llama).total);
+  EXPECT_FALSE(c.has_errors()) << Summary(c).front();
+  ResolveWorldSize(c, *c.world_size);
+  EXPECT_EQ(c.parallel.dp, 2);
+}
+
+TEST(MegatronArgs, UnknownFlagsAreNamedWithASuggestion) {
+  const MegatronCommand c = ReadMegatronCommand(
+      "python pretrain_gpt.py --num-layer 4 --hidden-size 64 --num-attention-heads 4 "
+      "--seq-length 32 --max-position-embeddings 32 --micro-batch-size 1 --num_layers 4 "
+      "--tensor-parallel-size 2",
+      "cmd");
+  const MegatronFinding* typo = FindingFor(c, "--num-layer");
+  ASSERT_NE(typo, nullptr);
+  EXPECT_EQ(typo->message, "unrecognized arguments: --num-layer");
+  EXPECT_EQ(typo->fix, "did you mean --num-layers?");
+  EXPECT_EQ(FindingFor(c, "--num_layers")->fix, "did you mean --num-layers?");
+  EXPECT_EQ(FindingFor(c, "--tensor-parallel-size")->fix, "write --tensor-model-parallel-size");
+}
+
+TEST(MegatronArgs, MegatronsOwnRefusals) {
+  const std::string base =
+      "python pretrain_gpt.py --num-layers 24 --hidden-size 2048 --num-attention-heads 32 "
+      "--seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 1 ";
+  auto first_error = [&](const std::string& extra) {
+    const MegatronCommand c = ReadMegatronCommand(base + extra, "cmd");
+    for (const MegatronFinding& f : c.findings) {
+      if (f.severity == Severity::kError) return f.message;
+    }
+    return std::string();
+  };
+  EXPECT_EQ(first_error("--recompute-granularity selective --recompute-method uniform"),
+            "recompute method is not yet supported for selective recomputing granularity");
+  EXPECT_EQ(first_error("--batch-size 8"), "--batch-size argument is no longer valid");
+  EXPECT_EQ(first_error("--bf16 --fp16"), "assert not args.bf16: choose one of --fp16 and --bf16");
+  EXPECT_EQ(first_error("--num-layers-per-virtual-pipeline-stage 2 "
+                        "--num-virtual-stages-per-pipeline-rank 2"),
+            "No more than one of the following arguments can be set at the same time: "
+            "--num-layers-per-virtual-pipeline-stage, --num-virtual-stages-per-pipeline-rank");
+  EXPECT_EQ(first_error("--tensor-model-parallel-size two"),
+            "argument --tensor-model-parallel-size: invalid int value: 'two'");
+  EXPECT_EQ(first_error("--sequence-parallel=true"),
+            "argument --sequence-parallel: ignored explicit argument 'true'");
+  EXPECT_EQ(first_error("stray"), "unrecognized arguments: stray");
+  EXPECT_EQ(first_error("--max-position-embeddings 1024"),
+            "max_position_embeddings (1024) must be greater than or equal to seq_length (2048).");
+
+  // Sequence parallelism at TP 1 is switched off with Megatron's warning, not refused.
+  const MegatronCommand sp = ReadMegatronCommand(base + "--sequence-parallel", "cmd");
+  EXPECT_FALSE(sp.parallel.sequence_parallel);
+  EXPECT_EQ(FindingFor(sp, "--sequence-parallel")->severity, Severity::kWarning);
+}
+
+TEST(MegatronArgs, InterleavingFromEitherFlag) {
+  const std::string base =
+      "python pretrain_gpt.py --num-layers 24 --hidden-size 2048 --num-attention-heads 32 "
+      "--seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 1 "
+      "--pipeline-model-parallel-size 4 ";
+  const MegatronCommand a =
+      ReadMegatronCommand(base + "--num-layers-per-virtual-pipeline-stage 2", "cmd");
+  EXPECT_EQ(a.parallel.virtual_stages, 3);
+  EXPECT_EQ(a.parallel.schedule, Schedule::kInterleaved);
+  const MegatronCommand b =
+      ReadMegatronCommand(base + "--num-virtual-stages-per-pipeline-rank 2", "cmd");
+  EXPECT_EQ(b.parallel.virtual_stages, 2);
+  const MegatronCommand full = ReadMegatronCommand(
+      base + "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1",
+      "cmd");
+  EXPECT_EQ(full.parallel.recompute, Recompute::kFull);
+}
+
+TEST(MegatronArgs, SyntaxErrorsAreInputErrors) {
+  try {
+    ReadMegatronCommand("echo hello\nls -l\n", "cmd.sh");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(),
+                 "cmd.sh: no Megatron-LM command found: no word ends in .py (hint: paste the "
+                 "command that runs pretrain_gpt.py (python or torchrun))");
+  }
+  try {
+    ReadMegatronCommand("python pretrain_gpt.py --data-path 'unclosed\n", "cmd.sh");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.where().line, 1);
+    EXPECT_EQ(e.message(), "unclosed ' quote");
+  }
+}
+
+TEST(MegatronArgs, WrittenFlagsReadBackToTheSamePlan) {
+  Plan plan;
+  plan.model = ModelPreset("llama2-70b");
+  plan.cluster = ClusterPreset("dgx-h100");
+  plan.num_gpus = 256;
+  plan.training.global_batch_size = 1024;
+  plan.training.precision = Precision::kBf16;
+  plan.parallel = {.tp = 8,
+                   .pp = 8,
+                   .dp = 4,
+                   .micro_batch_size = 1,
+                   .virtual_stages = 5,
+                   .schedule = Schedule::kInterleaved,
+                   .sequence_parallel = true,
+                   .recompute = Recompute::kFull,
+                   .distributed_optimizer = true};
+  const std::string line = MegatronArgsLine(plan);
+  const std::string head =
+      "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 8 "
+      "--num-layers-per-virtual-pipeline-stage 2 --micro-batch-size 1 --global-batch-size 1024";
+  EXPECT_EQ(line.substr(0, head.size()), head);
+  MegatronCommand c = ReadMegatronCommand(
+      "torchrun --nproc-per-node 8 --nnodes 32 pretrain_gpt.py " + line + " --vocab-size 32000",
+      "cmd");
+  ResolveWorldSize(c, *c.world_size);
+  EXPECT_EQ(c.model, ([&] {
+              ModelSpec m = plan.model;
+              m.name = "megatron-command";
+              return m;
+            }()));
+  EXPECT_EQ(c.parallel, plan.parallel);
+  EXPECT_EQ(c.training.global_batch_size, plan.training.global_batch_size);
+  EXPECT_EQ(c.training.precision, plan.training.precision);
+  for (const MegatronFinding& f : c.findings) {
+    EXPECT_NE(f.severity, Severity::kError) << f.flag << ": " << f.message;
+  }
+}
+
+}  // namespace
+}  // namespace ptdp
