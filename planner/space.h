@@ -1,0 +1,62 @@
+// The search space of `ptdp plan`: every PTD-P configuration of a model on N GPUs for a global
+// batch, and the constraints users put on it (--fix tp=8, --max-tp 8, --no-recompute, ...).
+//
+// The space, exactly: tp x pp x dp = N with tp and pp dividing N; micro-batch sizes dividing
+// GBS / dp (no other size can divide the global batch); schedules 1f1b, zb-h1, and interleaved
+// with every v > 1 dividing num_layers / pp; sequence parallelism on or off; recompute none,
+// selective or full; distributed optimizer on or off. Each candidate is checked against
+// Megatron-LM's rules (core/megatron_rules.h); the ones that break a rule are counted under the
+// first rule they break, in Megatron's order.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/model_spec.h"
+#include "core/parallel_config.h"
+#include "core/training_spec.h"
+
+namespace ptdp {
+
+struct SearchConstraints {
+  std::optional<int> tp, pp, dp, micro_batch_size, virtual_stages;  // --fix KEY=VALUE
+  int max_tp = 0;                                                   // 0: no limit
+  int max_pp = 0;
+  int max_micro_batch_size = 0;
+  std::vector<Schedule> schedules = {Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1};
+  std::vector<Recompute> recomputes = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+  std::optional<bool> sequence_parallel;      // fixed on or off; unset: both
+  std::optional<bool> distributed_optimizer;  // fixed on or off; unset: both
+
+  bool operator==(const SearchConstraints&) const = default;
+};
+
+// Why a candidate is out, counted per reason id ("heads-divisible-by-tp", "out-of-memory", ...),
+// each with the first example met.
+struct Rejections {
+  std::map<std::string, int64_t> counts;
+  std::map<std::string, std::string> examples;  // reason id -> "tp 3 pp 4 ...: message"
+
+  void Add(const std::string& reason, const std::function<std::string()>& example);
+  int64_t total() const;
+};
+
+// Calls `visit` with every candidate that passes Megatron's rules and the constraints; counts the
+// others in `rejected` (candidates a constraint excludes are not counted: they are not in the
+// user's space). Returns the number of candidates examined (valid + rejected).
+int64_t EnumerateConfigs(const ModelSpec& model, const TrainingSpec& training, int64_t num_gpus,
+                         const SearchConstraints& constraints, Rejections& rejected,
+                         const std::function<void(const ParallelConfig&)>& visit);
+
+// "tp 2 x pp 4 x dp 1, mbs 4, 1f1b, sp, selective recompute, dist-opt": one line for people.
+std::string Describe(const ParallelConfig& p);
+
+// Parses one --fix value ("tp=8", "schedule=interleaved", "sp=on") into `c`; an unknown key or
+// bad value throws InputError naming --fix.
+void ApplyFix(std::string_view assignment, SearchConstraints& c);
+
+}  // namespace ptdp
