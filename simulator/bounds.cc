@@ -1,0 +1,96 @@
+#include "simulator/bounds.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace ptdp {
+
+double StepTimeLowerBound(Schedule kind, int p, int m, int v, const StepCosts& costs) {
+  PTDP_CHECK(static_cast<int>(costs.chunks.size()) == p * v &&
+             static_cast<int>(costs.stages.size()) == p);
+  const bool split = kind == Schedule::kZbH1;
+  double pipeline_end = 0, grads_ready = 0, tail_phases = 0;
+  double head = 0;  // forward of micro-batch 0 through virtual stages 0 .. r-1, with sends
+  double tail = 0;  // backward through virtual stages r-1 .. 0, with sends
+  for (int r = 0; r < p; ++r) {
+    double busy = 0;
+    for (int c = 0; c < v; ++c) {
+      const ChunkCosts& ch = costs.chunks[c * p + r];
+      busy += ch.forward_s + ch.backward_input_s + ch.backward_weight_s;
+    }
+    busy *= m;
+    const double end = head + busy;
+    // Every schedule here ends a stage with a backward of chunk 0 unless the backward is split
+    // (zb-h1 ends with weight gradients, which nothing waits for).
+    // From virtual stage r down to 0 (virtual stage 0 sends nothing back).
+    const double back = r > 0 ? tail + costs.chunks[r].send_backward_s : 0.0;
+    pipeline_end = std::max(pipeline_end, end + (split ? 0.0 : back));
+    const StageCosts& st = costs.stages[r];
+    const double sync = st.overlap_grad_sync ? st.dp_grad_sync_s / v : st.dp_grad_sync_s;
+    grads_ready = std::max(grads_ready, end + sync + st.embedding_sync_s);
+    tail_phases = std::max(tail_phases, st.optimizer_s + st.dp_param_gather_s);
+    const ChunkCosts& here = costs.chunks[r];  // chunk 0 of stage r = virtual stage r
+    head += here.forward_s + here.send_forward_s;
+    tail += (split ? here.backward_input_s : here.backward_input_s + here.backward_weight_s) +
+            (r > 0 ? here.send_backward_s : 0.0);
+  }
+  return std::max(pipeline_end, grads_ready) + tail_phases;
+}
+
+double StepTimeLowerBound(const PipelineSchedule& s, const StepCosts& costs) {
+  return StepTimeLowerBound(s.kind, s.stages, s.microbatches, s.chunks, costs);
+}
+
+HeldActivations HeldActivationsOf(const PipelineSchedule& s) {
+  const int v = s.chunks;
+  HeldActivations out;
+  out.held.resize(s.stages);
+  for (int r = 0; r < s.stages; ++r) {
+    std::vector<int> h(2 * v, 0);
+    auto& list = out.held[r];
+    auto dominated = [](const std::vector<int>& a, const std::vector<int>& b) {
+      for (size_t i = 0; i < a.size(); ++i) {
+        if (a[i] > b[i]) return false;
+      }
+      return true;  // a <= b everywhere
+    };
+    for (const PipelineOp& op : s.ops[r]) {
+      const int c = op.chunk;
+      if (op.kind == OpKind::kForward) {
+        ++h[c];
+        // A moment after an allocation can be a peak; keep it unless another covers it.
+        if (std::none_of(list.begin(), list.end(),
+                         [&](const std::vector<int>& k) { return dominated(h, k); })) {
+          std::erase_if(list, [&](const std::vector<int>& k) { return dominated(k, h); });
+          list.push_back(h);
+        }
+      } else if (op.kind == OpKind::kBackward) {
+        --h[c];
+        if (s.split_backward) ++h[v + c];
+      } else {
+        --h[v + c];
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<double> PeakActivationBytes(const PipelineSchedule& s, const HeldActivations& held,
+                                        const StepCosts& costs) {
+  const int v = s.chunks;
+  std::vector<double> peak(s.stages, 0.0);
+  for (int r = 0; r < s.stages; ++r) {
+    for (const std::vector<int>& h : held.held[r]) {
+      double bytes = 0;
+      for (int c = 0; c < v; ++c) {
+        const ChunkCosts& ch = costs.chunks[s.VirtualStage(r, c)];
+        bytes += h[c] * ch.activation_bytes + h[v + c] * ch.weight_grad_activation_bytes;
+      }
+      peak[r] = std::max(peak[r], bytes);
+    }
+  }
+  return peak;
+}
+
+}  // namespace ptdp
