@@ -667,13 +667,7 @@ void ResolveWorldSize(MegatronCommand& c, int64_t world) {
   c.world_size = world;
   ParallelConfig& p = c.parallel;
   const int64_t model = int64_t{p.tp} * p.pp;
-  if (world % model != 0) {
-    c.findings.push_back(
-        {Severity::kError, "--tensor-model-parallel-size", 0,
-         fmt::format("world size ({}) is not divisible by total_model_size ({})", world, model),
-         "choose tensor and pipeline sizes whose product divides the number of GPUs"});
-    return;
-  }
+  if (world % model != 0) return;  // CheckParallelConfig reports it, in Megatron's words
   p.dp = static_cast<int>(world / model);
   if (c.training.global_batch_size == 0) {
     c.training.global_batch_size = int64_t{p.micro_batch_size} * p.dp;

@@ -66,8 +66,8 @@ struct MegatronCommand {
 MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& source);
 
 // Completes `command` once the world size is known (from the caller's --gpus when the command
-// does not say): sets dp = world / (tp x pp) and the default global batch (MBS x DP). Adds a
-// finding when the world size is not divisible by tp x pp.
+// does not say): sets dp = world / (tp x pp) and the default global batch (MBS x DP). When tp x pp
+// does not divide the world, dp stays 1 and CheckParallelConfig reports the world-size rule.
 void ResolveWorldSize(MegatronCommand& command, int64_t world_size);
 
 // The flags that give Megatron-LM this plan's model, batch and layout, in a stable order, e.g.
