@@ -1,23 +1,53 @@
-// `ptdp execute`, `ptdp validate`, `ptdp calibrate`: the executor's commands. Their flags are
-// declared so `--help` documents the contract; running them says plainly that they are not
-// implemented yet (exit code 3).
+// `ptdp execute`: trains a plan's GPT with its exact layout, one process per rank under mpirun
+// (or starts mpirun itself with --launch). `ptdp validate` and `ptdp calibrate` are declared so
+// `--help` documents the contract; running them says plainly that they are not implemented yet.
+//
+// Faults: after MPI is up, any error on any rank is printed with the rank and host, and the
+// whole job is ended with MPI_Abort, so a failing rank never leaves the others waiting.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "cli/cli.h"
 #include "cli/commands.h"
+#include "core/error.h"
+#include "core/spec_yaml.h"
+#include "core/trace.h"
+#include "executor/backend_cpu.h"
+#include "executor/comm_mpi.h"
+#include "executor/launch.h"
+#include "executor/topology.h"
+#include "executor/trainer.h"
 
 namespace po = boost::program_options;
 
 namespace ptdp::cli {
 namespace {
 
+// Flags forwarded to the ranks by --launch (all but --launch itself).
+constexpr const char* kForwarded[] = {"plan",          "steps", "backend", "data",    "save",
+                                      "save-interval", "load",  "trace",   "results", "dtype"};
+
 void AddExecuteOptions(po::options_description& o) {
   o.add_options()("plan", po::value<std::string>()->value_name("FILE"), "plan file to execute")(
-      "steps", po::value<std::string>()->value_name("S"), "training steps")(
-      "backend", po::value<std::string>()->value_name("B"), "cpu | cuda")(
-      "data", po::value<std::string>()->value_name("FILE"), "text file, or `synthetic`")(
+      "steps", po::value<std::string>()->value_name("S"),
+      "train until step S (default 10; a resumed run continues to S)")(
+      "backend", po::value<std::string>()->value_name("B"), "cpu (default) | cuda")(
+      "data", po::value<std::string>()->value_name("FILE"),
+      "text file of byte tokens (default /usr/share/common-licenses/GPL-3), or `synthetic`")(
       "save", po::value<std::string>()->value_name("DIR"), "checkpoint directory")(
-      "save-interval", po::value<std::string>()->value_name("K"), "checkpoint every K steps")(
+      "save-interval", po::value<std::string>()->value_name("K"),
+      "checkpoint every K steps (and after the last)")(
       "load", po::value<std::string>()->value_name("DIR"), "resume from a checkpoint")(
       "trace", po::value<std::string>()->value_name("FILE"), "write a measured Chrome trace")(
-      "launch", po::bool_switch(), "start mpirun with one rank per GPU of the plan");
+      "results", po::value<std::string>()->value_name("FILE"),
+      "results JSON to write (default execute-results.json)")(
+      "dtype", po::value<std::string>()->value_name("T"),
+      "fp32 (default) | fp64 (numerical checks)")(
+      "launch", po::bool_switch(),
+      "start mpirun with one rank per GPU of the plan (mpirun flags after a lone --)");
 }
 
 void AddValidateOptions(po::options_description& o) {
@@ -32,6 +62,165 @@ void AddCalibrateOptions(po::options_description& o) {
 
 int NotReached(const Flags&, std::ostream&, std::ostream&) { return 0; }
 
+// PTDP_TEST_FAULT="RANK:STEP[:throw|exit]": world rank RANK fails before step STEP, by throwing
+// (the error path) or by exiting at once without MPI_Finalize (a crashed process). For tests.
+std::function<void(int64_t)> FaultHook(int world_rank) {
+  const char* spec = std::getenv("PTDP_TEST_FAULT");
+  if (spec == nullptr || *spec == '\0') return {};
+  int rank = -1;
+  long long step = -1;
+  char mode[16] = "throw";
+  if (std::sscanf(spec, "%d:%lld:%15s", &rank, &step, mode) < 2) {
+    throw InputError({"", 0, "PTDP_TEST_FAULT"},
+                     fmt::format("expected RANK:STEP[:MODE], got \"{}\"", spec));
+  }
+  if (rank != world_rank) return {};
+  const std::string how = mode;
+  return [step, how, rank](int64_t now) {
+    if (now != step) return;
+    if (how == "exit") std::_Exit(7);
+    throw std::runtime_error(
+        fmt::format("injected fault before step {} on rank {} (PTDP_TEST_FAULT)", step, rank));
+  };
+}
+
+void WriteFile(const std::string& path, const std::string& text, const char* flag) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  if (!out) throw InputError({"", 0, flag}, fmt::format("cannot write \"{}\"", path));
+}
+
+int Train(const Plan& plan, const ExecuteOptions& options, const Flags& flags, std::ostream& out,
+          std::ostream& err) {
+  MpiSession session(nullptr, nullptr);
+  const bool root = session.world_rank() == 0;
+  if (session.world_size() != plan.parallel.world_size()) {
+    if (root) {
+      err << fmt::format(
+          "ptdp: error: this plan needs {} ranks (tp {} x pp {} x dp {}), but {} started: run "
+          "`mpirun -np {} ptdp execute --plan {}`, or `ptdp execute --plan {} --launch`\n",
+          plan.parallel.world_size(), plan.parallel.tp, plan.parallel.pp, plan.parallel.dp,
+          session.world_size(), plan.parallel.world_size(), flags.String("plan"),
+          flags.String("plan"));
+    }
+    return kExitBadInput;
+  }
+  try {
+    ExecuteOptions opts = options;
+    opts.on_step_begin = FaultHook(session.world_rank());
+    const auto backend = MakeCpuBackend(1);
+    ProcessGroups groups = MakeProcessGroups(session.World(*backend), plan.parallel);
+    const ParallelConfig& p = plan.parallel;
+    if (root) {
+      out << fmt::format(
+          "ptdp execute: {} ({} layers, hidden {}, {} heads, sequence {}) on {} rank{} of {}: "
+          "tp {} x pp {} x dp {}, micro-batch {}, {} micro-batches, {}{}{}{}{}\n",
+          plan.model.name, plan.model.num_layers, plan.model.hidden_size,
+          plan.model.num_attention_heads, plan.model.seq_length, session.world_size(),
+          session.world_size() == 1 ? "" : "s", session.host(), p.tp, p.pp, p.dp,
+          p.micro_batch_size, NumMicrobatches(plan.training, p), Name(p.schedule),
+          p.virtual_stages > 1 ? fmt::format(" v={}", p.virtual_stages) : "",
+          p.sequence_parallel ? ", sequence parallel" : "",
+          p.recompute != Recompute::kNone ? fmt::format(", {} recompute", Name(p.recompute)) : "",
+          p.distributed_optimizer ? ", distributed optimizer" : "");
+      if (plan.training.precision != Precision::kFp32) {
+        out << fmt::format("note: the CPU path computes in {}, not the plan's {}\n",
+                           Name(opts.dtype), Name(plan.training.precision));
+      }
+    }
+    const ExecuteResult result = Execute(plan, opts, groups, *backend, root ? &out : nullptr);
+    if (root) {
+      const std::string results_path =
+          flags.OptionalString("results").value_or("execute-results.json");
+      WriteFile(results_path, ResultsJson(plan, opts, result), "--results");
+      if (const auto trace = flags.OptionalString("trace")) {
+        WriteFile(*trace, ChromeTraceJson("ptdp execute (measured)", result.tracks, result.events),
+                  "--trace");
+      }
+      if (!result.steps.empty()) {
+        out << fmt::format(
+            "done: steps {}..{}, loss {:.4f} -> {:.4f}; measured bubble fraction {:.3f} over {} "
+            "step(s); peak memory on rank 0 {:.1f} MB\n",
+            result.first_step, result.steps.back().step, result.steps.front().loss,
+            result.steps.back().loss, result.bubble_fraction, result.measured_steps,
+            result.ranks.empty() ? 0.0 : result.ranks[0].memory.peak_total_bytes / 1e6);
+      }
+      out << "results: " << results_path << "\n";
+      if (const auto trace = flags.OptionalString("trace")) out << "trace: " << *trace << "\n";
+      out.flush();
+    }
+    return kExitOk;
+  } catch (const std::exception& e) {
+    err << fmt::format("ptdp: error: rank {} of {} (host {}): {}\n", session.world_rank(),
+                       session.world_size(), session.host(), e.what());
+    err.flush();
+    MpiAbortJob(dynamic_cast<const InputError*>(&e) != nullptr ? kExitBadInput : kExitFailed);
+  }
+}
+
+int RunExecute(const Flags& flags, std::ostream& out, std::ostream& err) {
+  // Before MPI: every rank reads and checks the same plan; only rank 0 (or a lone process)
+  // reports a problem, the others exit with the same code.
+  const bool quiet = LauncherRank() > 0;
+  try {
+    const std::string backend = flags.OptionalString("backend").value_or("cpu");
+    if (backend == "cuda") {
+      err << "ptdp: error: `ptdp execute --backend cuda` is not implemented yet (the GPU "
+             "executor issue); --backend cpu runs the same plan on CPUs\n";
+      return kExitNotImplemented;
+    }
+    if (backend != "cpu")
+      flags.Fail("backend", fmt::format("expected cpu or cuda, got \"{}\"", backend));
+    ExecuteOptions options;
+    options.steps = flags.OptionalPositiveInt("steps").value_or(10);
+    options.data = flags.OptionalString("data").value_or("");
+    options.save_dir = flags.OptionalString("save").value_or("");
+    options.save_interval = flags.OptionalPositiveInt("save-interval").value_or(0);
+    if (options.save_interval > 0 && options.save_dir.empty()) {
+      flags.Fail("save-interval", "needs --save DIR");
+    }
+    options.load_dir = flags.OptionalString("load").value_or("");
+    options.keep_trace = flags.Has("trace");
+    const std::string dtype = flags.OptionalString("dtype").value_or("fp32");
+    if (dtype != "fp32" && dtype != "fp64") {
+      flags.Fail("dtype", fmt::format("expected fp32 or fp64, got \"{}\"", dtype));
+    }
+    options.dtype = dtype == "fp64" ? DType::kF64 : DType::kF32;
+    const std::string plan_path = flags.String("plan");
+    const Plan plan = LoadPlanFile(plan_path);
+    const std::vector<std::string> problems = CheckExecutable(plan, options);
+    if (!problems.empty()) {
+      std::string more;
+      for (size_t i = 1; i < problems.size(); ++i) more += "\n  also: " + problems[i];
+      throw InputError({plan_path, 0, ""}, problems.front() + more);
+    }
+
+    if (flags.Switch("launch")) {
+      std::vector<std::string> args;
+      for (const char* name : kForwarded) {
+        if (const auto value = flags.OptionalString(name)) {
+          args.push_back(std::string("--") + name);
+          args.push_back(*value);
+        }
+      }
+      const LaunchCommand command = MakeLaunchCommand(plan.parallel.world_size(), SelfExecutable(),
+                                                      args, flags.passthrough(), geteuid() == 0);
+      std::string line;
+      for (const std::string& a : command.argv) line += (line.empty() ? "" : " ") + a;
+      out << "launching: " << line << "\n";
+      out.flush();
+      return RunLaunchCommand(command);
+    }
+    if (!flags.passthrough().empty()) {
+      throw InputError({"", 0, "--"}, "mpirun arguments after -- need --launch");
+    }
+    return Train(plan, options, flags, out, err);
+  } catch (const InputError&) {
+    if (quiet) return kExitBadInput;
+    throw;
+  }
+}
+
 }  // namespace
 
 const Command kExecuteCommand{
@@ -39,18 +228,25 @@ const Command kExecuteCommand{
     .summary = "train a GPT with a plan's exact layout, one process per rank",
     .usage =
         "mpirun -np N ptdp execute --plan plan.yaml [--steps S] [--backend cpu|cuda]\n"
-        "                     [--data FILE] [--save DIR] [--load DIR] [--trace out.json]\n"
-        "       ptdp execute --plan plan.yaml --launch ...",
+        "                     [--data FILE|synthetic] [--save DIR [--save-interval K]]\n"
+        "                     [--load DIR] [--trace out.json] [--results out.json]\n"
+        "       ptdp execute --plan plan.yaml --launch [flags] [-- mpirun flags]",
     .description =
-        "Trains a GPT with the plan's tensor, pipeline and data parallel layout "
-        "(OpenBLAS + MPI on\nCPUs, cuBLAS + NCCL on GPUs) and measures it.",
+        "Trains the plan's GPT (Megatron-LM's layers: vocab-parallel embedding, column- and\n"
+        "row-parallel linears, vocab-parallel cross entropy) with the plan's tensor, pipeline\n"
+        "and data parallel layout, its schedule, sequence parallelism, recompute and optimizer\n"
+        "sharding, on byte tokens (vocabulary 256) of a text file. N must be tp x pp x dp;\n"
+        "ranks are laid out tp-dp-pp (Megatron's order). One line per step; at the end a\n"
+        "results JSON (losses, step times, bubble, peak memory per rank) and, with --trace,\n"
+        "a measured Chrome trace. CPU path: OpenBLAS + MPI, fp32.",
     .examples =
         "mpirun -np 8 ptdp execute --plan plan.yaml --steps 20\n"
-        "ptdp execute --plan plan.yaml --launch --steps 20 --trace measured.json",
-    .implemented = false,
-    .tracked_in = "the executor issues",
+        "ptdp execute --plan plan.yaml --launch --steps 20 --trace measured.json\n"
+        "ptdp execute --plan plan.yaml --launch -- --hostfile hosts",
+    .implemented = true,
+    .tracked_in = "",
     .add_options = AddExecuteOptions,
-    .run = NotReached,
+    .run = RunExecute,
 };
 
 const Command kValidateCommand{

@@ -1,0 +1,209 @@
+// Backend: the executor's memory and kernels. Everything above this interface (model, pipeline
+// runner, optimizer) is backend-free: it holds Tensors and calls kernels, never dereferences
+// tensor memory itself (on a GPU backend that memory lives on the device). The CPU backend
+// (backend_cpu.h, OpenBLAS) is the reference every other backend is tested against (llm.c's
+// habit: a CPU reference beside the fast path).
+//
+// Conventions for every kernel:
+//  - matrices are row-major; "(N, C)" means N rows of C contiguous elements;
+//  - floating-point arguments of one call share one dtype (fp32, or fp64 for gradient checks);
+//    token ids are int32;
+//  - "+=" in a contract means the kernel accumulates into that output, otherwise it overwrites.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ptdp {
+
+enum class DType : uint8_t { kF32, kF64, kI32 };
+
+int64_t SizeOf(DType dtype);
+std::string_view Name(DType dtype);
+
+// What an allocation holds, for the per-category peak-memory report.
+enum class MemCategory : uint8_t {
+  kWeights,
+  kGradients,
+  kOptimizer,    // optimizer state (Adam m and v, SGD momentum)
+  kActivations,  // tensors saved between a forward and its backward
+  kCommBuffers,  // point-to-point buffers and collective outputs that are not saved
+  kWorkspace,    // other temporaries inside one operation
+};
+inline constexpr int kNumMemCategories = 6;
+std::string_view Name(MemCategory category);  // "weights", ..., "workspace"
+
+struct MemoryStats {
+  std::array<int64_t, kNumMemCategories> current_bytes{};
+  std::array<int64_t, kNumMemCategories> peak_bytes{};  // each category's own peak
+  int64_t current_total_bytes = 0;
+  int64_t peak_total_bytes = 0;  // peak of the sum (not the sum of the peaks)
+};
+
+// A non-owning view of `numel` elements of `dtype` in backend memory.
+struct Span {
+  void* data = nullptr;
+  DType dtype = DType::kF32;
+  int64_t numel = 0;
+
+  // Elements [offset, offset + count); checks the bounds.
+  Span Slice(int64_t offset, int64_t count) const;
+  int64_t bytes() const { return numel * SizeOf(dtype); }
+};
+
+class Backend;
+
+// An owning, zero-initialised tensor in backend memory, freed on destruction. Movable, not
+// copyable (copies go through Backend::Copy so that they are visible and accounted).
+class Tensor {
+ public:
+  Tensor() = default;
+  Tensor(Backend& backend, DType dtype, std::vector<int64_t> shape, MemCategory category);
+  ~Tensor();
+  Tensor(Tensor&& other) noexcept;
+  Tensor& operator=(Tensor&& other) noexcept;
+  Tensor(const Tensor&) = delete;
+  Tensor& operator=(const Tensor&) = delete;
+
+  bool empty() const { return data_ == nullptr; }
+  Span span() const { return {data_, dtype_, numel_}; }
+  DType dtype() const { return dtype_; }
+  int64_t numel() const { return numel_; }
+  const std::vector<int64_t>& shape() const { return shape_; }
+  int64_t dim(int i) const { return shape_.at(static_cast<size_t>(i)); }
+  MemCategory category() const { return category_; }
+
+ private:
+  void Release();
+
+  Backend* backend_ = nullptr;
+  void* data_ = nullptr;
+  DType dtype_ = DType::kF32;
+  int64_t numel_ = 0;
+  std::vector<int64_t> shape_;
+  MemCategory category_ = MemCategory::kWorkspace;
+};
+
+// Adam with decoupled weight decay (AdamW, as Megatron-LM's fused Adam runs it) and bias
+// correction; `grad_scale` multiplies the gradient first (the clipping coefficient).
+struct AdamArgs {
+  double lr = 0;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0;
+  int64_t step = 1;  // 1-based, for the bias correction
+  double grad_scale = 1;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+
+  // --- memory (accounted by category) ---
+  void* Allocate(int64_t bytes, MemCategory category);  // zero-filled
+  void Free(void* data, int64_t bytes, MemCategory category);
+  const MemoryStats& memory() const { return memory_; }
+  void ResetPeaks();  // peaks restart from the current use
+
+  // Host <-> backend copies of span.numel elements.
+  virtual void Upload(Span dst, const void* host) = 0;
+  virtual void Download(Span src, void* host) = 0;
+
+  // --- element-wise ---
+  virtual void Fill(Span x, double value) = 0;
+  virtual void Copy(Span dst, Span src) = 0;  // same numel and dtype
+  virtual void Scale(Span x, double alpha) = 0;
+  virtual void Add(Span y, Span x) = 0;  // y += x
+  virtual double SumSquares(Span x) = 0;
+  virtual double Sum(Span x) = 0;
+
+  // C (m, n) = alpha * op(A) op(B) + beta * C, op(A) (m, k), op(B) (k, n); each operand starts at
+  // its span's first element with the given leading dimension (row stride).
+  virtual void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
+                    Span a, int64_t lda, Span b, int64_t ldb, double beta, Span c, int64_t ldc) = 0;
+
+  // out (N, C) += bias (C) on every row.
+  virtual void AddBias(Span out, Span bias, int64_t rows, int64_t cols) = 0;
+  // dbias (C) += column sums of dout (N, C).
+  virtual void BiasGrad(Span dbias, Span dout, int64_t rows, int64_t cols) = 0;
+
+  // LayerNorm over the last dimension: out (N, C) = (x - mean) * rstd * weight + bias; mean and
+  // rstd (N) are saved for the backward.
+  virtual void LayerNormForward(Span out, Span mean, Span rstd, Span x, Span weight, Span bias,
+                                int64_t rows, int64_t cols, double eps) = 0;
+  // dx (N, C) += input gradient of the LayerNorm.
+  virtual void LayerNormBackwardInput(Span dx, Span dout, Span x, Span mean, Span rstd, Span weight,
+                                      int64_t rows, int64_t cols) = 0;
+  // dweight (C) += sum over rows of dout * xhat; dbias (C) += sum over rows of dout.
+  virtual void LayerNormBackwardParams(Span dweight, Span dbias, Span dout, Span x, Span mean,
+                                       Span rstd, int64_t rows, int64_t cols) = 0;
+
+  // GeLU with the exact erf form (torch.nn.functional.gelu, Megatron's default).
+  virtual void Gelu(Span out, Span in) = 0;
+  virtual void GeluBackward(Span din, Span in, Span dout) = 0;  // din = gelu'(in) * dout
+
+  // Vocab-parallel embedding lookup: out (N, C) row i = table[tokens[i] - vocab_begin] when the
+  // token falls in this shard's [vocab_begin, vocab_begin + vocab_rows), else zeros.
+  virtual void EmbeddingForward(Span out, Span tokens, Span table, int64_t vocab_begin,
+                                int64_t vocab_rows, int64_t rows, int64_t cols) = 0;
+  // dtable (vocab_rows, C) += dout rows scattered by token (tokens outside the shard skipped).
+  virtual void EmbeddingBackward(Span dtable, Span tokens, Span dout, int64_t vocab_begin,
+                                 int64_t vocab_rows, int64_t rows, int64_t cols) = 0;
+  // x (S_loc * B, C), rows in (sequence, batch) order: x[i * B + j] += pos[seq_begin + i].
+  virtual void AddPositions(Span x, Span pos, int64_t seq_begin, int64_t seq_rows, int64_t batch,
+                            int64_t cols) = 0;
+  // dpos[seq_begin + i] += sum over j of dx[i * B + j].
+  virtual void PositionsBackward(Span dpos, Span dx, int64_t seq_begin, int64_t seq_rows,
+                                 int64_t batch, int64_t cols) = 0;
+
+  // Causal self-attention of H heads of size D for B sequences of S tokens.
+  // qkv (S * B, H * 3 * D): rows in (sequence, batch) order, per head [q | k | v] (Megatron's
+  // per-head layout). ctx (S * B, H * D) = softmax(q k^T / sqrt(D), causal) v per head.
+  // probs (B, H, S, S): the softmax, saved for the backward (entries above the diagonal 0).
+  virtual void AttentionForward(Span ctx, Span probs, Span qkv, int64_t seq, int64_t batch,
+                                int64_t heads, int64_t head_dim) = 0;
+  // dqkv (S * B, H * 3 * D) = gradient of qkv given dctx (S * B, H * D); overwrites.
+  virtual void AttentionBackward(Span dqkv, Span dctx, Span qkv, Span probs, int64_t seq,
+                                 int64_t batch, int64_t heads, int64_t head_dim) = 0;
+
+  // Vocab-parallel cross entropy (Megatron's _VocabParallelCrossEntropy), in steps around the
+  // tensor-parallel all-reduces. logits (N, V_loc) hold vocabulary entries [vocab_begin,
+  // vocab_begin + V_loc); only the first `valid_cols` local columns are real tokens (the rest
+  // is padding, left out of the softmax).
+  // 1. row_max (N) = max over the valid local columns (-inf when there are none).
+  virtual void CrossEntropyMax(Span row_max, Span logits, int64_t rows, int64_t cols,
+                               int64_t valid_cols) = 0;
+  // 2. With the global max: logits <- exp(logits - max) (0 on padding); sum_exp (N) = local sum;
+  //    target_logit (N) = logit of the target before exponentiation when the target is local,
+  //    else 0.
+  virtual void CrossEntropyExp(Span logits, Span sum_exp, Span target_logit, Span row_max,
+                               Span targets, int64_t vocab_begin, int64_t rows, int64_t cols,
+                               int64_t valid_cols) = 0;
+  // 3. With the global sums: logits <- probabilities (exp / sum_exp); losses (N) =
+  //    log(sum_exp) + max - target_logit.
+  virtual void CrossEntropyFinish(Span logits, Span losses, Span sum_exp, Span row_max,
+                                  Span target_logit, int64_t rows, int64_t cols) = 0;
+  // Backward, in place: probs (N, V_loc) <- (probs - onehot(target)) * scale.
+  virtual void CrossEntropyBackward(Span probs, Span targets, int64_t vocab_begin, int64_t rows,
+                                    int64_t cols, double scale) = 0;
+
+  // --- optimizers, element-wise over one parameter range ---
+  virtual void AdamStep(Span param, Span grad, Span m, Span v, const AdamArgs& args) = 0;
+  // SGD with momentum (Megatron's --sgd-momentum) and decoupled weight decay.
+  virtual void SgdStep(Span param, Span grad, Span momentum_buf, double lr, double momentum,
+                       double weight_decay, double grad_scale) = 0;
+
+ protected:
+  virtual void* DoAllocate(int64_t bytes) = 0;  // zero-filled
+  virtual void DoFree(void* data) = 0;
+
+ private:
+  MemoryStats memory_;
+};
+
+}  // namespace ptdp

@@ -1,0 +1,502 @@
+// CPU kernels, templated on the floating-point type and dispatched on the span's dtype. Loops
+// follow llm.c's train_gpt2.c (layernorm, gelu, attention), with the matrix products in cblas.
+#include "executor/backend_cpu.h"
+
+#include <cblas.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <vector>
+
+#include "core/error.h"
+
+namespace ptdp {
+namespace {
+
+template <typename T>
+T* P(Span s) {
+  PTDP_CHECK(s.dtype == (sizeof(T) == 8 ? DType::kF64 : DType::kF32));
+  return static_cast<T*>(s.data);
+}
+const int32_t* Tokens(Span s) {
+  PTDP_CHECK(s.dtype == DType::kI32);
+  return static_cast<const int32_t*>(s.data);
+}
+
+template <typename T>
+void GemmT(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+           const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  const auto tra = ta ? CblasTrans : CblasNoTrans, trb = tb ? CblasTrans : CblasNoTrans;
+  if constexpr (sizeof(T) == 8) {
+    cblas_dgemm(CblasRowMajor, tra, trb, static_cast<int>(m), static_cast<int>(n),
+                static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb),
+                beta, c, static_cast<int>(ldc));
+  } else {
+    cblas_sgemm(CblasRowMajor, tra, trb, static_cast<int>(m), static_cast<int>(n),
+                static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb),
+                beta, c, static_cast<int>(ldc));
+  }
+}
+
+template <typename T>
+void LayerNormForwardT(T* out, T* mean, T* rstd, const T* x, const T* w, const T* b, int64_t n,
+                       int64_t c, double eps) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T* xi = x + i * c;
+    double sum = 0;
+    for (int64_t j = 0; j < c; ++j) sum += xi[j];
+    const double mu = sum / c;
+    double var = 0;
+    for (int64_t j = 0; j < c; ++j) var += (xi[j] - mu) * (xi[j] - mu);
+    const double rs = 1.0 / std::sqrt(var / c + eps);
+    T* oi = out + i * c;
+    for (int64_t j = 0; j < c; ++j) oi[j] = static_cast<T>((xi[j] - mu) * rs) * w[j] + b[j];
+    mean[i] = static_cast<T>(mu);
+    rstd[i] = static_cast<T>(rs);
+  }
+}
+
+template <typename T>
+void LayerNormBackwardInputT(T* dx, const T* dout, const T* x, const T* mean, const T* rstd,
+                             const T* w, int64_t n, int64_t c) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T* dy = dout + i * c;
+    const T* xi = x + i * c;
+    double dnorm_mean = 0, dnorm_xhat_mean = 0;
+    for (int64_t j = 0; j < c; ++j) {
+      const double xhat = (xi[j] - mean[i]) * rstd[i];
+      const double dnorm = static_cast<double>(w[j]) * dy[j];
+      dnorm_mean += dnorm;
+      dnorm_xhat_mean += dnorm * xhat;
+    }
+    dnorm_mean /= c;
+    dnorm_xhat_mean /= c;
+    T* dxi = dx + i * c;
+    for (int64_t j = 0; j < c; ++j) {
+      const double xhat = (xi[j] - mean[i]) * rstd[i];
+      const double dnorm = static_cast<double>(w[j]) * dy[j];
+      dxi[j] += static_cast<T>((dnorm - dnorm_mean - xhat * dnorm_xhat_mean) * rstd[i]);
+    }
+  }
+}
+
+template <typename T>
+void LayerNormBackwardParamsT(T* dw, T* db, const T* dout, const T* x, const T* mean, const T* rstd,
+                              int64_t n, int64_t c) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T* dy = dout + i * c;
+    const T* xi = x + i * c;
+    for (int64_t j = 0; j < c; ++j) {
+      const T xhat = (xi[j] - mean[i]) * rstd[i];
+      dw[j] += dy[j] * xhat;
+      db[j] += dy[j];
+    }
+  }
+}
+
+template <typename T>
+void AttentionForwardT(T* ctx, T* probs, const T* qkv, int64_t s, int64_t b, int64_t h, int64_t d) {
+  const int64_t ld_qkv = b * h * 3 * d, ld_ctx = b * h * d;
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d)));
+  for (int64_t bi = 0; bi < b; ++bi) {
+    for (int64_t hi = 0; hi < h; ++hi) {
+      const T* q = qkv + bi * h * 3 * d + hi * 3 * d;
+      const T* k = q + d;
+      const T* v = q + 2 * d;
+      T* p = probs + (bi * h + hi) * s * s;
+      GemmT<T>(false, true, s, s, d, scale, q, ld_qkv, k, ld_qkv, T(0), p, s);
+      for (int64_t i = 0; i < s; ++i) {
+        T* row = p + i * s;
+        T mx = -std::numeric_limits<T>::infinity();
+        for (int64_t j = 0; j <= i; ++j) mx = std::max(mx, row[j]);
+        T sum = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          row[j] = std::exp(row[j] - mx);
+          sum += row[j];
+        }
+        const T inv = T(1) / sum;
+        for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
+        for (int64_t j = i + 1; j < s; ++j) row[j] = 0;
+      }
+      GemmT<T>(false, false, s, d, s, T(1), p, s, v, ld_qkv, T(0), ctx + bi * h * d + hi * d,
+               ld_ctx);
+    }
+  }
+}
+
+template <typename T>
+void AttentionBackwardT(T* dqkv, const T* dctx, const T* qkv, const T* probs, int64_t s, int64_t b,
+                        int64_t h, int64_t d) {
+  const int64_t ld_qkv = b * h * 3 * d, ld_ctx = b * h * d;
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d)));
+  std::vector<T> dp(static_cast<size_t>(s * s));
+  for (int64_t bi = 0; bi < b; ++bi) {
+    for (int64_t hi = 0; hi < h; ++hi) {
+      const int64_t off = bi * h * 3 * d + hi * 3 * d;
+      const T* q = qkv + off;
+      const T* k = q + d;
+      const T* v = q + 2 * d;
+      T* dq = dqkv + off;
+      T* dk = dq + d;
+      T* dv = dq + 2 * d;
+      const T* p = probs + (bi * h + hi) * s * s;
+      const T* dc = dctx + bi * h * d + hi * d;
+      GemmT<T>(false, true, s, s, d, T(1), dc, ld_ctx, v, ld_qkv, T(0), dp.data(), s);  // dP
+      GemmT<T>(true, false, s, d, s, T(1), p, s, dc, ld_ctx, T(0), dv, ld_qkv);         // dV
+      for (int64_t i = 0; i < s; ++i) {  // dS = P (dP - rowsum(P dP)), in place in dp
+        T* row = dp.data() + i * s;
+        const T* prow = p + i * s;
+        T dot = 0;
+        for (int64_t j = 0; j <= i; ++j) dot += prow[j] * row[j];
+        for (int64_t j = 0; j <= i; ++j) row[j] = prow[j] * (row[j] - dot);
+        for (int64_t j = i + 1; j < s; ++j) row[j] = 0;
+      }
+      GemmT<T>(false, false, s, d, s, scale, dp.data(), s, k, ld_qkv, T(0), dq, ld_qkv);  // dQ
+      GemmT<T>(true, false, s, d, s, scale, dp.data(), s, q, ld_qkv, T(0), dk, ld_qkv);   // dK
+    }
+  }
+}
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int blas_threads) { openblas_set_num_threads(blas_threads); }
+  std::string_view name() const override { return "cpu"; }
+
+  void Upload(Span dst, const void* host) override {
+    std::memcpy(dst.data, host, static_cast<size_t>(dst.bytes()));
+  }
+  void Download(Span src, void* host) override {
+    std::memcpy(host, src.data, static_cast<size_t>(src.bytes()));
+  }
+
+  void Fill(Span x, double value) override {
+    Dispatch(x, [&]<typename T>(T* p) {
+      for (int64_t i = 0; i < x.numel; ++i) p[i] = static_cast<T>(value);
+    });
+  }
+  void Copy(Span dst, Span src) override {
+    PTDP_CHECK(dst.numel == src.numel && dst.dtype == src.dtype);
+    std::memmove(dst.data, src.data, static_cast<size_t>(dst.bytes()));
+  }
+  void Scale(Span x, double alpha) override {
+    Dispatch(x, [&]<typename T>(T* p) {
+      const T a = static_cast<T>(alpha);
+      for (int64_t i = 0; i < x.numel; ++i) p[i] *= a;
+    });
+  }
+  void Add(Span y, Span x) override {
+    PTDP_CHECK(y.numel == x.numel);
+    Dispatch(y, [&]<typename T>(T* py) {
+      const T* px = P<T>(x);
+      for (int64_t i = 0; i < y.numel; ++i) py[i] += px[i];
+    });
+  }
+  double SumSquares(Span x) override {
+    double sum = 0;
+    Dispatch(x, [&]<typename T>(T* p) {
+      for (int64_t i = 0; i < x.numel; ++i) sum += static_cast<double>(p[i]) * p[i];
+    });
+    return sum;
+  }
+  double Sum(Span x) override {
+    double sum = 0;
+    Dispatch(x, [&]<typename T>(T* p) {
+      for (int64_t i = 0; i < x.numel; ++i) sum += p[i];
+    });
+    return sum;
+  }
+
+  void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, Span a, int64_t lda,
+            Span b, int64_t ldb, double beta, Span c, int64_t ldc) override {
+    // Every operand must reach its last element: ld * (rows - 1) + cols.
+    PTDP_CHECK(a.numel >= lda * ((ta ? k : m) - 1) + (ta ? m : k));
+    PTDP_CHECK(b.numel >= ldb * ((tb ? n : k) - 1) + (tb ? k : n));
+    PTDP_CHECK(c.numel >= ldc * (m - 1) + n);
+    Dispatch(c, [&]<typename T>(T* pc) {
+      GemmT<T>(ta, tb, m, n, k, static_cast<T>(alpha), P<T>(a), lda, P<T>(b), ldb,
+               static_cast<T>(beta), pc, ldc);
+    });
+  }
+
+  void AddBias(Span out, Span bias, int64_t rows, int64_t cols) override {
+    PTDP_CHECK(out.numel == rows * cols && bias.numel == cols);
+    Dispatch(out, [&]<typename T>(T* o) {
+      const T* pb = P<T>(bias);
+      for (int64_t i = 0; i < rows; ++i) {
+        for (int64_t j = 0; j < cols; ++j) o[i * cols + j] += pb[j];
+      }
+    });
+  }
+  void BiasGrad(Span dbias, Span dout, int64_t rows, int64_t cols) override {
+    PTDP_CHECK(dout.numel == rows * cols && dbias.numel == cols);
+    Dispatch(dbias, [&]<typename T>(T* db) {
+      const T* dy = P<T>(dout);
+      for (int64_t i = 0; i < rows; ++i) {
+        for (int64_t j = 0; j < cols; ++j) db[j] += dy[i * cols + j];
+      }
+    });
+  }
+
+  void LayerNormForward(Span out, Span mean, Span rstd, Span x, Span weight, Span bias,
+                        int64_t rows, int64_t cols, double eps) override {
+    PTDP_CHECK(out.numel == rows * cols && x.numel == rows * cols && mean.numel == rows);
+    Dispatch(out, [&]<typename T>(T* o) {
+      LayerNormForwardT<T>(o, P<T>(mean), P<T>(rstd), P<T>(x), P<T>(weight), P<T>(bias), rows, cols,
+                           eps);
+    });
+  }
+  void LayerNormBackwardInput(Span dx, Span dout, Span x, Span mean, Span rstd, Span weight,
+                              int64_t rows, int64_t cols) override {
+    PTDP_CHECK(dx.numel == rows * cols && dout.numel == rows * cols);
+    Dispatch(dx, [&]<typename T>(T* pdx) {
+      LayerNormBackwardInputT<T>(pdx, P<T>(dout), P<T>(x), P<T>(mean), P<T>(rstd), P<T>(weight),
+                                 rows, cols);
+    });
+  }
+  void LayerNormBackwardParams(Span dweight, Span dbias, Span dout, Span x, Span mean, Span rstd,
+                               int64_t rows, int64_t cols) override {
+    PTDP_CHECK(dweight.numel == cols && dout.numel == rows * cols);
+    Dispatch(dweight, [&]<typename T>(T* dw) {
+      LayerNormBackwardParamsT<T>(dw, P<T>(dbias), P<T>(dout), P<T>(x), P<T>(mean), P<T>(rstd),
+                                  rows, cols);
+    });
+  }
+
+  void Gelu(Span out, Span in) override {
+    PTDP_CHECK(out.numel == in.numel);
+    Dispatch(out, [&]<typename T>(T* o) {
+      const T* x = P<T>(in);
+      for (int64_t i = 0; i < in.numel; ++i) {
+        o[i] = static_cast<T>(0.5) * x[i] * (T(1) + std::erf(x[i] * static_cast<T>(M_SQRT1_2)));
+      }
+    });
+  }
+  void GeluBackward(Span din, Span in, Span dout) override {
+    PTDP_CHECK(din.numel == in.numel && dout.numel == in.numel);
+    Dispatch(din, [&]<typename T>(T* dx) {
+      const T* x = P<T>(in);
+      const T* dy = P<T>(dout);
+      const T inv_sqrt_2pi = static_cast<T>(0.3989422804014327);
+      for (int64_t i = 0; i < in.numel; ++i) {
+        const T cdf = static_cast<T>(0.5) * (T(1) + std::erf(x[i] * static_cast<T>(M_SQRT1_2)));
+        const T pdf = inv_sqrt_2pi * std::exp(static_cast<T>(-0.5) * x[i] * x[i]);
+        dx[i] = (cdf + x[i] * pdf) * dy[i];
+      }
+    });
+  }
+
+  void EmbeddingForward(Span out, Span tokens, Span table, int64_t vocab_begin, int64_t vocab_rows,
+                        int64_t rows, int64_t cols) override {
+    PTDP_CHECK(out.numel == rows * cols && tokens.numel == rows &&
+               table.numel == vocab_rows * cols);
+    Dispatch(out, [&]<typename T>(T* o) {
+      const int32_t* tok = Tokens(tokens);
+      const T* tab = P<T>(table);
+      for (int64_t i = 0; i < rows; ++i) {
+        const int64_t r = tok[i] - vocab_begin;
+        T* oi = o + i * cols;
+        if (r >= 0 && r < vocab_rows) {
+          std::memcpy(oi, tab + r * cols, sizeof(T) * cols);
+        } else {
+          std::memset(oi, 0, sizeof(T) * cols);
+        }
+      }
+    });
+  }
+  void EmbeddingBackward(Span dtable, Span tokens, Span dout, int64_t vocab_begin,
+                         int64_t vocab_rows, int64_t rows, int64_t cols) override {
+    PTDP_CHECK(dout.numel == rows * cols && tokens.numel == rows &&
+               dtable.numel == vocab_rows * cols);
+    Dispatch(dtable, [&]<typename T>(T* dt) {
+      const int32_t* tok = Tokens(tokens);
+      const T* dy = P<T>(dout);
+      for (int64_t i = 0; i < rows; ++i) {
+        const int64_t r = tok[i] - vocab_begin;
+        if (r < 0 || r >= vocab_rows) continue;
+        for (int64_t j = 0; j < cols; ++j) dt[r * cols + j] += dy[i * cols + j];
+      }
+    });
+  }
+  void AddPositions(Span x, Span pos, int64_t seq_begin, int64_t seq_rows, int64_t batch,
+                    int64_t cols) override {
+    PTDP_CHECK(x.numel == seq_rows * batch * cols && pos.numel >= (seq_begin + seq_rows) * cols);
+    Dispatch(x, [&]<typename T>(T* px) {
+      const T* pp = P<T>(pos);
+      for (int64_t i = 0; i < seq_rows; ++i) {
+        for (int64_t j = 0; j < batch; ++j) {
+          T* row = px + (i * batch + j) * cols;
+          const T* prow = pp + (seq_begin + i) * cols;
+          for (int64_t c = 0; c < cols; ++c) row[c] += prow[c];
+        }
+      }
+    });
+  }
+  void PositionsBackward(Span dpos, Span dx, int64_t seq_begin, int64_t seq_rows, int64_t batch,
+                         int64_t cols) override {
+    PTDP_CHECK(dx.numel == seq_rows * batch * cols && dpos.numel >= (seq_begin + seq_rows) * cols);
+    Dispatch(dpos, [&]<typename T>(T* dp) {
+      const T* dy = P<T>(dx);
+      for (int64_t i = 0; i < seq_rows; ++i) {
+        for (int64_t j = 0; j < batch; ++j) {
+          const T* row = dy + (i * batch + j) * cols;
+          T* prow = dp + (seq_begin + i) * cols;
+          for (int64_t c = 0; c < cols; ++c) prow[c] += row[c];
+        }
+      }
+    });
+  }
+
+  void AttentionForward(Span ctx, Span probs, Span qkv, int64_t seq, int64_t batch, int64_t heads,
+                        int64_t head_dim) override {
+    PTDP_CHECK(qkv.numel == seq * batch * heads * 3 * head_dim);
+    PTDP_CHECK(ctx.numel == seq * batch * heads * head_dim);
+    PTDP_CHECK(probs.numel == batch * heads * seq * seq);
+    Dispatch(ctx, [&]<typename T>(T* c) {
+      AttentionForwardT<T>(c, P<T>(probs), P<T>(qkv), seq, batch, heads, head_dim);
+    });
+  }
+  void AttentionBackward(Span dqkv, Span dctx, Span qkv, Span probs, int64_t seq, int64_t batch,
+                         int64_t heads, int64_t head_dim) override {
+    PTDP_CHECK(dqkv.numel == qkv.numel && dctx.numel == seq * batch * heads * head_dim);
+    Dispatch(dqkv, [&]<typename T>(T* dq) {
+      AttentionBackwardT<T>(dq, P<T>(dctx), P<T>(qkv), P<T>(probs), seq, batch, heads, head_dim);
+    });
+  }
+
+  void CrossEntropyMax(Span row_max, Span logits, int64_t rows, int64_t cols,
+                       int64_t valid_cols) override {
+    PTDP_CHECK(logits.numel == rows * cols && row_max.numel == rows && valid_cols <= cols);
+    Dispatch(row_max, [&]<typename T>(T* mx) {
+      const T* l = P<T>(logits);
+      for (int64_t i = 0; i < rows; ++i) {
+        T m = -std::numeric_limits<T>::infinity();
+        for (int64_t j = 0; j < valid_cols; ++j) m = std::max(m, l[i * cols + j]);
+        mx[i] = m;
+      }
+    });
+  }
+  void CrossEntropyExp(Span logits, Span sum_exp, Span target_logit, Span row_max, Span targets,
+                       int64_t vocab_begin, int64_t rows, int64_t cols,
+                       int64_t valid_cols) override {
+    PTDP_CHECK(logits.numel == rows * cols && targets.numel == rows);
+    Dispatch(logits, [&]<typename T>(T* l) {
+      const T* mx = P<T>(row_max);
+      T* se = P<T>(sum_exp);
+      T* tl = P<T>(target_logit);
+      const int32_t* tgt = Tokens(targets);
+      for (int64_t i = 0; i < rows; ++i) {
+        T* li = l + i * cols;
+        const int64_t t = tgt[i] - vocab_begin;
+        tl[i] = (t >= 0 && t < valid_cols) ? li[t] : T(0);
+        T sum = 0;
+        for (int64_t j = 0; j < valid_cols; ++j) {
+          li[j] = std::exp(li[j] - mx[i]);
+          sum += li[j];
+        }
+        for (int64_t j = valid_cols; j < cols; ++j) li[j] = 0;
+        se[i] = sum;
+      }
+    });
+  }
+  void CrossEntropyFinish(Span logits, Span losses, Span sum_exp, Span row_max, Span target_logit,
+                          int64_t rows, int64_t cols) override {
+    PTDP_CHECK(logits.numel == rows * cols && losses.numel == rows);
+    Dispatch(logits, [&]<typename T>(T* l) {
+      const T* se = P<T>(sum_exp);
+      const T* mx = P<T>(row_max);
+      const T* tl = P<T>(target_logit);
+      T* loss = P<T>(losses);
+      for (int64_t i = 0; i < rows; ++i) {
+        const T inv = T(1) / se[i];
+        for (int64_t j = 0; j < cols; ++j) l[i * cols + j] *= inv;
+        loss[i] = std::log(se[i]) + mx[i] - tl[i];
+      }
+    });
+  }
+  void CrossEntropyBackward(Span probs, Span targets, int64_t vocab_begin, int64_t rows,
+                            int64_t cols, double scale) override {
+    PTDP_CHECK(probs.numel == rows * cols && targets.numel == rows);
+    Dispatch(probs, [&]<typename T>(T* p) {
+      const int32_t* tgt = Tokens(targets);
+      const T s = static_cast<T>(scale);
+      for (int64_t i = 0; i < rows; ++i) {
+        const int64_t t = tgt[i] - vocab_begin;
+        if (t >= 0 && t < cols) p[i * cols + t] -= T(1);
+        for (int64_t j = 0; j < cols; ++j) p[i * cols + j] *= s;
+      }
+    });
+  }
+
+  void AdamStep(Span param, Span grad, Span m, Span v, const AdamArgs& a) override {
+    PTDP_CHECK(grad.numel == param.numel && m.numel == param.numel && v.numel == param.numel);
+    Dispatch(param, [&]<typename T>(T* p) {
+      const T* g = P<T>(grad);
+      T* pm = P<T>(m);
+      T* pv = P<T>(v);
+      const T b1 = static_cast<T>(a.beta1), b2 = static_cast<T>(a.beta2);
+      const T c1 = static_cast<T>(1 - std::pow(a.beta1, static_cast<double>(a.step)));
+      const T c2 = static_cast<T>(1 - std::pow(a.beta2, static_cast<double>(a.step)));
+      const T lr = static_cast<T>(a.lr), eps = static_cast<T>(a.eps);
+      const T wd = static_cast<T>(a.weight_decay), gs = static_cast<T>(a.grad_scale);
+      for (int64_t i = 0; i < param.numel; ++i) {
+        const T gi = g[i] * gs;
+        pm[i] = b1 * pm[i] + (T(1) - b1) * gi;
+        pv[i] = b2 * pv[i] + (T(1) - b2) * gi * gi;
+        const T update = (pm[i] / c1) / (std::sqrt(pv[i] / c2) + eps);
+        p[i] -= lr * (update + wd * p[i]);
+      }
+    });
+  }
+  void SgdStep(Span param, Span grad, Span momentum_buf, double lr, double momentum,
+               double weight_decay, double grad_scale) override {
+    Dispatch(param, [&]<typename T>(T* p) {
+      const T* g = P<T>(grad);
+      T* buf = P<T>(momentum_buf);
+      for (int64_t i = 0; i < param.numel; ++i) {
+        // torch.optim.SGD (Megatron's --optimizer sgd): coupled weight decay, no dampening.
+        const T d = g[i] * static_cast<T>(grad_scale) + static_cast<T>(weight_decay) * p[i];
+        buf[i] = static_cast<T>(momentum) * buf[i] + d;
+        p[i] -= static_cast<T>(lr) * buf[i];
+      }
+    });
+  }
+
+ protected:
+  void* DoAllocate(int64_t bytes) override {
+    // 64-byte alignment for the vector units; calloc-like zero fill.
+    const size_t size = (static_cast<size_t>(bytes) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, size);
+    if (p == nullptr) throw std::bad_alloc();
+    std::memset(p, 0, size);
+    return p;
+  }
+  void DoFree(void* data) override { std::free(data); }
+
+ private:
+  template <typename F>
+  static void Dispatch(Span s, F&& f) {
+    switch (s.dtype) {
+      case DType::kF32:
+        f.template operator()<float>(static_cast<float*>(s.data));
+        return;
+      case DType::kF64:
+        f.template operator()<double>(static_cast<double*>(s.data));
+        return;
+      case DType::kI32:
+        break;
+    }
+    throw InternalError("cpu backend: floating-point kernel called on " +
+                        std::string(Name(s.dtype)));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> MakeCpuBackend(int blas_threads) {
+  return std::make_unique<CpuBackend>(blas_threads);
+}
+
+}  // namespace ptdp

@@ -1,0 +1,47 @@
+// Checkpoints: one file per rank plus a manifest, committed atomically.
+//
+// Layout of a save directory DIR:
+//   DIR/step-00000010/rank-00003.bin   this rank's parameters (its flat buffer) and optimizer
+//                                      state, step, data position and RNG seed, checksummed
+//   DIR/step-00000010/manifest.yaml    layout and step; written after every rank's file
+//   DIR/latest                         "step-00000010": the commit point
+// Each file is written under a temporary name and renamed; `latest` moves only after the
+// manifest, so a crash in the middle of a save leaves the previous checkpoint (the one `latest`
+// names) intact. DIR must be a directory every rank can reach (a shared file system when the
+// ranks span machines). Loading needs the same model, tp, pp, dp, virtual stages, distributed
+// optimizer setting, global batch, seed and precision as the saving run (no resharding).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/plan.h"
+#include "executor/backend.h"
+#include "executor/topology.h"
+
+namespace ptdp {
+
+struct CheckpointState {
+  int64_t step = 0;                // completed optimizer steps
+  int64_t sequences_consumed = 0;  // data position: training sequences used so far
+  int64_t seed = 0;                // the counter-based RNG's key (its only state)
+};
+
+// What must match between the saving and the loading run, as text (compared on load).
+std::string CheckpointLayout(const Plan& plan, DType dtype);
+
+// Collective over groups.world. `params` is the rank's flat parameter buffer, `state` its
+// optimizer tensors (TrainingOptimizer::state()).
+void SaveCheckpoint(const std::string& dir, const CheckpointState& state, const std::string& layout,
+                    Span params, const std::vector<Span>& optimizer_state, ProcessGroups& groups,
+                    Backend& backend);
+
+// `dir` is a save directory (its `latest` is followed) or one step directory. Fills `params` and
+// `optimizer_state` and returns the saved state. InputError naming the file for a missing,
+// incomplete, corrupt or mismatched checkpoint. Collective over groups.world.
+CheckpointState LoadCheckpoint(const std::string& dir, const std::string& layout, Span params,
+                               const std::vector<Span>& optimizer_state, ProcessGroups& groups,
+                               Backend& backend);
+
+}  // namespace ptdp

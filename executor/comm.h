@@ -1,0 +1,62 @@
+// Comm: collectives and point-to-point messages within one group of ranks (a communicator).
+// The executor's groups (tensor, pipeline, data parallel, embedding; topology.h) are splits of
+// the world. Implementations: MPI (comm_mpi.h) on CPUs, a single-rank one (LocalComm) for
+// one-process runs and tests; NCCL later behind the same interface.
+//
+// Buffers are backend memory (Span). Every rank of the group must call a collective with the
+// same arguments in the same order; results are identical on every rank.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "executor/backend.h"
+
+namespace ptdp {
+
+enum class ReduceOp { kSum, kMax };
+
+// A posted non-blocking send. Its buffer must stay alive and unchanged until Wait() returns or
+// Test() returns true.
+class SendRequest {
+ public:
+  virtual ~SendRequest() = default;
+  virtual bool Test() = 0;
+  virtual void Wait() = 0;
+};
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  virtual void AllReduce(Span data, ReduceOp op) = 0;  // in place
+  // out.numel == in.numel * size(); rank i's `in` lands at out[i * in.numel, ...).
+  virtual void AllGather(Span in, Span out) = 0;
+  // in.numel == out.numel * size(); rank i gets the sum of every rank's in[i * out.numel, ...).
+  virtual void ReduceScatter(Span in, Span out) = 0;
+  virtual void Broadcast(Span data, int root) = 0;
+  virtual void Barrier() = 0;
+
+  // Point-to-point; `peer` is a rank of this group; a message matches the receive with the same
+  // peer and tag (0 <= tag < max_tag()).
+  virtual std::unique_ptr<SendRequest> Isend(Span data, int peer, int tag) = 0;
+  virtual void Recv(Span data, int peer, int tag) = 0;
+  virtual int max_tag() const = 0;
+
+  // Collective over this group: ranks with the same `color` form a new group, ordered by `key`;
+  // a negative color returns nullptr (the rank joins no group).
+  virtual std::unique_ptr<Comm> Split(int color, int key) = 0;
+
+  // Host-side helpers for results and traces: every rank's string, on `root` only (others get
+  // an empty vector); and a double all-reduce.
+  virtual std::vector<std::string> GatherStrings(const std::string& mine, int root) = 0;
+  virtual double AllReduceHost(double value, ReduceOp op) = 0;
+};
+
+// The group of one rank: every collective is a copy or nothing; point-to-point is an error.
+std::unique_ptr<Comm> MakeLocalComm(Backend& backend);
+
+}  // namespace ptdp

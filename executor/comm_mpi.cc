@@ -1,0 +1,205 @@
+#include "executor/comm_mpi.h"
+
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include <cstdlib>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace ptdp {
+namespace {
+
+MPI_Datatype MpiType(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return MPI_FLOAT;
+    case DType::kF64:
+      return MPI_DOUBLE;
+    case DType::kI32:
+      return MPI_INT;
+  }
+  return MPI_BYTE;
+}
+
+MPI_Op MpiOp(ReduceOp op) { return op == ReduceOp::kSum ? MPI_SUM : MPI_MAX; }
+
+int Count(int64_t numel) {
+  PTDP_CHECK(numel >= 0 && numel <= INT32_MAX);
+  return static_cast<int>(numel);
+}
+
+class MpiSendRequest final : public SendRequest {
+ public:
+  explicit MpiSendRequest(MPI_Request request) : request_(request) {}
+  ~MpiSendRequest() override {
+    // A request dropped before completion would leave MPI writing from freed memory.
+    if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+  }
+  bool Test() override {
+    if (request_ == MPI_REQUEST_NULL) return true;
+    int done = 0;
+    PTDP_MPI_CHECK(MPI_Test(&request_, &done, MPI_STATUS_IGNORE));
+    return done != 0;
+  }
+  void Wait() override {
+    if (request_ != MPI_REQUEST_NULL) PTDP_MPI_CHECK(MPI_Wait(&request_, MPI_STATUS_IGNORE));
+  }
+
+ private:
+  MPI_Request request_;
+};
+
+class MpiComm final : public Comm {
+ public:
+  // Takes ownership of `comm` unless it is MPI_COMM_WORLD.
+  MpiComm(MPI_Comm comm, Backend& backend) : comm_(comm), backend_(backend) {
+    PTDP_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+    PTDP_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+    PTDP_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+    void* value = nullptr;
+    int flag = 0;
+    PTDP_MPI_CHECK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &value, &flag));
+    max_tag_ = flag ? *static_cast<int*>(value) : 32767;
+  }
+  ~MpiComm() override {
+    if (comm_ != MPI_COMM_WORLD) MPI_Comm_free(&comm_);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void AllReduce(Span data, ReduceOp op) override {
+    if (size_ == 1 || data.numel == 0) return;
+    PTDP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data.data, Count(data.numel), MpiType(data.dtype),
+                                 MpiOp(op), comm_));
+  }
+  void AllGather(Span in, Span out) override {
+    PTDP_CHECK(out.numel == in.numel * size_ && in.dtype == out.dtype);
+    if (size_ == 1) return backend_.Copy(out, in);
+    PTDP_MPI_CHECK(MPI_Allgather(in.data, Count(in.numel), MpiType(in.dtype), out.data,
+                                 Count(in.numel), MpiType(out.dtype), comm_));
+  }
+  void ReduceScatter(Span in, Span out) override {
+    PTDP_CHECK(in.numel == out.numel * size_ && in.dtype == out.dtype);
+    if (size_ == 1) return backend_.Copy(out, in);
+    PTDP_MPI_CHECK(MPI_Reduce_scatter_block(in.data, out.data, Count(out.numel), MpiType(in.dtype),
+                                            MPI_SUM, comm_));
+  }
+  void Broadcast(Span data, int root) override {
+    if (size_ == 1) return;
+    PTDP_MPI_CHECK(MPI_Bcast(data.data, Count(data.numel), MpiType(data.dtype), root, comm_));
+  }
+  void Barrier() override { PTDP_MPI_CHECK(MPI_Barrier(comm_)); }
+
+  std::unique_ptr<SendRequest> Isend(Span data, int peer, int tag) override {
+    PTDP_CHECK(tag >= 0 && tag <= max_tag_);
+    MPI_Request request = MPI_REQUEST_NULL;
+    PTDP_MPI_CHECK(
+        MPI_Isend(data.data, Count(data.numel), MpiType(data.dtype), peer, tag, comm_, &request));
+    return std::make_unique<MpiSendRequest>(request);
+  }
+  void Recv(Span data, int peer, int tag) override {
+    PTDP_CHECK(tag >= 0 && tag <= max_tag_);
+    MPI_Status status;
+    PTDP_MPI_CHECK(
+        MPI_Recv(data.data, Count(data.numel), MpiType(data.dtype), peer, tag, comm_, &status));
+    int got = 0;
+    PTDP_MPI_CHECK(MPI_Get_count(&status, MpiType(data.dtype), &got));
+    if (got != data.numel) {
+      throw MpiError(fmt::format("received {} elements from rank {} (tag {}), expected {}", got,
+                                 peer, tag, data.numel));
+    }
+  }
+  int max_tag() const override { return max_tag_; }
+
+  std::unique_ptr<Comm> Split(int color, int key) override {
+    MPI_Comm out = MPI_COMM_NULL;
+    PTDP_MPI_CHECK(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &out));
+    if (out == MPI_COMM_NULL) return nullptr;
+    return std::make_unique<MpiComm>(out, backend_);
+  }
+
+  std::vector<std::string> GatherStrings(const std::string& mine, int root) override {
+    const int length = Count(static_cast<int64_t>(mine.size()));
+    std::vector<int> lengths(rank_ == root ? size_ : 0);
+    PTDP_MPI_CHECK(MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, root, comm_));
+    std::vector<int> offsets(lengths.size());
+    std::string all;
+    if (rank_ == root) {
+      std::exclusive_scan(lengths.begin(), lengths.end(), offsets.begin(), 0);
+      all.resize(static_cast<size_t>(std::accumulate(lengths.begin(), lengths.end(), int64_t{0})));
+    }
+    PTDP_MPI_CHECK(MPI_Gatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(),
+                               offsets.data(), MPI_CHAR, root, comm_));
+    std::vector<std::string> out;
+    for (size_t i = 0; i < lengths.size(); ++i) out.push_back(all.substr(offsets[i], lengths[i]));
+    return out;
+  }
+  double AllReduceHost(double value, ReduceOp op) override {
+    double out = value;
+    PTDP_MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, MpiOp(op), comm_));
+    return out;
+  }
+
+ private:
+  MPI_Comm comm_;
+  Backend& backend_;
+  int rank_ = 0;
+  int size_ = 1;
+  int max_tag_ = 32767;
+};
+
+}  // namespace
+
+void ThrowMpiError(int code, const char* call, const char* file, int line) {
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) length = 0;
+  int initialized = 0, rank = -1;
+  MPI_Initialized(&initialized);
+  char host[MPI_MAX_PROCESSOR_NAME] = {};
+  int host_length = 0;
+  if (initialized) {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Get_processor_name(host, &host_length);
+  }
+  throw MpiError(fmt::format("{} failed at {}:{} on host {}, rank {}: {}", call, file, line,
+                             std::string(host, host_length), rank, std::string(text, length)));
+}
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+  PTDP_MPI_CHECK(MPI_Init(argc, argv));
+  PTDP_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  PTDP_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+  PTDP_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+  char host[MPI_MAX_PROCESSOR_NAME] = {};
+  int length = 0;
+  PTDP_MPI_CHECK(MPI_Get_processor_name(host, &length));
+  host_.assign(host, static_cast<size_t>(length));
+}
+
+MpiSession::~MpiSession() { MPI_Finalize(); }
+
+std::unique_ptr<Comm> MpiSession::World(Backend& backend) const {
+  return std::make_unique<MpiComm>(MPI_COMM_WORLD, backend);
+}
+
+void MpiAbortJob(int code) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
+int LauncherRank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    if (const char* value = std::getenv(name); value != nullptr && *value != '\0') {
+      return std::atoi(value);
+    }
+  }
+  return -1;
+}
+
+}  // namespace ptdp

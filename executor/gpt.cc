@@ -1,0 +1,450 @@
+#include "executor/gpt.h"
+
+#include "core/error.h"
+
+namespace ptdp {
+namespace {
+
+// out (T, n_out) = x (T, n_in) @ w^T, w (n_out, n_in) (torch.nn.Linear's layout).
+void LinearForward(Backend& b, Span out, Span x, Span w, int64_t rows, int64_t n_in,
+                   int64_t n_out) {
+  b.Gemm(false, true, rows, n_out, n_in, 1.0, x, n_in, w, n_in, 0.0, out, n_out);
+}
+
+// dx (T, n_in) = dy (T, n_out) @ w (n_out, n_in).
+void LinearBackwardInput(Backend& b, Span dx, Span dy, Span w, int64_t rows, int64_t n_in,
+                         int64_t n_out) {
+  b.Gemm(false, false, rows, n_in, n_out, 1.0, dy, n_out, w, n_in, 0.0, dx, n_in);
+}
+
+}  // namespace
+
+void WeightGradQueue::Run(Backend& b) {
+  using Kind = WeightGradTask::Kind;
+  for (WeightGradTask& t : tasks_) {
+    switch (t.kind) {
+      case Kind::kLinear:
+        // dW (n_out, n_in) += dy^T (n_out, T) @ x (T, n_in); db (n_out) += column sums of dy.
+        b.Gemm(true, false, t.out_cols, t.in_cols, t.rows, 1.0, t.dy, t.out_cols, t.x, t.in_cols,
+               1.0, t.dw, t.in_cols);
+        if (t.db.data != nullptr) b.BiasGrad(t.db, t.dy, t.rows, t.out_cols);
+        break;
+      case Kind::kBias:
+        b.BiasGrad(t.db, t.dy, t.rows, t.out_cols);
+        break;
+      case Kind::kLayerNorm:
+        b.LayerNormBackwardParams(t.dw, t.db, t.dy, t.x, t.mean, t.rstd, t.rows, t.out_cols);
+        break;
+      case Kind::kEmbedding:
+        b.EmbeddingBackward(t.dw, t.tokens, t.dy, t.vocab_begin, t.vocab_rows, t.rows, t.out_cols);
+        break;
+      case Kind::kPositions:
+        b.PositionsBackward(t.dw, t.dy, t.seq_begin, t.seq_rows, t.batch, t.out_cols);
+        break;
+    }
+  }
+  tasks_.clear();
+}
+
+GptModel::GptModel(GptParams& params, Backend& backend, Comm& tp, GptOptions options,
+                   Recorder& recorder)
+    : params_(params),
+      backend_(backend),
+      tp_(tp),
+      options_(options),
+      recorder_(recorder),
+      d_(params.dims()),
+      dtype_(params.dtype()),
+      seq_(params.dims().seq),
+      sp_div_(options.sequence_parallel ? tp.size() : 1) {
+  PTDP_CHECK(tp.size() == d_.tp);
+  PTDP_CHECK(seq_ % sp_div_ == 0);
+}
+
+Tensor GptModel::New(std::vector<int64_t> shape, MemCategory category) {
+  return Tensor(backend_, dtype_, std::move(shape), category);
+}
+
+std::shared_ptr<Tensor> GptModel::Shared(std::vector<int64_t> shape, MemCategory category) {
+  return std::make_shared<Tensor>(backend_, dtype_, std::move(shape), category);
+}
+
+void GptModel::TpAllReduce(Span data, ReduceOp op, const char* what) {
+  if (tp_.size() == 1) return;
+  const double t0 = recorder_.Now();
+  tp_.AllReduce(data, op);
+  recorder_.Add(what, "tp-comm", t0, recorder_.Now());
+}
+
+Tensor GptModel::ToFull(const Tensor& local, MemCategory category) {
+  // local (T_loc, C) -> (T, C).
+  const int64_t cols = local.numel() / local_rows();
+  Tensor full = New({rows(), cols}, category);
+  if (sp_div_ == 1) {
+    backend_.Copy(full.span(), local.span());
+    return full;
+  }
+  const double t0 = recorder_.Now();
+  tp_.AllGather(local.span(), full.span());
+  recorder_.Add("tp all-gather", "tp-comm", t0, recorder_.Now());
+  return full;
+}
+
+Tensor GptModel::FromPartial(Tensor partial) {
+  // partial (T, C), this rank's summand -> (T_loc, C), the sum.
+  if (sp_div_ == 1) {
+    TpAllReduce(partial.span(), ReduceOp::kSum, "tp all-reduce");
+    return partial;
+  }
+  const int64_t cols = partial.numel() / rows();
+  Tensor out = New({local_rows(), cols}, MemCategory::kActivations);
+  const double t0 = recorder_.Now();
+  tp_.ReduceScatter(partial.span(), out.span());
+  recorder_.Add("tp reduce-scatter", "tp-comm", t0, recorder_.Now());
+  return out;
+}
+
+// --- embedding (virtual stage 0) ---
+
+Tensor GptModel::Embed(const ChunkParams& cp, const MicroBatch& mb) {
+  // tokens (T) -> x (T_loc, h): vocab-parallel lookup (zeros outside this rank's vocabulary
+  // shard), summed over TP, plus the learned positions of this rank's sequence rows.
+  const int64_t h = d_.hidden, T = rows();
+  Tensor partial = New({T, h}, MemCategory::kActivations);
+  backend_.EmbeddingForward(partial.span(), mb.inputs->span(), cp.word.value, d_.vocab_begin,
+                            d_.vocab_local, T, h);
+  Tensor x = FromPartial(std::move(partial));
+  const int64_t seq_rows = seq_ / sp_div_;
+  const int64_t seq_begin = sp_div_ == 1 ? 0 : tp_.rank() * seq_rows;
+  backend_.AddPositions(x.span(), cp.position.value, seq_begin, seq_rows, batch_, h);
+  return x;
+}
+
+void GptModel::EmbedBackward(const ChunkParams& cp, Tensor dx, const MicroBatch& mb,
+                             WeightGradQueue& queue) {
+  // dx (T_loc, h): position gradients from the local rows; word-embedding gradients from the
+  // full rows (the lookup's backward is the all-reduce's: identity, or all-gather under SP).
+  const int64_t h = d_.hidden;
+  const int64_t seq_rows = seq_ / sp_div_;
+  auto local = std::make_shared<Tensor>(std::move(dx));
+  auto full =
+      sp_div_ == 1 ? local : std::make_shared<Tensor>(ToFull(*local, MemCategory::kActivations));
+  WeightGradTask pos;
+  pos.kind = WeightGradTask::Kind::kPositions;
+  pos.keep = {local};
+  pos.dy = local->span();
+  pos.dw = cp.position.grad;
+  pos.seq_begin = sp_div_ == 1 ? 0 : tp_.rank() * seq_rows;
+  pos.seq_rows = seq_rows;
+  pos.batch = batch_;
+  pos.out_cols = h;
+  queue.Push(std::move(pos));
+  WeightGradTask word;
+  word.kind = WeightGradTask::Kind::kEmbedding;
+  word.keep = {full, mb.inputs};
+  word.dy = full->span();
+  word.tokens = mb.inputs->span();
+  word.dw = cp.word.grad;
+  word.rows = rows();
+  word.out_cols = h;
+  word.vocab_begin = d_.vocab_begin;
+  word.vocab_rows = d_.vocab_local;
+  queue.Push(std::move(word));
+}
+
+// --- transformer layer ---
+
+Tensor GptModel::LayerForward(const LayerParams& p, const Tensor& x, LayerActs* acts) {
+  // x (T_loc, h) -> (T_loc, h). Shapes: T = S B rows, H = local heads, d = head size,
+  // f = local FFN size.
+  const int64_t h = d_.hidden, T = rows(), Tl = local_rows();
+  const int64_t H = d_.heads_local, hd = d_.head_dim, f = d_.ffn_local;
+  const MemCategory act = MemCategory::kActivations;
+
+  // Attention block.
+  auto ln1_mean = Shared({Tl}, act), ln1_rstd = Shared({Tl}, act);
+  Tensor ln1 = New({Tl, h}, act);
+  backend_.LayerNormForward(ln1.span(), ln1_mean->span(), ln1_rstd->span(), x.span(), p.ln1_w.value,
+                            p.ln1_b.value, Tl, h, options_.layernorm_eps);
+  auto ln1_full = sp_div_ == 1 ? std::make_shared<Tensor>(std::move(ln1))
+                               : std::make_shared<Tensor>(ToFull(ln1, act));
+  auto qkv = Shared({T, H * 3 * hd}, act);
+  LinearForward(backend_, qkv->span(), ln1_full->span(), p.qkv_w.value, T, h, H * 3 * hd);
+  backend_.AddBias(qkv->span(), p.qkv_b.value, T, H * 3 * hd);
+  auto ctx = Shared({T, H * hd}, act);
+  auto probs = Shared({batch_, H, seq_, seq_}, act);
+  backend_.AttentionForward(ctx->span(), probs->span(), qkv->span(), seq_, batch_, H, hd);
+  if (options_.recompute == Recompute::kSelective) probs.reset();
+  Tensor proj = New({T, h}, MemCategory::kWorkspace);
+  LinearForward(backend_, proj.span(), ctx->span(), p.proj_w.value, T, H * hd, h);
+  auto mid = std::make_shared<Tensor>(FromPartial(std::move(proj)));
+  backend_.AddBias(mid->span(), p.proj_b.value, Tl, h);
+  backend_.Add(mid->span(), x.span());
+
+  // MLP block.
+  auto ln2_mean = Shared({Tl}, act), ln2_rstd = Shared({Tl}, act);
+  Tensor ln2 = New({Tl, h}, act);
+  backend_.LayerNormForward(ln2.span(), ln2_mean->span(), ln2_rstd->span(), mid->span(),
+                            p.ln2_w.value, p.ln2_b.value, Tl, h, options_.layernorm_eps);
+  auto ln2_full = sp_div_ == 1 ? std::make_shared<Tensor>(std::move(ln2))
+                               : std::make_shared<Tensor>(ToFull(ln2, act));
+  auto fc1 = Shared({T, f}, act);
+  LinearForward(backend_, fc1->span(), ln2_full->span(), p.fc1_w.value, T, h, f);
+  backend_.AddBias(fc1->span(), p.fc1_b.value, T, f);
+  auto gelu = Shared({T, f}, act);
+  backend_.Gelu(gelu->span(), fc1->span());
+  Tensor fc2 = New({T, h}, MemCategory::kWorkspace);
+  LinearForward(backend_, fc2.span(), gelu->span(), p.fc2_w.value, T, f, h);
+  Tensor out = FromPartial(std::move(fc2));
+  backend_.AddBias(out.span(), p.fc2_b.value, Tl, h);
+  backend_.Add(out.span(), mid->span());
+
+  if (acts != nullptr) {
+    *acts = LayerActs{ln1_mean, ln1_rstd, ln1_full, qkv,      probs, ctx,
+                      mid,      ln2_mean, ln2_rstd, ln2_full, fc1,   gelu};
+  }
+  return out;
+}
+
+Tensor GptModel::LayerBackward(const LayerParams& p, LayerActs& a, std::shared_ptr<Tensor> x,
+                               Tensor dout_in, WeightGradQueue& queue) {
+  // dout (T_loc, h) -> dx (T_loc, h); weight gradients queued.
+  const int64_t h = d_.hidden, T = rows(), Tl = local_rows();
+  const int64_t H = d_.heads_local, hd = d_.head_dim, f = d_.ffn_local;
+  using Kind = WeightGradTask::Kind;
+  auto dout = std::make_shared<Tensor>(std::move(dout_in));
+
+  // MLP block: out = mid + RowParallel(fc2, gelu(ColumnParallel(fc1, LN2(mid)))).
+  auto dfc2 =
+      sp_div_ == 1 ? dout : std::make_shared<Tensor>(ToFull(*dout, MemCategory::kActivations));
+  Tensor dgelu = New({T, f}, MemCategory::kWorkspace);
+  LinearBackwardInput(backend_, dgelu.span(), dfc2->span(), p.fc2_w.value, T, f, h);
+  auto dfc1 = Shared({T, f}, MemCategory::kActivations);
+  backend_.GeluBackward(dfc1->span(), a.fc1->span(), dgelu.span());
+  dgelu = Tensor();
+  Tensor dln2_full = New({T, h}, MemCategory::kWorkspace);
+  LinearBackwardInput(backend_, dln2_full.span(), dfc1->span(), p.fc1_w.value, T, h, f);
+  auto dln2 = std::make_shared<Tensor>(FromPartial(std::move(dln2_full)));
+  Tensor dmid = New({Tl, h}, MemCategory::kActivations);
+  backend_.Copy(dmid.span(), dout->span());
+  backend_.LayerNormBackwardInput(dmid.span(), dln2->span(), a.mid->span(), a.ln2_mean->span(),
+                                  a.ln2_rstd->span(), p.ln2_w.value, Tl, h);
+  {
+    WeightGradTask fc2{Kind::kLinear};
+    fc2.keep = {a.gelu, dfc2};
+    fc2.x = a.gelu->span();
+    fc2.dy = dfc2->span();
+    fc2.dw = p.fc2_w.grad;
+    fc2.rows = T, fc2.in_cols = f, fc2.out_cols = h;
+    queue.Push(std::move(fc2));
+    WeightGradTask fc2_bias{Kind::kBias};
+    fc2_bias.keep = {dout};
+    fc2_bias.dy = dout->span();
+    fc2_bias.db = p.fc2_b.grad;
+    fc2_bias.rows = Tl, fc2_bias.out_cols = h;
+    queue.Push(std::move(fc2_bias));
+    WeightGradTask fc1{Kind::kLinear};
+    fc1.keep = {a.ln2_full, dfc1};
+    fc1.x = a.ln2_full->span();
+    fc1.dy = dfc1->span();
+    fc1.dw = p.fc1_w.grad;
+    fc1.db = p.fc1_b.grad;
+    fc1.rows = T, fc1.in_cols = h, fc1.out_cols = f;
+    queue.Push(std::move(fc1));
+    WeightGradTask ln2{Kind::kLayerNorm};
+    ln2.keep = {a.mid, a.ln2_mean, a.ln2_rstd, dln2};
+    ln2.x = a.mid->span();
+    ln2.mean = a.ln2_mean->span();
+    ln2.rstd = a.ln2_rstd->span();
+    ln2.dy = dln2->span();
+    ln2.dw = p.ln2_w.grad;
+    ln2.db = p.ln2_b.grad;
+    ln2.rows = Tl, ln2.out_cols = h;
+    queue.Push(std::move(ln2));
+  }
+  a.fc1.reset();
+
+  // Attention block: mid = x + RowParallel(proj, attn(ColumnParallel(qkv, LN1(x)))).
+  auto dmid_shared = std::make_shared<Tensor>(std::move(dmid));
+  auto dproj = sp_div_ == 1
+                   ? dmid_shared
+                   : std::make_shared<Tensor>(ToFull(*dmid_shared, MemCategory::kActivations));
+  Tensor dctx = New({T, H * hd}, MemCategory::kWorkspace);
+  LinearBackwardInput(backend_, dctx.span(), dproj->span(), p.proj_w.value, T, H * hd, h);
+  if (a.probs == nullptr) {  // selective recompute: re-run core attention for the softmax
+    a.probs = Shared({batch_, H, seq_, seq_}, MemCategory::kActivations);
+    Tensor ctx = New({T, H * hd}, MemCategory::kWorkspace);
+    backend_.AttentionForward(ctx.span(), a.probs->span(), a.qkv->span(), seq_, batch_, H, hd);
+  }
+  auto dqkv = Shared({T, H * 3 * hd}, MemCategory::kActivations);
+  backend_.AttentionBackward(dqkv->span(), dctx.span(), a.qkv->span(), a.probs->span(), seq_,
+                             batch_, H, hd);
+  dctx = Tensor();
+  a.probs.reset();
+  a.qkv.reset();
+  Tensor dln1_full = New({T, h}, MemCategory::kWorkspace);
+  LinearBackwardInput(backend_, dln1_full.span(), dqkv->span(), p.qkv_w.value, T, h, H * 3 * hd);
+  auto dln1 = std::make_shared<Tensor>(FromPartial(std::move(dln1_full)));
+  Tensor dx = New({Tl, h}, MemCategory::kActivations);
+  backend_.Copy(dx.span(), dmid_shared->span());
+  backend_.LayerNormBackwardInput(dx.span(), dln1->span(), x->span(), a.ln1_mean->span(),
+                                  a.ln1_rstd->span(), p.ln1_w.value, Tl, h);
+  {
+    WeightGradTask proj{Kind::kLinear};
+    proj.keep = {a.ctx, dproj};
+    proj.x = a.ctx->span();
+    proj.dy = dproj->span();
+    proj.dw = p.proj_w.grad;
+    proj.rows = T, proj.in_cols = H * hd, proj.out_cols = h;
+    queue.Push(std::move(proj));
+    WeightGradTask proj_bias{Kind::kBias};
+    proj_bias.keep = {dmid_shared};
+    proj_bias.dy = dmid_shared->span();
+    proj_bias.db = p.proj_b.grad;
+    proj_bias.rows = Tl, proj_bias.out_cols = h;
+    queue.Push(std::move(proj_bias));
+    WeightGradTask qkv{Kind::kLinear};
+    qkv.keep = {a.ln1_full, dqkv};
+    qkv.x = a.ln1_full->span();
+    qkv.dy = dqkv->span();
+    qkv.dw = p.qkv_w.grad;
+    qkv.db = p.qkv_b.grad;
+    qkv.rows = T, qkv.in_cols = h, qkv.out_cols = H * 3 * hd;
+    queue.Push(std::move(qkv));
+    WeightGradTask ln1{Kind::kLayerNorm};
+    ln1.keep = {x, a.ln1_mean, a.ln1_rstd, dln1};
+    ln1.x = x->span();
+    ln1.mean = a.ln1_mean->span();
+    ln1.rstd = a.ln1_rstd->span();
+    ln1.dy = dln1->span();
+    ln1.dw = p.ln1_w.grad;
+    ln1.db = p.ln1_b.grad;
+    ln1.rows = Tl, ln1.out_cols = h;
+    queue.Push(std::move(ln1));
+  }
+  a = LayerActs{};
+  return dx;
+}
+
+// --- head (last virtual stage): final LayerNorm, LM head tied to the word embedding, loss ---
+
+void GptModel::HeadForward(const ChunkParams& cp, std::shared_ptr<Tensor> x, const MicroBatch& mb,
+                           ChunkActs& acts, double* loss_sum) {
+  // x (T_loc, h) -> per-token losses (T), summed into *loss_sum.
+  const int64_t h = d_.hidden, T = rows(), Tl = local_rows(), V = d_.vocab_local;
+  const MemCategory act = MemCategory::kActivations;
+  auto mean = Shared({Tl}, act), rstd = Shared({Tl}, act);
+  Tensor ln = New({Tl, h}, act);
+  backend_.LayerNormForward(ln.span(), mean->span(), rstd->span(), x->span(), cp.final_ln_w.value,
+                            cp.final_ln_b.value, Tl, h, options_.layernorm_eps);
+  auto ln_full = sp_div_ == 1 ? std::make_shared<Tensor>(std::move(ln))
+                              : std::make_shared<Tensor>(ToFull(ln, act));
+  // logits (T, V_loc) = ln_full @ word^T: the column-parallel output layer.
+  auto logits = Shared({T, V}, act);
+  LinearForward(backend_, logits->span(), ln_full->span(), cp.word.value, T, h, V);
+  // Vocab-parallel cross entropy: global max, then global sums of exp and of target logits.
+  Tensor row_max = New({T}, MemCategory::kWorkspace);
+  Tensor sum_exp = New({T}, MemCategory::kWorkspace);
+  Tensor target_logit = New({T}, MemCategory::kWorkspace);
+  Tensor losses = New({T}, MemCategory::kWorkspace);
+  backend_.CrossEntropyMax(row_max.span(), logits->span(), T, V, d_.vocab_valid_local);
+  TpAllReduce(row_max.span(), ReduceOp::kMax, "tp all-reduce max");
+  backend_.CrossEntropyExp(logits->span(), sum_exp.span(), target_logit.span(), row_max.span(),
+                           mb.targets->span(), d_.vocab_begin, T, V, d_.vocab_valid_local);
+  TpAllReduce(target_logit.span(), ReduceOp::kSum, "tp all-reduce target");
+  TpAllReduce(sum_exp.span(), ReduceOp::kSum, "tp all-reduce sum-exp");
+  backend_.CrossEntropyFinish(logits->span(), losses.span(), sum_exp.span(), row_max.span(),
+                              target_logit.span(), T, V);
+  *loss_sum = backend_.Sum(losses.span());
+  acts.head_x = std::move(x);
+  acts.head_mean = mean;
+  acts.head_rstd = rstd;
+  acts.head_ln_full = ln_full;
+  acts.head_probs = logits;
+}
+
+Tensor GptModel::HeadBackward(const ChunkParams& cp, ChunkActs& acts, const MicroBatch& mb,
+                              double loss_scale, WeightGradQueue& queue) {
+  // -> dx (T_loc, h), the gradient of loss_scale * (sum of per-token losses).
+  const int64_t h = d_.hidden, T = rows(), Tl = local_rows(), V = d_.vocab_local;
+  using Kind = WeightGradTask::Kind;
+  auto dlogits = std::move(acts.head_probs);  // (T, V_loc), becomes the gradient in place
+  backend_.CrossEntropyBackward(dlogits->span(), mb.targets->span(), d_.vocab_begin, T, V,
+                                loss_scale);
+  Tensor dln_full = New({T, h}, MemCategory::kWorkspace);
+  LinearBackwardInput(backend_, dln_full.span(), dlogits->span(), cp.word.value, T, h, V);
+  // The output layer's input is copied to the TP region (identity forward, all-reduce backward)
+  // or gathered under SP (reduce-scatter backward).
+  auto dln = std::make_shared<Tensor>(FromPartial(std::move(dln_full)));
+  Tensor dx = New({Tl, h}, MemCategory::kActivations);
+  backend_.LayerNormBackwardInput(dx.span(), dln->span(), acts.head_x->span(),
+                                  acts.head_mean->span(), acts.head_rstd->span(),
+                                  cp.final_ln_w.value, Tl, h);
+  WeightGradTask head{Kind::kLinear};
+  head.keep = {acts.head_ln_full, dlogits};
+  head.x = acts.head_ln_full->span();
+  head.dy = dlogits->span();
+  head.dw = cp.word.grad;
+  head.rows = T, head.in_cols = h, head.out_cols = V;
+  queue.Push(std::move(head));
+  WeightGradTask ln{Kind::kLayerNorm};
+  ln.keep = {acts.head_x, acts.head_mean, acts.head_rstd, dln};
+  ln.x = acts.head_x->span();
+  ln.mean = acts.head_mean->span();
+  ln.rstd = acts.head_rstd->span();
+  ln.dy = dln->span();
+  ln.dw = cp.final_ln_w.grad;
+  ln.db = cp.final_ln_b.grad;
+  ln.rows = Tl, ln.out_cols = h;
+  queue.Push(std::move(ln));
+  acts.head_x.reset();
+  acts.head_mean.reset();
+  acts.head_rstd.reset();
+  acts.head_ln_full.reset();
+  return dx;
+}
+
+// --- chunk ---
+
+Tensor GptModel::Forward(int chunk, Tensor input, const MicroBatch& mb, ChunkActs* acts,
+                         double* loss_sum) {
+  const ChunkParams& cp = params_.chunk(chunk);
+  PTDP_CHECK(acts != nullptr);
+  Tensor x = cp.has_embedding ? Embed(cp, mb) : std::move(input);
+  PTDP_CHECK(x.numel() == local_rows() * d_.hidden);
+  const bool full_recompute = options_.recompute == Recompute::kFull;
+  acts->layer_inputs.clear();
+  acts->layers.assign(full_recompute ? 0 : cp.layers.size(), LayerActs{});
+  for (size_t l = 0; l < cp.layers.size(); ++l) {
+    auto in = std::make_shared<Tensor>(std::move(x));
+    x = LayerForward(cp.layers[l], *in, full_recompute ? nullptr : &acts->layers[l]);
+    acts->layer_inputs.push_back(std::move(in));
+  }
+  if (cp.has_head) {
+    HeadForward(cp, std::make_shared<Tensor>(std::move(x)), mb, *acts, loss_sum);
+    return Tensor();
+  }
+  return x;
+}
+
+Tensor GptModel::Backward(int chunk, ChunkActs& acts, Tensor grad_output, const MicroBatch& mb,
+                          double loss_scale, WeightGradQueue& queue) {
+  const ChunkParams& cp = params_.chunk(chunk);
+  Tensor g = cp.has_head ? HeadBackward(cp, acts, mb, loss_scale, queue) : std::move(grad_output);
+  PTDP_CHECK(g.numel() == local_rows() * d_.hidden);
+  const bool full_recompute = options_.recompute == Recompute::kFull;
+  for (size_t l = cp.layers.size(); l-- > 0;) {
+    LayerActs recomputed;
+    LayerActs& a = full_recompute ? recomputed : acts.layers[l];
+    if (full_recompute) LayerForward(cp.layers[l], *acts.layer_inputs[l], &a);
+    g = LayerBackward(cp.layers[l], a, std::move(acts.layer_inputs[l]), std::move(g), queue);
+  }
+  acts = ChunkActs{};
+  if (cp.has_embedding) {
+    EmbedBackward(cp, std::move(g), mb, queue);
+    return Tensor();
+  }
+  return g;
+}
+
+}  // namespace ptdp

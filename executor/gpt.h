@@ -1,0 +1,145 @@
+// Megatron's GPT on one rank: the forward and backward of one model chunk for one micro-batch,
+// with the tensor-parallel layers of megatron/core/tensor_parallel (column- and row-parallel
+// linears, vocab-parallel embedding and cross entropy) and, when the plan says so, sequence
+// parallelism (all-gather before a column-parallel linear, reduce-scatter after a row-parallel
+// one) and activation recompute (full: keep each layer's input and re-run its forward in the
+// backward; selective: drop the attention softmax and recompute core attention).
+//
+// Layer (pre-LayerNorm): x + proj(attn(LN1(x))) -> y; y + fc2(gelu(fc1(LN2(y)))). No dropout
+// (the CPU path trains deterministically, so layouts can be compared bit for bit up to rounding).
+//
+// Activations are (S * B, h) with rows in (sequence, batch) order, Megatron's [s, b, h]; under
+// sequence parallelism a rank holds the contiguous rows of sequence positions
+// [tp_rank * S / tp, (tp_rank + 1) * S / tp).
+//
+// Backward is split the zero-bubble way (Qi et al. 2023): Backward computes input gradients
+// and queues the weight-gradient work (dW = dY^T X and friends, holding X and dY); the caller
+// runs the queue at once (plain backward) or later (a W operation of ZB-H1).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/parallel_config.h"
+#include "executor/backend.h"
+#include "executor/comm.h"
+#include "executor/gpt_params.h"
+#include "executor/measure.h"
+
+namespace ptdp {
+
+// One micro-batch's tokens, (S * B) int32 each in (sequence, batch) order.
+struct MicroBatch {
+  std::shared_ptr<Tensor> inputs;
+  std::shared_ptr<Tensor> targets;
+};
+
+struct WeightGradTask {
+  enum class Kind { kLinear, kBias, kLayerNorm, kEmbedding, kPositions };
+  Kind kind = Kind::kLinear;
+  std::vector<std::shared_ptr<Tensor>> keep;  // the tensors the views below point into
+  Span x, dy, mean, rstd, tokens;
+  Span dw, db;  // parameter gradients, accumulated into
+  int64_t rows = 0, in_cols = 0, out_cols = 0;
+  int64_t vocab_begin = 0, vocab_rows = 0;         // kEmbedding
+  int64_t seq_begin = 0, seq_rows = 0, batch = 0;  // kPositions
+};
+
+class WeightGradQueue {
+ public:
+  void Push(WeightGradTask task) { tasks_.push_back(std::move(task)); }
+  bool empty() const { return tasks_.empty(); }
+  void Run(Backend& backend);  // runs and releases every task, in push order
+
+ private:
+  std::vector<WeightGradTask> tasks_;
+};
+
+// Saved tensors of one transformer layer for one micro-batch (T = S * B rows, T_loc = T / tp
+// under sequence parallelism, else T).
+struct LayerActs {
+  std::shared_ptr<Tensor> ln1_mean, ln1_rstd;  // (T_loc)
+  std::shared_ptr<Tensor> ln1_full;            // (T, h): QKV's input
+  std::shared_ptr<Tensor> qkv;                 // (T, 3 H_loc d)
+  std::shared_ptr<Tensor> probs;               // (B, H_loc, S, S); empty with selective recompute
+  std::shared_ptr<Tensor> ctx;                 // (T, H_loc d): the projection's input
+  std::shared_ptr<Tensor> mid;                 // (T_loc, h): residual after attention, LN2 input
+  std::shared_ptr<Tensor> ln2_mean, ln2_rstd;  // (T_loc)
+  std::shared_ptr<Tensor> ln2_full;            // (T, h): fc1's input
+  std::shared_ptr<Tensor> fc1;                 // (T, f_loc): before GeLU
+  std::shared_ptr<Tensor> gelu;                // (T, f_loc): fc2's input
+};
+
+// Everything one (micro-batch, chunk) keeps between its forward and backward.
+struct ChunkActs {
+  std::vector<std::shared_ptr<Tensor>> layer_inputs;  // (T_loc, h), one per layer
+  std::vector<LayerActs> layers;                      // empty under full recompute
+  // Head (last virtual stage): final LayerNorm input and statistics, its gathered output and
+  // the softmax over the local vocabulary.
+  std::shared_ptr<Tensor> head_x, head_mean, head_rstd, head_ln_full, head_probs;
+};
+
+struct GptOptions {
+  bool sequence_parallel = false;
+  Recompute recompute = Recompute::kNone;
+  double layernorm_eps = 1e-5;  // Megatron's --layernorm-epsilon default
+};
+
+class GptModel {
+ public:
+  // `tp` is the tensor-parallel group; `recorder` receives "tp-comm" intervals.
+  GptModel(GptParams& params, Backend& backend, Comm& tp, GptOptions options, Recorder& recorder);
+
+  int64_t rows() const { return seq_ * batch_; }           // T
+  int64_t local_rows() const { return rows() / sp_div_; }  // T_loc
+  int64_t hidden() const { return d_.hidden; }
+  DType dtype() const { return dtype_; }
+  void set_micro_batch_size(int64_t batch) { batch_ = batch; }
+
+  // Forward of `chunk` for one micro-batch. `input` is the previous virtual stage's output
+  // (T_loc, h) (empty on virtual stage 0, which embeds mb.inputs). Returns the output to send on
+  // (T_loc, h), or, on the last virtual stage, an empty tensor with *loss_sum set to the sum of
+  // the T per-token losses (identical on every TP rank).
+  Tensor Forward(int chunk, Tensor input, const MicroBatch& mb, ChunkActs* acts, double* loss_sum);
+
+  // Backward of `chunk`: `grad_output` (T_loc, h) is the next virtual stage's input gradient
+  // (empty on the last virtual stage, which starts from the loss, scaled by `loss_scale`: the
+  // weight of one token's loss in the step's objective). Returns the input gradient (T_loc, h),
+  // empty on virtual stage 0. Consumes `acts`; weight gradients go to `queue`.
+  Tensor Backward(int chunk, ChunkActs& acts, Tensor grad_output, const MicroBatch& mb,
+                  double loss_scale, WeightGradQueue& queue);
+
+ private:
+  Tensor Embed(const ChunkParams& cp, const MicroBatch& mb);
+  void EmbedBackward(const ChunkParams& cp, Tensor dx, const MicroBatch& mb,
+                     WeightGradQueue& queue);
+  Tensor LayerForward(const LayerParams& lp, const Tensor& x, LayerActs* acts);
+  Tensor LayerBackward(const LayerParams& lp, LayerActs& a, std::shared_ptr<Tensor> x, Tensor dout,
+                       WeightGradQueue& queue);
+  void HeadForward(const ChunkParams& cp, std::shared_ptr<Tensor> x, const MicroBatch& mb,
+                   ChunkActs& acts, double* loss_sum);
+  Tensor HeadBackward(const ChunkParams& cp, ChunkActs& acts, const MicroBatch& mb,
+                      double loss_scale, WeightGradQueue& queue);
+
+  // Tensor-parallel communication, timed. Under sequence parallelism ToFull all-gathers
+  // (T_loc, h) -> (T, h) and FromPartial reduce-scatters (T, h) -> (T_loc, h); otherwise ToFull
+  // is a copy (the identity) and FromPartial an all-reduce.
+  Tensor ToFull(const Tensor& local, MemCategory category);
+  Tensor FromPartial(Tensor partial);
+  void TpAllReduce(Span data, ReduceOp op, const char* what);
+  Tensor New(std::vector<int64_t> shape, MemCategory category);
+  std::shared_ptr<Tensor> Shared(std::vector<int64_t> shape, MemCategory category);
+
+  GptParams& params_;
+  Backend& backend_;
+  Comm& tp_;
+  GptOptions options_;
+  Recorder& recorder_;
+  const GptDims& d_;
+  DType dtype_;
+  int64_t seq_;
+  int64_t batch_ = 1;
+  int64_t sp_div_;  // tp under sequence parallelism, else 1
+};
+
+}  // namespace ptdp

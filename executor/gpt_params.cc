@@ -1,0 +1,284 @@
+#include "executor/gpt_params.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "executor/rng.h"
+
+namespace ptdp {
+namespace {
+
+constexpr double kInitStd = 0.02;  // Megatron's --init-method-std default
+
+// Indices into infos_ of one layer's parameters, in LayerParams order.
+struct LayerIndices {
+  int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
+};
+
+}  // namespace
+
+GptDims MakeGptDims(const ModelSpec& model, const ParallelConfig& parallel, int tp_rank) {
+  GptDims d;
+  d.layers = model.num_layers;
+  d.hidden = model.hidden_size;
+  d.heads = model.num_attention_heads;
+  d.head_dim = model.kv_channels;
+  d.ffn = model.ffn_hidden_size;
+  d.seq = model.seq_length;
+  d.max_positions = model.max_position_embeddings;
+  d.vocab = model.vocab_size;
+  d.vocab_padded = PaddedVocabSize(model, parallel.tp);
+  d.tp = parallel.tp;
+  PTDP_CHECK(d.heads % d.tp == 0 && d.ffn % d.tp == 0 && d.vocab_padded % d.tp == 0);
+  d.heads_local = d.heads / d.tp;
+  d.ffn_local = d.ffn / d.tp;
+  d.vocab_local = d.vocab_padded / d.tp;
+  d.vocab_begin = tp_rank * d.vocab_local;
+  d.vocab_valid_local = std::clamp<int64_t>(d.vocab - d.vocab_begin, 0, d.vocab_local);
+  d.virtual_stages = int64_t{parallel.pp} * parallel.virtual_stages;
+  PTDP_CHECK(d.layers % d.virtual_stages == 0);
+  d.layers_per_chunk = d.layers / d.virtual_stages;
+  return d;
+}
+
+GptParams::GptParams(const ModelSpec& model, const ParallelConfig& parallel, RankCoords coords,
+                     DType dtype, Backend& backend, int64_t pad_multiple)
+    : dims_(MakeGptDims(model, parallel, coords.tp)),
+      coords_(coords),
+      dtype_(dtype),
+      backend_(backend) {
+  const GptDims& d = dims_;
+  const int64_t h = d.hidden, qkv_rows = d.heads * 3 * d.head_dim, attn = d.heads * d.head_dim;
+  const double out_std = kInitStd / std::sqrt(2.0 * static_cast<double>(d.layers));
+  int chunk = 0;
+  auto replicated = [&](std::string name, int64_t rows, int64_t cols, InitKind init, double std,
+                        bool wd) {
+    ParamInfo p;
+    p.name = std::move(name);
+    p.full_rows = p.model_rows = p.local_rows = rows;
+    p.full_cols = p.local_cols = cols;
+    p.init = init;
+    p.init_std = std;
+    p.weight_decay = wd;
+    p.tp_duplicate = true;
+    p.sequence_parallel_grad = parallel.sequence_parallel;
+    p.chunk = chunk;
+    return Add(std::move(p));
+  };
+  auto by_rows = [&](std::string name, int64_t rows, int64_t cols, InitKind init, double std,
+                     bool wd) {
+    ParamInfo p;
+    p.name = std::move(name);
+    p.full_rows = p.model_rows = rows;
+    p.full_cols = p.local_cols = cols;
+    p.shard = ShardDim::kRows;
+    p.local_rows = rows / d.tp;
+    p.row_begin = coords.tp * p.local_rows;
+    p.init = init;
+    p.init_std = std;
+    p.weight_decay = wd;
+    p.chunk = chunk;
+    return Add(std::move(p));
+  };
+  auto by_cols = [&](std::string name, int64_t rows, int64_t cols, double std) {
+    ParamInfo p;
+    p.name = std::move(name);
+    p.full_rows = p.model_rows = p.local_rows = rows;
+    p.full_cols = cols;
+    p.shard = ShardDim::kCols;
+    p.local_cols = cols / d.tp;
+    p.col_begin = coords.tp * p.local_cols;
+    p.init = InitKind::kNormal;
+    p.init_std = std;
+    p.weight_decay = true;
+    p.chunk = chunk;
+    return Add(std::move(p));
+  };
+  auto word_embedding = [&](bool shared) {
+    const int i = by_rows("embedding.word", d.vocab_padded, h, InitKind::kNormal, kInitStd, true);
+    infos_[i].model_rows = d.vocab;
+    infos_[i].tied_embedding = true;
+    infos_[i].shared_copy = shared;
+    return i;
+  };
+
+  struct ChunkIndices {
+    int word = -1, position = -1, final_w = -1, final_b = -1;
+    std::vector<LayerIndices> layers;
+  };
+  std::vector<ChunkIndices> indices(static_cast<size_t>(parallel.virtual_stages));
+  chunks_.resize(indices.size());
+  for (chunk = 0; chunk < parallel.virtual_stages; ++chunk) {
+    ChunkParams& cp = chunks_[static_cast<size_t>(chunk)];
+    ChunkIndices& ci = indices[static_cast<size_t>(chunk)];
+    cp.virtual_stage = chunk * parallel.pp + coords.pp;
+    cp.has_embedding = cp.virtual_stage == 0;
+    cp.has_head = cp.virtual_stage == d.virtual_stages - 1;
+    cp.first_layer = static_cast<int>(cp.virtual_stage * d.layers_per_chunk);
+    if (cp.has_embedding) {
+      ci.word = word_embedding(false);
+      ci.position =
+          replicated("embedding.position", d.max_positions, h, InitKind::kNormal, kInitStd, true);
+    }
+    for (int64_t l = 0; l < d.layers_per_chunk; ++l) {
+      const std::string p = fmt::format("layers.{}.", cp.first_layer + l);
+      LayerIndices li;
+      li.ln1_w = replicated(p + "ln1.weight", h, 1, InitKind::kOnes, 0, false);
+      li.ln1_b = replicated(p + "ln1.bias", h, 1, InitKind::kZeros, 0, false);
+      li.qkv_w =
+          by_rows(p + "attention.qkv.weight", qkv_rows, h, InitKind::kNormal, kInitStd, true);
+      li.qkv_b = by_rows(p + "attention.qkv.bias", qkv_rows, 1, InitKind::kZeros, 0, false);
+      li.proj_w = by_cols(p + "attention.proj.weight", h, attn, out_std);
+      li.proj_b = replicated(p + "attention.proj.bias", h, 1, InitKind::kZeros, 0, false);
+      li.ln2_w = replicated(p + "ln2.weight", h, 1, InitKind::kOnes, 0, false);
+      li.ln2_b = replicated(p + "ln2.bias", h, 1, InitKind::kZeros, 0, false);
+      li.fc1_w = by_rows(p + "mlp.fc1.weight", d.ffn, h, InitKind::kNormal, kInitStd, true);
+      li.fc1_b = by_rows(p + "mlp.fc1.bias", d.ffn, 1, InitKind::kZeros, 0, false);
+      li.fc2_w = by_cols(p + "mlp.fc2.weight", h, d.ffn, out_std);
+      li.fc2_b = replicated(p + "mlp.fc2.bias", h, 1, InitKind::kZeros, 0, false);
+      ci.layers.push_back(li);
+    }
+    if (cp.has_head) {
+      ci.final_w = replicated("final_ln.weight", h, 1, InitKind::kOnes, 0, false);
+      ci.final_b = replicated("final_ln.bias", h, 1, InitKind::kZeros, 0, false);
+      if (!cp.has_embedding) ci.word = word_embedding(true);
+    }
+  }
+
+  int64_t total = 0;
+  for (ParamInfo& p : infos_) {
+    p.numel = p.local_rows * p.local_cols;
+    p.offset = total;
+    total += p.numel;
+  }
+  used_numel_ = total;
+  PTDP_CHECK(pad_multiple >= 1);
+  total = (total + pad_multiple - 1) / pad_multiple * pad_multiple;
+  values_ = Tensor(backend, dtype, {total}, MemCategory::kWeights);
+  grads_ = Tensor(backend, dtype, {total}, MemCategory::kGradients);
+
+  auto ref = [&](int i) { return i < 0 ? ParamRef{} : Ref(infos_[static_cast<size_t>(i)]); };
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    ChunkParams& cp = chunks_[c];
+    const ChunkIndices& ci = indices[c];
+    cp.word = ref(ci.word);
+    cp.position = ref(ci.position);
+    cp.final_ln_w = ref(ci.final_w);
+    cp.final_ln_b = ref(ci.final_b);
+    for (const LayerIndices& li : ci.layers) {
+      cp.layers.push_back({ref(li.ln1_w), ref(li.ln1_b), ref(li.qkv_w), ref(li.qkv_b),
+                           ref(li.proj_w), ref(li.proj_b), ref(li.ln2_w), ref(li.ln2_b),
+                           ref(li.fc1_w), ref(li.fc1_b), ref(li.fc2_w), ref(li.fc2_b)});
+    }
+  }
+}
+
+int GptParams::Add(ParamInfo info) {
+  infos_.push_back(std::move(info));
+  return static_cast<int>(infos_.size()) - 1;
+}
+
+ParamRef GptParams::Ref(const ParamInfo& info) const {
+  return {values_.span().Slice(info.offset, info.numel),
+          grads_.span().Slice(info.offset, info.numel)};
+}
+
+void GptParams::Initialize(uint64_t seed) {
+  for (const ParamInfo& p : infos_) {
+    std::vector<double> host(static_cast<size_t>(p.numel));
+    const RngStream rng(seed, p.name);
+    for (int64_t r = 0; r < p.local_rows; ++r) {
+      for (int64_t c = 0; c < p.local_cols; ++c) {
+        const int64_t full = (p.row_begin + r) * p.full_cols + p.col_begin + c;
+        double v = 0;
+        if (p.init == InitKind::kOnes) v = 1;
+        if (p.init == InitKind::kNormal) v = p.init_std * rng.Normal(static_cast<uint64_t>(full));
+        host[static_cast<size_t>(r * p.local_cols + c)] = v;
+      }
+    }
+    const Span dst = Ref(p).value;
+    if (dtype_ == DType::kF64) {
+      backend_.Upload(dst, host.data());
+    } else {
+      std::vector<float> f(host.begin(), host.end());
+      backend_.Upload(dst, f.data());
+    }
+  }
+  backend_.Fill(grads_.span(), 0);
+}
+
+namespace {
+
+// Wire format of one rank's slices: per parameter, header then values as doubles.
+struct SliceHeader {
+  char name[96];
+  int64_t full_rows, full_cols, model_rows, row_begin, col_begin, local_rows, local_cols;
+};
+
+std::vector<double> DownloadAsDouble(Backend& backend, Span s) {
+  std::vector<double> out(static_cast<size_t>(s.numel));
+  if (s.dtype == DType::kF64) {
+    backend.Download(s, out.data());
+  } else {
+    std::vector<float> f(out.size());
+    backend.Download(s, f.data());
+    std::copy(f.begin(), f.end(), out.begin());
+  }
+  return out;
+}
+
+}  // namespace
+
+std::map<std::string, std::vector<double>> GatherFullParameters(const GptParams& params,
+                                                                ProcessGroups& groups,
+                                                                Backend& backend) {
+  std::string mine;
+  if (groups.coords.dp == 0) {
+    for (const ParamInfo& p : params.infos()) {
+      if (p.shared_copy) continue;
+      SliceHeader h{};
+      PTDP_CHECK(p.name.size() < sizeof(h.name));
+      std::memcpy(h.name, p.name.data(), p.name.size());
+      h.full_rows = p.full_rows;
+      h.full_cols = p.full_cols;
+      h.model_rows = p.model_rows;
+      h.row_begin = p.row_begin;
+      h.col_begin = p.col_begin;
+      h.local_rows = p.local_rows;
+      h.local_cols = p.local_cols;
+      const std::vector<double> values = DownloadAsDouble(backend, params.Ref(p).value);
+      mine.append(reinterpret_cast<const char*>(&h), sizeof(h));
+      mine.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(double));
+    }
+  }
+  const std::vector<std::string> all = groups.world->GatherStrings(mine, 0);
+  std::map<std::string, std::vector<double>> full;
+  for (const std::string& blob : all) {
+    size_t pos = 0;
+    while (pos < blob.size()) {
+      SliceHeader h;
+      std::memcpy(&h, blob.data() + pos, sizeof(h));
+      pos += sizeof(h);
+      std::vector<double>& dst = full[h.name];
+      if (dst.empty()) dst.assign(static_cast<size_t>(h.model_rows * h.full_cols), 0.0);
+      for (int64_t r = 0; r < h.local_rows; ++r) {
+        for (int64_t c = 0; c < h.local_cols; ++c) {
+          double v;
+          std::memcpy(&v, blob.data() + pos + sizeof(double) * (r * h.local_cols + c), sizeof(v));
+          const int64_t row = h.row_begin + r;
+          if (row < h.model_rows) {
+            dst[static_cast<size_t>(row * h.full_cols + h.col_begin + c)] = v;
+          }
+        }
+      }
+      pos += sizeof(double) * static_cast<size_t>(h.local_rows * h.local_cols);
+    }
+  }
+  return full;
+}
+
+}  // namespace ptdp

@@ -1,0 +1,136 @@
+// The parameters one rank holds of Megatron's GPT, and how each is a slice of the full model.
+//
+// The full model (every parameter unsharded) is defined once, by name and shape; a rank holds,
+// for its tensor-parallel index and its model chunks, the matching slice of each full tensor:
+//  - column-parallel linears (QKV, MLP fc1) and the vocab-parallel word embedding are split by
+//    rows (output features / vocabulary entries), with their biases;
+//  - row-parallel linears (attention projection, MLP fc2) are split by columns (input
+//    features); their biases, the LayerNorms and the position embedding are replicated.
+// QKV's full weight is (heads x [q | k | v] x head_dim, hidden) (Megatron's per-head layout), so
+// a row split is a split by heads. Initialisation draws element (r, c) of a full tensor from a
+// counter-based stream keyed by (seed, name) at index r * cols + c (rng.h), so every layout
+// starts from the same model (Megatron-LM's init: normal(0, 0.02), output layers
+// 0.02 / sqrt(2 L), biases 0, LayerNorm weights 1).
+//
+// Model chunk c on pipeline stage r holds virtual stage c * pp + r, which holds layers
+// [vs * L / (pp v), (vs + 1) * L / (pp v)); virtual stage 0 adds the embeddings, the last one
+// the final LayerNorm and the LM head, tied to the word embedding: on the last stage that is a
+// second copy ("shared") whose gradient is all-reduced with the first stage's (Megatron's
+// embedding group), or the same tensor when pp == 1.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/model_spec.h"
+#include "core/parallel_config.h"
+#include "executor/backend.h"
+#include "executor/topology.h"
+
+namespace ptdp {
+
+enum class ShardDim : uint8_t { kReplicated, kRows, kCols };
+enum class InitKind : uint8_t { kNormal, kZeros, kOnes };
+
+struct ParamInfo {
+  std::string name;  // "layers.3.attention.qkv.weight"
+  int64_t full_rows = 0;
+  int64_t full_cols = 1;   // 1 for vectors
+  int64_t model_rows = 0;  // rows that are part of the model: full_rows, or the vocabulary size
+                           // of the padded word embedding
+  ShardDim shard = ShardDim::kReplicated;
+  int64_t local_rows = 0;
+  int64_t local_cols = 1;
+  int64_t row_begin = 0;  // of this rank's slice in the full tensor
+  int64_t col_begin = 0;
+  int64_t offset = 0;  // in the rank's flat parameter and gradient buffers
+  int64_t numel = 0;   // local_rows * local_cols
+  int chunk = 0;
+  InitKind init = InitKind::kNormal;
+  double init_std = 0;
+  bool weight_decay = false;            // Megatron: none on biases and norms
+  bool tp_duplicate = false;            // replicated across tensor-parallel ranks (count once)
+  bool sequence_parallel_grad = false;  // under sequence parallelism each TP rank holds part of
+                                        // the gradient (all-reduced over TP)
+  bool tied_embedding = false;          // the word embedding (either copy)
+  bool shared_copy = false;             // the last stage's copy (not counted in the norm)
+};
+
+struct ParamRef {
+  Span value;
+  Span grad;
+};
+
+struct LayerParams {
+  ParamRef ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b;
+  ParamRef ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
+};
+
+struct ChunkParams {
+  int virtual_stage = 0;
+  bool has_embedding = false;  // virtual stage 0
+  bool has_head = false;       // last virtual stage
+  int first_layer = 0;         // global index of layers[0]
+  ParamRef word;               // word embedding shard: on vs 0 and (as the LM head) on the last
+  ParamRef position;           // vs 0 only
+  std::vector<LayerParams> layers;
+  ParamRef final_ln_w, final_ln_b;  // last vs only
+};
+
+// Sizes of one rank's share of the model (tensor-parallel local where it says so).
+struct GptDims {
+  int64_t layers = 0, hidden = 0, heads = 0, head_dim = 0, ffn = 0, seq = 0, max_positions = 0;
+  int64_t vocab = 0;         // real vocabulary
+  int64_t vocab_padded = 0;  // Megatron's padding for tp
+  int64_t tp = 1;
+  int64_t heads_local = 0, ffn_local = 0, vocab_local = 0, vocab_begin = 0, vocab_valid_local = 0;
+  int64_t layers_per_chunk = 0;
+  int64_t virtual_stages = 1;  // pp * v
+};
+GptDims MakeGptDims(const ModelSpec& model, const ParallelConfig& parallel, int tp_rank);
+
+class GptParams {
+ public:
+  // Lays out (and allocates, zeroed) the parameters and gradients of the rank at `coords`, in
+  // two flat buffers whose length is rounded up to a multiple of `pad_multiple` (the
+  // distributed optimizer shards them over data-parallel ranks).
+  GptParams(const ModelSpec& model, const ParallelConfig& parallel, RankCoords coords, DType dtype,
+            Backend& backend, int64_t pad_multiple = 1);
+
+  // Fills every parameter with its slice of the full model drawn from `seed`.
+  void Initialize(uint64_t seed);
+
+  const GptDims& dims() const { return dims_; }
+  const std::vector<ParamInfo>& infos() const { return infos_; }
+  const ChunkParams& chunk(int c) const { return chunks_.at(static_cast<size_t>(c)); }
+  int num_chunks() const { return static_cast<int>(chunks_.size()); }
+  Span values() const { return values_.span(); }      // padded length
+  int64_t used_numel() const { return used_numel_; }  // without the padding
+  Span grads() const { return grads_.span(); }
+  ParamRef Ref(const ParamInfo& info) const;
+  DType dtype() const { return dtype_; }
+
+ private:
+  int Add(ParamInfo info);
+
+  GptDims dims_;
+  RankCoords coords_;
+  DType dtype_;
+  Backend& backend_;
+  std::vector<ParamInfo> infos_;
+  std::vector<ChunkParams> chunks_;
+  int64_t used_numel_ = 0;
+  Tensor values_;
+  Tensor grads_;
+};
+
+// The full model, assembled on world rank 0 from every rank's slices (data-parallel rank 0's
+// copies; shared copies left out; padded vocabulary rows dropped): name -> row-major values.
+// Other ranks get an empty map. Collective over groups.world.
+std::map<std::string, std::vector<double>> GatherFullParameters(const GptParams& params,
+                                                                ProcessGroups& groups,
+                                                                Backend& backend);
+
+}  // namespace ptdp

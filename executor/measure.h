@@ -1,0 +1,40 @@
+// Measured operation intervals on one rank, in the trace format of core/trace.h. Times are
+// seconds since the recorder's origin (set after a barrier, so ranks on one host share it).
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "core/trace.h"
+
+namespace ptdp {
+
+class Recorder {
+ public:
+  explicit Recorder(bool keep_events = false) : keep_events_(keep_events) { SetOrigin(); }
+
+  void SetOrigin() { origin_ = std::chrono::steady_clock::now(); }
+  double Now() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - origin_).count();
+  }
+  bool keep_events() const { return keep_events_; }
+
+  // Keeps the event when events are kept; always returns its duration.
+  double Add(std::string name, const char* category, double start_s, double end_s,
+             int microbatch = -1, int chunk = -1) {
+    if (keep_events_) {
+      events_.push_back(
+          {0, std::move(name), category, start_s, end_s - start_s, microbatch, chunk});
+    }
+    return end_s - start_s;
+  }
+  const std::vector<TraceEvent>& events() const { return events_; }
+
+ private:
+  bool keep_events_;
+  std::chrono::steady_clock::time_point origin_;
+  std::vector<TraceEvent> events_;
+};
+
+}  // namespace ptdp

@@ -1,0 +1,402 @@
+#include "executor/trainer.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/json.h"
+#include "core/schedule.h"
+#include "executor/checkpoint.h"
+#include "executor/data.h"
+#include "executor/gpt.h"
+#include "executor/gpt_params.h"
+#include "executor/optimizer.h"
+#include "executor/pipeline.h"
+
+namespace ptdp {
+namespace {
+
+bool Synthetic(const ExecuteOptions& o) { return o.data == "synthetic"; }
+
+// Ranks sharing this machine, from the launcher (OpenMPI, MPICH/PMI, Slurm); `fallback` else.
+int64_t LocalRanks(int64_t fallback) {
+  for (const char* name :
+       {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}) {
+    if (const char* v = std::getenv(name); v != nullptr && std::atoi(v) > 0) return std::atoi(v);
+  }
+  return fallback;
+}
+
+// Rough bytes one rank needs: weights, gradients, optimizer state and the activations of the
+// micro-batches in flight (Korthikanti et al. 2022, Table 2, at 4 bytes instead of 2 and
+// counting the first stage's p micro-batches).
+double EstimateRankBytes(const Plan& plan, int64_t bytes_per_element) {
+  const ModelSpec& m = plan.model;
+  const ParallelConfig& p = plan.parallel;
+  const double params = static_cast<double>(CountParameters(m, p.tp).total) / (p.tp * p.pp) +
+                        static_cast<double>(PaddedVocabSize(m, p.tp)) * m.hidden_size / p.tp;
+  const double optimizer = plan.training.optimizer == Optimizer::kAdam ? 2.0 : 1.0;
+  const double state =
+      params * bytes_per_element * (2.0 + optimizer / (p.distributed_optimizer ? p.dp : 1));
+  const double s = m.seq_length, b = p.micro_batch_size, h = m.hidden_size,
+               a = m.num_attention_heads;
+  const double per_layer = 2.0 * s * b * h * (34.0 + 5.0 * a * s / h);
+  const double activations = per_layer * m.num_layers / p.pp * p.pp / std::max(1, p.tp);
+  return state + activations;
+}
+
+std::string Eta(double seconds) {
+  if (seconds < 60) return fmt::format("{:.1f} s", seconds);
+  const auto s = static_cast<int64_t>(seconds);
+  if (s < 3600) return fmt::format("{}m {:02d}s", s / 60, s % 60);
+  return fmt::format("{}h {:02d}m", s / 3600, s / 60 % 60);
+}
+
+std::string RankName(int rank, const RankCoords& c) {
+  return fmt::format("rank {} (tp {}, pp {}, dp {})", rank, c.tp, c.pp, c.dp);
+}
+
+// Per-rank measurements shipped to rank 0 as text: a header line, one line per step, one line
+// per event (only when traces are kept).
+std::string PackRank(const RankReport& r, const std::vector<PipelineStepStats>& steps,
+                     const std::vector<TraceEvent>& events) {
+  std::ostringstream out;
+  out.precision(17);
+  out << r.world_rank << ' ' << r.coords.tp << ' ' << r.coords.pp << ' ' << r.coords.dp << ' '
+      << r.busy_s << ' ' << r.recv_wait_s << ' ' << r.parameters << ' '
+      << r.memory.peak_total_bytes;
+  for (int i = 0; i < kNumMemCategories; ++i)
+    out << ' ' << r.memory.peak_bytes[static_cast<size_t>(i)];
+  out << ' ' << steps.size() << ' ' << events.size() << '\n';
+  for (const PipelineStepStats& s : steps) {
+    out << s.start_s << ' ' << s.end_s << ' ' << s.busy_s << '\n';
+  }
+  for (const TraceEvent& e : events) {
+    out << e.start_s << ' ' << e.duration_s << ' ' << e.microbatch << ' ' << e.chunk << ' '
+        << e.category << ' ' << e.name << '\n';
+  }
+  return out.str();
+}
+
+void UnpackRank(const std::string& text, RankReport* r, std::vector<PipelineStepStats>* steps,
+                std::vector<TraceEvent>* events) {
+  std::istringstream in(text);
+  size_t nsteps = 0, nevents = 0;
+  in >> r->world_rank >> r->coords.tp >> r->coords.pp >> r->coords.dp >> r->busy_s >>
+      r->recv_wait_s >> r->parameters >> r->memory.peak_total_bytes;
+  for (int i = 0; i < kNumMemCategories; ++i) in >> r->memory.peak_bytes[static_cast<size_t>(i)];
+  in >> nsteps >> nevents;
+  steps->resize(nsteps);
+  for (PipelineStepStats& s : *steps) in >> s.start_s >> s.end_s >> s.busy_s;
+  for (size_t i = 0; i < nevents; ++i) {
+    TraceEvent e;
+    e.track = r->world_rank;
+    in >> e.start_s >> e.duration_s >> e.microbatch >> e.chunk >> e.category;
+    in.get();
+    std::getline(in, e.name);
+    events->push_back(std::move(e));
+  }
+  PTDP_CHECK(!in.fail());
+}
+
+}  // namespace
+
+std::vector<std::string> CheckExecutable(const Plan& plan, const ExecuteOptions& options) {
+  std::vector<std::string> out;
+  const ModelSpec& m = plan.model;
+  const ParallelConfig& p = plan.parallel;
+  auto unsupported = [&](const char* key, std::string_view got, const char* supported) {
+    out.push_back(fmt::format("model.{}: {} is not implemented by the CPU executor ({} only)", key,
+                              got, supported));
+  };
+  if (m.activation != Activation::kGelu) unsupported("activation", Name(m.activation), "gelu");
+  if (m.normalization != Normalization::kLayerNorm) {
+    unsupported("normalization", Name(m.normalization), "layernorm");
+  }
+  if (m.position_embedding != PositionEmbedding::kLearned) {
+    unsupported("position_embedding", Name(m.position_embedding), "learned");
+  }
+  if (!m.tied_embeddings) unsupported("tied_embeddings", "false", "tied input/output embeddings");
+  if (!m.add_bias_linear) unsupported("add_bias_linear", "false", "linear layers with biases");
+  if (m.num_query_groups != m.num_attention_heads) {
+    out.push_back(fmt::format(
+        "model.num_query_groups: grouped-query attention ({} groups for {} heads) is not "
+        "implemented by the CPU executor (num_query_groups must equal num_attention_heads)",
+        m.num_query_groups, m.num_attention_heads));
+  }
+  if (m.seq_length > m.max_position_embeddings) {
+    out.push_back(fmt::format("model.seq_length: {} exceeds max_position_embeddings {}",
+                              m.seq_length, m.max_position_embeddings));
+  }
+  if (!Synthetic(options) && m.vocab_size < kByteVocabulary) {
+    out.push_back(fmt::format(
+        "model.vocab_size: the executor trains on byte tokens (0..255), so the vocabulary must "
+        "have at least 256 entries, got {} (set vocab_size: 256, or use --data synthetic)",
+        m.vocab_size));
+  }
+  if (p.sequence_parallel && m.seq_length % p.tp != 0) {
+    out.push_back(fmt::format(
+        "parallel.sequence_parallel: seq_length {} must be divisible by tp {} to shard the "
+        "sequence",
+        m.seq_length, p.tp));
+  }
+  if (options.steps < 1) out.push_back("--steps: must be at least 1");
+  if (options.dtype == DType::kI32) out.push_back("dtype: must be fp32 or fp64");
+  const double need = EstimateRankBytes(plan, SizeOf(options.dtype));
+  const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  const int64_t local = LocalRanks(plan.parallel.world_size());
+  if (ram > 0 && need * static_cast<double>(local) > ram) {
+    out.push_back(fmt::format(
+        "model: each rank needs about {:.2f} GB (weights, gradients, optimizer state, "
+        "activations in fp32) and {} ranks share this machine's {:.2f} GB; use a smaller model "
+        "or more machines",
+        need / 1e9, local, ram / 1e9));
+  }
+  return out;
+}
+
+ExecuteResult Execute(const Plan& plan, const ExecuteOptions& options, ProcessGroups& groups,
+                      Backend& backend, std::ostream* progress) {
+  const ModelSpec& model_spec = plan.model;
+  const ParallelConfig& par = plan.parallel;
+  const TrainingSpec& training = plan.training;
+  const RankCoords coords = groups.coords;
+  const int world_rank = groups.world->rank();
+  PTDP_CHECK(groups.world->size() == par.world_size());
+  const int64_t m = NumMicrobatches(training, par);
+  const int64_t seq = model_spec.seq_length, mbs = par.micro_batch_size;
+  const int64_t gbs = training.global_batch_size;
+  const PipelineSchedule schedule =
+      MakeSchedule(par.schedule, par.pp, static_cast<int>(m), par.virtual_stages);
+
+  const TokenData data =
+      Synthetic(options)
+          ? TokenData::Synthetic(model_spec.vocab_size, static_cast<uint64_t>(training.seed))
+          : TokenData::FromFile(options.data.empty() ? kDefaultDataFile : options.data,
+                                model_spec.seq_length, static_cast<uint64_t>(training.seed));
+
+  Recorder recorder(options.keep_trace);
+  groups.world->Barrier();
+  recorder.SetOrigin();
+
+  const bool distributed = par.distributed_optimizer && par.dp > 1;
+  GptParams params(model_spec, par, coords, options.dtype, backend, distributed ? par.dp : 1);
+  params.Initialize(static_cast<uint64_t>(training.seed));
+  GptModel model(params, backend, *groups.tp, {par.sequence_parallel, par.recompute, 1e-5},
+                 recorder);
+  model.set_micro_batch_size(mbs);
+  PipelineRunner runner(model, backend, *groups.pp, schedule, recorder);
+  TrainingOptimizer optimizer(params, backend, groups, training, distributed, par.sequence_parallel,
+                              recorder);
+  const std::string layout = CheckpointLayout(plan, options.dtype);
+
+  ExecuteResult result;
+  result.data_description = data.description();
+  result.tokens_per_step = gbs * seq;
+  int64_t done = 0;
+  if (!options.load_dir.empty()) {
+    const CheckpointState s = LoadCheckpoint(options.load_dir, layout, params.values(),
+                                             optimizer.state(), groups, backend);
+    if (s.seed != training.seed) {
+      throw InputError({options.load_dir, 0, "training.seed"},
+                       fmt::format("the checkpoint was trained with seed {}, the plan says {}",
+                                   s.seed, training.seed));
+    }
+    if (s.sequences_consumed != s.step * gbs) {
+      throw InputError({options.load_dir, 0, ""}, "inconsistent data position in the checkpoint");
+    }
+    done = s.step;
+  }
+  result.first_step = done + 1;
+
+  const bool last_stage = coords.pp == par.pp - 1;
+  const double loss_scale = 1.0 / static_cast<double>(gbs * seq);
+  std::vector<PipelineStepStats> step_stats;
+  const double run_start = recorder.Now();
+  const int width = static_cast<int>(std::to_string(options.steps).size());
+  for (int64_t step = done + 1; step <= options.steps; ++step) {
+    if (options.on_step_begin) options.on_step_begin(step);
+    const double t0 = recorder.Now();
+    // This rank's sequences: the step's block for its data-parallel index.
+    const int64_t base = (step - 1) * gbs + coords.dp * (gbs / par.dp);
+    auto batch = [&](int i) {
+      // inputs/targets (S * B) in (sequence, batch) order.
+      std::vector<int32_t> inputs(static_cast<size_t>(seq * mbs)), targets(inputs.size());
+      std::vector<int32_t> tokens(static_cast<size_t>(seq + 1));
+      for (int64_t j = 0; j < mbs; ++j) {
+        data.TrainSequence(static_cast<uint64_t>(base + i * mbs + j), static_cast<int>(seq),
+                           tokens.data());
+        for (int64_t s = 0; s < seq; ++s) {
+          inputs[static_cast<size_t>(s * mbs + j)] = tokens[static_cast<size_t>(s)];
+          targets[static_cast<size_t>(s * mbs + j)] = tokens[static_cast<size_t>(s + 1)];
+        }
+      }
+      MicroBatch mb;
+      mb.inputs = std::make_shared<Tensor>(backend, DType::kI32, std::vector<int64_t>{seq * mbs},
+                                           MemCategory::kActivations);
+      mb.targets = std::make_shared<Tensor>(backend, DType::kI32, std::vector<int64_t>{seq * mbs},
+                                            MemCategory::kActivations);
+      backend.Upload(mb.inputs->span(), inputs.data());
+      backend.Upload(mb.targets->span(), targets.data());
+      return mb;
+    };
+    const PipelineStepStats stats = runner.RunStep(batch, loss_scale);
+    step_stats.push_back(stats);
+    const OptimizerStepInfo info = optimizer.Step(step);
+    // Mean over the data-parallel replicas of the last stage's loss (tp rank 0 reports).
+    const double contribution = last_stage && coords.tp == 0 ? stats.loss : 0.0;
+    const double loss = groups.world->AllReduceHost(contribution, ReduceOp::kSum) / par.dp;
+    const double t1 = recorder.Now();
+    recorder.Add(fmt::format("step {}", step), "other", t0, t1);
+
+    StepLog log;
+    log.step = step;
+    log.loss = loss;
+    log.grad_norm = info.grad_norm;
+    log.time_s = t1 - t0;
+    result.steps.push_back(log);
+    if (progress != nullptr && world_rank == 0) {
+      double mean = 0;
+      for (const StepLog& s : result.steps) mean += s.time_s;
+      mean /= static_cast<double>(result.steps.size());
+      *progress << fmt::format(
+          "step {:>{}}/{} | loss {:.4f} | grad norm {:.3f} | {:.3f} s | {:.0f} tokens/s | ETA "
+          "{}\n",
+          step, width, options.steps, loss, info.grad_norm, log.time_s,
+          static_cast<double>(result.tokens_per_step) / log.time_s,
+          Eta(mean * static_cast<double>(options.steps - step)));
+      progress->flush();
+    }
+    const bool save_now =
+        !options.save_dir.empty() &&
+        (step == options.steps || (options.save_interval > 0 && step % options.save_interval == 0));
+    if (save_now) {
+      const double ts = recorder.Now();
+      SaveCheckpoint(options.save_dir, {step, step * gbs, training.seed}, layout, params.values(),
+                     optimizer.state(), groups, backend);
+      recorder.Add("checkpoint", "other", ts, recorder.Now());
+      if (progress != nullptr && world_rank == 0) {
+        *progress << fmt::format("saved checkpoint of step {} in {}\n", step, options.save_dir);
+      }
+    }
+  }
+  result.total_time_s = recorder.Now() - run_start;
+
+  // Gather the measurements on world rank 0.
+  const size_t skip = step_stats.size() > 1 ? 1 : 0;  // the first step warms up
+  RankReport mine;
+  mine.world_rank = world_rank;
+  mine.coords = coords;
+  mine.memory = backend.memory();
+  mine.parameters = params.values().numel;
+  for (size_t i = skip; i < step_stats.size(); ++i) {
+    mine.busy_s += step_stats[i].busy_s;
+    mine.recv_wait_s += step_stats[i].recv_wait_s;
+  }
+  const std::vector<std::string> packed =
+      groups.world->GatherStrings(PackRank(mine, step_stats, recorder.events()), 0);
+  if (world_rank != 0) return result;
+
+  std::vector<std::vector<PipelineStepStats>> all_steps(packed.size());
+  for (size_t r = 0; r < packed.size(); ++r) {
+    RankReport report;
+    UnpackRank(packed[r], &report, &all_steps[r], &result.events);
+    result.ranks.push_back(report);
+    result.tracks.push_back({report.world_rank, RankName(report.world_rank, report.coords)});
+  }
+  result.stage_busy_s.assign(static_cast<size_t>(par.pp), 0.0);
+  const auto measured = static_cast<int64_t>(step_stats.size() - skip);
+  result.measured_steps = measured;
+  for (size_t i = 0; i < step_stats.size(); ++i) {
+    double start = 1e300, end = -1e300;
+    for (const auto& steps : all_steps) {
+      start = std::min(start, steps[i].start_s);
+      end = std::max(end, steps[i].end_s);
+    }
+    const double span = end - start;
+    double idle = 0;
+    for (const auto& steps : all_steps) idle += 1.0 - steps[i].busy_s / span;
+    result.steps[i].pipeline_s = span;
+    result.steps[i].bubble_fraction = idle / static_cast<double>(all_steps.size());
+    if (i >= skip) result.bubble_fraction += result.steps[i].bubble_fraction / measured;
+  }
+  const double ranks_per_stage = static_cast<double>(par.tp * par.dp);
+  for (const RankReport& r : result.ranks) {
+    if (measured > 0) {
+      result.stage_busy_s[static_cast<size_t>(r.coords.pp)] +=
+          r.busy_s / measured / ranks_per_stage;
+    }
+  }
+  return result;
+}
+
+std::string ResultsJson(const Plan& plan, const ExecuteOptions& options, const ExecuteResult& r) {
+  const ParallelConfig& p = plan.parallel;
+  auto num = [](double v) { return JsonNumber(v); };
+  std::string out = "{\n";
+  out += fmt::format("  \"model\": {},\n", JsonString(plan.model.name));
+  out += fmt::format(
+      "  \"parallel\": {{\"tp\": {}, \"pp\": {}, \"dp\": {}, \"micro_batch_size\": {}, "
+      "\"microbatches\": {}, \"schedule\": {}, \"virtual_stages\": {}, \"sequence_parallel\": "
+      "{}, \"recompute\": {}, \"distributed_optimizer\": {}}},\n",
+      p.tp, p.pp, p.dp, p.micro_batch_size, NumMicrobatches(plan.training, p),
+      JsonString(Name(p.schedule)), p.virtual_stages, p.sequence_parallel ? "true" : "false",
+      JsonString(Name(p.recompute)), p.distributed_optimizer ? "true" : "false");
+  out += fmt::format(
+      "  \"backend\": \"cpu\",\n  \"dtype\": {},\n  \"data\": {},\n  \"global_batch_size\": "
+      "{},\n  \"tokens_per_step\": {},\n",
+      JsonString(Name(options.dtype)), JsonString(r.data_description),
+      plan.training.global_batch_size, r.tokens_per_step);
+  out += fmt::format("  \"first_step\": {},\n  \"steps_run\": {},\n", r.first_step, r.steps.size());
+  std::string losses, times, norms, bubbles;
+  double time_sum = 0;
+  for (size_t i = 0; i < r.steps.size(); ++i) {
+    const char* sep = i == 0 ? "" : ", ";
+    losses += sep + num(r.steps[i].loss);
+    times += sep + num(r.steps[i].time_s);
+    norms += sep + num(r.steps[i].grad_norm);
+    bubbles += sep + num(r.steps[i].bubble_fraction);
+    if (i > 0 || r.steps.size() == 1) time_sum += r.steps[i].time_s;
+  }
+  const double mean_step =
+      r.steps.size() > 1 ? time_sum / static_cast<double>(r.steps.size() - 1) : time_sum;
+  out += fmt::format(
+      "  \"losses\": [{}],\n  \"grad_norms\": [{}],\n  \"step_times_s\": [{}],\n  "
+      "\"step_bubble_fractions\": [{}],\n",
+      losses, norms, times, bubbles);
+  out +=
+      fmt::format("  \"final_loss\": {},\n", r.steps.empty() ? "null" : num(r.steps.back().loss));
+  out += fmt::format(
+      "  \"mean_step_time_s\": {},\n  \"tokens_per_s\": {},\n  \"total_time_s\": {},\n",
+      num(mean_step), num(mean_step > 0 ? static_cast<double>(r.tokens_per_step) / mean_step : 0),
+      num(r.total_time_s));
+  out += fmt::format("  \"measured_steps\": {},\n  \"bubble_fraction\": {},\n", r.measured_steps,
+                     num(r.bubble_fraction));
+  std::string stages;
+  for (size_t s = 0; s < r.stage_busy_s.size(); ++s) {
+    stages += fmt::format("{}{{\"stage\": {}, \"busy_s_per_step\": {}}}", s == 0 ? "" : ", ", s,
+                          num(r.stage_busy_s[s]));
+  }
+  out += "  \"stages\": [" + stages + "],\n  \"ranks\": [\n";
+  for (size_t i = 0; i < r.ranks.size(); ++i) {
+    const RankReport& k = r.ranks[i];
+    std::string mem;
+    for (int c = 0; c < kNumMemCategories; ++c) {
+      mem += fmt::format("\"{}\": {}, ", Name(static_cast<MemCategory>(c)),
+                         k.memory.peak_bytes[static_cast<size_t>(c)]);
+    }
+    out += fmt::format(
+        "    {{\"rank\": {}, \"tp\": {}, \"pp\": {}, \"dp\": {}, \"parameters\": {}, "
+        "\"busy_s\": {}, \"recv_wait_s\": {}, \"peak_memory_bytes\": {{{}\"total\": {}}}}}{}\n",
+        k.world_rank, k.coords.tp, k.coords.pp, k.coords.dp, k.parameters, num(k.busy_s),
+        num(k.recv_wait_s), mem, k.memory.peak_total_bytes, i + 1 < r.ranks.size() ? "," : "");
+  }
+  out += "  ]\n}\n";
+  return out;
+}
+
+}  // namespace ptdp

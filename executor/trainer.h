@@ -1,0 +1,90 @@
+// The executor's entry points: check that a plan can run here, then train it with its exact
+// layout, one call per rank, and report what was measured.
+//
+//   CheckExecutable(plan, options)            -> reasons it cannot run (empty: it can); call it
+//                                                before allocating anything, on every rank
+//   Execute(plan, options, groups, backend)   -> per-step losses and times; on world rank 0 the
+//                                                gathered measurements (trace, bubble, memory)
+//   ResultsJson(plan, options, result)        -> the results file `ptdp execute` writes
+//
+// The model is the plan's GPT (core/model_spec.h) as Megatron-LM builds it (gpt.h), with these
+// limits on the CPU path: gelu, layernorm, learned positions, tied embeddings, biases, no
+// grouped-query attention; tokens are bytes, so model.vocab_size must be at least 256 with a
+// text file (entries beyond 255 are never targets); math runs in the options' dtype (fp32
+// whatever the plan's precision: bf16/fp16 mixed precision is the GPU path's).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "core/plan.h"
+#include "core/trace.h"
+#include "executor/backend.h"
+#include "executor/topology.h"
+
+namespace ptdp {
+
+struct ExecuteOptions {
+  int64_t steps = 10;         // train until this many optimizer steps are done (a resumed run too)
+  std::string data;           // text file, "synthetic", or "" for kDefaultDataFile
+  std::string save_dir;       // "" = no checkpoints
+  int64_t save_interval = 0;  // save every K steps (and after the last); 0 = after the last only
+  std::string load_dir;       // "" = start from the initialisation
+  bool keep_trace = false;    // keep every operation's interval for a Chrome trace
+  DType dtype = DType::kF32;
+  // Test hook, called on every rank before each step (1-based): fault injection.
+  std::function<void(int64_t step)> on_step_begin;
+};
+
+// Everything that stops the CPU executor from running `plan` (model features it does not
+// implement, vocabulary vs. byte tokens, memory beyond this machine), as messages naming the
+// plan key; empty when it can run. The plan itself has passed ParsePlanYaml's checks.
+std::vector<std::string> CheckExecutable(const Plan& plan, const ExecuteOptions& options);
+
+struct StepLog {
+  int64_t step = 0;  // 1-based
+  double loss = 0;   // mean per-token loss over the global batch
+  double grad_norm = 0;
+  double time_s = 0;           // wall time of the step on world rank 0
+  double pipeline_s = 0;       // first op start to last op end over all ranks (rank 0 only)
+  double bubble_fraction = 0;  // mean over ranks of 1 - busy / pipeline_s (rank 0 only)
+};
+
+struct RankReport {
+  int world_rank = 0;
+  RankCoords coords;
+  MemoryStats memory;
+  double busy_s = 0;  // F, B and W time over the measured steps
+  double recv_wait_s = 0;
+  int64_t parameters = 0;  // elements of this rank's flat buffer (with padding)
+};
+
+struct ExecuteResult {
+  int64_t first_step = 1;  // the first step this run executed (after a resume: saved step + 1)
+  std::vector<StepLog> steps;
+  std::string data_description;
+  int64_t tokens_per_step = 0;
+  double total_time_s = 0;
+  // World rank 0 only: every rank's report, per-stage busy time per step (mean over the
+  // stage's ranks and the measured steps) and the mean bubble fraction over measured steps
+  // (all but the run's first step when it ran more than one: the first includes warm-up).
+  std::vector<RankReport> ranks;
+  std::vector<double> stage_busy_s;
+  double bubble_fraction = 0;
+  int64_t measured_steps = 0;
+  std::vector<TraceTrack> tracks;
+  std::vector<TraceEvent> events;
+};
+
+// Collective over groups.world. Progress lines (one per step, on world rank 0) go to
+// `progress` when not null.
+ExecuteResult Execute(const Plan& plan, const ExecuteOptions& options, ProcessGroups& groups,
+                      Backend& backend, std::ostream* progress);
+
+std::string ResultsJson(const Plan& plan, const ExecuteOptions& options,
+                        const ExecuteResult& result);
+
+}  // namespace ptdp
