@@ -286,6 +286,9 @@ ExecuteResult Execute(const Plan& plan, const ExecuteOptions& options, ProcessGr
   }
   result.total_time_s = recorder.Now() - run_start;
 
+  if (options.gather_parameters) {
+    result.parameters = GatherFullParameters(params, groups, backend);
+  }
   // Gather the measurements on world rank 0.
   const size_t skip = step_stats.size() > 1 ? 1 : 0;  // the first step warms up
   RankReport mine;

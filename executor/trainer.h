@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -34,6 +35,7 @@ struct ExecuteOptions {
   int64_t save_interval = 0;  // save every K steps (and after the last); 0 = after the last only
   std::string load_dir;       // "" = start from the initialisation
   bool keep_trace = false;    // keep every operation's interval for a Chrome trace
+  bool gather_parameters = false;  // assemble the final full model on world rank 0
   DType dtype = DType::kF32;
   // Test hook, called on every rank before each step (1-based): fault injection.
   std::function<void(int64_t step)> on_step_begin;
@@ -77,6 +79,8 @@ struct ExecuteResult {
   int64_t measured_steps = 0;
   std::vector<TraceTrack> tracks;
   std::vector<TraceEvent> events;
+  // With gather_parameters: the final model, name -> full row-major values (gpt_params.h).
+  std::map<std::string, std::vector<double>> parameters;
 };
 
 // Collective over groups.world. Progress lines (one per step, on world rank 0) go to

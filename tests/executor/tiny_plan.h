@@ -1,0 +1,58 @@
+// Tiny GPT plans for the executor's tests: built in code, checked by the plan reader
+// (written with WritePlanYaml and parsed back, so every plan a test runs is a valid plan file).
+#pragma once
+
+#include <string>
+
+#include "core/plan.h"
+#include "core/presets.h"
+#include "core/spec_yaml.h"
+
+namespace ptdp::testing_executor {
+
+struct TinyLayout {
+  int tp = 1, pp = 1, dp = 1;
+  int micro_batch = 1;
+  int virtual_stages = 1;
+  Schedule schedule = Schedule::k1F1B;
+  bool sequence_parallel = false;
+  Recompute recompute = Recompute::kNone;
+  bool distributed_optimizer = false;
+};
+
+struct TinyModel {
+  int layers = 8, hidden = 64, heads = 4, seq = 32, vocab = 256;
+  int64_t global_batch = 8;
+  double lr = 1e-4;  // TrainingSpec's default
+};
+
+inline Plan TinyPlan(const TinyLayout& l, const TinyModel& m = {}) {
+  Plan p;
+  p.model.name = "tiny";
+  p.model.num_layers = m.layers;
+  p.model.hidden_size = m.hidden;
+  p.model.num_attention_heads = m.heads;
+  p.model.num_query_groups = m.heads;
+  p.model.kv_channels = m.hidden / m.heads;
+  p.model.ffn_hidden_size = 4 * m.hidden;
+  p.model.vocab_size = m.vocab;
+  p.model.seq_length = m.seq;
+  p.model.max_position_embeddings = m.seq;
+  p.cluster = ClusterPreset("cpu-local");
+  p.num_gpus = int64_t{l.tp} * l.pp * l.dp;
+  p.training.global_batch_size = m.global_batch;
+  p.training.precision = Precision::kFp32;
+  p.training.lr = m.lr;
+  p.parallel.tp = l.tp;
+  p.parallel.pp = l.pp;
+  p.parallel.dp = l.dp;
+  p.parallel.micro_batch_size = l.micro_batch;
+  p.parallel.virtual_stages = l.virtual_stages;
+  p.parallel.schedule = l.schedule;
+  p.parallel.sequence_parallel = l.sequence_parallel;
+  p.parallel.recompute = l.recompute;
+  p.parallel.distributed_optimizer = l.distributed_optimizer;
+  return ParsePlanYaml(WritePlanYaml(p), "tiny-plan.yaml");
+}
+
+}  // namespace ptdp::testing_executor
