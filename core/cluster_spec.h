@@ -3,8 +3,23 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ptdp {
+
+// One measured (or derived) point of a GEMM efficiency table: the fraction of the GPU's peak
+// FLOP/s that a C[m x n] = A[m x k] B[k x n] product of this shape achieves in the training
+// precision. A table's points form a full grid over their distinct m, n and k values and are
+// sorted by m, then n, then k (the reader checks the first and sorts); the cost model
+// interpolates in log2 of each dimension.
+struct GemmEfficiencyPoint {
+  int64_t m = 0;
+  int64_t n = 0;
+  int64_t k = 0;
+  double efficiency = 0;  // (0, 1]
+
+  bool operator==(const GemmEfficiencyPoint&) const = default;
+};
 
 // One accelerator. Rates are SI: FLOP/s, bytes, bytes per second.
 struct GpuSpec {
@@ -14,6 +29,15 @@ struct GpuSpec {
   double peak_fp32_flops = 0;  // without TF32
   int64_t hbm_bytes = 0;  // as the driver reports it (nvidia-smi total), not the datasheet "GB"
   double hbm_bandwidth_bytes_per_s = 0;
+  // Achieved fraction of hbm_bandwidth_bytes_per_s for streaming (memory-bound) kernels,
+  // counting bytes read plus bytes written.
+  double memory_efficiency = 0;
+  // GEMM efficiency by shape: a full grid, sorted by (m, n, k).
+  std::vector<GemmEfficiencyPoint> gemm_efficiency;
+  // Device memory no tensor can use: CUDA context, cuBLAS workspaces, NCCL buffers.
+  int64_t reserved_bytes = 0;
+  // Fraction of the rest lost to the caching allocator's fragmentation, [0, 1).
+  double fragmentation = 0;
 
   bool operator==(const GpuSpec&) const = default;
 };
@@ -29,6 +53,11 @@ struct ClusterSpec {
   int nics_per_node = 0;
   double nic_bytes_per_s = 0;        // datasheet rate of one NIC
   double nic_busbw_bytes_per_s = 0;  // achieved NCCL bus bandwidth per NIC across nodes
+  // Collective latency, NCCL's own model (src/graph/tuning.cc, ring algorithm): a base cost per
+  // collective plus a cost per algorithm step, by the link the step crosses.
+  double collective_base_latency_s = 0;
+  double nvlink_step_latency_s = 0;
+  double nic_step_latency_s = 0;
 
   bool operator==(const ClusterSpec&) const = default;
 };

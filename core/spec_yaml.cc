@@ -2,7 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <set>
+#include <tuple>
+#include <vector>
 
 #include "core/error.h"
 #include "core/megatron_rules.h"
@@ -27,6 +31,56 @@ std::string StemOf(const std::string& source) {
 }
 
 std::string_view Bool(bool b) { return b ? "true" : "false"; }
+
+// A number in (0, 1].
+double Fraction(const YamlMap& map, std::string_view key) {
+  const double value = map.PositiveNumber(key);
+  if (value > 1) map.Fail(key, fmt::format("must be at most 1, got {}", YamlNumber(value)));
+  return value;
+}
+
+// The GEMM efficiency table: a list of {m, n, k, efficiency} whose points cover every
+// combination of their distinct m, n and k values exactly once (the cost model interpolates
+// on that grid). Returned sorted by (m, n, k), so the cost model finds the axes by position.
+std::vector<GemmEfficiencyPoint> ReadGemmTable(const YamlMap& gpu, std::string_view key) {
+  std::vector<GemmEfficiencyPoint> points;
+  std::set<int64_t> ms, ns, ks;
+  std::set<std::tuple<int64_t, int64_t, int64_t>> seen;
+  for (const YamlMap& row : gpu.MapList(key)) {
+    GemmEfficiencyPoint p{row.PositiveInt("m"), row.PositiveInt("n"), row.PositiveInt("k"),
+                          Fraction(row, "efficiency")};
+    row.RejectUnknownKeys();
+    if (!seen.emplace(p.m, p.n, p.k).second) {
+      row.Fail("m", fmt::format("shape {}x{}x{} appears twice", p.m, p.n, p.k));
+    }
+    ms.insert(p.m), ns.insert(p.n), ks.insert(p.k);
+    points.push_back(p);
+  }
+  for (const auto& [axis, values] : {std::pair{"m", &ms}, {"n", &ns}, {"k", &ks}}) {
+    if (values->size() > 32) {
+      gpu.Fail(key, fmt::format("at most 32 distinct values of {} are supported, got {}", axis,
+                                values->size()));
+    }
+  }
+  if (points.size() != ms.size() * ns.size() * ks.size()) {
+    for (int64_t m : ms) {
+      for (int64_t n : ns) {
+        for (int64_t k : ks) {
+          if (seen.count({m, n, k}) == 0) {
+            gpu.Fail(key,
+                     fmt::format("the shapes must form a full grid over m, n and k; {}x{}x{} is "
+                                 "missing",
+                                 m, n, k));
+          }
+        }
+      }
+    }
+  }
+  std::sort(points.begin(), points.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.m, a.n, a.k) < std::tie(b.m, b.n, b.k);
+  });
+  return points;
+}
 
 void WriteModel(YamlWriter& w, const ModelSpec& m) {
   w.Line("name", YamlQuote(m.name));
@@ -57,16 +111,29 @@ void WriteCluster(YamlWriter& w, const ClusterSpec& c) {
   w.Line("peak_fp32_tflops", YamlScaled(c.gpu.peak_fp32_flops, units::kTflops));
   w.Line("hbm_bytes", std::to_string(c.gpu.hbm_bytes));
   w.Line("hbm_bandwidth_gb_per_s", YamlScaled(c.gpu.hbm_bandwidth_bytes_per_s, units::kGBPerS));
+  w.Line("memory_efficiency", YamlNumber(c.gpu.memory_efficiency));
+  w.Line("reserved_bytes", std::to_string(c.gpu.reserved_bytes));
+  w.Line("fragmentation", YamlNumber(c.gpu.fragmentation));
+  w.Begin("gemm_efficiency");
+  for (const GemmEfficiencyPoint& g : c.gpu.gemm_efficiency) {
+    w.Item(fmt::format("{{m: {}, n: {}, k: {}, efficiency: {}}}", g.m, g.n, g.k,
+                       YamlNumber(g.efficiency)));
+  }
+  w.End();
   w.End();
   w.Begin("node");
   w.Line("gpus_per_node", std::to_string(c.gpus_per_node));
   w.Line("nvlink_gb_per_s", YamlScaled(c.nvlink_bytes_per_s, units::kGBPerS));
   w.Line("nvlink_busbw_gb_per_s", YamlScaled(c.nvlink_busbw_bytes_per_s, units::kGBPerS));
+  w.Line("nvlink_step_latency_us", YamlScaled(c.nvlink_step_latency_s, units::kMicrosecond));
   w.End();
   w.Begin("network");
   w.Line("nics_per_node", std::to_string(c.nics_per_node));
   w.Line("nic_gb_per_s", YamlScaled(c.nic_bytes_per_s, units::kGBPerS));
   w.Line("nic_busbw_gb_per_s", YamlScaled(c.nic_busbw_bytes_per_s, units::kGBPerS));
+  w.Line("nic_step_latency_us", YamlScaled(c.nic_step_latency_s, units::kMicrosecond));
+  w.Line("collective_base_latency_us",
+         YamlScaled(c.collective_base_latency_s, units::kMicrosecond));
   w.End();
 }
 
@@ -168,6 +235,18 @@ ClusterSpec ReadCluster(const YamlMap& map) {
     c.gpu.peak_fp32_flops = gpu.PositiveNumber("peak_fp32_tflops") * units::kTflops;
     c.gpu.hbm_bytes = gpu.PositiveInt("hbm_bytes");
     c.gpu.hbm_bandwidth_bytes_per_s = gpu.PositiveNumber("hbm_bandwidth_gb_per_s") * units::kGBPerS;
+    c.gpu.memory_efficiency = Fraction(gpu, "memory_efficiency");
+    c.gpu.reserved_bytes = gpu.Int("reserved_bytes");
+    if (c.gpu.reserved_bytes < 0 || c.gpu.reserved_bytes >= c.gpu.hbm_bytes) {
+      gpu.Fail("reserved_bytes", fmt::format("must be at least 0 and below hbm_bytes ({}), got {}",
+                                             c.gpu.hbm_bytes, c.gpu.reserved_bytes));
+    }
+    c.gpu.fragmentation = gpu.NonNegativeNumber("fragmentation");
+    if (c.gpu.fragmentation >= 1) {
+      gpu.Fail("fragmentation",
+               fmt::format("must be below 1, got {}", YamlNumber(c.gpu.fragmentation)));
+    }
+    c.gpu.gemm_efficiency = ReadGemmTable(gpu, "gemm_efficiency");
     gpu.RejectUnknownKeys();
   }
   {
@@ -175,6 +254,8 @@ ClusterSpec ReadCluster(const YamlMap& map) {
     c.gpus_per_node = PositiveInt32(node, "gpus_per_node");
     c.nvlink_bytes_per_s = node.PositiveNumber("nvlink_gb_per_s") * units::kGBPerS;
     c.nvlink_busbw_bytes_per_s = node.PositiveNumber("nvlink_busbw_gb_per_s") * units::kGBPerS;
+    c.nvlink_step_latency_s =
+        node.NonNegativeNumber("nvlink_step_latency_us") * units::kMicrosecond;
     node.RejectUnknownKeys();
   }
   {
@@ -188,6 +269,9 @@ ClusterSpec ReadCluster(const YamlMap& map) {
                            YamlScaled(c.nic_busbw_bytes_per_s, units::kGBPerS),
                            YamlScaled(c.nic_bytes_per_s, units::kGBPerS)));
     }
+    c.nic_step_latency_s = net.NonNegativeNumber("nic_step_latency_us") * units::kMicrosecond;
+    c.collective_base_latency_s =
+        net.NonNegativeNumber("collective_base_latency_us") * units::kMicrosecond;
     net.RejectUnknownKeys();
   }
   map.RejectUnknownKeys();

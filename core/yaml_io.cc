@@ -184,6 +184,22 @@ YamlMap YamlMap::Map(std::string_view key) const {
   return YamlMap(e.value, source_, PathOf(key), e.line);
 }
 
+std::vector<YamlMap> YamlMap::MapList(std::string_view key) const {
+  const Entry& e = Require(key);
+  if (!e.value.IsSequence() || e.value.size() == 0) {
+    Fail(key, fmt::format("expected a non-empty list, got {}",
+                          e.value.IsSequence() ? "an empty list" : Describe(e.value)));
+  }
+  std::vector<YamlMap> items;
+  items.reserve(e.value.size());
+  for (size_t i = 0; i < e.value.size(); ++i) {
+    const YAML::Node item = e.value[i];
+    items.emplace_back(item, source_, fmt::format("{}[{}]", PathOf(key), i),
+                       item.Mark().line >= 0 ? item.Mark().line + 1 : e.line);
+  }
+  return items;
+}
+
 std::optional<int64_t> YamlMap::OptionalPositiveInt(std::string_view key) const {
   if (!Has(key)) return std::nullopt;
   return PositiveInt(key);
@@ -260,6 +276,10 @@ void YamlWriter::Line(std::string_view key, std::string_view value, std::string_
 void YamlWriter::Begin(std::string_view key) {
   text_ += fmt::format("{:{}}{}:\n", "", indent_ * 2, key);
   ++indent_;
+}
+
+void YamlWriter::Item(std::string_view value) {
+  text_ += fmt::format("{:{}}- {}\n", "", indent_ * 2, value);
 }
 
 void YamlWriter::End() { --indent_; }

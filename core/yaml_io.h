@@ -43,6 +43,8 @@ class YamlMap {
   std::string String(std::string_view key) const;
   bool Bool(std::string_view key) const;
   YamlMap Map(std::string_view key) const;
+  // A non-empty list of maps; element i has the dotted path "key[i]" and its own line.
+  std::vector<YamlMap> MapList(std::string_view key) const;
 
   // Enumerations: the value must be one of the names; absent -> `default_value`.
   template <typename E, size_t N>
@@ -101,7 +103,8 @@ std::string YamlScaled(double value_si, double scale);
 class YamlWriter {
  public:
   void Line(std::string_view key, std::string_view value, std::string_view comment = "");
-  void Begin(std::string_view key);  // "key:" and indent what follows
+  void Begin(std::string_view key);   // "key:" and indent what follows
+  void Item(std::string_view value);  // "- value", a list element under the last Begin
   void End();
   void Comment(std::string_view text);
   const std::string& text() const { return text_; }

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "core/error.h"
@@ -208,6 +209,49 @@ TEST(BadInput, ClusterProfiles) {
             "m.yaml:" + std::to_string(LineOf(text, "  nic_busbw_gb_per_s")) +
                 ": network.nic_busbw_gb_per_s: achieved bus bandwidth (60 GB/s) exceeds the "
                 "NIC's rate (50 GB/s)");
+}
+
+TEST(BadInput, ClusterEfficiencyTablesAndAllowances) {
+  const std::string text = WriteClusterYaml(ClusterPreset("cpu-local"));
+  const std::string row = "    - {m: 1024, n: 1024, k: 1024, efficiency: 0.5}";
+  const std::string line = std::to_string(LineOf(text, row));
+  EXPECT_EQ(ErrorOf(ParseClusterYaml, Replace(text, "efficiency: 0.5}", "efficiency: 1.5}")),
+            "m.yaml:" + line + ": gpu.gemm_efficiency[0].efficiency: must be at most 1, got 1.5");
+  // Points at m = 2048 (k = 1024 and 64) need their m = 1024 partners: 1024x1024x64 is missing.
+  EXPECT_EQ(ErrorOf(ParseClusterYaml,
+                    Replace(text, row,
+                            row + "\n    - {m: 2048, n: 1024, k: 1024, efficiency: 0.6}\n" +
+                                "    - {m: 2048, n: 1024, k: 64, efficiency: 0.6}")),
+            "m.yaml:" + std::to_string(LineOf(text, "  gemm_efficiency:")) +
+                ": gpu.gemm_efficiency: the shapes must form a full grid over m, n and k; "
+                "1024x1024x64 is missing");
+  EXPECT_EQ(ErrorOf(ParseClusterYaml, Replace(text, row, row + "\n" + row)),
+            "m.yaml:" + std::to_string(LineOf(text, row) + 1) +
+                ": gpu.gemm_efficiency[1].m: shape 1024x1024x1024 appears twice");
+  EXPECT_EQ(ErrorOf(ParseClusterYaml,
+                    Replace(text, "  gemm_efficiency:", "  gemm_efficiency: []\n  unused:")),
+            "m.yaml:" + std::to_string(LineOf(text, "  gemm_efficiency:")) +
+                ": gpu.gemm_efficiency: expected a non-empty list, got an empty list");
+  EXPECT_EQ(ErrorOf(ParseClusterYaml,
+                    Replace(text, "  memory_efficiency: 0.5", "  memory_efficiency: 0")),
+            "m.yaml:" + std::to_string(LineOf(text, "  memory_efficiency")) +
+                ": gpu.memory_efficiency: must be positive, got 0");
+  EXPECT_EQ(ErrorOf(ParseClusterYaml,
+                    Replace(text, "  reserved_bytes: 100000000", "  reserved_bytes: 4000000000")),
+            "m.yaml:" + std::to_string(LineOf(text, "  reserved_bytes")) +
+                ": gpu.reserved_bytes: must be at least 0 and below hbm_bytes (4000000000), got "
+                "4000000000");
+  EXPECT_EQ(ErrorOf(ParseClusterYaml, Replace(text, "  fragmentation: 0.1", "  fragmentation: 1")),
+            "m.yaml:" + std::to_string(LineOf(text, "  fragmentation")) +
+                ": gpu.fragmentation: must be below 1, got 1");
+}
+
+TEST(RoundTrip, GemmTablesAreSortedOnReading) {
+  ClusterSpec c = ClusterPreset("dgx-h100");
+  const ClusterSpec sorted = c;
+  std::mt19937 rng(3);
+  std::shuffle(c.gpu.gemm_efficiency.begin(), c.gpu.gemm_efficiency.end(), rng);
+  EXPECT_EQ(ParseClusterYaml(WriteClusterYaml(c)), sorted);
 }
 
 TEST(BadInput, PlanSectionsNameTheirKeyPath) {

@@ -1,0 +1,105 @@
+#include "simulator/collectives.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace ptdp {
+
+double BusBandwidthFactor(Collective collective, int64_t n) {
+  PTDP_CHECK(n >= 1);
+  const double r = static_cast<double>(n);
+  switch (collective) {
+    case Collective::kAllReduce:
+      return 2.0 * (r - 1) / r;
+    case Collective::kAllGather:
+    case Collective::kReduceScatter:
+      return (r - 1) / r;
+    case Collective::kSendRecv:
+      return 1.0;
+  }
+  return 1.0;
+}
+
+GroupPlacement PlaceGroup(int64_t first, int64_t stride, int64_t size, int gpus_per_node) {
+  PTDP_CHECK(first >= 0 && stride >= 1 && size >= 1 && gpus_per_node >= 1);
+  const int64_t g = gpus_per_node;
+  GroupPlacement p;
+  p.ranks = size;
+  if (stride >= g) {
+    // Consecutive members are a node or more apart: one per node.
+    p.nodes = size;
+    p.ranks_per_node = 1;
+  } else if (first % g == 0 && g % stride == 0) {
+    // Aligned and the stride divides the node: every node but the last holds g / stride.
+    p.nodes = (first + stride * (size - 1)) / g - first / g + 1;
+    p.ranks_per_node = std::min(size, g / stride);
+  } else {
+    // Members ascend, so each node's members are consecutive: count the runs.
+    p.nodes = 0;
+    p.ranks_per_node = 0;
+    int64_t node = -1, run = 0;
+    for (int64_t i = 0; i < size; ++i) {
+      const int64_t n = (first + stride * i) / g;
+      run = n == node ? run + 1 : 1;
+      if (n != node) ++p.nodes, node = n;
+      p.ranks_per_node = std::max(p.ranks_per_node, run);
+    }
+  }
+  return p;
+}
+
+GroupPlacement TensorParallelGroup(const ParallelConfig& p, int gpus_per_node) {
+  return PlaceGroup(0, 1, p.tp, gpus_per_node);
+}
+
+GroupPlacement DataParallelGroup(const ParallelConfig& p, int gpus_per_node) {
+  return PlaceGroup(0, p.tp, p.dp, gpus_per_node);
+}
+
+GroupPlacement PipelinePair(const ParallelConfig& p, int stage, int gpus_per_node) {
+  PTDP_CHECK(stage >= 0 && stage < p.pp);
+  const int64_t stage_stride = int64_t{p.tp} * p.dp;  // ranks between neighbouring stages
+  if (p.pp == 1) return PlaceGroup(0, 1, 1, gpus_per_node);
+  const int next = (stage + 1) % p.pp;
+  const int64_t lo = stage_stride * std::min(stage, next);
+  const int64_t distance = stage_stride * (std::max(stage, next) - std::min(stage, next));
+  return PlaceGroup(lo, distance, 2, gpus_per_node);
+}
+
+GroupPlacement EmbeddingGroup(const ParallelConfig& p, int gpus_per_node) {
+  if (p.pp == 1) return PlaceGroup(0, 1, 1, gpus_per_node);
+  return PlaceGroup(0, int64_t{p.tp} * p.dp * (p.pp - 1), 2, gpus_per_node);
+}
+
+double GroupBusBandwidth(const ClusterSpec& c, const GroupPlacement& group) {
+  if (!group.crosses_nodes()) return c.nvlink_busbw_bytes_per_s;
+  // The group's ranks on one node drive their share of the node's NICs: every group of the
+  // same kind communicates at the same time, so the node's NICs are split among its ranks.
+  const double nics = static_cast<double>(group.ranks_per_node) * c.nics_per_node / c.gpus_per_node;
+  return std::min(c.nvlink_busbw_bytes_per_s, nics * c.nic_busbw_bytes_per_s);
+}
+
+double CollectiveTime(const ClusterSpec& c, Collective collective, double bytes,
+                      const GroupPlacement& group) {
+  if (group.ranks <= 1 || bytes <= 0) return 0;
+  int64_t steps = 1, inter_steps = group.crosses_nodes() ? 1 : 0;
+  switch (collective) {
+    case Collective::kAllReduce:
+      steps = 2 * (group.ranks - 1), inter_steps = 2 * (group.nodes - 1);
+      break;
+    case Collective::kAllGather:
+    case Collective::kReduceScatter:
+      steps = group.ranks - 1, inter_steps = group.nodes - 1;
+      break;
+    case Collective::kSendRecv:
+      break;
+  }
+  const double latency = c.collective_base_latency_s +
+                         static_cast<double>(steps - inter_steps) * c.nvlink_step_latency_s +
+                         static_cast<double>(inter_steps) * c.nic_step_latency_s;
+  return latency +
+         BusBandwidthFactor(collective, group.ranks) * bytes / GroupBusBandwidth(c, group);
+}
+
+}  // namespace ptdp

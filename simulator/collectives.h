@@ -1,0 +1,61 @@
+// Collective communication: where Megatron places a group's ranks, which links the group
+// crosses, and how long a collective takes on them.
+//
+// Placement: Megatron's default rank order "tp-cp-ep-dp-pp" (megatron/core/parallel_state.py),
+// first varying fastest; this model has no context or expert parallelism (cp = ep = 1), so
+//   rank = tp_rank + tp * (dp_rank + dp * pp_rank),
+// and rank r lives on node r / gpus_per_node.
+//
+// Time: the nccl-tests convention (NVIDIA/nccl-tests doc/PERFORMANCE.md): for n ranks and a
+// message of S bytes (the full gathered size for all-gather / reduce-scatter),
+//   time = latency + factor(n) * S / busbw,
+// factor 2(n-1)/n for all-reduce, (n-1)/n for all-gather and reduce-scatter, 1 for send/recv.
+// busbw is the bus bandwidth the group's slowest link sustains: NVLink's inside one node; across
+// nodes, the NICs of the group's ranks on one node (NCCL runs one ring channel per NIC, so k
+// ranks of the group per node give k NICs' worth), never more than NVLink's.
+// latency is NCCL's own model (src/graph/tuning.cc, ring): base + per step, with 2(n-1) steps
+// for all-reduce and n-1 for all-gather / reduce-scatter, of which 2(nodes-1) resp. nodes-1
+// cross the network.
+#pragma once
+
+#include <cstdint>
+
+#include "core/cluster_spec.h"
+#include "core/parallel_config.h"
+
+namespace ptdp {
+
+enum class Collective { kAllReduce, kAllGather, kReduceScatter, kSendRecv };
+
+// nccl-tests bus-bandwidth factor for a collective over n ranks.
+double BusBandwidthFactor(Collective collective, int64_t n);
+
+// A communication group: n ranks, first + stride * i for i < n, on nodes of gpus_per_node.
+struct GroupPlacement {
+  int64_t ranks = 1;
+  int64_t nodes = 1;           // distinct nodes the ranks occupy
+  int64_t ranks_per_node = 1;  // most ranks of the group on one node
+
+  bool crosses_nodes() const { return nodes > 1; }
+  bool operator==(const GroupPlacement&) const = default;
+};
+
+GroupPlacement PlaceGroup(int64_t first, int64_t stride, int64_t size, int gpus_per_node);
+
+// Megatron's groups (for the member with all other coordinates 0, which is representative:
+// every group of a kind has the same shape when tp * dp * pp ranks fill whole nodes or one).
+GroupPlacement TensorParallelGroup(const ParallelConfig& parallel, int gpus_per_node);
+GroupPlacement DataParallelGroup(const ParallelConfig& parallel, int gpus_per_node);
+// Pipeline stage `stage` and the stage after it (stage p-1 wraps to 0: the next model chunk).
+GroupPlacement PipelinePair(const ParallelConfig& parallel, int stage, int gpus_per_node);
+// First and last pipeline stage: the tied-embedding gradient group.
+GroupPlacement EmbeddingGroup(const ParallelConfig& parallel, int gpus_per_node);
+
+// Bus bandwidth a group sustains (see the header comment).
+double GroupBusBandwidth(const ClusterSpec& cluster, const GroupPlacement& group);
+
+// Time of one collective of `bytes` over `group`; 0 when the group has one rank or bytes is 0.
+double CollectiveTime(const ClusterSpec& cluster, Collective collective, double bytes,
+                      const GroupPlacement& group);
+
+}  // namespace ptdp

@@ -1,0 +1,69 @@
+// The cost model: for one configuration (model, cluster, training, parallel layout), the
+// durations and sizes the event simulator plays (simulator/costs.h), from the per-kernel work
+// (layer_work.h), the op timings (op_time.h) and the collectives (collectives.h).
+//
+// What each ChunkCosts holds, for virtual stage vs = c * p + r with L / (p v) layers:
+//  - forward_s: the layers' forward, plus the embedding on vs 0 and the final norm, LM head and
+//    cross entropy on the last one, with their tensor-parallel collectives;
+//  - backward_input_s: the recomputed forward (full or selective) and the input gradients;
+//  - backward_weight_s: the weight gradients, accumulated into the main gradients;
+//  - send_forward_s / send_backward_s: the s b h activation (gradient) to the next (previous)
+//    virtual stage over the link between the two pipeline ranks (NVLink or the NICs);
+//    with sequence parallelism (or Megatron 2021's scatter-gather) 1/t of it per GPU. Without
+//    --overlap-p2p-communication Megatron waits for its sends, so their time is added to the
+//    sending operation and the send fields are 0;
+//  - activation_bytes: the chunk's layers (memory_model.h) plus the embedding's mask on vs 0 and
+//    the output layer's buffers on the last; weight_grad_activation_bytes: the linears' inputs.
+// And each StageCosts: the data-parallel gradient all-reduce (distributed optimizer: reduce-
+// scatter, then a parameter all-gather after the step) of the stage's parameters over the DP
+// group; the tied-embedding all-reduce between first and last stage (pp > 1); the optimizer
+// update (memory-bound, over the stage's parameters or their 1/dp shard); static_bytes from
+// memory_model.h without activations.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/cluster_spec.h"
+#include "core/model_spec.h"
+#include "core/parallel_config.h"
+#include "core/training_spec.h"
+#include "simulator/cost_options.h"
+#include "simulator/costs.h"
+
+namespace ptdp {
+
+// Per pipeline stage and per micro-batch (all its chunks): where the time of F, B and W goes.
+struct StageBreakdown {
+  double compute_s = 0;    // kernels (GEMMs and memory-bound), including recomputation
+  double tp_comm_s = 0;    // tensor-parallel collectives inside F, B and W
+  double pp_comm_s = 0;    // sends of activations and gradients (whether or not they block)
+  double recompute_s = 0;  // the part of compute_s + tp_comm_s that recomputation adds
+};
+
+struct StepEstimate {
+  StepCosts costs;                     // for SimulateStep (event_sim.h)
+  std::vector<StageBreakdown> stages;  // by pipeline stage
+  int64_t microbatches = 0;            // m = GBS / (MBS * DP)
+  double model_flops = 0;              // per step, all GPUs (flops.h)
+  double hardware_flops = 0;           // per step, all GPUs, with recomputation
+};
+
+// Requires a configuration that passes CheckParallelConfig (core/megatron_rules.h) and a cluster
+// with a GEMM efficiency table; violations are InternalErrors.
+StepEstimate EstimateStep(const ModelSpec& model, const ClusterSpec& cluster,
+                          const TrainingSpec& training, const ParallelConfig& parallel,
+                          const CostOptions& options = {});
+
+// Closed-form step time, to compare with the event simulation. With T_r the time of one
+// micro-batch through every chunk of stage r (F + B + W, blocking sends included), W_r its
+// weight-gradient part and bars the means over stages:
+//   pipeline = m max_r T_r + (p - 1)/v (T_bar - [zb-h1] 2 W_bar) + (p - 1)(send_f + send_b)_bar
+// (1F1B and GPipe: bubble (p - 1)(tf + tb); interleaved: divided by v; ZB-H1: (p - 1)(tf + tb -
+// 2 tw); Narayanan et al. 2021 and Qi et al. 2023, shared/reference/formulas.md), then the
+// largest stage's gradient reduction (only its last chunk's share when overlapped), embedding
+// reduction, optimizer and parameter gather.
+double ClosedFormStepTime(const StepCosts& costs, Schedule kind, int stages, int64_t microbatches,
+                          int chunks);
+
+}  // namespace ptdp

@@ -1,0 +1,340 @@
+#include "simulator/layer_work.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace ptdp {
+namespace {
+
+// Sizes shared by the three parts, per GPU. Names follow the header's notation.
+struct Dims {
+  double s, b, h, T, Tn, e, g_bytes;  // g_bytes: bytes of a main-gradient element
+  int64_t t;
+  bool sp;
+  double a_t, g_t, d;  // query heads, key/value groups per GPU, kv_channels
+  double f_t;          // FFN width per GPU (one branch)
+  double fc1_t;        // first MLP linear's output width per GPU (2 f_t with SwiGLU)
+  bool bias, swiglu, rope;
+};
+
+Dims MakeDims(const ModelSpec& m, const ParallelConfig& p, Precision precision,
+              const CostOptions& options) {
+  PTDP_CHECK(p.tp >= 1 && m.num_attention_heads % p.tp == 0);
+  Dims d{};
+  d.t = p.tp;
+  d.sp = p.sequence_parallel && p.tp > 1;
+  d.s = m.seq_length;
+  d.b = p.micro_batch_size;
+  d.h = m.hidden_size;
+  d.T = d.s * d.b;
+  d.Tn = d.sp ? d.T / p.tp : d.T;
+  d.e = BytesPerElement(precision);
+  d.g_bytes = GradientBytes(precision, options);
+  d.a_t = static_cast<double>(m.num_attention_heads) / p.tp;
+  // Megatron requires g % t == 0 or t % g == 0; with t > g each GPU holds one group (replicated).
+  d.g_t = std::max(1.0, static_cast<double>(m.num_query_groups) / p.tp);
+  d.d = m.kv_channels;
+  d.f_t = static_cast<double>(m.ffn_hidden_size) / p.tp;
+  d.swiglu = m.activation == Activation::kSwiglu;
+  d.fc1_t = d.swiglu ? 2 * d.f_t : d.f_t;
+  d.bias = m.add_bias_linear;
+  d.rope = m.position_embedding == PositionEmbedding::kRope;
+  return d;
+}
+
+int64_t I(double x) { return static_cast<int64_t>(x + 0.5); }
+
+Work Memory(const char* name, double bytes) { return {name, WorkKind::kMemory, {}, 0, bytes}; }
+
+// C[m x n] = A[m x k] B[k x n], `batch` times, operands and result in e-byte elements.
+Work Gemm(const char* name, double m, double n, double k, double batch, double e) {
+  const GemmShape shape{I(m), I(n), I(k), I(batch)};
+  return {name, WorkKind::kGemm, shape, shape.flops(), e * batch * (m * k + k * n + m * n)};
+}
+
+// The weight-gradient GEMM dW[m x n] = X^T dY summed over k = T tokens, plus the accumulation
+// into the main gradient: fused into the GEMM's epilogue (read and write the g-byte main
+// gradient) or as a separate kernel (read the e-byte gradient and the main gradient, write it).
+void AddWeightGrad(PassWork& pass, const char* name, double m, double n, double k, const Dims& d,
+                   const CostOptions& options) {
+  Work w = Gemm(name, m, n, k, 1, d.e);
+  if (options.gradient_accumulation_fusion) {
+    w.bytes += m * n * (2 * d.g_bytes - d.e);  // C is read and written in g bytes, not written in e
+    pass.Add(w);
+  } else {
+    pass.Add(w);
+    pass.Add(Memory("main-grad accumulate", m * n * (d.e + 2 * d.g_bytes)));
+  }
+}
+
+// Bias gradient: a reduction of the output gradient over the tokens, accumulated like weights.
+void AddBiasGrad(PassWork& pass, const char* name, double tokens, double width, const Dims& d) {
+  if (d.bias) pass.Add(Memory(name, tokens * width * d.e + width * 2 * d.g_bytes));
+}
+
+// A norm over `tokens` x h: the forward reads x and writes y; the backward reads x and dy and
+// writes dx (B), and reads x and dy again for the scale/shift gradients (W).
+void AddNormForward(PassWork& f, const char* name, const Dims& d, double tokens) {
+  f.Add(Memory(name, 2 * tokens * d.h * d.e));
+}
+void AddNormBackward(PassWork& b, PassWork& w, const char* name, const Dims& d, double tokens) {
+  b.Add(Memory(name, 3 * tokens * d.h * d.e));
+  w.Add(Memory(name, 2 * tokens * d.h * d.e));
+}
+
+// The core attention forward (Q K^T, softmax, dropout, x V) for one micro-batch.
+void AddCoreAttentionForward(PassWork& f, const Dims& d) {
+  const double heads = d.b * d.a_t, s2 = d.s * d.s * heads;
+  if (d.a_t != d.g_t) {
+    // Megatron repeats each key/value group for its heads before the batched GEMMs.
+    f.Add(Memory("gqa expand k v", 2 * d.T * d.d * (d.g_t + d.a_t) * d.e));
+  }
+  f.Add(Gemm("attention scores q k^t", d.s, d.s, d.d, heads, d.e));
+  f.Add(Memory("scale mask softmax", 2 * s2 * d.e));
+  f.Add(Memory("attention dropout", s2 * (2 * d.e + 1)));
+  f.Add(Gemm("attention probs x v", d.s, d.d, d.s, heads, d.e));
+}
+
+}  // namespace
+
+void PassWork::Append(const PassWork& other) {
+  for (int i = 0; i < other.num_work; ++i) Add(other.work[i]);
+  for (int i = 0; i < other.num_comm; ++i) Add(other.comm[i]);
+}
+
+double PassWork::flops() const {
+  double sum = 0;
+  for (int i = 0; i < num_work; ++i) sum += work[i].flops;
+  return sum;
+}
+
+double PassWork::bytes() const {
+  double sum = 0;
+  for (int i = 0; i < num_work; ++i) sum += work[i].bytes;
+  return sum;
+}
+
+LayerWork TransformerLayerWork(const ModelSpec& m, const ParallelConfig& p, Precision precision,
+                               const CostOptions& options) {
+  const Dims d = MakeDims(m, p, precision, options);
+  LayerWork lw;
+  PassWork& f = lw.forward;
+  PassWork& b = lw.backward_input;
+  PassWork& w = lw.backward_weight;
+  const double qkv_n = (d.a_t + 2 * d.g_t) * d.d;  // QKV output width per GPU
+  const double ctx = d.a_t * d.d;                  // attention context width per GPU
+  const double heads = d.b * d.a_t, s2 = d.s * d.s * heads;
+  const double act = d.T * d.h * d.e;  // one full activation [T, h], for the collectives
+  // Sequence parallelism turns each all-reduce into an all-gather before the column-parallel
+  // linear and a reduce-scatter after the row-parallel one (Korthikanti et al. 2022, Fig. 5).
+  const Collective before = d.sp ? Collective::kAllGather : Collective::kAllReduce;
+  const Collective after = d.sp ? Collective::kReduceScatter : Collective::kAllReduce;
+
+  // ---- Forward (F).
+  AddNormForward(f, "norm 1", d, d.Tn);
+  if (d.sp) f.Add(CommWork{"sp all-gather before qkv", before, act});
+  f.Add(Gemm("qkv", d.T, qkv_n, d.h, 1, d.e));
+  if (d.rope) f.Add(Memory("rotary q k", 2 * d.T * (d.a_t + d.g_t) * d.d * d.e));
+  AddCoreAttentionForward(f, d);
+  f.Add(Memory("context permute", 2 * d.T * ctx * d.e));
+  f.Add(Gemm("attention projection", d.T, d.h, ctx, 1, d.e));
+  if (d.t > 1) f.Add(CommWork{"tp reduce after projection", after, act});
+  // bias-dropout-add: read the projection output and the residual, write the sum and the mask.
+  f.Add(Memory("bias dropout add 1", d.Tn * d.h * (3 * d.e + 1)));
+  AddNormForward(f, "norm 2", d, d.Tn);
+  if (d.sp) f.Add(CommWork{"sp all-gather before fc1", before, act});
+  f.Add(Gemm("fc1", d.T, d.fc1_t, d.h, 1, d.e));
+  f.Add(Memory(d.swiglu ? "swiglu" : "bias gelu", (d.fc1_t + d.f_t) * d.T * d.e));
+  f.Add(Gemm("fc2", d.T, d.h, d.f_t, 1, d.e));
+  if (d.t > 1) f.Add(CommWork{"tp reduce after fc2", after, act});
+  f.Add(Memory("bias dropout add 2", d.Tn * d.h * (3 * d.e + 1)));
+
+  // ---- Input gradient (B), in backward order. The backward of a reduce-scatter is an
+  // all-gather and vice versa; the backward of the forward all-reduce after a row-parallel
+  // linear is the identity, the column-parallel linear's input gradient needs an all-reduce.
+  b.Add(Memory("bias dropout add 2 backward", d.Tn * d.h * (2 * d.e + 1)));
+  if (d.sp) b.Add(CommWork{"sp all-gather fc2 output grad", Collective::kAllGather, act});
+  b.Add(Gemm("fc2 dgrad", d.T, d.f_t, d.h, 1, d.e));
+  b.Add(Memory(d.swiglu ? "swiglu backward" : "bias gelu backward",
+               (d.f_t + 2 * d.fc1_t) * d.T * d.e));
+  b.Add(Gemm("fc1 dgrad", d.T, d.h, d.fc1_t, 1, d.e));
+  if (d.t > 1) {
+    b.Add(CommWork{"tp reduce fc1 input grad",
+                   d.sp ? Collective::kReduceScatter : Collective::kAllReduce, act});
+  }
+  AddNormBackward(b, w, "norm 2 backward", d, d.Tn);
+  b.Add(Memory("residual grad add", 3 * d.Tn * d.h * d.e));
+  b.Add(Memory("bias dropout add 1 backward", d.Tn * d.h * (2 * d.e + 1)));
+  if (d.sp) b.Add(CommWork{"sp all-gather projection output grad", Collective::kAllGather, act});
+  b.Add(Gemm("attention projection dgrad", d.T, ctx, d.h, 1, d.e));
+  b.Add(Memory("context permute backward", 2 * d.T * ctx * d.e));
+  b.Add(Gemm("attention probs grad", d.s, d.s, d.d, heads, d.e));
+  b.Add(Gemm("attention v grad", d.s, d.d, d.s, heads, d.e));
+  b.Add(Memory("attention dropout backward", s2 * (2 * d.e + 1)));
+  b.Add(Memory("softmax backward", 3 * s2 * d.e));
+  b.Add(Gemm("attention q grad", d.s, d.d, d.s, heads, d.e));
+  b.Add(Gemm("attention k grad", d.s, d.d, d.s, heads, d.e));
+  if (d.a_t != d.g_t) b.Add(Memory("gqa reduce k v grads", 2 * d.T * d.d * (d.g_t + d.a_t) * d.e));
+  if (d.rope) b.Add(Memory("rotary backward", 2 * d.T * (d.a_t + d.g_t) * d.d * d.e));
+  b.Add(Gemm("qkv dgrad", d.T, d.h, qkv_n, 1, d.e));
+  if (d.t > 1) {
+    b.Add(CommWork{"tp reduce qkv input grad",
+                   d.sp ? Collective::kReduceScatter : Collective::kAllReduce, act});
+  }
+  AddNormBackward(b, w, "norm 1 backward", d, d.Tn);
+  b.Add(Memory("residual grad add", 3 * d.Tn * d.h * d.e));
+
+  // ---- Weight gradient (W). With sequence parallelism Megatron all-gathers the norm outputs
+  // again for the QKV and fc1 weight gradients, asynchronously during the input-gradient GEMM;
+  // that traffic is taken as hidden and not timed.
+  AddWeightGrad(w, "fc2 wgrad", d.h, d.f_t, d.T, d, options);
+  AddBiasGrad(w, "fc2 bias grad", d.Tn, d.h, d);
+  AddWeightGrad(w, "fc1 wgrad", d.fc1_t, d.h, d.T, d, options);
+  AddBiasGrad(w, "fc1 bias grad", d.T, d.fc1_t, d);
+  AddWeightGrad(w, "attention projection wgrad", d.h, ctx, d.T, d, options);
+  AddBiasGrad(w, "projection bias grad", d.Tn, d.h, d);
+  AddWeightGrad(w, "qkv wgrad", qkv_n, d.h, d.T, d, options);
+  AddBiasGrad(w, "qkv bias grad", d.T, qkv_n, d);
+
+  // ---- Recomputation (Korthikanti et al. 2022, section 5).
+  if (p.recompute == Recompute::kFull) {
+    lw.recompute = f;
+  } else if (p.recompute == Recompute::kSelective) {
+    AddCoreAttentionForward(lw.recompute, d);
+  }
+
+  lw.parameters = LayerParameters(m, p.tp);
+  return lw;
+}
+
+LayerWork EmbeddingWork(const ModelSpec& m, const ParallelConfig& p, Precision precision,
+                        const CostOptions& options) {
+  const Dims d = MakeDims(m, p, precision, options);
+  LayerWork lw;
+  const double vocab_t = static_cast<double>(PaddedVocabSize(m, p.tp)) / p.tp;
+  const double act = d.T * d.h * d.e;
+  // Vocabulary-parallel lookup (megatron/core/tensor_parallel/layers.py VocabParallelEmbedding):
+  // gather the rows of this GPU's vocabulary shard, zero the others, reduce across the group.
+  lw.forward.Add(Memory("word embedding lookup", 2 * d.T * d.h * d.e));
+  if (d.t > 1) {
+    lw.forward.Add(Memory("vocab mask", 2 * d.T * d.h * d.e));
+    lw.forward.Add(CommWork{"tp reduce embedding",
+                            d.sp ? Collective::kReduceScatter : Collective::kAllReduce, act});
+  }
+  if (m.position_embedding == PositionEmbedding::kLearned) {
+    lw.forward.Add(Memory("position embedding add", 3 * d.Tn * d.h * d.e));
+  }
+  lw.forward.Add(Memory("embedding dropout", d.Tn * d.h * (2 * d.e + 1)));
+
+  lw.backward_input.Add(Memory("embedding dropout backward", d.Tn * d.h * (2 * d.e + 1)));
+  if (d.sp) {
+    lw.backward_input.Add(CommWork{"sp all-gather embedding grad", Collective::kAllGather, act});
+  }
+  // Dense embedding backward: a zeroed [V/t, h] gradient, the token rows scattered into it, then
+  // accumulated into the main gradient.
+  lw.backward_weight.Add(
+      Memory("word embedding grad", vocab_t * d.h * (2 * d.e + 2 * d.g_bytes) + d.T * d.h * d.e));
+  if (m.position_embedding == PositionEmbedding::kLearned) {
+    lw.backward_weight.Add(
+        Memory("position embedding grad", d.s * d.h * 2 * d.g_bytes + d.T * d.h * d.e));
+  }
+  lw.parameters = EmbeddingParameters(m, p.tp);
+  return lw;
+}
+
+LayerWork OutputWork(const ModelSpec& m, const ParallelConfig& p, Precision precision,
+                     const CostOptions& options) {
+  const Dims d = MakeDims(m, p, precision, options);
+  LayerWork lw;
+  PassWork& f = lw.forward;
+  PassWork& b = lw.backward_input;
+  PassWork& w = lw.backward_weight;
+  const double vocab_t = static_cast<double>(PaddedVocabSize(m, p.tp)) / p.tp;
+  const double logits = d.T * vocab_t;  // elements per GPU
+  const double act = d.T * d.h * d.e;
+
+  AddNormForward(f, "final norm", d, d.Tn);
+  if (d.sp) f.Add(CommWork{"sp all-gather before lm head", Collective::kAllGather, act});
+  f.Add(Gemm("lm head", d.T, vocab_t, d.h, 1, d.e));
+  // Vocabulary-parallel cross entropy (megatron/core/tensor_parallel/cross_entropy.py) on
+  // logits.float(): convert (read e, write 4), max (read 4), subtract in place (read and write
+  // 4), exp in place (8), sum (4), divide in place (8): (e + 32) bytes per logit. Three
+  // all-reduces of T floats: the max, the target logit, the sum of exponentials.
+  f.Add(Memory("cross entropy", logits * (d.e + 32)));
+  if (d.t > 1) {
+    for (const char* name : {"ce all-reduce max", "ce all-reduce target", "ce all-reduce sum"}) {
+      f.Add(CommWork{name, Collective::kAllReduce, d.T * 4});
+    }
+  }
+  // Backward: softmax minus one-hot times the loss gradient (read and write 4), back to e bytes.
+  b.Add(Memory("cross entropy backward", logits * (8 + 4 + d.e)));
+  b.Add(Gemm("lm head dgrad", d.T, d.h, vocab_t, 1, d.e));
+  if (d.t > 1) {
+    b.Add(CommWork{"tp reduce lm head input grad",
+                   d.sp ? Collective::kReduceScatter : Collective::kAllReduce, act});
+  }
+  AddNormBackward(b, w, "final norm backward", d, d.Tn);
+  AddWeightGrad(w, "lm head wgrad", vocab_t, d.h, d.T, d, options);
+
+  lw.parameters = OutputParameters(m, p);
+  return lw;
+}
+
+double LayerParameters(const ModelSpec& m, int tp) {
+  const double h = m.hidden_size, d = m.kv_channels;
+  const double a_t = static_cast<double>(m.num_attention_heads) / tp;
+  const double g_t = std::max(1.0, static_cast<double>(m.num_query_groups) / tp);
+  const double f_t = static_cast<double>(m.ffn_hidden_size) / tp;
+  const double fc1_t = m.activation == Activation::kSwiglu ? 2 * f_t : f_t;
+  const double qkv_n = (a_t + 2 * g_t) * d, ctx = a_t * d;
+  const double norm = m.normalization == Normalization::kLayerNorm ? 2 * h : h;
+  return h * qkv_n + ctx * h + h * fc1_t + f_t * h + 2 * norm +
+         (m.add_bias_linear ? qkv_n + h + fc1_t + h : 0);
+}
+
+double EmbeddingParameters(const ModelSpec& m, int tp) {
+  const double vocab_t = static_cast<double>(PaddedVocabSize(m, tp)) / tp;
+  const double positions = m.position_embedding == PositionEmbedding::kLearned
+                               ? static_cast<double>(m.max_position_embeddings)
+                               : 0;
+  return (vocab_t + positions) * m.hidden_size;
+}
+
+double OutputParameters(const ModelSpec& m, const ParallelConfig& p) {
+  const double h = m.hidden_size;
+  const double vocab_t = static_cast<double>(PaddedVocabSize(m, p.tp)) / p.tp;
+  const double norm = m.normalization == Normalization::kLayerNorm ? 2 * h : h;
+  return norm + (!m.tied_embeddings || p.pp > 1 ? vocab_t * h : 0);
+}
+
+double PassComputeTime(const ClusterSpec& cluster, Precision precision, const PassWork& pass) {
+  return PassComputeTime(GemmTable(cluster.gpu), cluster, precision, pass);
+}
+
+double PassComputeTime(const GemmTable& table, const ClusterSpec& cluster, Precision precision,
+                       const PassWork& pass) {
+  double t = 0;
+  for (int i = 0; i < pass.num_work; ++i) {
+    const Work& w = pass.work[i];
+    t += w.kind == WorkKind::kGemm ? GemmTime(table, cluster.gpu, precision, w.gemm, w.bytes)
+                                   : MemoryTime(cluster.gpu, w.bytes);
+  }
+  return t;
+}
+
+double PassCommTime(const ClusterSpec& cluster, const PassWork& pass,
+                    const GroupPlacement& tp_group) {
+  double t = 0;
+  for (int i = 0; i < pass.num_comm; ++i) {
+    t += CollectiveTime(cluster, pass.comm[i].collective, pass.comm[i].bytes, tp_group);
+  }
+  return t;
+}
+
+double PassTime(const ClusterSpec& cluster, Precision precision, const PassWork& pass,
+                const GroupPlacement& tp_group) {
+  return PassComputeTime(cluster, precision, pass) + PassCommTime(cluster, pass, tp_group);
+}
+
+}  // namespace ptdp

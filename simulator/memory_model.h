@@ -1,0 +1,109 @@
+// Device memory of one GPU per pipeline stage: weights, gradients, optimizer state, activations
+// of the micro-batches the schedule keeps in flight, and an allowance for what the allocator and
+// the libraries take.
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/cluster_spec.h"
+#include "core/model_spec.h"
+#include "core/parallel_config.h"
+#include "core/schedule.h"
+#include "core/training_spec.h"
+#include "simulator/cost_options.h"
+
+namespace ptdp {
+
+// Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models"),
+// Table 2: activation bytes of one transformer layer for one micro-batch in 16-bit training,
+// exactly as published (4h GeLU MLP, a heads, no grouped-query attention):
+//   no recompute:  sbh (10 + 24/t + 5as/(ht))   (t = 1: sbh (34 + 5as/h))
+//   + sequence parallel:  sbh/t (34 + 5as/h)
+//   selective recompute:  sbh (10 + 24/t);  with sequence parallel 34 sbh/t
+//   full recompute:  2 sbh (the layer's input)
+double KorthikantiTable2Bytes(double s, double b, double h, double a, double t,
+                              bool sequence_parallel, Recompute recompute);
+
+// The same quantity for any model this project describes, from its parts (per GPU):
+//   e sbh x {2 norm inputs, QKV input, fc1 input} + sbh x {2 dropout masks}
+//     (divided by t with sequence parallelism, replicated without)
+//   + e sb d (a_t + 2 g_t) (Q, K, V) + e sb d a_t (the projection's input)
+//   + e sb (fc1_t + f_t) (activation input and output; fc1_t = 2 f_t with SwiGLU)
+//   + (2e + 1) a_t s^2 b (softmax output, dropout mask and output; dropped by selective recompute)
+//   + e sb d 2 (a_t - g_t) (Megatron's unfused attention stores K and V repeated per head)
+// with a_t = a/t heads, g_t = max(g/t, 1) key/value groups, f_t = f/t, e bytes per element.
+// Full recompute keeps only the layer's input, e sbh (divided by t with sequence parallelism).
+// For 16-bit GPT it equals KorthikantiTable2Bytes.
+double LayerActivationBytes(const ModelSpec& model, const ParallelConfig& parallel,
+                            Precision precision);
+
+// What the weight-gradient pass (W) still needs once the input gradient (B) is done: the inputs
+// of the four linears of a layer (Qi et al. 2023's split of the backward).
+double LayerWeightGradActivationBytes(const ModelSpec& model, const ParallelConfig& parallel,
+                                      Precision precision);
+
+// Stage 0, per micro-batch: the embedding dropout's mask (Korthikanti et al. 2022, section 4.3),
+// sbh bytes (divided by t with sequence parallelism).
+double EmbeddingActivationBytes(const ModelSpec& model, const ParallelConfig& parallel);
+// Last stage, per micro-batch: the final norm's and the LM head's inputs (e sbh each, divided by
+// t with sequence parallelism) and the fp32 softmax the vocabulary-parallel cross entropy keeps
+// for its backward (4 s b V/t).
+double OutputActivationBytes(const ModelSpec& model, const ParallelConfig& parallel,
+                             Precision precision);
+
+// Bytes per parameter held by this GPU for weights, gradients and optimizer state
+// (Megatron-LM's theoretical_memory_usage.py; Rajbhandari et al. 2020 for the sharding):
+//   mixed precision Adam: 2 (16-bit weight) + 4 (fp32 main gradient) + 12 (fp32 master weight,
+//   Adam m and v) = 18; distributed optimizer: 6 + 12/dp.
+//   fp16 without --accumulate-allreduce-grads-in-fp32 keeps 2-byte main gradients: 16 and 4 +
+//   12/dp. fp32 training: 4 (weight) + 4 (gradient) + 8 (m, v; no master copy) = 16; 8 + 8/dp. SGD
+//   with momentum holds one state (4 bytes) instead of Adam's two.
+struct BytesPerParameter {
+  double weights = 0;
+  double gradients = 0;
+  double optimizer = 0;
+  double total() const { return weights + gradients + optimizer; }
+};
+BytesPerParameter BytesPerParam(const TrainingSpec& training, const ParallelConfig& parallel,
+                                const CostOptions& options);
+
+struct StageMemory {
+  double parameters = 0;  // on this GPU
+  double weights_bytes = 0;
+  double gradients_bytes = 0;
+  double optimizer_bytes = 0;
+  double activations_bytes = 0;  // peak: the in-flight micro-batches plus the transient
+  int in_flight = 0;             // micro-batch chunks held at once (from the schedule)
+  double reserved_bytes = 0;     // profile: context, workspaces, communication buffers
+  double fragmentation_bytes = 0;
+  double peak_bytes = 0;  // everything above
+
+  bool operator==(const StageMemory&) const = default;
+};
+
+struct MemoryEstimate {
+  std::vector<StageMemory> stages;  // by pipeline stage
+  int largest_stage = 0;            // index of the largest peak_bytes
+  double peak_bytes() const { return stages.empty() ? 0 : stages[largest_stage].peak_bytes; }
+};
+
+// Micro-batch chunks each stage holds at most under `schedule` (core/schedule.h MaxInFlight),
+// computed once per (schedule, p, m, v) and passed to EstimateMemory.
+std::vector<int> InFlightPerStage(const PipelineSchedule& schedule);
+
+// Peak memory per stage. Stage r holds in_flight[r] micro-batch chunks of L/(p v) layers each,
+// plus on stage 0 the embedding's dropout mask per micro-batch and on the last stage one
+// micro-batch's output-layer buffers (final-norm and LM-head inputs, fp32 logits kept by the
+// cross entropy); recomputation adds, transiently, one layer's recomputed activations. The sum
+// is divided by (1 - fragmentation) and the profile's reserved bytes added.
+MemoryEstimate EstimateMemory(const ModelSpec& model, const ClusterSpec& cluster,
+                              const TrainingSpec& training, const ParallelConfig& parallel,
+                              std::span<const int> in_flight, const CostOptions& options = {});
+
+// "" when every stage fits in the GPU's memory, else why not, with the numbers of the largest
+// stage (for the planner's rejection reasons).
+std::string MemoryProblem(const MemoryEstimate& estimate, const ClusterSpec& cluster);
+
+}  // namespace ptdp
