@@ -259,9 +259,9 @@ LayerWork OutputWork(const ModelSpec& m, const ParallelConfig& p, Precision prec
   f.Add(Gemm("lm head", d.T, vocab_t, d.h, 1, d.e));
   // Vocabulary-parallel cross entropy (megatron/core/tensor_parallel/cross_entropy.py) on
   // logits.float(): convert (read e, write 4), max (read 4), subtract in place (read and write
-  // 4), exp in place (8), sum (4), divide in place (8): (e + 32) bytes per logit. Three
+  // 4), exp in place (8), sum (4), divide in place (8): (e + 36) bytes per logit. Three
   // all-reduces of T floats: the max, the target logit, the sum of exponentials.
-  f.Add(Memory("cross entropy", logits * (d.e + 32)));
+  f.Add(Memory("cross entropy", logits * (d.e + 36)));
   if (d.t > 1) {
     for (const char* name : {"ce all-reduce max", "ce all-reduce target", "ce all-reduce sum"}) {
       f.Add(CommWork{name, Collective::kAllReduce, d.T * 4});
