@@ -44,6 +44,8 @@ void AddExecuteOptions(po::options_description& o) {
       "trace", po::value<std::string>()->value_name("FILE"), "write a measured Chrome trace")(
       "results", po::value<std::string>()->value_name("FILE"),
       "results JSON to write (default execute-results.json)")(
+      "eval-interval", po::value<std::string>()->value_name("K"),
+      "validation loss (held-out 10% of the data) every K steps; always after the last")(
       "dtype", po::value<std::string>()->value_name("T"),
       "fp32 (default) | fp64 (numerical checks)")(
       "launch", po::bool_switch(),
@@ -180,6 +182,7 @@ int RunExecute(const Flags& flags, std::ostream& out, std::ostream& err) {
       flags.Fail("save-interval", "needs --save DIR");
     }
     options.load_dir = flags.OptionalString("load").value_or("");
+    options.eval_interval = flags.OptionalPositiveInt("eval-interval").value_or(0);
     options.keep_trace = flags.Has("trace");
     const std::string dtype = flags.OptionalString("dtype").value_or("fp32");
     if (dtype != "fp32" && dtype != "fp64") {

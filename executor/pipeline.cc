@@ -134,4 +134,40 @@ PipelineStepStats PipelineRunner::RunStep(const std::function<MicroBatch(int)>& 
   return stats;
 }
 
+double PipelineRunner::Evaluate(const std::function<MicroBatch(int)>& batch) {
+  const int r = pp_.rank(), p = schedule_.stages;
+  const int last = schedule_.virtual_stages() - 1;
+  double loss_sum = 0;
+  int losses = 0;
+  for (int mb = 0; mb < schedule_.microbatches; ++mb) {
+    const MicroBatch micro = batch(mb);
+    for (int c = 0; c < schedule_.chunks; ++c) {
+      const int vs = schedule_.VirtualStage(r, c);
+      Tensor input;
+      if (vs > 0) {
+        input = Tensor(backend_, model_.dtype(), {model_.local_rows(), model_.hidden()},
+                       MemCategory::kActivations);
+        pp_.Recv(input.span(), (r + p - 1) % p, Tag(false, vs, mb));
+      }
+      ChunkActs acts;
+      double loss = 0;
+      Tensor out = model_.Forward(c, std::move(input), micro, &acts, &loss);
+      if (vs == last) {
+        loss_sum += loss / static_cast<double>(model_.rows());
+        ++losses;
+      } else {
+        Pending pending;
+        pending.request = pp_.Isend(out.span(), (r + 1) % p, Tag(false, vs + 1, mb));
+        pending.buffer = std::move(out);
+        pending.name = fmt::format("send eval F{}", mb);
+        pending.posted_s = recorder_.Now();
+        pending_.push_back(std::move(pending));
+      }
+      PollSends(false);
+    }
+  }
+  PollSends(true);
+  return losses > 0 ? loss_sum / losses : 0;
+}
+
 }  // namespace ptdp

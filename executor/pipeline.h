@@ -43,6 +43,11 @@ class PipelineRunner {
   // token's weight in the step's objective (1 / (tokens per micro-batch * m * dp)).
   PipelineStepStats RunStep(const std::function<MicroBatch(int)>& batch, double loss_scale);
 
+  // Forward only (evaluation): every micro-batch through every chunk, in (micro-batch, chunk)
+  // order on every stage, which has no cyclic wait; nothing is kept. Returns the mean
+  // per-token loss over the micro-batches on the last stage, 0 elsewhere.
+  double Evaluate(const std::function<MicroBatch(int)>& batch);
+
  private:
   int Tag(bool backward, int receiving_virtual_stage, int microbatch) const;
   void PollSends(bool wait_all);

@@ -213,6 +213,43 @@ ExecuteResult Execute(const Plan& plan, const ExecuteOptions& options, ProcessGr
   }
   result.first_step = done + 1;
 
+  // Micro-batch i from `fill(j, tokens)`, which writes the S + 1 tokens of its sequence j;
+  // inputs/targets (S * B) in (sequence, batch) order.
+  auto make_batch = [&](int i, const std::function<void(int64_t, int32_t*)>& fill) {
+    (void)i;
+    std::vector<int32_t> inputs(static_cast<size_t>(seq * mbs)), targets(inputs.size());
+    std::vector<int32_t> tokens(static_cast<size_t>(seq + 1));
+    for (int64_t j = 0; j < mbs; ++j) {
+      fill(j, tokens.data());
+      for (int64_t s = 0; s < seq; ++s) {
+        inputs[static_cast<size_t>(s * mbs + j)] = tokens[static_cast<size_t>(s)];
+        targets[static_cast<size_t>(s * mbs + j)] = tokens[static_cast<size_t>(s + 1)];
+      }
+    }
+    MicroBatch mb;
+    mb.inputs = std::make_shared<Tensor>(backend, DType::kI32, std::vector<int64_t>{seq * mbs},
+                                         MemCategory::kActivations);
+    mb.targets = std::make_shared<Tensor>(backend, DType::kI32, std::vector<int64_t>{seq * mbs},
+                                          MemCategory::kActivations);
+    backend.Upload(mb.inputs->span(), inputs.data());
+    backend.Upload(mb.targets->span(), targets.data());
+    return mb;
+  };
+  // Validation: the first GBS windows of the held-out split (wrapping around when it is
+  // shorter), the same every time, in the training batch's shape.
+  const int64_t val_count = data.validation_sequences(static_cast<int>(seq));
+  auto validate = [&]() {
+    const int64_t vbase = coords.dp * (gbs / par.dp);
+    const double mine = runner.Evaluate([&](int i) {
+      return make_batch(i, [&](int64_t j, int32_t* tokens) {
+        data.ValidationSequence(static_cast<uint64_t>((vbase + i * mbs + j) % val_count),
+                                static_cast<int>(seq), tokens);
+      });
+    });
+    const double contribution = coords.pp == par.pp - 1 && coords.tp == 0 ? mine : 0.0;
+    return groups.world->AllReduceHost(contribution, ReduceOp::kSum) / par.dp;
+  };
+
   const bool last_stage = coords.pp == par.pp - 1;
   const double loss_scale = 1.0 / static_cast<double>(gbs * seq);
   std::vector<PipelineStepStats> step_stats;
@@ -224,25 +261,10 @@ ExecuteResult Execute(const Plan& plan, const ExecuteOptions& options, ProcessGr
     // This rank's sequences: the step's block for its data-parallel index.
     const int64_t base = (step - 1) * gbs + coords.dp * (gbs / par.dp);
     auto batch = [&](int i) {
-      // inputs/targets (S * B) in (sequence, batch) order.
-      std::vector<int32_t> inputs(static_cast<size_t>(seq * mbs)), targets(inputs.size());
-      std::vector<int32_t> tokens(static_cast<size_t>(seq + 1));
-      for (int64_t j = 0; j < mbs; ++j) {
+      return make_batch(i, [&](int64_t j, int32_t* tokens) {
         data.TrainSequence(static_cast<uint64_t>(base + i * mbs + j), static_cast<int>(seq),
-                           tokens.data());
-        for (int64_t s = 0; s < seq; ++s) {
-          inputs[static_cast<size_t>(s * mbs + j)] = tokens[static_cast<size_t>(s)];
-          targets[static_cast<size_t>(s * mbs + j)] = tokens[static_cast<size_t>(s + 1)];
-        }
-      }
-      MicroBatch mb;
-      mb.inputs = std::make_shared<Tensor>(backend, DType::kI32, std::vector<int64_t>{seq * mbs},
-                                           MemCategory::kActivations);
-      mb.targets = std::make_shared<Tensor>(backend, DType::kI32, std::vector<int64_t>{seq * mbs},
-                                            MemCategory::kActivations);
-      backend.Upload(mb.inputs->span(), inputs.data());
-      backend.Upload(mb.targets->span(), targets.data());
-      return mb;
+                           tokens);
+      });
     };
     const PipelineStepStats stats = runner.RunStep(batch, loss_scale);
     step_stats.push_back(stats);
@@ -258,6 +280,14 @@ ExecuteResult Execute(const Plan& plan, const ExecuteOptions& options, ProcessGr
     log.loss = loss;
     log.grad_norm = info.grad_norm;
     log.time_s = t1 - t0;
+    const bool eval_now =
+        val_count > 0 &&
+        (step == options.steps || (options.eval_interval > 0 && step % options.eval_interval == 0));
+    if (eval_now) {
+      const double te = recorder.Now();
+      log.validation_loss = validate();
+      recorder.Add("validation", "other", te, recorder.Now());
+    }
     result.steps.push_back(log);
     if (progress != nullptr && world_rank == 0) {
       double mean = 0;
@@ -265,10 +295,11 @@ ExecuteResult Execute(const Plan& plan, const ExecuteOptions& options, ProcessGr
       mean /= static_cast<double>(result.steps.size());
       *progress << fmt::format(
           "step {:>{}}/{} | loss {:.4f} | grad norm {:.3f} | {:.3f} s | {:.0f} tokens/s | ETA "
-          "{}\n",
+          "{}{}\n",
           step, width, options.steps, loss, info.grad_norm, log.time_s,
           static_cast<double>(result.tokens_per_step) / log.time_s,
-          Eta(mean * static_cast<double>(options.steps - step)));
+          Eta(mean * static_cast<double>(options.steps - step)),
+          eval_now ? fmt::format(" | validation loss {:.4f}", log.validation_loss) : "");
       progress->flush();
     }
     const bool save_now =
@@ -355,7 +386,7 @@ std::string ResultsJson(const Plan& plan, const ExecuteOptions& options, const E
       JsonString(Name(options.dtype)), JsonString(r.data_description),
       plan.training.global_batch_size, r.tokens_per_step);
   out += fmt::format("  \"first_step\": {},\n  \"steps_run\": {},\n", r.first_step, r.steps.size());
-  std::string losses, times, norms, bubbles;
+  std::string losses, times, norms, bubbles, validation;
   double time_sum = 0;
   for (size_t i = 0; i < r.steps.size(); ++i) {
     const char* sep = i == 0 ? "" : ", ";
@@ -363,14 +394,18 @@ std::string ResultsJson(const Plan& plan, const ExecuteOptions& options, const E
     times += sep + num(r.steps[i].time_s);
     norms += sep + num(r.steps[i].grad_norm);
     bubbles += sep + num(r.steps[i].bubble_fraction);
+    if (r.steps[i].validation_loss >= 0) {
+      validation += fmt::format("{}[{}, {}]", validation.empty() ? "" : ", ", r.steps[i].step,
+                                num(r.steps[i].validation_loss));
+    }
     if (i > 0 || r.steps.size() == 1) time_sum += r.steps[i].time_s;
   }
   const double mean_step =
       r.steps.size() > 1 ? time_sum / static_cast<double>(r.steps.size() - 1) : time_sum;
   out += fmt::format(
       "  \"losses\": [{}],\n  \"grad_norms\": [{}],\n  \"step_times_s\": [{}],\n  "
-      "\"step_bubble_fractions\": [{}],\n",
-      losses, norms, times, bubbles);
+      "\"step_bubble_fractions\": [{}],\n  \"validation_losses\": [{}],\n",
+      losses, norms, times, bubbles, validation);
   out +=
       fmt::format("  \"final_loss\": {},\n", r.steps.empty() ? "null" : num(r.steps.back().loss));
   out += fmt::format(

@@ -36,6 +36,9 @@ struct ExecuteOptions {
   std::string load_dir;       // "" = start from the initialisation
   bool keep_trace = false;    // keep every operation's interval for a Chrome trace
   bool gather_parameters = false;  // assemble the final full model on world rank 0
+  // Validation loss (forward only, on one global batch of held-out sequences: the same ones
+  // every time) every K steps and after the last; 0 = after the last only.
+  int64_t eval_interval = 0;
   DType dtype = DType::kF32;
   // Test hook, called on every rank before each step (1-based): fault injection.
   std::function<void(int64_t step)> on_step_begin;
@@ -50,9 +53,10 @@ struct StepLog {
   int64_t step = 0;  // 1-based
   double loss = 0;   // mean per-token loss over the global batch
   double grad_norm = 0;
-  double time_s = 0;           // wall time of the step on world rank 0
-  double pipeline_s = 0;       // first op start to last op end over all ranks (rank 0 only)
-  double bubble_fraction = 0;  // mean over ranks of 1 - busy / pipeline_s (rank 0 only)
+  double validation_loss = -1;  // when evaluated after this step, else -1
+  double time_s = 0;            // wall time of the step on world rank 0 (training only)
+  double pipeline_s = 0;        // first op start to last op end over all ranks (rank 0 only)
+  double bubble_fraction = 0;   // mean over ranks of 1 - busy / pipeline_s (rank 0 only)
 };
 
 struct RankReport {

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Command-line tests of `ptdp execute` under mpirun (registered in CMakeLists.txt, one ctest per
+# case). Usage: cli_tests.sh CASE PTDP EXECUTOR_TOOL MPIEXEC WORKDIR
+#   resume   20 steps straight; 20 steps killed (a rank exits) after the step-10 checkpoint;
+#            resumed from it to 20: identical losses
+#   fault    one rank raises before step 3 (and, second run, one rank exits): the job ends
+#            non-zero within 60 s with the failing rank's message
+#   refuse   wrong rank count and an unsupported model are refused with one clear message
+#   launch   `ptdp execute --launch` starts mpirun itself and trains
+#   trace    (1, 4, 1) 1F1B with --trace: valid Chrome trace JSON whose per-rank operations
+#            follow the schedule's warm-up / steady / cool-down lists
+set -uo pipefail
+case_name=$1 ptdp=$2 tool=$3 mpiexec=$4 work=$5
+rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
+run() { "$mpiexec" --bind-to none -np "$@"; }
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+case $case_name in
+resume)
+  "$tool" plan plan.yaml tp=1 pp=2 dp=2 distopt=true || fail "plan"
+  run 4 "$ptdp" execute --plan plan.yaml --steps 20 --results straight.json >straight.log 2>&1 \
+    || { cat straight.log; fail "straight run"; }
+  # Rank 2 dies at the start of step 13: the job aborts, the step-10 checkpoint stays.
+  PTDP_TEST_FAULT=2:13:exit run 4 "$ptdp" execute --plan plan.yaml --steps 20 --save ckpt \
+    --save-interval 5 --results killed.json >killed.log 2>&1 && fail "the killed run succeeded"
+  [ "$(cat ckpt/latest)" = "step-00000010" ] || fail "latest is $(cat ckpt/latest), not step 10"
+  run 4 "$ptdp" execute --plan plan.yaml --steps 20 --load ckpt --results resumed.json \
+    >resumed.log 2>&1 || { cat resumed.log; fail "resumed run"; }
+  grep -q '"first_step": 11' resumed.json || fail "the resumed run did not start at step 11"
+  "$tool" same-losses straight.json resumed.json || fail "losses differ after the resume"
+  cat resumed.log
+  ;;
+fault)
+  "$tool" plan plan.yaml tp=2 || fail "plan"
+  for mode in throw exit; do
+    start=$(date +%s)
+    PTDP_TEST_FAULT=1:3:$mode timeout 90 "$mpiexec" --bind-to none -np 2 "$ptdp" execute \
+      --plan plan.yaml --steps 50 --results r.json >out.log 2>err.log
+    rc=$? elapsed=$(($(date +%s) - start))
+    cat out.log err.log
+    [ $rc -ne 0 ] || fail "$mode: the job exited 0"
+    [ $rc -ne 124 ] || fail "$mode: the job hung (killed by timeout)"
+    [ $elapsed -le 60 ] || fail "$mode: the job took $elapsed s to end"
+    if [ $mode = throw ]; then
+      grep -q "ptdp: error: rank 1 of 2 (host .*): injected fault before step 3 on rank 1" \
+        err.log || fail "throw: the failing rank's message is missing"
+    fi
+    grep -q "^step 3/" out.log && fail "$mode: step 3 completed"
+    echo "$mode: exit code $rc after $elapsed s"
+  done
+  ;;
+refuse)
+  "$tool" plan plan.yaml tp=2 || fail "plan"
+  run 3 "$ptdp" execute --plan plan.yaml --steps 2 >out.log 2>err.log && fail "3 ranks accepted"
+  cat err.log
+  [ "$(grep -c 'this plan needs 2 ranks (tp 2 x pp 1 x dp 1), but 3 started' err.log)" = 1 ] \
+    || fail "the rank-count message is missing or repeated"
+  "$tool" plan swiglu.yaml tp=2 activation=swiglu || fail "plan"
+  run 2 "$ptdp" execute --plan swiglu.yaml --steps 2 >out.log 2>err.log && fail "swiglu accepted"
+  cat err.log
+  [ "$(grep -c 'model.activation: swiglu is not implemented by the CPU executor' err.log)" = 1 ] \
+    || fail "the swiglu message is missing or repeated"
+  grep -q "^step" out.log && fail "a rank trained"
+  ;;
+launch)
+  "$tool" plan plan.yaml tp=2 pp=2 || fail "plan"
+  "$ptdp" execute --plan plan.yaml --launch --steps 3 --results r.json >out.log 2>&1 \
+    || { cat out.log; fail "--launch"; }
+  cat out.log
+  grep -q "^launching: .* -np 4 " out.log || fail "no launch line"
+  grep -q '"steps_run": 3' r.json || fail "no results"
+  ;;
+trace)
+  "$tool" plan plan.yaml pp=4 || fail "plan"
+  run 4 "$ptdp" execute --plan plan.yaml --steps 3 --trace trace.json --results r.json \
+    >out.log 2>&1 || { cat out.log; fail "traced run"; }
+  cat out.log
+  "$tool" check-trace trace.json plan.yaml || fail "trace"
+  grep '"bubble_fraction"' r.json
+  ;;
+*)
+  fail "unknown case $case_name"
+  ;;
+esac
+echo "PASS: $case_name"

@@ -1,0 +1,303 @@
+// Helper for the command-line tests of `ptdp execute` (cli_tests.sh), so that they need no
+// Python or jq:
+//   executor_tool plan OUT [key=value ...]       write a tiny plan file (tiny_plan.h) with
+//                                                 overrides: tp pp dp mbs v schedule sp
+//                                                 recompute distopt layers hidden heads seq gbs
+//                                                 lr vocab activation name
+//   executor_tool same-losses A.json B.json      B's per-step losses equal A's at the same
+//                                                 steps, exactly (results JSON of ptdp execute)
+//   executor_tool check-trace TRACE.json PLAN    the measured trace is valid JSON and every
+//                                                 rank's F/B/W operations of every step follow
+//                                                 the plan's schedule list, one after another
+// Exit code 0 when the check holds; 1 with the reason on stderr otherwise.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/schedule.h"
+#include "core/spec_yaml.h"
+#include "tests/executor/tiny_plan.h"
+
+namespace ptdp {
+namespace {
+
+using testing_executor::TinyLayout;
+using testing_executor::TinyModel;
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// --- a small JSON reader: values as a tree, enough for results and trace files ---
+struct Json {
+  enum Kind { kNull, kBool, kNumber, kString, kArray, kObject } kind = kNull;
+  double number = 0;
+  std::string text;
+  std::vector<Json> items;
+  std::map<std::string, Json> fields;
+  const Json& at(const std::string& key) const {
+    const auto it = fields.find(key);
+    if (it == fields.end()) throw std::runtime_error("missing key \"" + key + "\"");
+    return it->second;
+  }
+};
+
+class JsonParser {
+ public:
+  explicit JsonParser(const std::string& s) : s_(s) {}
+  Json Document() {
+    Json v = Value();
+    Space();
+    if (pos_ != s_.size()) Fail("text after the document");
+    return v;
+  }
+
+ private:
+  [[noreturn]] void Fail(const std::string& what) {
+    throw std::runtime_error(fmt::format("invalid JSON at byte {}: {}", pos_, what));
+  }
+  void Space() {
+    while (pos_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[pos_]))) ++pos_;
+  }
+  bool Eat(char c) {
+    Space();
+    if (pos_ < s_.size() && s_[pos_] == c) return ++pos_, true;
+    return false;
+  }
+  void Expect(char c) {
+    if (!Eat(c)) Fail(std::string("expected '") + c + "'");
+  }
+  std::string String() {
+    Expect('"');
+    std::string out;
+    while (pos_ < s_.size() && s_[pos_] != '"') {
+      char c = s_[pos_++];
+      if (static_cast<unsigned char>(c) < 0x20) Fail("control character in a string");
+      if (c == '\\') {
+        if (pos_ >= s_.size()) Fail("unfinished escape");
+        c = s_[pos_++];
+        if (c == 'u') {
+          if (pos_ + 4 > s_.size()) Fail("short \\u escape");
+          pos_ += 4;
+          c = '?';
+        } else if (std::string("\"\\/bfnrt").find(c) == std::string::npos) {
+          Fail("bad escape");
+        }
+      }
+      out += c;
+    }
+    Expect('"');
+    return out;
+  }
+  Json Value() {
+    Space();
+    Json v;
+    if (pos_ >= s_.size()) Fail("unexpected end");
+    const char c = s_[pos_];
+    if (c == '{') {
+      v.kind = Json::kObject;
+      ++pos_;
+      if (Eat('}')) return v;
+      do {
+        Space();
+        std::string key = String();
+        Expect(':');
+        v.fields[key] = Value();
+      } while (Eat(','));
+      Expect('}');
+    } else if (c == '[') {
+      v.kind = Json::kArray;
+      ++pos_;
+      if (Eat(']')) return v;
+      do v.items.push_back(Value());
+      while (Eat(','));
+      Expect(']');
+    } else if (c == '"') {
+      v.kind = Json::kString;
+      v.text = String();
+    } else if (s_.compare(pos_, 4, "true") == 0 || s_.compare(pos_, 5, "false") == 0) {
+      v.kind = Json::kBool;
+      v.number = s_[pos_] == 't';
+      pos_ += s_[pos_] == 't' ? 4 : 5;
+    } else if (s_.compare(pos_, 4, "null") == 0) {
+      pos_ += 4;
+    } else {
+      const char* begin = s_.c_str() + pos_;
+      char* end = nullptr;
+      v.kind = Json::kNumber;
+      v.number = std::strtod(begin, &end);
+      if (end == begin) Fail("expected a value");
+      pos_ += static_cast<size_t>(end - begin);
+    }
+    return v;
+  }
+  const std::string& s_;
+  size_t pos_ = 0;
+};
+
+Json ParseJsonFile(const std::string& path) { return JsonParser(ReadAll(path)).Document(); }
+
+int WritePlan(int argc, char** argv) {
+  TinyLayout l;
+  TinyModel m;
+  std::string activation = "gelu", name = "tiny";
+  for (int i = 3; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const size_t eq = arg.find('=');
+    if (eq == std::string::npos) throw std::runtime_error("expected key=value, got " + arg);
+    const std::string key = arg.substr(0, eq), value = arg.substr(eq + 1);
+    const auto num = [&] { return std::stoi(value); };
+    if (key == "tp")
+      l.tp = num();
+    else if (key == "pp")
+      l.pp = num();
+    else if (key == "dp")
+      l.dp = num();
+    else if (key == "mbs")
+      l.micro_batch = num();
+    else if (key == "v")
+      l.virtual_stages = num();
+    else if (key == "schedule")
+      l.schedule = *ValueOf<Schedule>(kScheduleNames, value);
+    else if (key == "sp")
+      l.sequence_parallel = value == "true";
+    else if (key == "recompute")
+      l.recompute = *ValueOf<Recompute>(kRecomputeNames, value);
+    else if (key == "distopt")
+      l.distributed_optimizer = value == "true";
+    else if (key == "layers")
+      m.layers = num();
+    else if (key == "hidden")
+      m.hidden = num();
+    else if (key == "heads")
+      m.heads = num();
+    else if (key == "seq")
+      m.seq = num();
+    else if (key == "gbs")
+      m.global_batch = num();
+    else if (key == "vocab")
+      m.vocab = num();
+    else if (key == "lr")
+      m.lr = std::stod(value);
+    else if (key == "activation")
+      activation = value;
+    else if (key == "name")
+      name = value;
+    else
+      throw std::runtime_error("unknown key " + key);
+  }
+  Plan plan = testing_executor::TinyPlan(l, m);
+  if (activation == "swiglu") plan.model.activation = Activation::kSwiglu;
+  plan.model.name = name;
+  std::ofstream(argv[2]) << WritePlanYaml(plan);
+  return 0;
+}
+
+int SameLosses(const std::string& a_path, const std::string& b_path) {
+  const Json a = ParseJsonFile(a_path), b = ParseJsonFile(b_path);
+  const auto a0 = static_cast<size_t>(a.at("first_step").number);
+  const auto b0 = static_cast<size_t>(b.at("first_step").number);
+  const auto& al = a.at("losses").items;
+  const auto& bl = b.at("losses").items;
+  if (bl.empty()) throw std::runtime_error(b_path + " has no losses");
+  for (size_t i = 0; i < bl.size(); ++i) {
+    const size_t step = b0 + i;
+    if (step < a0 || step - a0 >= al.size()) {
+      throw std::runtime_error(fmt::format("{} has no step {}", a_path, step));
+    }
+    const double x = al[step - a0].number, y = bl[i].number;
+    if (x != y) {
+      std::cerr << fmt::format("step {}: {} in {} but {} in {}\n", step, x, a_path, y, b_path);
+      return 1;
+    }
+  }
+  std::cout << fmt::format("same losses at steps {}..{}\n", b0, b0 + bl.size() - 1);
+  return 0;
+}
+
+int CheckTrace(const std::string& trace_path, const std::string& plan_path) {
+  const Plan plan = LoadPlanFile(plan_path);
+  const ParallelConfig& p = plan.parallel;
+  const PipelineSchedule schedule = MakeSchedule(
+      p.schedule, p.pp, static_cast<int>(NumMicrobatches(plan.training, p)), p.virtual_stages);
+  const Json trace = ParseJsonFile(trace_path);
+  // Per rank (tid): its operations per step, from the "step N" intervals around them.
+  struct Op {
+    double start, end;
+    std::string name;
+  };
+  std::map<int, std::vector<Op>> ops, steps;
+  for (const Json& e : trace.at("traceEvents").items) {
+    if (e.at("ph").text != "X") continue;
+    const int tid = static_cast<int>(e.at("tid").number);
+    const std::string cat = e.at("cat").text;
+    const Op op{e.at("ts").number, e.at("ts").number + e.at("dur").number, e.at("name").text};
+    if (cat == "forward" || cat == "backward" || cat == "weight-grad") ops[tid].push_back(op);
+    if (cat == "other" && op.name.rfind("step ", 0) == 0) steps[tid].push_back(op);
+  }
+  if (static_cast<int64_t>(ops.size()) != p.world_size()) {
+    std::cerr << fmt::format("{} ranks have operations, the plan has {}\n", ops.size(),
+                             p.world_size());
+    return 1;
+  }
+  for (auto& [rank, list] : ops) {
+    const int stage = rank / (p.tp * p.dp);
+    std::vector<std::string> expected;
+    for (const PipelineOp& op : schedule.ops[static_cast<size_t>(stage)]) {
+      std::string s = fmt::format("{}{}", Letter(op.kind), op.microbatch);
+      if (schedule.chunks > 1) s += fmt::format(".{}", op.chunk);
+      expected.push_back(s);
+    }
+    std::sort(list.begin(), list.end(), [](const Op& x, const Op& y) { return x.start < y.start; });
+    const auto& st = steps[rank];
+    if (st.empty()) {
+      std::cerr << fmt::format("rank {}: no step intervals\n", rank);
+      return 1;
+    }
+    size_t k = 0;
+    for (size_t s = 0; s < st.size(); ++s) {
+      for (const std::string& want : expected) {
+        if (k >= list.size() || list[k].name != want || list[k].start < st[s].start ||
+            list[k].end > st[s].end || (k > 0 && list[k].start < list[k - 1].end)) {
+          std::cerr << fmt::format("rank {} step {}: expected {} as operation {}, found {}\n", rank,
+                                   s + 1, want, k, k < list.size() ? list[k].name : "nothing");
+          return 1;
+        }
+        ++k;
+      }
+    }
+    std::string first;
+    for (size_t i = 0; i < expected.size(); ++i) first += (i ? " " : "") + expected[i];
+    std::cout << fmt::format("rank {} (stage {}): {} steps of {}\n", rank, stage, st.size(), first);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace ptdp
+
+int main(int argc, char** argv) {
+  try {
+    const std::string cmd = argc > 1 ? argv[1] : "";
+    if (cmd == "plan" && argc >= 3) return ptdp::WritePlan(argc, argv);
+    if (cmd == "same-losses" && argc == 4) return ptdp::SameLosses(argv[2], argv[3]);
+    if (cmd == "check-trace" && argc == 4) return ptdp::CheckTrace(argv[2], argv[3]);
+    std::cerr << "usage: executor_tool plan OUT [k=v...] | same-losses A B | check-trace T PLAN\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "executor_tool: " << e.what() << "\n";
+    return 1;
+  }
+}
