@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "core/presets.h"
+#include "core/spec_yaml.h"
 
 namespace ptdp::cli {
 namespace {
@@ -240,6 +241,116 @@ TEST(CliSchedule, BadCombinationsNameTheFlag) {
   EXPECT_EQ(unwritable.code, kExitBadInput);
   EXPECT_EQ(unwritable.err,
             "ptdp: error: --svg: cannot write /nonexistent/dir/x.svg: No such file or directory\n");
+}
+
+}  // namespace
+}  // namespace ptdp::cli
+
+namespace ptdp::cli {
+namespace {
+
+const std::vector<std::string> kSeedSimulate = {"simulate",
+                                                "--model",
+                                                "seed-example",
+                                                "--cluster",
+                                                "dgx-a100-80gb",
+                                                "--gpus",
+                                                "8",
+                                                "--global-batch",
+                                                "128",
+                                                "--tp",
+                                                "2",
+                                                "--pp",
+                                                "4",
+                                                "--micro-batch",
+                                                "4"};
+
+std::vector<std::string> With(std::vector<std::string> args, std::vector<std::string> more) {
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+TEST(CliSimulate, JsonHasTheContractsFields) {
+  const Result r = Cli(With(kSeedSimulate, {"--format", "json"}));
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  const YAML::Node j = YAML::Load(r.out);
+  for (const char* key :
+       {"step_time_s", "tokens_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu",
+        "bubble_fraction", "peak_memory_bytes"}) {
+    EXPECT_GT(j[key].as<double>(), 0) << key;
+  }
+  ASSERT_EQ(j["stages"].size(), 4u);
+  for (const auto& st : j["stages"]) {
+    for (const char* key : {"forward_s", "backward_s", "weights_bytes", "gradients_bytes",
+                            "optimizer_bytes", "activations_bytes", "peak_bytes"}) {
+      EXPECT_GT(st[key].as<double>(), 0) << key;
+    }
+    EXPECT_GE(st["bubble_fraction"].as<double>(), 0);
+  }
+  for (const char* key :
+       {"compute_s", "tp_comm_s", "pp_comm_s", "dp_comm_s", "optimizer_s", "bubble_s"}) {
+    EXPECT_GE(j["breakdown"][key].as<double>(), 0) << key;
+  }
+  // 1F1B holds p - r micro-batches on stage r.
+  EXPECT_EQ(j["stages"][0]["in_flight"].as<int>(), 4);
+  EXPECT_EQ(j["stages"][3]["in_flight"].as<int>(), 1);
+  // tokens/s is the batch's tokens over the step.
+  EXPECT_NEAR(j["tokens_per_s"].as<double>() * j["step_time_s"].as<double>(), 128.0 * 2048, 1e-6);
+}
+
+TEST(CliSimulate, APlanFileGivesTheSameResultAsTheFlags) {
+  Plan plan;
+  plan.model = ModelPreset("seed-example");
+  plan.cluster = ClusterPreset("dgx-a100-80gb");
+  plan.num_gpus = 8;
+  plan.training.global_batch_size = 128;
+  plan.parallel = {.tp = 2, .pp = 4, .dp = 1, .micro_batch_size = 4};
+  const std::string path = ::testing::TempDir() + "/seed-plan.yaml";
+  std::ofstream(path) << WritePlanYaml(plan);
+  const Result from_file = Cli({"simulate", "--plan", path, "--format", "json"});
+  const Result from_flags = Cli(With(kSeedSimulate, {"--format", "json"}));
+  ASSERT_EQ(from_file.code, kExitOk) << from_file.err;
+  EXPECT_EQ(from_file.out, from_flags.out);
+  EXPECT_EQ(
+      Cli({"simulate", "--plan", path, "--tp", "2"}).err,
+      "ptdp: error: --tp: cannot be combined with --plan (hint: see `ptdp simulate --help`)\n");
+}
+
+TEST(CliSimulate, RefusesWhatMegatronRefusesNamingTheFlag) {
+  std::vector<std::string> bad = kSeedSimulate;
+  bad[10] = "3";  // --tp 3 on 8 GPUs
+  EXPECT_EQ(Cli(bad).err,
+            "ptdp: error: --gpus: world size (8) is not divisible by total model size (tp 3 x pp "
+            "4 = 12) (hint: see `ptdp simulate --help`)\n");
+  EXPECT_EQ(Cli(With(kSeedSimulate, {"--virtual-stages", "4"})).err,
+            "ptdp: error: --virtual-stages: number of layers per pipeline stage (6) must be "
+            "divisible by the number of virtual stages per pipeline rank (4) (hint: choose "
+            "virtual_stages dividing num_layers / pp)\n");
+  EXPECT_EQ(Cli({"simulate", "--model", "seed-example"}).err,
+            "ptdp: error: --cluster: is required without --plan (hint: give --plan FILE, or "
+            "--model, --cluster, --gpus, --global-batch, --tp and --pp)\n");
+}
+
+TEST(CliSimulate, AConfigurationThatDoesNotFitExitsOne) {
+  const Result r = Cli({"simulate", "--model", "gpt3-175b", "--cluster", "dgx-a100-80gb", "--gpus",
+                        "8", "--global-batch", "8", "--tp", "8", "--pp", "1"});
+  EXPECT_EQ(r.code, kExitFailed);
+  EXPECT_NE(r.out.find("DOES NOT FIT"), std::string::npos);
+}
+
+TEST(CliSimulate, WritesTheTimeline) {
+  const std::string svg = ::testing::TempDir() + "/seed.svg";
+  const std::string trace = ::testing::TempDir() + "/seed.json";
+  ASSERT_EQ(Cli(With(kSeedSimulate, {"--svg", svg, "--trace", trace})).code, kExitOk);
+  const YAML::Node json = YAML::LoadFile(trace);
+  int forwards = 0;
+  for (const auto& e : json["traceEvents"]) {
+    if (e["ph"].as<std::string>() == "X" && e["cat"].as<std::string>() == "forward") ++forwards;
+  }
+  EXPECT_EQ(forwards, 4 * 32);
+  std::ifstream s(svg);
+  const std::string text((std::istreambuf_iterator<char>(s)), {});
+  EXPECT_NE(text.find("seed-example on 8 x dgx-a100-80gb: TP 2 x PP 4 x DP 1"), std::string::npos);
 }
 
 }  // namespace

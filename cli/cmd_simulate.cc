@@ -1,0 +1,150 @@
+// `ptdp simulate`: one configuration, operation by operation.
+#include <fmt/format.h>
+
+#include "cli/cli.h"
+#include "cli/commands.h"
+#include "cli/output.h"
+#include "cli/report.h"
+#include "cli/workload.h"
+#include "core/error.h"
+#include "core/megatron_rules.h"
+#include "core/spec_yaml.h"
+#include "core/trace.h"
+#include "simulator/simulate.h"
+#include "simulator/timeline.h"
+
+namespace po = boost::program_options;
+
+namespace ptdp::cli {
+namespace {
+
+enum class Format { kTable, kJson };
+constexpr EnumName<Format> kFormats[] = {{"table", Format::kTable}, {"json", Format::kJson}};
+
+void AddSimulateOptions(po::options_description& o) {
+  o.add_options()("plan", po::value<std::string>()->value_name("FILE"),
+                  "plan file to simulate (instead of the flags below)");
+  AddWorkloadOptions(o, /*example_defaults=*/false);
+  o.add_options()("tp", po::value<std::string>()->value_name("T"), "tensor-parallel size")(
+      "pp", po::value<std::string>()->value_name("P"), "pipeline-parallel size")(
+      "micro-batch", po::value<std::string>()->value_name("b"), "micro-batch size (default 1)")(
+      "virtual-stages", po::value<std::string>()->value_name("v"),
+      "model chunks per pipeline rank (interleaved)")(
+      "schedule", po::value<std::string>()->value_name("S"),
+      "gpipe | 1f1b | interleaved | zb-h1 (default: interleaved when v > 1, else 1f1b)")(
+      "sequence-parallel", po::bool_switch(), "Megatron's --sequence-parallel")(
+      "recompute", po::value<std::string>()->value_name("R"), "none | selective | full")(
+      "distributed-optimizer", po::bool_switch(), "Megatron's --use-distributed-optimizer");
+  AddCostOptions(o);
+  o.add_options()("format", po::value<std::string>()->default_value("table")->value_name("F"),
+                  "table | json")(
+      "trace", po::value<std::string>()->value_name("FILE"),
+      "write the timeline as a Chrome trace (Perfetto, chrome://tracing)")(
+      "svg", po::value<std::string>()->value_name("FILE"), "write the timeline as SVG");
+}
+
+// The flag that sets a ParallelConfig / TrainingSpec field, for rule violations.
+std::string_view FlagFor(std::string_view key) {
+  if (key == "tp") return "tp";
+  if (key == "pp") return "pp";
+  if (key == "dp") return "gpus";
+  if (key == "global_batch_size") return "global-batch";
+  if (key == "virtual_stages") return "virtual-stages";
+  if (key == "sequence_parallel") return "sequence-parallel";
+  return "micro-batch";
+}
+
+Plan PlanFromFlags(const Flags& flags) {
+  for (const char* required : {"model", "cluster", "gpus", "global-batch", "tp", "pp"}) {
+    if (!flags.Has(required)) {
+      flags.Fail(required, "is required without --plan",
+                 "give --plan FILE, or --model, --cluster, --gpus, --global-batch, --tp and --pp");
+    }
+  }
+  const Workload w = ReadWorkload(flags);
+  Plan plan{.model = w.model, .cluster = w.cluster, .num_gpus = w.gpus, .training = w.training};
+  ParallelConfig& p = plan.parallel;
+  p.tp = static_cast<int>(flags.PositiveInt("tp"));
+  p.pp = static_cast<int>(flags.PositiveInt("pp"));
+  const int64_t model_size = int64_t{p.tp} * p.pp;
+  if (w.gpus % model_size != 0) {
+    flags.Fail("gpus", fmt::format("world size ({}) is not divisible by total model size (tp {} "
+                                   "x pp {} = {})",
+                                   w.gpus, p.tp, p.pp, model_size));
+  }
+  p.dp = static_cast<int>(w.gpus / model_size);
+  p.micro_batch_size = static_cast<int>(flags.OptionalPositiveInt("micro-batch").value_or(1));
+  p.virtual_stages = static_cast<int>(flags.OptionalPositiveInt("virtual-stages").value_or(1));
+  p.schedule = flags.Enum("schedule", kScheduleNames,
+                          p.virtual_stages > 1 ? Schedule::kInterleaved : Schedule::k1F1B);
+  p.sequence_parallel = flags.Switch("sequence-parallel");
+  p.recompute = flags.Enum("recompute", kRecomputeNames, Recompute::kNone);
+  p.distributed_optimizer = flags.Switch("distributed-optimizer");
+  const std::vector<Violation> v = CheckParallelConfig(plan.model, plan.training, p, w.gpus);
+  if (!v.empty()) flags.Fail(FlagFor(v.front().key), v.front().message, v.front().hint);
+  return plan;
+}
+
+int RunSimulate(const Flags& flags, std::ostream& out, std::ostream&) {
+  Plan plan;
+  if (auto path = flags.OptionalString("plan")) {
+    for (const char* other : {"model", "cluster", "gpus", "global-batch", "tp", "pp", "micro-batch",
+                              "virtual-stages", "schedule", "recompute", "seq-length"}) {
+      if (flags.Has(other)) flags.Fail(other, "cannot be combined with --plan");
+    }
+    plan = LoadPlanFile(*path);
+  } else {
+    plan = PlanFromFlags(flags);
+  }
+  const Format format = flags.Enum("format", kFormats, Format::kTable);
+  const SimulationReport report = SimulatePlan(plan, ReadCostOptions(flags));
+
+  if (auto path = flags.OptionalString("svg")) {
+    WriteOutputFile(*path, TimelineSvg(report.schedule, report.sim, SimulationTitle(plan, report)),
+                    "--svg");
+  }
+  if (auto path = flags.OptionalString("trace")) {
+    const TimelineTrace trace = TimelineTraceEvents(report.schedule, report.sim);
+    WriteOutputFile(
+        *path, ChromeTraceJson(SimulationTitle(plan, report).title, trace.tracks, trace.events),
+        "--trace");
+  }
+  if (format == Format::kJson) {
+    out << SimulationJson(report) << "\n";
+  } else {
+    out << SimulationText(plan, report);
+    if (!flags.Has("svg"))
+      out << "\nThe timeline: add --svg FILE (or --trace FILE for Perfetto).\n";
+  }
+  return report.memory_problem.empty() ? kExitOk : kExitFailed;
+}
+
+}  // namespace
+
+const Command kSimulateCommand{
+    .name = "simulate",
+    .summary = "simulate one configuration operation by operation",
+    .usage =
+        "ptdp simulate --plan plan.yaml | (--model M --cluster C --gpus N --global-batch B\n"
+        "                     --tp T --pp P [--micro-batch b] [--virtual-stages v]\n"
+        "                     [--schedule gpipe|1f1b|interleaved|zb-h1] [--sequence-parallel]\n"
+        "                     [--recompute none|selective|full] [--distributed-optimizer])\n"
+        "                     [--format table|json] [--trace out.json] [--svg out.svg]",
+    .description =
+        "Plays one configuration's pipeline schedule (the operation lists of `ptdp schedule`) "
+        "with\ndurations from the cost model: step time, bubbles, memory per stage, "
+        "communication, as numbers,\nan SVG timeline and a Chrome trace. Exits 1 when a stage "
+        "does not fit in the GPU's memory.",
+    .examples =
+        "ptdp simulate --model seed-example --cluster dgx-a100-80gb --gpus 8 --global-batch 128 "
+        "--tp 2 --pp 4 --micro-batch 4\n"
+        "ptdp simulate --plan plan.yaml --svg timeline.svg --trace timeline.json\n"
+        "ptdp simulate --model gpt3-175b --cluster dgx-a100-80gb --gpus 1024 --global-batch 1536 "
+        "--tp 8 --pp 8 --virtual-stages 3 --sequence-parallel --format json",
+    .implemented = true,
+    .tracked_in = "",
+    .add_options = AddSimulateOptions,
+    .run = RunSimulate,
+};
+
+}  // namespace ptdp::cli

@@ -1,0 +1,96 @@
+#include "cli/report.h"
+
+#include <fmt/format.h>
+
+#include "cli/table.h"
+#include "core/units.h"
+
+namespace ptdp::cli {
+
+std::string Seconds(double s) {
+  if (s >= 1.0) return fmt::format("{:.3g} s", s);
+  if (s >= 1e-3) return fmt::format("{:.3g} ms", s * 1e3);
+  return fmt::format("{:.3g} us", s * 1e6);
+}
+
+std::string Gigabytes(double bytes) { return fmt::format("{:.1f} GB", bytes / units::kGB); }
+
+std::string LayoutLine(const Plan& plan) {
+  const ParallelConfig& p = plan.parallel;
+  std::string text =
+      fmt::format("TP {} x PP {} x DP {}, micro-batch {} (m = {}), {}", p.tp, p.pp, p.dp,
+                  p.micro_batch_size, NumMicrobatches(plan.training, p), Name(p.schedule));
+  if (p.schedule == Schedule::kInterleaved) text += fmt::format(" v={}", p.virtual_stages);
+  if (p.sequence_parallel) text += ", SP";
+  if (p.recompute != Recompute::kNone) text += fmt::format(", {} recompute", Name(p.recompute));
+  if (p.distributed_optimizer) text += ", dist-opt";
+  return text;
+}
+
+TimelineTitle SimulationTitle(const Plan& plan, const SimulationReport& r) {
+  return {fmt::format("{} on {} x {}: {}", plan.model.name, plan.num_gpus, plan.cluster.name,
+                      LayoutLine(plan)),
+          fmt::format("step {}, bubble {:.1f}%, MFU {:.1f}%, peak memory {} of {}{}",
+                      Seconds(r.step_time_s), 100 * r.bubble_fraction, 100 * r.mfu,
+                      Gigabytes(r.peak_memory_bytes),
+                      Gigabytes(static_cast<double>(plan.cluster.gpu.hbm_bytes)),
+                      r.memory_problem.empty() ? "" : " - DOES NOT FIT")};
+}
+
+std::string SimulationText(const Plan& plan, const SimulationReport& r) {
+  std::string out =
+      fmt::format("ptdp simulate: {} on {} x {}, global batch {}, {}\n{}\n\n", plan.model.name,
+                  plan.num_gpus, plan.cluster.name, plan.training.global_batch_size,
+                  Name(plan.training.precision), LayoutLine(plan));
+  out += fmt::format("step time     {}   ({} tokens/s)\n", Seconds(r.step_time_s),
+                     Grouped(static_cast<int64_t>(r.tokens_per_s)));
+  out +=
+      fmt::format("throughput    {:.1f} TFLOP/s per GPU (model), {:.1f} (hardware); MFU {:.1f}%\n",
+                  r.model_tflops_per_gpu, r.hardware_tflops_per_gpu, 100 * r.mfu);
+  out += fmt::format("bubble        {:.1f}% of the pipeline phase ({} idle per stage)\n",
+                     100 * r.bubble_fraction, Seconds(r.breakdown.bubble_s));
+  const double hbm = static_cast<double>(plan.cluster.gpu.hbm_bytes);
+  out +=
+      fmt::format("peak memory   {} of {} (stage {}){}\n\n", Gigabytes(r.peak_memory_bytes),
+                  Gigabytes(hbm), r.memory.largest_stage, r.memory_problem.empty() ? ", fits" : "");
+  if (!r.memory_problem.empty()) out += "DOES NOT FIT: " + r.memory_problem + "\n\n";
+
+  Table t({{"stage"},
+           {"forward", Table::Align::kRight},
+           {"backward", Table::Align::kRight},
+           {"busy", Table::Align::kRight},
+           {"bubble", Table::Align::kRight},
+           {"weights", Table::Align::kRight},
+           {"grads", Table::Align::kRight},
+           {"optimizer", Table::Align::kRight},
+           {"activations", Table::Align::kRight},
+           {"in flight", Table::Align::kRight},
+           {"peak", Table::Align::kRight}});
+  const PipelineSchedule& s = r.schedule;
+  for (int st = 0; st < s.stages; ++st) {
+    double forward = 0, backward = 0;
+    for (int c = 0; c < s.chunks; ++c) {
+      const ChunkCosts& ch = r.estimate.costs.chunks[s.VirtualStage(st, c)];
+      forward += ch.forward_s;
+      backward += ch.backward_input_s + ch.backward_weight_s;
+    }
+    const StageMemory& mem = r.memory.stages[st];
+    t.AddRow({std::to_string(st), Seconds(forward), Seconds(backward),
+              Seconds(r.sim.stages[st].busy_s),
+              fmt::format("{:.1f}%", 100 * r.sim.stages[st].bubble_fraction),
+              Gigabytes(mem.weights_bytes), Gigabytes(mem.gradients_bytes),
+              Gigabytes(mem.optimizer_bytes), Gigabytes(mem.activations_bytes),
+              std::to_string(mem.in_flight), Gigabytes(mem.peak_bytes)});
+  }
+  out += "Per stage (forward and backward of one micro-batch through the stage's layers):\n";
+  out += t.Render();
+  const StepBreakdown& b = r.breakdown;
+  out += fmt::format(
+      "\nWhere the time goes (average stage): compute {}, TP comm {}, PP comm {}, DP comm {}, "
+      "optimizer {}, bubble {}\n",
+      Seconds(b.compute_s), Seconds(b.tp_comm_s), Seconds(b.pp_comm_s), Seconds(b.dp_comm_s),
+      Seconds(b.optimizer_s), Seconds(b.bubble_s));
+  return out;
+}
+
+}  // namespace ptdp::cli

@@ -1,0 +1,32 @@
+// Flags shared by the commands that take a model, a cluster, a number of GPUs and a batch
+// (plan, simulate), and the Megatron-LM flags that change costs but not the layout.
+#pragma once
+
+#include <boost/program_options.hpp>
+
+#include "cli/flags.h"
+#include "core/cluster_spec.h"
+#include "core/model_spec.h"
+#include "core/training_spec.h"
+#include "simulator/cost_options.h"
+
+namespace ptdp::cli {
+
+struct Workload {
+  ModelSpec model;
+  ClusterSpec cluster;
+  int64_t gpus = 0;
+  TrainingSpec training;
+};
+
+// --model --cluster --gpus --global-batch --seq-length --precision. With `example_defaults` the
+// founding document's example fills what is not given (seed-example, dgx-a100-80gb, 8, 128).
+void AddWorkloadOptions(boost::program_options::options_description& options,
+                        bool example_defaults);
+Workload ReadWorkload(const Flags& flags);
+
+// --overlap-grad-reduce --overlap-p2p-communication (Megatron's names and defaults).
+void AddCostOptions(boost::program_options::options_description& options);
+CostOptions ReadCostOptions(const Flags& flags);
+
+}  // namespace ptdp::cli

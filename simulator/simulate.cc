@@ -1,0 +1,93 @@
+#include "simulator/simulate.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/json.h"
+#include "core/megatron_rules.h"
+#include "simulator/flops.h"
+#include "simulator/op_time.h"
+
+namespace ptdp {
+
+SimulationReport SimulatePlan(const Plan& plan, const CostOptions& options) {
+  const ParallelConfig& p = plan.parallel;
+  SimulationReport r;
+  r.estimate = EstimateStep(plan.model, plan.cluster, plan.training, p, options);
+  const int m = static_cast<int>(r.estimate.microbatches);
+  r.schedule = MakeSchedule(p.schedule, p.pp, m, p.virtual_stages);
+  r.sim = SimulateStep(r.schedule, r.estimate.costs);
+  r.memory = EstimateMemory(plan.model, plan.cluster, plan.training, p,
+                            InFlightPerStage(r.schedule), options);
+  r.memory_problem = MemoryProblem(r.memory, plan.cluster);
+
+  const double gpus = static_cast<double>(plan.num_gpus);
+  r.step_time_s = r.sim.step_time_s;
+  r.tokens_per_s =
+      static_cast<double>(plan.training.global_batch_size) * plan.model.seq_length / r.step_time_s;
+  r.model_tflops_per_gpu = r.estimate.model_flops / (r.step_time_s * gpus) / 1e12;
+  r.hardware_tflops_per_gpu = r.estimate.hardware_flops / (r.step_time_s * gpus) / 1e12;
+  r.mfu = Mfu(r.estimate.model_flops, r.step_time_s, plan.num_gpus,
+              PeakFlops(plan.cluster.gpu, plan.training.precision));
+  r.bubble_fraction = r.sim.bubble_fraction;
+  r.peak_memory_bytes = r.memory.peak_bytes();
+
+  StepBreakdown& b = r.breakdown;
+  for (const StageBreakdown& st : r.estimate.stages) {
+    b.compute_s += m * st.compute_s / p.pp;
+    b.tp_comm_s += m * st.tp_comm_s / p.pp;
+    b.pp_comm_s += m * st.pp_comm_s / p.pp;
+  }
+  for (const StageCosts& st : r.estimate.costs.stages) {
+    b.dp_comm_s =
+        std::max(b.dp_comm_s, st.dp_grad_sync_s + st.embedding_sync_s + st.dp_param_gather_s);
+    b.optimizer_s = std::max(b.optimizer_s, st.optimizer_s);
+  }
+  b.bubble_s = r.sim.bubble_s;
+  return r;
+}
+
+std::string SimulationJson(const SimulationReport& r, int indent) {
+  const std::string pad(indent, ' ');
+  const int p = r.schedule.stages, v = r.schedule.chunks;
+  std::string stages;
+  for (int s = 0; s < p; ++s) {
+    double forward = 0, backward = 0;
+    for (int c = 0; c < v; ++c) {
+      const ChunkCosts& ch = r.estimate.costs.chunks[r.schedule.VirtualStage(s, c)];
+      forward += ch.forward_s;
+      backward += ch.backward_input_s + ch.backward_weight_s;
+    }
+    const StageMemory& mem = r.memory.stages[s];
+    const StageResult& sim = r.sim.stages[s];
+    stages += fmt::format(
+        "{}{}  {{\"stage\": {}, \"forward_s\": {}, \"backward_s\": {}, \"busy_s\": {}, "
+        "\"idle_s\": {}, \"bubble_fraction\": {}, \"parameters\": {}, \"weights_bytes\": {}, "
+        "\"gradients_bytes\": {}, \"optimizer_bytes\": {}, \"activations_bytes\": {}, "
+        "\"in_flight\": {}, \"reserved_bytes\": {}, \"fragmentation_bytes\": {}, "
+        "\"peak_bytes\": {}}}",
+        s ? ",\n" : "", pad, s, JsonNumber(forward), JsonNumber(backward), JsonNumber(sim.busy_s),
+        JsonNumber(sim.idle_s), JsonNumber(sim.bubble_fraction), JsonNumber(mem.parameters),
+        JsonNumber(mem.weights_bytes), JsonNumber(mem.gradients_bytes),
+        JsonNumber(mem.optimizer_bytes), JsonNumber(mem.activations_bytes), mem.in_flight,
+        JsonNumber(mem.reserved_bytes), JsonNumber(mem.fragmentation_bytes),
+        JsonNumber(mem.peak_bytes));
+  }
+  const StepBreakdown& b = r.breakdown;
+  return fmt::format(
+      "{{\"step_time_s\": {}, \"tokens_per_s\": {}, \"model_tflops_per_gpu\": {}, "
+      "\"hardware_tflops_per_gpu\": {}, \"mfu\": {}, \"bubble_fraction\": {}, "
+      "\"peak_memory_bytes\": {}, \"fits\": {}, \"memory_problem\": {}, \"microbatches\": {},\n"
+      "{} \"stages\": [\n{}\n{} ],\n"
+      "{} \"breakdown\": {{\"compute_s\": {}, \"tp_comm_s\": {}, \"pp_comm_s\": {}, "
+      "\"dp_comm_s\": {}, \"optimizer_s\": {}, \"bubble_s\": {}}}}}",
+      JsonNumber(r.step_time_s), JsonNumber(r.tokens_per_s), JsonNumber(r.model_tflops_per_gpu),
+      JsonNumber(r.hardware_tflops_per_gpu), JsonNumber(r.mfu), JsonNumber(r.bubble_fraction),
+      JsonNumber(r.peak_memory_bytes), r.memory_problem.empty() ? "true" : "false",
+      JsonString(r.memory_problem), r.estimate.microbatches, pad, stages, pad, pad,
+      JsonNumber(b.compute_s), JsonNumber(b.tp_comm_s), JsonNumber(b.pp_comm_s),
+      JsonNumber(b.dp_comm_s), JsonNumber(b.optimizer_s), JsonNumber(b.bubble_s));
+}
+
+}  // namespace ptdp

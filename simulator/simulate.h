@@ -1,0 +1,57 @@
+// One configuration, simulated end to end: the cost model's durations (cost_model.h), the
+// schedule's operations (core/schedule.h) played by the event simulator (event_sim.h), the
+// memory per stage (memory_model.h), and the figures `ptdp simulate` and `ptdp plan` report.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/plan.h"
+#include "core/schedule.h"
+#include "simulator/cost_model.h"
+#include "simulator/cost_options.h"
+#include "simulator/event_sim.h"
+#include "simulator/memory_model.h"
+
+namespace ptdp {
+
+// Where a step's time goes, on the average pipeline stage (DESIGN.md's `breakdown`). Compute
+// and the three kinds of communication are busy times; communication that runs beside compute
+// (overlapped sends, an overlapped gradient reduction) is counted too, so the parts can add up
+// to more than the step.
+struct StepBreakdown {
+  double compute_s = 0;    // kernels, recomputation included, all micro-batches
+  double tp_comm_s = 0;    // tensor-parallel collectives inside F, B, W
+  double pp_comm_s = 0;    // pipeline sends
+  double dp_comm_s = 0;    // gradient reduction, embedding sync, parameter gather (largest stage)
+  double optimizer_s = 0;  // the optimizer step (largest stage)
+  double bubble_s = 0;     // idle time of the compute stream in the pipeline phase
+};
+
+struct SimulationReport {
+  PipelineSchedule schedule;
+  StepEstimate estimate;
+  MemoryEstimate memory;
+  SimResult sim;
+  StepBreakdown breakdown;
+  double step_time_s = 0;
+  double tokens_per_s = 0;
+  double model_tflops_per_gpu = 0;     // model FLOPs / (step x GPUs), in 1e12 FLOP/s
+  double hardware_tflops_per_gpu = 0;  // with recomputation
+  double mfu = 0;                      // model FLOPs utilisation against the profile's peak
+  double bubble_fraction = 0;
+  double peak_memory_bytes = 0;  // the largest stage
+  std::string memory_problem;    // "" when every stage fits in the GPU's memory
+};
+
+// Requires a plan that passes CheckParallelConfig (violations are InternalErrors).
+SimulationReport SimulatePlan(const Plan& plan, const CostOptions& options = {});
+
+// DESIGN.md's `simulate --format json` object: step_time_s, tokens_per_s, model_tflops_per_gpu,
+// hardware_tflops_per_gpu, mfu, bubble_fraction, peak_memory_bytes, fits, stages[] (forward_s,
+// backward_s, weights_bytes, gradients_bytes, optimizer_bytes, activations_bytes, peak_bytes,
+// bubble_fraction, ...), breakdown{compute_s, tp_comm_s, pp_comm_s, dp_comm_s, optimizer_s,
+// bubble_s}; `indent` spaces before each line after the first.
+std::string SimulationJson(const SimulationReport& report, int indent = 0);
+
+}  // namespace ptdp
