@@ -1,5 +1,6 @@
 // Measured operation intervals on one rank, in the trace format of core/trace.h. Times are
-// seconds since the recorder's origin (set after a barrier, so ranks on one host share it).
+// seconds since the recorder's origin. Ranks align their origins (trainer.cc): on one host to
+// the same instant of the shared monotonic clock, across hosts to the end of a barrier.
 #pragma once
 
 #include <chrono>
@@ -15,6 +16,17 @@ class Recorder {
   explicit Recorder(bool keep_events = false) : keep_events_(keep_events) { SetOrigin(); }
 
   void SetOrigin() { origin_ = std::chrono::steady_clock::now(); }
+  // The monotonic clock's reading, in seconds since its epoch (boot on Linux, shared by the
+  // processes of one host), and an origin given in that unit.
+  static double ClockS() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  void SetOriginClockS(double clock_s) {
+    origin_ = std::chrono::steady_clock::time_point(
+        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+            std::chrono::duration<double>(clock_s)));
+  }
   double Now() const {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - origin_).count();
   }

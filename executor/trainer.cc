@@ -16,6 +16,7 @@
 #include "executor/gpt_params.h"
 #include "executor/optimizer.h"
 #include "executor/pipeline.h"
+#include "executor/rng.h"
 
 namespace ptdp {
 namespace {
@@ -180,8 +181,19 @@ ExecuteResult Execute(const Plan& plan, const ExecuteOptions& options, ProcessGr
                                 model_spec.seq_length, static_cast<uint64_t>(training.seed));
 
   Recorder recorder(options.keep_trace);
+  // A common time origin: the earliest rank's clock after a barrier when every rank runs on this
+  // host (one monotonic clock), else each rank's own barrier exit.
   groups.world->Barrier();
   recorder.SetOrigin();
+  {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    const auto id = static_cast<double>(Fnv1a64(host) >> 12);  // exact in a double
+    const bool one_host = groups.world->AllReduceHost(id, ReduceOp::kMax) ==
+                          -groups.world->AllReduceHost(-id, ReduceOp::kMax);
+    const double origin = -groups.world->AllReduceHost(-Recorder::ClockS(), ReduceOp::kMax);
+    if (one_host) recorder.SetOriginClockS(origin);
+  }
 
   const bool distributed = par.distributed_optimizer && par.dp > 1;
   GptParams params(model_spec, par, coords, options.dtype, backend, distributed ? par.dp : 1);
