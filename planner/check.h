@@ -17,9 +17,9 @@ namespace ptdp {
 struct CheckReport {
   MegatronCommand command;  // flags read, findings (errors and warnings) about them
   int64_t gpus = 0;
-  bool gpus_assumed = false;        // neither --gpus nor the launcher said; tp x pp assumed
+  bool gpus_assumed = false;          // neither --gpus nor the launcher said; tp x pp assumed
   std::vector<Violation> violations;  // Megatron's layout rules (core/megatron_rules.h)
-  int64_t microbatches = 0;         // m = GBS / (MBS x DP), when that divides
+  int64_t microbatches = 0;           // m = GBS / (MBS x DP), when that divides
 
   // The command cannot run as written: a finding is an error or a layout rule is broken.
   bool failed() const;

@@ -77,6 +77,11 @@ int64_t EnumerateConfigs(const ModelSpec& model, const TrainingSpec& training, i
         if (!Allowed(c.micro_batch_size, mbs)) continue;
         if (c.max_micro_batch_size > 0 && mbs > c.max_micro_batch_size) continue;
         for (Schedule schedule : c.schedules) {
+          // Without a pipeline, zb-h1 and gpipe run exactly as 1f1b: not distinct candidates.
+          if (pp == 1 && (schedule == Schedule::kZbH1 || schedule == Schedule::kGpipe) &&
+              Contains(c.schedules, Schedule::k1F1B)) {
+            continue;
+          }
           std::vector<int64_t> vs = {1};
           if (schedule == Schedule::kInterleaved)
             vs = v_list.empty() ? std::vector<int64_t>{2} : v_list;
@@ -87,6 +92,8 @@ int64_t EnumerateConfigs(const ModelSpec& model, const TrainingSpec& training, i
               for (Recompute recompute : c.recomputes) {
                 for (int dist = 0; dist < 2; ++dist) {
                   if (c.distributed_optimizer && *c.distributed_optimizer != (dist == 1)) continue;
+                  // With one data-parallel replica the distributed optimizer shards nothing.
+                  if (dp == 1 && dist == 1 && !c.distributed_optimizer) continue;
                   const ParallelConfig p{.tp = static_cast<int>(tp),
                                          .pp = static_cast<int>(pp),
                                          .dp = static_cast<int>(dp),

@@ -4,7 +4,9 @@
 // The space, exactly: tp x pp x dp = N with tp and pp dividing N; micro-batch sizes dividing
 // GBS / dp (no other size can divide the global batch); schedules 1f1b, zb-h1, and interleaved
 // with every v > 1 dividing num_layers / pp; sequence parallelism on or off; recompute none,
-// selective or full; distributed optimizer on or off. Each candidate is checked against
+// selective or full; distributed optimizer on or off. Duplicates are left out: zb-h1 and gpipe
+// at pp = 1 run exactly as 1f1b, the distributed optimizer at dp = 1 shards nothing (unless a
+// constraint asks for them). Each candidate is checked against
 // Megatron-LM's rules (core/megatron_rules.h); the ones that break a rule are counted under the
 // first rule they break, in Megatron's order.
 #pragma once

@@ -1,0 +1,233 @@
+#include "planner/planner.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <tuple>
+
+#include "core/megatron_rules.h"
+#include "core/schedule.h"
+#include "simulator/bounds.h"
+#include "simulator/cost_model.h"
+#include "simulator/memory_model.h"
+
+namespace ptdp {
+namespace {
+
+auto ConfigKey(const ParallelConfig& p) {
+  return std::make_tuple(p.tp, p.pp, p.dp, p.micro_batch_size, static_cast<int>(p.schedule),
+                         p.virtual_stages, p.sequence_parallel, static_cast<int>(p.recompute),
+                         p.distributed_optimizer);
+}
+
+// Best first: step time, then memory, then a fixed order of the knobs (so ties are stable).
+bool Better(const RankedPlan& a, const RankedPlan& b) {
+  if (a.report.step_time_s != b.report.step_time_s) {
+    return a.report.step_time_s < b.report.step_time_s;
+  }
+  if (a.report.peak_memory_bytes != b.report.peak_memory_bytes) {
+    return a.report.peak_memory_bytes < b.report.peak_memory_bytes;
+  }
+  return ConfigKey(a.plan.parallel) < ConfigKey(b.plan.parallel);
+}
+
+// In-flight micro-batch chunks per stage depend only on (schedule, p, m, v): computed once.
+class InFlightCache {
+ public:
+  const std::vector<int>& Get(Schedule kind, int p, int64_t m, int v) {
+    const auto key = std::make_tuple(static_cast<int>(kind), p, m, v);
+    auto it = cache_.find(key);
+    if (it == cache_.end()) {
+      it = cache_.emplace(key, InFlightPerStage(MakeSchedule(kind, p, static_cast<int>(m), v)))
+               .first;
+    }
+    return it->second;
+  }
+
+ private:
+  std::map<std::tuple<int, int, int64_t, int>, std::vector<int>> cache_;
+};
+
+std::string OutOfMemory(const CandidatePoint& c, const MemoryEstimate& mem, double limit) {
+  return fmt::format("{}: stage {} needs {:.1f} GB, {:.1f} GB available", Describe(c.parallel),
+                     mem.largest_stage, mem.peak_bytes() / 1e9, limit / 1e9);
+}
+
+}  // namespace
+
+Plan MakePlan(const PlanRequest& request, const ParallelConfig& parallel) {
+  return Plan{.model = request.model,
+              .cluster = request.cluster,
+              .num_gpus = request.gpus,
+              .training = request.training,
+              .parallel = parallel};
+}
+
+PlanSearchResult SearchPlans(const PlanRequest& req) {
+  PlanSearchResult res;
+  const double limit = static_cast<double>(req.cluster.gpu.hbm_bytes) * (1.0 - req.memory_headroom);
+  res.memory_limit_bytes = limit;
+  InFlightCache in_flight;
+  std::vector<CandidatePoint> fitting;
+  double closest_ratio = std::numeric_limits<double>::infinity();
+
+  res.examined = EnumerateConfigs(
+      req.model, req.training, req.gpus, req.constraints, res.rejected,
+      [&](const ParallelConfig& p) {
+        ++res.valid;
+        const StepEstimate est = EstimateStep(req.model, req.cluster, req.training, p, req.options);
+        const std::vector<int>& held =
+            in_flight.Get(p.schedule, p.pp, est.microbatches, p.virtual_stages);
+        const MemoryEstimate mem =
+            EstimateMemory(req.model, req.cluster, req.training, p, held, req.options);
+        CandidatePoint point{
+            p,
+            StepTimeLowerBound(p.schedule, p.pp, static_cast<int>(est.microbatches),
+                               p.virtual_stages, est.costs),
+            mem.peak_bytes(), mem.peak_bytes() <= limit};
+        if (req.keep_points) res.points.push_back(point);
+        if (point.fits) {
+          fitting.push_back(point);
+          return;
+        }
+        res.rejected.Add("out-of-memory", [&] { return OutOfMemory(point, mem, limit); });
+        if (point.peak_memory_bytes / limit < closest_ratio) {
+          closest_ratio = point.peak_memory_bytes / limit;
+          res.closest_out_of_memory = point;
+          res.closest_out_of_memory_problem = OutOfMemory(point, mem, limit);
+        }
+      });
+  res.fits = static_cast<int64_t>(fitting.size());
+
+  // The reference layout: simulated on its own (it may be outside the constraints).
+  double reference_time = -1;
+  if (req.reference) {
+    ReferenceResult ref{.parallel = *req.reference};
+    const std::vector<Violation> v =
+        CheckParallelConfig(req.model, req.training, *req.reference, req.gpus);
+    if (!v.empty()) {
+      ref.problem = v.front().message;
+    } else {
+      RankedPlan r{MakePlan(req, *req.reference), {}};
+      r.report = SimulatePlan(r.plan, req.options);
+      ++res.simulated;
+      if (r.report.peak_memory_bytes > limit) {
+        ref.problem = fmt::format("stage {} needs {:.1f} GB, {:.1f} GB available",
+                                  r.report.memory.largest_stage, r.report.peak_memory_bytes / 1e9,
+                                  limit / 1e9);
+      } else {
+        reference_time = r.report.step_time_s;
+      }
+      ref.simulated = std::move(r);
+    }
+    res.reference = std::move(ref);
+  }
+
+  // Branch and bound: simulate in order of the bound; stop when nothing later can enter the top
+  // K (or beat the reference, whose rank must be exact).
+  std::sort(fitting.begin(), fitting.end(), [](const CandidatePoint& a, const CandidatePoint& b) {
+    return a.step_lower_bound_s < b.step_lower_bound_s;
+  });
+  std::vector<RankedPlan> top;
+  int64_t faster_than_reference = 0;
+  for (const CandidatePoint& c : fitting) {
+    const double kth = static_cast<int>(top.size()) < req.top_k
+                           ? std::numeric_limits<double>::infinity()
+                           : top.back().report.step_time_s;
+    if (c.step_lower_bound_s > kth && c.step_lower_bound_s > reference_time) break;
+    RankedPlan r{MakePlan(req, c.parallel), {}};
+    r.report = SimulatePlan(r.plan, req.options);
+    ++res.simulated;
+    if (res.reference && res.reference->simulated && reference_time >= 0) {
+      if (ConfigKey(c.parallel) != ConfigKey(*req.reference) &&
+          Better(r, *res.reference->simulated)) {
+        ++faster_than_reference;
+      }
+    }
+    if (r.report.step_time_s <= kth) {
+      top.insert(std::upper_bound(top.begin(), top.end(), r, Better), std::move(r));
+      if (static_cast<int>(top.size()) > req.top_k) top.pop_back();
+    }
+  }
+  if (res.reference && reference_time >= 0) res.reference->rank = faster_than_reference + 1;
+  res.plans = std::move(top);
+  return res;
+}
+
+std::vector<RankedPlan> BruteForcePlans(const PlanRequest& req) {
+  const double limit = static_cast<double>(req.cluster.gpu.hbm_bytes) * (1.0 - req.memory_headroom);
+  std::vector<RankedPlan> all;
+  Rejections ignored;
+  EnumerateConfigs(req.model, req.training, req.gpus, req.constraints, ignored,
+                   [&](const ParallelConfig& p) {
+                     RankedPlan r{MakePlan(req, p), {}};
+                     r.report = SimulatePlan(r.plan, req.options);
+                     if (r.report.peak_memory_bytes <= limit) all.push_back(std::move(r));
+                   });
+  std::sort(all.begin(), all.end(), Better);
+  if (static_cast<int>(all.size()) > req.top_k) all.resize(req.top_k);
+  return all;
+}
+
+std::vector<std::string> UnblockHints(const PlanRequest& req, const PlanSearchResult& res) {
+  std::vector<std::string> hints;
+  if (!res.plans.empty()) return hints;
+  if (res.valid == 0) {
+    std::string worst;
+    int64_t most = -1;
+    for (const auto& [reason, count] : res.rejected.counts) {
+      if (count > most) most = count, worst = reason;
+    }
+    hints.push_back(fmt::format(
+        "every layout breaks a Megatron-LM rule; the commonest is {} ({} candidates), e.g. {}",
+        worst, most, res.rejected.examples.at(worst)));
+    if (res.rejected.counts.count("global-batch-divisible")) {
+      hints.push_back(
+          "choose a global batch that is a multiple of the data-parallel sizes "
+          "(a multiple of the GPU count always works)");
+    }
+    if (res.rejected.counts.count("heads-divisible-by-tp") ||
+        res.rejected.counts.count("layers-divisible-by-pp")) {
+      hints.push_back(fmt::format(
+          "choose a GPU count whose divisors fit the model ({} heads, {} layers), e.g. a power "
+          "of two",
+          req.model.num_attention_heads, req.model.num_layers));
+    }
+    hints.push_back("or loosen the --fix / --max-* constraints");
+    return hints;
+  }
+  // Everything valid ran out of memory.
+  const double ratio = res.closest_out_of_memory
+                           ? res.closest_out_of_memory->peak_memory_bytes / res.memory_limit_bytes
+                           : 1.0;
+  hints.push_back(fmt::format("the closest layout needs {:.0f}% of the memory available: {}",
+                              100 * ratio, res.closest_out_of_memory_problem));
+  const auto& c = req.constraints;
+  if (c.recomputes.size() < 3) {
+    hints.push_back(
+        "allow activation recompute (it was excluded); full recompute keeps one "
+        "layer input per micro-batch");
+  }
+  if (c.distributed_optimizer == false) {
+    hints.push_back("allow the distributed optimizer (it shards optimizer state over DP)");
+  }
+  const int64_t node = req.cluster.gpus_per_node;
+  const int64_t more = static_cast<int64_t>(std::ceil(req.gpus * ratio / node)) * node;
+  if (more > req.gpus) {
+    hints.push_back(
+        fmt::format("more GPUs: about {} (weights and optimizer state shrink with "
+                    "the model-parallel size)",
+                    more));
+  }
+  if (req.memory_headroom > 0) {
+    hints.push_back(
+        fmt::format("a smaller --memory-headroom (now {:.0f}%)", 100 * req.memory_headroom));
+  }
+  hints.push_back("a GPU with more memory (`ptdp profiles`), or a shorter --seq-length");
+  return hints;
+}
+
+}  // namespace ptdp

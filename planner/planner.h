@@ -1,0 +1,85 @@
+// `ptdp plan`: search the whole space (space.h), keep what Megatron-LM accepts and what fits in
+// memory, rank by simulated step time (ties: less memory), best first.
+//
+// Exact, and fast: every valid candidate gets the cost model (microseconds) and a lower bound on
+// its simulated step time (simulator/bounds.h, sound and tight); candidates are then simulated
+// in increasing order of their bound, and the search stops when the next bound exceeds the K-th
+// best simulated time, since no later candidate can enter the top K. The result equals
+// simulating every candidate (a test compares the two on spaces small enough to brute-force).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/plan.h"
+#include "planner/space.h"
+#include "simulator/cost_options.h"
+#include "simulator/simulate.h"
+
+namespace ptdp {
+
+struct PlanRequest {
+  ModelSpec model;
+  ClusterSpec cluster;
+  TrainingSpec training;
+  int64_t gpus = 0;
+  SearchConstraints constraints;
+  CostOptions options;
+  int top_k = 10;
+  double memory_headroom = 0;  // fraction of the GPU's memory a plan must leave free
+  // A layout to place in the ranking (the user's, the paper's); it need not pass the
+  // constraints. Its rank is exact: every candidate that could beat it is simulated.
+  std::optional<ParallelConfig> reference;
+  bool keep_points = false;  // record every candidate that fits, for charts
+};
+
+struct RankedPlan {
+  Plan plan;
+  SimulationReport report;
+};
+
+// A candidate that passes Megatron's rules, with its cost-model figures (no event simulation).
+struct CandidatePoint {
+  ParallelConfig parallel;
+  double step_lower_bound_s = 0;  // <= its simulated step time
+  double peak_memory_bytes = 0;
+  bool fits = false;
+};
+
+struct ReferenceResult {
+  ParallelConfig parallel;
+  std::string problem;  // why it is not a valid plan ("" if it is): a rule or the memory
+  std::optional<RankedPlan> simulated;  // when it passes Megatron's rules
+  int64_t rank = 0;  // 1-based among the valid plans that fit; 0 if it does not fit or is invalid
+};
+
+struct PlanSearchResult {
+  std::vector<RankedPlan> plans;  // best first, at most top_k
+  int64_t examined = 0;           // candidates looked at (valid + rejected by a rule)
+  int64_t valid = 0;              // passed Megatron's rules
+  int64_t fits = 0;               // and fit in memory: the plans ranked
+  int64_t simulated = 0;          // event simulations run
+  Rejections rejected;            // per rule, and "out-of-memory"
+  // The candidate rejected for memory that came closest to fitting.
+  std::optional<CandidatePoint> closest_out_of_memory;
+  std::string closest_out_of_memory_problem;
+  std::optional<ReferenceResult> reference;
+  std::vector<CandidatePoint> points;  // every valid candidate, when keep_points
+  double memory_limit_bytes = 0;       // the GPU's memory minus the headroom
+};
+
+PlanSearchResult SearchPlans(const PlanRequest& request);
+
+// The same ranking by simulating every valid candidate (for tests of SearchPlans; slow).
+std::vector<RankedPlan> BruteForcePlans(const PlanRequest& request);
+
+// A plan for `parallel` under `request` (model, cluster, training, GPUs).
+Plan MakePlan(const PlanRequest& request, const ParallelConfig& parallel);
+
+// What would make a search with no valid plan succeed, in words (more GPUs, recompute, another
+// global batch, ...), from its rejections. Empty when there are plans.
+std::vector<std::string> UnblockHints(const PlanRequest& request, const PlanSearchResult& result);
+
+}  // namespace ptdp

@@ -1,0 +1,141 @@
+// The planner: its branch-and-bound ranking equals brute force; rejections add up; constraints
+// hold; a search with no plan says why and what would help.
+#include "planner/planner.h"
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "core/presets.h"
+
+namespace ptdp {
+namespace {
+
+PlanRequest Request(const char* model, const char* cluster, int64_t gpus, int64_t batch) {
+  PlanRequest r;
+  r.model = ModelPreset(model);
+  r.cluster = ClusterPreset(cluster);
+  r.gpus = gpus;
+  r.training.global_batch_size = batch;
+  return r;
+}
+
+struct Space {
+  const char* model;
+  const char* cluster;
+  int64_t gpus, batch;
+};
+
+class Exactness : public ::testing::TestWithParam<Space> {};
+
+TEST_P(Exactness, BranchAndBoundEqualsBruteForce) {
+  PlanRequest req =
+      Request(GetParam().model, GetParam().cluster, GetParam().gpus, GetParam().batch);
+  req.top_k = 15;
+  const PlanSearchResult fast = SearchPlans(req);
+  const std::vector<RankedPlan> slow = BruteForcePlans(req);
+  ASSERT_EQ(fast.plans.size(), slow.size());
+  ASSERT_FALSE(slow.empty());
+  for (size_t i = 0; i < slow.size(); ++i) {
+    EXPECT_EQ(fast.plans[i].plan.parallel, slow[i].plan.parallel) << "rank " << i + 1;
+    EXPECT_EQ(fast.plans[i].report.step_time_s, slow[i].report.step_time_s);
+  }
+  // It got there simulating a small part of the space (top_k = 15 of it at least).
+  EXPECT_LT(fast.simulated * 4, fast.fits) << fast.simulated << " of " << fast.fits;
+}
+
+INSTANTIATE_TEST_SUITE_P(SmallSpaces, Exactness,
+                         ::testing::Values(Space{"seed-example", "dgx-a100-80gb", 8, 128},
+                                           Space{"gpt3-1.3b", "dgx-h100", 16, 64},
+                                           Space{"llama2-7b", "dgx-a100-40gb", 8, 32}),
+                         [](const auto& info) { return std::to_string(info.index); });
+
+TEST(Planner, ReferenceRankIsItsPlaceInTheFullRanking) {
+  PlanRequest req = Request("seed-example", "dgx-a100-80gb", 8, 128);
+  const ParallelConfig seed{.tp = 2, .pp = 4, .dp = 1, .micro_batch_size = 4};
+  req.reference = seed;
+  const PlanSearchResult res = SearchPlans(req);
+  ASSERT_TRUE(res.reference && res.reference->simulated);
+  EXPECT_EQ(res.reference->problem, "");
+  PlanRequest all = req;
+  all.top_k = 1 << 20;
+  const std::vector<RankedPlan> everything = BruteForcePlans(all);
+  int64_t position = 0;
+  for (size_t i = 0; i < everything.size(); ++i) {
+    if (everything[i].plan.parallel == seed) position = static_cast<int64_t>(i) + 1;
+  }
+  ASSERT_GT(position, 0);
+  EXPECT_EQ(res.reference->rank, position);
+  EXPECT_EQ(static_cast<int64_t>(everything.size()), res.fits);
+}
+
+TEST(Planner, RejectionsAddUpAndNameMegatronsRules) {
+  const PlanRequest req = Request("gpt3-175b", "dgx-a100-80gb", 64, 1536);
+  const PlanSearchResult res = SearchPlans(req);
+  EXPECT_EQ(res.examined,
+            res.valid + res.rejected.total() - res.rejected.counts.at("out-of-memory"));
+  EXPECT_EQ(res.valid, res.fits + res.rejected.counts.at("out-of-memory"));
+  for (const auto& [reason, count] : res.rejected.counts) {
+    EXPECT_GT(count, 0);
+    EXPECT_FALSE(res.rejected.examples.at(reason).empty());
+  }
+  EXPECT_EQ(res.rejected.examples.at("heads-divisible-by-tp"),
+            "tp 64 x pp 1 x dp 1, mbs 1, 1f1b: num_attention_heads (96) must be a multiple of "
+            "tensor_model_parallel_size (64)");
+  ASSERT_TRUE(res.closest_out_of_memory);
+  EXPECT_GT(res.closest_out_of_memory->peak_memory_bytes, res.memory_limit_bytes);
+  for (const RankedPlan& p : res.plans) {
+    EXPECT_LE(p.report.peak_memory_bytes, res.memory_limit_bytes);
+  }
+}
+
+TEST(Planner, ConstraintsAreHonoured) {
+  PlanRequest req = Request("gpt3-6.7b", "dgx-a100-80gb", 32, 256);
+  ApplyFix("tp=4", req.constraints);
+  ApplyFix("recompute=none", req.constraints);
+  req.constraints.max_pp = 2;
+  req.memory_headroom = 0.2;
+  const PlanSearchResult res = SearchPlans(req);
+  ASSERT_FALSE(res.plans.empty());
+  for (const RankedPlan& p : res.plans) {
+    EXPECT_EQ(p.plan.parallel.tp, 4);
+    EXPECT_LE(p.plan.parallel.pp, 2);
+    EXPECT_EQ(p.plan.parallel.recompute, Recompute::kNone);
+    EXPECT_LE(p.report.peak_memory_bytes, 0.8 * 85899345920.0);
+  }
+  SearchConstraints c;
+  EXPECT_THROW(ApplyFix("tq=4", c), InputError);
+  EXPECT_THROW(ApplyFix("tp=0", c), InputError);
+  EXPECT_THROW(ApplyFix("schedule=2f2b", c), InputError);
+  try {
+    ApplyFix("tp", c);
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.where().key, "--fix");
+    EXPECT_EQ(e.message(), "\"tp\": expected KEY=VALUE");
+  }
+}
+
+TEST(Planner, NoPlanIsAnAnswerWithHints) {
+  // GPT-3 175B cannot fit on 8 A100s with any layout.
+  const PlanRequest big = Request("gpt3-175b", "dgx-a100-80gb", 8, 64);
+  const PlanSearchResult oom = SearchPlans(big);
+  EXPECT_TRUE(oom.plans.empty());
+  EXPECT_GT(oom.valid, 0);
+  const std::vector<std::string> hints = UnblockHints(big, oom);
+  ASSERT_GE(hints.size(), 2u);
+  EXPECT_EQ(hints[0].rfind("the closest layout needs ", 0), 0u);
+  EXPECT_NE(hints[1].find("more GPUs: about "), std::string::npos);
+
+  // A global batch no layout can split: 4 GPUs, a model only tp 1 and pp 1 can hold.
+  PlanRequest odd = Request("seed-example", "dgx-a100-80gb", 4, 2);
+  odd.model.num_attention_heads = 3;
+  odd.model.kv_channels = 2048 / 3;
+  odd.model.num_query_groups = 3;
+  odd.model.num_layers = 5;
+  const PlanSearchResult none = SearchPlans(odd);
+  EXPECT_EQ(none.valid, 0);
+  const std::vector<std::string> why = UnblockHints(odd, none);
+  EXPECT_EQ(why[0].rfind("every layout breaks a Megatron-LM rule; the commonest is ", 0), 0u);
+}
+
+}  // namespace
+}  // namespace ptdp
