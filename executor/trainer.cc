@@ -46,7 +46,8 @@ double EstimateRankBytes(const Plan& plan, int64_t bytes_per_element) {
   const double s = m.seq_length, b = p.micro_batch_size, h = m.hidden_size,
                a = m.num_attention_heads;
   const double per_layer = 2.0 * s * b * h * (34.0 + 5.0 * a * s / h);
-  const double activations = per_layer * m.num_layers / p.pp * p.pp / std::max(1, p.tp);
+  // 1F1B's first stage holds pp micro-batches of L / pp layers: L layers' worth.
+  const double activations = per_layer * m.num_layers / p.tp;
   return state + activations;
 }
 
@@ -225,10 +226,9 @@ ExecuteResult Execute(const Plan& plan, const ExecuteOptions& options, ProcessGr
   }
   result.first_step = done + 1;
 
-  // Micro-batch i from `fill(j, tokens)`, which writes the S + 1 tokens of its sequence j;
+  // A micro-batch from `fill(j, tokens)`, which writes the S + 1 tokens of its sequence j;
   // inputs/targets (S * B) in (sequence, batch) order.
-  auto make_batch = [&](int i, const std::function<void(int64_t, int32_t*)>& fill) {
-    (void)i;
+  auto make_batch = [&](const std::function<void(int64_t, int32_t*)>& fill) {
     std::vector<int32_t> inputs(static_cast<size_t>(seq * mbs)), targets(inputs.size());
     std::vector<int32_t> tokens(static_cast<size_t>(seq + 1));
     for (int64_t j = 0; j < mbs; ++j) {
@@ -253,7 +253,7 @@ ExecuteResult Execute(const Plan& plan, const ExecuteOptions& options, ProcessGr
   auto validate = [&]() {
     const int64_t vbase = coords.dp * (gbs / par.dp);
     const double mine = runner.Evaluate([&](int i) {
-      return make_batch(i, [&](int64_t j, int32_t* tokens) {
+      return make_batch([&](int64_t j, int32_t* tokens) {
         data.ValidationSequence(static_cast<uint64_t>((vbase + i * mbs + j) % val_count),
                                 static_cast<int>(seq), tokens);
       });
@@ -273,7 +273,7 @@ ExecuteResult Execute(const Plan& plan, const ExecuteOptions& options, ProcessGr
     // This rank's sequences: the step's block for its data-parallel index.
     const int64_t base = (step - 1) * gbs + coords.dp * (gbs / par.dp);
     auto batch = [&](int i) {
-      return make_batch(i, [&](int64_t j, int32_t* tokens) {
+      return make_batch([&](int64_t j, int32_t* tokens) {
         data.TrainSequence(static_cast<uint64_t>(base + i * mbs + j), static_cast<int>(seq),
                            tokens);
       });

@@ -12,7 +12,7 @@
 set -uo pipefail
 case_name=$1 ptdp=$2 tool=$3 mpiexec=$4 work=$5
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
-run() { "$mpiexec" --bind-to none -np "$@"; }
+run() { "$mpiexec" --oversubscribe --bind-to none -np "$@"; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 case $case_name in
@@ -34,7 +34,7 @@ fault)
   "$tool" plan plan.yaml tp=2 || fail "plan"
   for mode in throw exit; do
     start=$(date +%s)
-    PTDP_TEST_FAULT=1:3:$mode timeout 90 "$mpiexec" --bind-to none -np 2 "$ptdp" execute \
+    PTDP_TEST_FAULT=1:3:$mode timeout 90 "$mpiexec" --oversubscribe --bind-to none -np 2 "$ptdp" execute \
       --plan plan.yaml --steps 50 --results r.json >out.log 2>err.log
     rc=$? elapsed=$(($(date +%s) - start))
     cat out.log err.log
