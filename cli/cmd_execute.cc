@@ -64,11 +64,12 @@ void AddCalibrateOptions(po::options_description& o) {
 
 int NotReached(const Flags&, std::ostream&, std::ostream&) { return 0; }
 
-// PTDP_TEST_FAULT="RANK:STEP[:throw|exit]": world rank RANK fails before step STEP, by throwing
-// (the error path) or by exiting at once without MPI_Finalize (a crashed process). For tests.
-std::function<void(int64_t)> FaultHook(int world_rank) {
+// PTDP_TEST_FAULT="RANK:STEP[:throw|midstep|exit]": world rank RANK fails in step STEP: it
+// throws before the step (the error path), throws after its second pipeline operation (with
+// messages in flight), or exits at once without MPI_Finalize (a crashed process). For tests.
+void InstallFaultHooks(int world_rank, ExecuteOptions* options) {
   const char* spec = std::getenv("PTDP_TEST_FAULT");
-  if (spec == nullptr || *spec == '\0') return {};
+  if (spec == nullptr || *spec == '\0') return;
   int rank = -1;
   long long step = -1;
   char mode[16] = "throw";
@@ -76,13 +77,21 @@ std::function<void(int64_t)> FaultHook(int world_rank) {
     throw InputError({"", 0, "PTDP_TEST_FAULT"},
                      fmt::format("expected RANK:STEP[:MODE], got \"{}\"", spec));
   }
-  if (rank != world_rank) return {};
+  if (rank != world_rank) return;
   const std::string how = mode;
-  return [step, how, rank](int64_t now) {
-    if (now != step) return;
+  if (how != "throw" && how != "midstep" && how != "exit") {
+    throw InputError({"", 0, "PTDP_TEST_FAULT"}, "mode must be throw, midstep or exit");
+  }
+  options->on_step_begin = [step, how, rank](int64_t now) {
+    if (now != step || how == "midstep") return;
     if (how == "exit") std::_Exit(7);
     throw std::runtime_error(
         fmt::format("injected fault before step {} on rank {} (PTDP_TEST_FAULT)", step, rank));
+  };
+  options->on_operation = [step, how, rank](int64_t now, int64_t op) {
+    if (now != step || how != "midstep" || op != 2) return;
+    throw std::runtime_error(fmt::format(
+        "injected fault after operation 2 of step {} on rank {} (PTDP_TEST_FAULT)", step, rank));
   };
 }
 
@@ -107,9 +116,16 @@ int Train(const Plan& plan, const ExecuteOptions& options, const Flags& flags, s
     }
     return kExitBadInput;
   }
+  // Report a failure and end the whole job, before anything that talks to MPI is torn down.
+  auto abort_job = [&](const std::exception& e) {
+    err << fmt::format("ptdp: error: rank {} of {} (host {}): {}\n", session.world_rank(),
+                       session.world_size(), session.host(), e.what());
+    err.flush();
+    MpiAbortJob(dynamic_cast<const InputError*>(&e) != nullptr ? kExitBadInput : kExitFailed);
+  };
   try {
     ExecuteOptions opts = options;
-    opts.on_step_begin = FaultHook(session.world_rank());
+    InstallFaultHooks(session.world_rank(), &opts);
     const auto backend = MakeCpuBackend(1);
     ProcessGroups groups = MakeProcessGroups(session.World(*backend), plan.parallel);
     const ParallelConfig& p = plan.parallel;
@@ -130,7 +146,12 @@ int Train(const Plan& plan, const ExecuteOptions& options, const Flags& flags, s
                            Name(opts.dtype), Name(plan.training.precision));
       }
     }
-    const ExecuteResult result = Execute(plan, opts, groups, *backend, root ? &out : nullptr);
+    ExecuteResult result;
+    try {
+      result = Execute(plan, opts, groups, *backend, root ? &out : nullptr);
+    } catch (const std::exception& e) {
+      abort_job(e);
+    }
     if (root) {
       const std::string results_path =
           flags.OptionalString("results").value_or("execute-results.json");
@@ -153,11 +174,9 @@ int Train(const Plan& plan, const ExecuteOptions& options, const Flags& flags, s
     }
     return kExitOk;
   } catch (const std::exception& e) {
-    err << fmt::format("ptdp: error: rank {} of {} (host {}): {}\n", session.world_rank(),
-                       session.world_size(), session.host(), e.what());
-    err.flush();
-    MpiAbortJob(dynamic_cast<const InputError*>(&e) != nullptr ? kExitBadInput : kExitFailed);
+    abort_job(e);
   }
+  return kExitFailed;  // not reached: abort_job ends the process
 }
 
 int RunExecute(const Flags& flags, std::ostream& out, std::ostream& err) {

@@ -1,105 +1,314 @@
-// `ptdp plan`: resolves the model, cluster and training inputs. The search and ranking come
-// with the planner; until then this prints what it resolved and says plainly that nothing is
-// ranked.
+// `ptdp plan`: every valid configuration, ranked by simulated step time.
 #include <fmt/format.h>
+
+#include <charconv>
+#include <chrono>
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/output.h"
+#include "cli/report.h"
 #include "cli/table.h"
-#include "core/presets.h"
-#include "core/training_spec.h"
-#include "core/units.h"
+#include "cli/workload.h"
+#include "core/error.h"
+#include "core/json.h"
+#include "core/megatron_args.h"
+#include "core/spec_yaml.h"
+#include "planner/planner.h"
+#include "planner/report_html.h"
 
 namespace po = boost::program_options;
 
 namespace ptdp::cli {
 namespace {
 
-void AddPlanOptions(po::options_description& options) {
-  options.add_options()("model",
-                        po::value<std::string>()->default_value("seed-example")->value_name("M"),
-                        "model: preset name, model YAML or Hugging Face config.json")(
-      "cluster", po::value<std::string>()->default_value("dgx-a100-80gb")->value_name("C"),
-      "hardware profile: name or YAML file")(
-      "gpus", po::value<std::string>()->default_value("8")->value_name("N"), "number of GPUs")(
-      "global-batch", po::value<std::string>()->default_value("128")->value_name("B"),
-      "global batch size in sequences")("seq-length", po::value<std::string>()->value_name("S"),
-                                        "override the model's training sequence length")(
-      "precision", po::value<std::string>()->default_value("bf16")->value_name("P"),
-      "bf16 | fp16 | fp32")("top", po::value<std::string>()->value_name("K"),
-                            "show the best K plans (default 10)")(
-      "format", po::value<std::string>()->value_name("F"), "table | json")(
+enum class Format { kTable, kJson };
+constexpr EnumName<Format> kFormats[] = {{"table", Format::kTable}, {"json", Format::kJson}};
+
+// The founding document's hand-picked layout for its example (shared/seed/).
+const ParallelConfig kSeedLayout{.tp = 2, .pp = 4, .dp = 1, .micro_batch_size = 4};
+
+void AddPlanOptions(po::options_description& o) {
+  AddWorkloadOptions(o, /*example_defaults=*/true);
+  o.add_options()("top", po::value<std::string>()->default_value("10")->value_name("K"),
+                  "show the best K plans")(
+      "format", po::value<std::string>()->default_value("table")->value_name("F"), "table | json")(
       "out", po::value<std::string>()->value_name("FILE"), "write the best plan as a plan file")(
-      "explain", po::bool_switch(), "count the rejections per rule, with an example each");
+      "html", po::value<std::string>()->value_name("FILE"),
+      "write a self-contained HTML report (table, chart, timeline, rejections)")(
+      "explain", po::bool_switch(), "count the rejections per rule, with an example each")(
+      "fix", po::value<std::vector<std::string>>()->composing()->value_name("KEY=VALUE"),
+      "fix a knob (repeatable): tp, pp, dp, mbs, v, schedule, sp, recompute, dist-opt")(
+      "max-tp", po::value<std::string>()->value_name("T"), "largest tensor-parallel size")(
+      "max-pp", po::value<std::string>()->value_name("P"), "largest pipeline-parallel size")(
+      "max-micro-batch", po::value<std::string>()->value_name("b"), "largest micro-batch size")(
+      "memory-headroom", po::value<std::string>()->value_name("X"),
+      "memory each plan must leave free: a fraction (0.1) or a percentage (10%)")(
+      "no-recompute", po::bool_switch(), "only plans without activation recompute")(
+      "no-sequence-parallel", po::bool_switch(), "only plans without sequence parallelism")(
+      "no-distributed-optimizer", po::bool_switch(),
+      "only plans without the distributed optimizer")(
+      "schedules", po::value<std::string>()->value_name("LIST"),
+      "schedules to consider, comma-separated (default 1f1b,interleaved,zb-h1; gpipe too)")(
+      "compare", po::value<std::string>()->value_name("LAYOUT"),
+      "place a layout in the ranking, e.g. tp=2,pp=4,mbs=4 (keys as --fix); default for the "
+      "example: the founding document's TP 2 x PP 4");
+  AddCostOptions(o);
 }
 
-std::string Plural(int64_t n, std::string_view word) {
-  return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s");
+double ReadHeadroom(const Flags& flags) {
+  const auto text = flags.OptionalString("memory-headroom");
+  if (!text) return 0;
+  std::string number = *text;
+  const bool percent = !number.empty() && number.back() == '%';
+  if (percent) number.pop_back();
+  double value = -1;
+  const auto [ptr, ec] = std::from_chars(number.data(), number.data() + number.size(), value);
+  if (ec != std::errc() || ptr != number.data() + number.size()) value = -1;
+  if (percent) value /= 100;
+  if (!(value >= 0 && value < 1)) {
+    flags.Fail(
+        "memory-headroom",
+        fmt::format("expected a fraction below 1 or a percentage below 100%, got \"{}\"", *text));
+  }
+  return value;
+}
+
+// "tp=2,pp=4,mbs=4" -> a full layout (unset knobs at Megatron's defaults, dp from the GPUs).
+ParallelConfig ReadLayout(const Flags& flags, const std::string& text, int64_t gpus) {
+  SearchConstraints c;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    try {
+      ApplyFix(std::string_view(text).substr(start, comma - start), c);
+    } catch (const InputError& e) {
+      flags.Fail("compare", e.message(), e.hint());
+    }
+    start = comma + 1;
+  }
+  if (!c.tp || !c.pp) flags.Fail("compare", "needs at least tp= and pp=");
+  ParallelConfig p{.tp = *c.tp, .pp = *c.pp};
+  const int64_t model = int64_t{p.tp} * p.pp;
+  if (gpus % model != 0) {
+    flags.Fail("compare", fmt::format("tp x pp = {} does not divide the {} GPUs", model, gpus));
+  }
+  p.dp = static_cast<int>(gpus / model);
+  p.micro_batch_size = c.micro_batch_size.value_or(1);
+  p.virtual_stages = c.virtual_stages.value_or(1);
+  p.schedule = c.schedules.size() == 1
+                   ? c.schedules.front()
+                   : (p.virtual_stages > 1 ? Schedule::kInterleaved : Schedule::k1F1B);
+  p.sequence_parallel = c.sequence_parallel.value_or(false);
+  p.recompute = c.recomputes.size() == 1 ? c.recomputes.front() : Recompute::kNone;
+  p.distributed_optimizer = c.distributed_optimizer.value_or(false);
+  return p;
+}
+
+PlanRequest ReadRequest(const Flags& flags, std::string& reference_label) {
+  const Workload w = ReadWorkload(flags);
+  PlanRequest req{.model = w.model, .cluster = w.cluster, .training = w.training, .gpus = w.gpus};
+  for (const std::string& fix : flags.Strings("fix")) ApplyFix(fix, req.constraints);
+  req.constraints.max_tp = static_cast<int>(flags.OptionalPositiveInt("max-tp").value_or(0));
+  req.constraints.max_pp = static_cast<int>(flags.OptionalPositiveInt("max-pp").value_or(0));
+  req.constraints.max_micro_batch_size =
+      static_cast<int>(flags.OptionalPositiveInt("max-micro-batch").value_or(0));
+  if (flags.Switch("no-recompute")) req.constraints.recomputes = {Recompute::kNone};
+  if (flags.Switch("no-sequence-parallel")) req.constraints.sequence_parallel = false;
+  if (flags.Switch("no-distributed-optimizer")) req.constraints.distributed_optimizer = false;
+  if (auto list = flags.OptionalString("schedules")) {
+    req.constraints.schedules.clear();
+    size_t start = 0;
+    while (start <= list->size()) {
+      const size_t comma = std::min(list->find(',', start), list->size());
+      const std::string name = list->substr(start, comma - start);
+      const auto s = ValueOf<Schedule>(kScheduleNames, name);
+      if (!s) flags.Fail("schedules", UnknownValueMessage<Schedule>(kScheduleNames, name));
+      req.constraints.schedules.push_back(*s);
+      start = comma + 1;
+    }
+  }
+  req.top_k = static_cast<int>(flags.PositiveInt("top"));
+  req.memory_headroom = ReadHeadroom(flags);
+  req.options = ReadCostOptions(flags);
+  if (auto layout = flags.OptionalString("compare")) {
+    req.reference = ReadLayout(flags, *layout, req.gpus);
+    reference_label = "Your layout";
+  } else if (req.model.name == "seed-example" && req.gpus == 8 &&
+             req.training.global_batch_size == 128) {
+    req.reference = kSeedLayout;
+    reference_label = "The founding document's layout";
+  }
+  req.keep_points = flags.Has("html");
+  return req;
+}
+
+std::string PlanJsonEntry(const RankedPlan& r) {
+  const ParallelConfig& p = r.plan.parallel;
+  return fmt::format(
+      "{{\"tp\": {}, \"pp\": {}, \"dp\": {}, \"micro_batch\": {}, \"schedule\": \"{}\", "
+      "\"virtual_stages\": {}, \"sequence_parallel\": {}, \"recompute\": \"{}\", "
+      "\"distributed_optimizer\": {}, \"megatron_args\": {},\n   {}}}",
+      p.tp, p.pp, p.dp, p.micro_batch_size, Name(p.schedule), p.virtual_stages, p.sequence_parallel,
+      Name(p.recompute), p.distributed_optimizer, JsonString(MegatronArgsLine(r.plan)),
+      SimulationJsonMembers(r.report, 3));
+}
+
+std::string PlanJson(const PlanRequest& req, const PlanSearchResult& res) {
+  std::string out = "{\"plans\": [";
+  for (size_t i = 0; i < res.plans.size(); ++i) {
+    out += (i ? ",\n  " : "\n  ") + PlanJsonEntry(res.plans[i]);
+  }
+  out += "\n], \"rejected\": {";
+  bool first = true;
+  for (const auto& [reason, count] : res.rejected.counts) {
+    out += fmt::format("{}{}: {}", first ? "" : ", ", JsonString(reason), count);
+    first = false;
+  }
+  out += fmt::format("}}, \"rejected_examples\": {{");
+  first = true;
+  for (const auto& [reason, example] : res.rejected.examples) {
+    out += fmt::format("{}{}: {}", first ? "" : ", ", JsonString(reason), JsonString(example));
+    first = false;
+  }
+  out += fmt::format("}},\n \"evaluated\": {}, \"valid\": {}, \"fits\": {}, \"simulated\": {}",
+                     res.examined, res.valid, res.fits, res.simulated);
+  if (res.reference) {
+    out += fmt::format(", \"reference\": {{\"rank\": {}, \"problem\": {}", res.reference->rank,
+                       JsonString(res.reference->problem));
+    if (res.reference->simulated) out += ", \"plan\": " + PlanJsonEntry(*res.reference->simulated);
+    out += "}";
+  }
+  if (res.plans.empty()) {
+    out += ", \"hints\": [";
+    const std::vector<std::string> hints = UnblockHints(req, res);
+    for (size_t i = 0; i < hints.size(); ++i) out += (i ? ", " : "") + JsonString(hints[i]);
+    out += "]";
+  }
+  return out + "}\n";
+}
+
+std::string OnOff(bool b) { return b ? "yes" : "-"; }
+
+std::string PlanTable(const PlanRequest& req, const PlanSearchResult& res) {
+  Table t({{"#", Table::Align::kRight},
+           {"layout"},
+           {"mbs", Table::Align::kRight},
+           {"schedule"},
+           {"SP"},
+           {"recompute"},
+           {"dist-opt"},
+           {"step", Table::Align::kRight},
+           {"tokens/s", Table::Align::kRight},
+           {"TFLOP/s", Table::Align::kRight},
+           {"MFU", Table::Align::kRight},
+           {"bubble", Table::Align::kRight},
+           {"memory", Table::Align::kRight},
+           {"headroom", Table::Align::kRight}});
+  const double hbm = static_cast<double>(req.cluster.gpu.hbm_bytes);
+  for (size_t i = 0; i < res.plans.size(); ++i) {
+    const ParallelConfig& p = res.plans[i].plan.parallel;
+    const SimulationReport& r = res.plans[i].report;
+    t.AddRow({std::to_string(i + 1), fmt::format("TP {} x PP {} x DP {}", p.tp, p.pp, p.dp),
+              std::to_string(p.micro_batch_size),
+              p.schedule == Schedule::kInterleaved
+                  ? fmt::format("interleaved v={}", p.virtual_stages)
+                  : std::string(Name(p.schedule)),
+              OnOff(p.sequence_parallel),
+              p.recompute == Recompute::kNone ? "-" : std::string(Name(p.recompute)),
+              OnOff(p.distributed_optimizer), Seconds(r.step_time_s),
+              Grouped(static_cast<int64_t>(r.tokens_per_s)),
+              fmt::format("{:.1f}", r.model_tflops_per_gpu), fmt::format("{:.1f}%", 100 * r.mfu),
+              fmt::format("{:.1f}%", 100 * r.bubble_fraction), Gigabytes(r.peak_memory_bytes),
+              fmt::format("{:.0f}%", 100 * (1 - r.peak_memory_bytes / hbm))});
+  }
+  return t.Render();
+}
+
+std::string Explain(const PlanSearchResult& res) {
+  std::string out = "Rejected, counted under the first Megatron-LM rule each breaks:\n";
+  Table t({{"reason"}, {"count", Table::Align::kRight}, {"example"}});
+  for (const auto& [reason, count] : res.rejected.counts) {
+    t.AddRow({reason, Grouped(count), res.rejected.examples.at(reason)});
+  }
+  out += t.Render();
+  if (res.closest_out_of_memory) {
+    out += fmt::format("Closest to fitting ({:.1f}% of the memory available): {}\n",
+                       100 * res.closest_out_of_memory->peak_memory_bytes / res.memory_limit_bytes,
+                       res.closest_out_of_memory_problem);
+  }
+  return out;
 }
 
 int RunPlan(const Flags& flags, std::ostream& out, std::ostream& err) {
-  ModelSpec model = ResolveModel(flags.String("model"));
-  const ClusterSpec cluster = ResolveCluster(flags.String("cluster"));
-  const int64_t gpus = flags.PositiveInt("gpus");
-  TrainingSpec training;
-  training.global_batch_size = flags.PositiveInt("global-batch");
-  training.precision = flags.Enum("precision", kPrecisionNames, Precision::kBf16);
-  if (auto seq = flags.OptionalPositiveInt("seq-length")) {
-    if (*seq > model.max_position_embeddings &&
-        model.position_embedding == PositionEmbedding::kLearned) {
-      flags.Fail("seq-length", fmt::format("{} exceeds the model's max_position_embeddings ({})",
-                                           *seq, model.max_position_embeddings));
+  std::string reference_label;
+  const PlanRequest req = ReadRequest(flags, reference_label);
+  const Format format = flags.Enum("format", kFormats, Format::kTable);
+  const auto start = std::chrono::steady_clock::now();
+  const PlanSearchResult res = SearchPlans(req);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  if (!res.plans.empty()) {
+    if (auto path = flags.OptionalString("out")) {
+      WriteOutputFile(*path, WritePlanYaml(res.plans.front().plan), "--out");
     }
-    model.seq_length = static_cast<int>(*seq);
-    model.max_position_embeddings = std::max(model.max_position_embeddings, model.seq_length);
   }
-  for (std::string_view wanted : {"top", "format", "out", "explain"}) {
-    if (flags.Has(wanted) && !(wanted == "explain" && !flags.Switch("explain"))) {
-      err << fmt::format(
-          "ptdp: error: --{} needs the planner's ranking, which is not implemented yet (the "
-          "planner issue)\n",
-          wanted);
-      return kExitNotImplemented;
-    }
+  if (auto path = flags.OptionalString("html")) {
+    WriteOutputFile(*path, PlanReportHtml(req, res), "--html");
+  }
+  if (format == Format::kJson) {
+    out << PlanJson(req, res);
+    return res.plans.empty() ? kExitFailed : kExitOk;
   }
 
-  const ParameterCounts params = CountParameters(model);
-  const double nodes = static_cast<double>(gpus) / cluster.gpus_per_node;
-  auto count = [](int64_t n) { return HumanCount(static_cast<double>(n)); };
-  out << fmt::format("ptdp plan: {} on {} of {}, global batch {}\n\n", model.name,
-                     Plural(gpus, "GPU"), cluster.name, training.global_batch_size);
+  out << fmt::format("ptdp plan: {} on {} x {}, global batch {} ({} tokens), {}\n", req.model.name,
+                     req.gpus, req.cluster.name, req.training.global_batch_size,
+                     Grouped(req.training.global_batch_size * req.model.seq_length),
+                     Name(req.training.precision));
   out << fmt::format(
-      "model       {}: {} layers, hidden {}, {} heads ({} query groups of {}), FFN {}\n",
-      model.name, model.num_layers, model.hidden_size, model.num_attention_heads,
-      model.num_query_groups, model.kv_channels, model.ffn_hidden_size);
-  out << fmt::format("            {}, {}, {} positions, {} embeddings, {}\n",
-                     Name(model.activation), Name(model.normalization),
-                     Name(model.position_embedding), model.tied_embeddings ? "tied" : "untied",
-                     model.add_bias_linear ? "biases" : "no biases");
-  out << fmt::format("            vocabulary {} (padded to {}), sequence {}\n", model.vocab_size,
-                     PaddedVocabSize(model), model.seq_length);
-  out << fmt::format("parameters  {} ({}): embeddings {} + {} layers x {}{} + final norm {}\n",
-                     count(params.total), Grouped(params.total),
-                     count(params.word_embedding + params.position_embedding), model.num_layers,
-                     count(params.per_layer),
-                     params.output_layer > 0 ? " + output layer " + count(params.output_layer) : "",
-                     count(params.final_norm));
-  out << fmt::format("cluster     {}: {:g} node{} of {} x {}\n", cluster.name, nodes,
-                     nodes == 1 ? "" : "s", cluster.gpus_per_node, cluster.gpu.name);
-  out << fmt::format("            {:g} TFLOP/s bf16, {:.1f} GB HBM at {:g} GB/s per GPU\n",
-                     cluster.gpu.peak_bf16_flops / units::kTflops,
-                     cluster.gpu.hbm_bytes / units::kGB,
-                     cluster.gpu.hbm_bandwidth_bytes_per_s / units::kGBPerS);
-  out << fmt::format(
-      "            NVLink {:g} GB/s per GPU and direction; {} NICs of {:g} GB/s per node\n",
-      cluster.nvlink_bytes_per_s / units::kGBPerS, cluster.nics_per_node,
-      cluster.nic_bytes_per_s / units::kGBPerS);
-  out << fmt::format("training    global batch {} sequences = {} tokens per step, {}, {}\n\n",
-                     training.global_batch_size,
-                     Grouped(training.global_batch_size * model.seq_length),
-                     Name(training.precision), Name(training.optimizer));
-  out << "Nothing is ranked: the planner (search over tp, pp, dp, micro-batch, schedule, "
-         "recompute\nand sharding, ranked by simulated step time) is not implemented yet.\n";
+      "Searched {} configurations in {:.2f} s: {} pass Megatron-LM's rules, {} fit in {} per "
+      "GPU{}; {} simulated.\n\n",
+      Grouped(res.examined), seconds, Grouped(res.valid), Grouped(res.fits),
+      Gigabytes(res.memory_limit_bytes),
+      req.memory_headroom > 0 ? fmt::format(" ({:.0f}% kept free)", 100 * req.memory_headroom) : "",
+      Grouped(res.simulated));
+  if (res.plans.empty()) {
+    out << "No valid plan.\n";
+    for (const std::string& hint : UnblockHints(req, res)) out << "  - " << hint << "\n";
+    if (flags.Switch("explain")) out << "\n" << Explain(res);
+    err << "ptdp: no plan satisfies Megatron-LM's rules and fits in memory (see above)\n";
+    return kExitFailed;
+  }
+  out << PlanTable(req, res);
+  out << "\nBest plan as Megatron-LM flags:\n  " << MegatronArgsLine(res.plans.front().plan)
+      << "\n";
+  const ParallelConfig& best = res.plans.front().plan.parallel;
+  if (best.schedule == Schedule::kZbH1) {
+    out << "  (zb-h1 is not in Megatron-LM: it needs a zero-bubble implementation, e.g. "
+           "sail-sg/zero-bubble-pipeline-parallelism)\n";
+  }
+  if (res.reference) {
+    const ReferenceResult& ref = *res.reference;
+    Plan plan = MakePlan(req, ref.parallel);
+    out << "\n" << reference_label << ", " << LayoutLine(plan) << ": ";
+    if (ref.rank > 0) {
+      const double best_s = res.plans.front().report.step_time_s;
+      const SimulationReport& r = ref.simulated->report;
+      out << fmt::format("{} per step, {}; rank {} of {} ({:.2f}x the best's step time).\n",
+                         Seconds(r.step_time_s), Gigabytes(r.peak_memory_bytes), Grouped(ref.rank),
+                         Grouped(res.fits), r.step_time_s / best_s);
+    } else {
+      out << "not a valid plan: " << ref.problem << "\n";
+    }
+  }
+  if (flags.Switch("explain")) out << "\n" << Explain(res);
+  if (auto path = flags.OptionalString("out")) out << "\nWrote the best plan to " << *path << "\n";
+  if (auto path = flags.OptionalString("html")) out << "Wrote the report to " << *path << "\n";
+  if (!flags.Switch("explain") && !flags.Has("out")) {
+    out << "\nMore: --explain (why the rest were rejected), --out plan.yaml, --html report.html, "
+           "--format json.\n";
+  }
   return kExitOk;
 }
 
@@ -110,21 +319,26 @@ const Command kPlanCommand{
     .summary = "search every valid configuration and rank them by predicted step time",
     .usage =
         "ptdp plan --model M --cluster C --gpus N --global-batch B [--top K]\n"
-        "                 [--format table|json] [--out plan.yaml] [--explain]",
+        "                 [--format table|json] [--out plan.yaml] [--explain] [--html FILE]\n"
+        "                 [--fix tp=8] [--max-tp T] [--memory-headroom 10%] [--no-recompute]",
     .description =
-        "Searches every PTD-P configuration Megatron-LM accepts for the model on the cluster,\n"
-        "ranks them by simulated step time, explains the rejections and writes the best as a\n"
-        "plan file and as Megatron-LM flags. Without flags it plans the founding document's\n"
-        "example: seed-example (24 layers, hidden 2048, 32 heads, sequence 2048) on 8\n"
-        "A100-80GB GPUs with global batch 128.\n\n"
-        "Today it resolves and prints the inputs (model, parameter count, cluster, batch); the\n"
-        "search and ranking are not implemented yet, and it says so instead of ranking.",
+        "Searches every PTD-P configuration Megatron-LM accepts for the model on the cluster "
+        "(tensor,\npipeline and data-parallel sizes, micro-batch, schedule 1f1b / interleaved "
+        "with every v / zb-h1,\nsequence parallelism, recompute none / selective / full, "
+        "distributed optimizer), keeps those\nthat fit in memory, ranks them by simulated step "
+        "time (ties: less memory) and shows the best\nas Megatron-LM flags. The ranking is "
+        "exact: the same as simulating every candidate.\nWithout flags it plans the founding "
+        "document's example: seed-example (24 layers, hidden 2048,\n32 heads, sequence 2048) "
+        "on 8 A100-80GB GPUs with global batch 128, and places its hand-picked\nTP 2 x PP 4 "
+        "layout in the ranking. Exits 1 when no plan is valid, saying what would help.",
     .examples =
         "ptdp plan\n"
         "ptdp plan --model gpt3-175b --cluster dgx-a100-80gb --gpus 1024 "
-        "--global-batch 1536\n"
-        "ptdp plan --model path/to/config.json --cluster hgx-h200 --gpus 64 "
-        "--global-batch 512 --seq-length 4096",
+        "--global-batch 1536 --explain\n"
+        "ptdp plan --model llama3-70b --cluster hgx-h200 --gpus 64 --global-batch 512 "
+        "--fix tp=8 --memory-headroom 10% --out plan.yaml\n"
+        "ptdp plan --model path/to/config.json --cluster dgx-h100 --gpus 32 "
+        "--global-batch 256 --seq-length 4096 --html report.html",
     .implemented = true,
     .tracked_in = "",
     .add_options = AddPlanOptions,

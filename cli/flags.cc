@@ -80,6 +80,12 @@ std::optional<std::string> Flags::OptionalString(std::string_view flag) const {
   return it->second.as<std::string>();
 }
 
+std::vector<std::string> Flags::Strings(std::string_view flag) const {
+  const auto it = values_.find(std::string(flag));
+  if (it == values_.end()) return {};
+  return it->second.as<std::vector<std::string>>();
+}
+
 std::string Flags::String(std::string_view flag) const {
   auto value = OptionalString(flag);
   if (!value) Fail(flag, "is required");

@@ -27,6 +27,8 @@ class Flags {
   bool Switch(std::string_view flag) const;
   std::string String(std::string_view flag) const;  // required
   std::optional<std::string> OptionalString(std::string_view flag) const;
+  // Every value of a flag declared with po::value<std::vector<std::string>>()->composing().
+  std::vector<std::string> Strings(std::string_view flag) const;
   int64_t PositiveInt(std::string_view flag) const;  // required
   std::optional<int64_t> OptionalPositiveInt(std::string_view flag) const;
 

@@ -22,6 +22,9 @@ constexpr Rgb kSend{242, 142, 43};
 constexpr Rgb kDpComm{225, 87, 89};
 constexpr Rgb kOptimizer{121, 112, 110};
 
+// Beyond this many operations the SVG draws pixel columns instead of one box per operation.
+constexpr size_t kDenseOps = 6000;
+
 std::string Hex(Rgb c) { return fmt::format("#{:02x}{:02x}{:02x}", c.r, c.g, c.b); }
 
 Rgb Lighter(Rgb c, double amount) {
@@ -116,8 +119,12 @@ std::string TimelineSvg(const PipelineSchedule& s, const SimResult& r, const Tim
       "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#d9d9d9\" stroke-width=\"2\"/>"
       "</pattern></defs>\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
       width, height, width, height);
-  svg += fmt::format("<text x=\"{}\" y=\"24\" font-size=\"15\" font-weight=\"bold\">{}</text>\n",
-                     left, Escape(t.title));
+  // Long titles shrink to fit the width (about 0.6 em per character).
+  const double title_font =
+      std::min(15.0, (width - left - 10) / (0.6 * std::max<size_t>(1, t.title.size())));
+  svg +=
+      fmt::format("<text x=\"{}\" y=\"24\" font-size=\"{:.1f}\" font-weight=\"bold\">{}</text>\n",
+                  left, title_font, Escape(t.title));
   svg += fmt::format("<text x=\"{}\" y=\"44\" font-size=\"13\" fill=\"#444\">{}</text>\n", left,
                      Escape(t.subtitle));
 
@@ -134,29 +141,103 @@ std::string TimelineSvg(const PipelineSchedule& s, const SimResult& r, const Tim
         x(0), y, r.pipeline_end_s * scale, row);
   }
   const double font = std::min(11.0, row * 0.6);
-  for (const SimulatedOp& o : r.ops) {
-    const double y = top + o.stage * pitch;
-    const double w = (o.end_s - o.start_s) * scale;
-    svg += fmt::format(
-        "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\" "
-        "stroke=\"white\" stroke-width=\"{}\"><title>stage {} {} {}</title></rect>\n",
-        x(o.start_s), y, w, row, Hex(OpColour(s, o.op.kind, o.op.chunk)), w > 3 ? 0.6 : 0, o.stage,
-        OpLabel(s, o.op), FormatTime(o.end_s - o.start_s, o.end_s - o.start_s));
-    const std::string label = std::to_string(o.op.microbatch);
-    if (w >= font * 0.62 * label.size() + 2 && row >= 9) {
+  if (r.ops.size() <= kDenseOps) {
+    for (const SimulatedOp& o : r.ops) {
+      const double y = top + o.stage * pitch;
+      const double w = (o.end_s - o.start_s) * scale;
       svg += fmt::format(
-          "<text x=\"{:.2f}\" y=\"{:.2f}\" font-size=\"{:.0f}\" fill=\"white\" "
-          "text-anchor=\"middle\" dominant-baseline=\"central\">{}</text>\n",
-          x(o.start_s) + w / 2, y + row / 2, font, label);
+          "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\" "
+          "stroke=\"white\" stroke-width=\"{}\"><title>stage {} {} {}</title></rect>\n",
+          x(o.start_s), y, w, row, Hex(OpColour(s, o.op.kind, o.op.chunk)), w > 3 ? 0.6 : 0,
+          o.stage, OpLabel(s, o.op), FormatTime(o.end_s - o.start_s, o.end_s - o.start_s));
+      const std::string label = std::to_string(o.op.microbatch);
+      if (w >= font * 0.62 * label.size() + 2 && row >= 9) {
+        svg += fmt::format(
+            "<text x=\"{:.2f}\" y=\"{:.2f}\" font-size=\"{:.0f}\" fill=\"white\" "
+            "text-anchor=\"middle\" dominant-baseline=\"central\">{}</text>\n",
+            x(o.start_s) + w / 2, y + row / 2, font, label);
+      }
     }
-  }
-  for (const SimulatedTransfer& tr : r.transfers) {
-    if (tr.end_s <= tr.start_s) continue;  // free communication: nothing to draw
-    const double y = top + tr.from_stage * pitch + row + 1;
-    svg += fmt::format(
-        "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\" "
-        "opacity=\"0.8\"/>\n",
-        x(tr.start_s), y, std::max(0.5, (tr.end_s - tr.start_s) * scale), lane, Hex(kSend));
+    for (const SimulatedTransfer& tr : r.transfers) {
+      if (tr.end_s <= tr.start_s) continue;  // free communication: nothing to draw
+      const double y = top + tr.from_stage * pitch + row + 1;
+      svg += fmt::format(
+          "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\" "
+          "opacity=\"0.8\"/>\n",
+          x(tr.start_s), y, std::max(0.5, (tr.end_s - tr.start_s) * scale), lane, Hex(kSend));
+    }
+  } else {
+    // Too many operations for one rectangle each: draw, per pixel column of each row, the
+    // colour that covers most of it, as runs.
+    const int columns = static_cast<int>(std::ceil(plot_w));
+    const int kinds = 3 * s.chunks;  // (kind, chunk) categories
+    for (int st = 0; st < p; ++st) {
+      std::vector<double> cover(static_cast<size_t>(columns) * kinds, 0.0);
+      std::vector<double> sends(columns, 0.0);
+      auto spread = [&](double start, double end, auto&& add) {
+        const double a = start * scale, b = end * scale;
+        for (int c = std::max(0, static_cast<int>(a)); c < columns && c < b; ++c) {
+          add(c, std::min<double>(b, c + 1) - std::max<double>(a, c));
+        }
+      };
+      for (const SimulatedOp& o : r.ops) {
+        if (o.stage != st) continue;
+        const int k = static_cast<int>(o.op.kind) * s.chunks + o.op.chunk;
+        spread(o.start_s, o.end_s, [&](int c, double w) { cover[c * kinds + k] += w; });
+      }
+      for (const SimulatedTransfer& tr : r.transfers) {
+        if (tr.from_stage == st)
+          spread(tr.start_s, tr.end_s, [&](int c, double w) { sends[c] += w; });
+      }
+      // Each column's colour is its operations' colours weighted by how much of it they
+      // cover, over the idle background; quantized so that steady stretches form runs.
+      const double y = top + st * pitch;
+      int run_start = 0;
+      std::string run_colour;
+      auto flush = [&](int end) {
+        if (run_colour.empty() || end <= run_start) return;
+        svg += fmt::format(
+            "<rect x=\"{:.1f}\" y=\"{:.2f}\" width=\"{}\" height=\"{:.2f}\" fill=\"{}\"/>\n",
+            left + run_start, y, end - run_start, row, run_colour);
+      };
+      for (int c = 0; c <= columns; ++c) {
+        std::string colour;
+        if (c < columns) {
+          double covered = 0, rr = 0, gg = 0, bb = 0;
+          for (int k = 0; k < kinds; ++k) {
+            const double w = cover[c * kinds + k];
+            if (w <= 0) continue;
+            const Rgb col = OpColour(s, static_cast<OpKind>(k / s.chunks), k % s.chunks);
+            covered += w, rr += w * col.r, gg += w * col.g, bb += w * col.b;
+          }
+          if (covered > 0.05) {
+            const double idle = std::max(0.0, 1.0 - covered);  // shows as light grey
+            const double total = covered + idle;
+            auto q = [&](double v) {
+              return std::clamp(static_cast<int>(v / total / 8) * 8, 0, 255);
+            };
+            colour = Hex({q(rr + idle * 236), q(gg + idle * 236), q(bb + idle * 236)});
+          }
+        }
+        if (colour != run_colour) {
+          flush(c);
+          run_start = c;
+          run_colour = colour;
+        }
+      }
+      int send_start = -1;
+      for (int c = 0; c <= columns; ++c) {
+        const bool on = c < columns && sends[c] > 0.5;
+        if (on && send_start < 0) send_start = c;
+        if (!on && send_start >= 0) {
+          svg += fmt::format(
+              "<rect x=\"{:.1f}\" y=\"{:.2f}\" width=\"{}\" height=\"{:.2f}\" fill=\"{}\" "
+              "opacity=\"0.8\"/>\n",
+              left + send_start, y + row + 1, c - send_start, lane, Hex(kSend));
+          send_start = -1;
+        }
+      }
+    }
   }
   for (const SimulatedPhase& ph : r.phases) {
     const bool comm = ph.category == "dp-comm";
@@ -180,6 +261,12 @@ std::string TimelineSvg(const PipelineSchedule& s, const SimResult& r, const Tim
         t.unit_time ? fmt::format("{:g}", tt) : FormatTime(tt, tick));
   }
 
+  if (r.ops.size() > kDenseOps) {
+    svg += fmt::format(
+        "<text x=\"{}\" y=\"{}\" font-size=\"11\" fill=\"#444\">{} operations: each pixel "
+        "column mixes the colours of what runs in it</text>\n",
+        left, axis_y + 32, r.ops.size());
+  }
   if (t.unit_time) {
     svg += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"11\" fill=\"#444\">time units</text>\n",
                        x(end) - 60, axis_y + 32);

@@ -61,36 +61,93 @@ TEST(Cli, UnimplementedCommandsSaySoAndExitNonZero) {
             "ptdp: error: --tpp: unknown flag (hint: see `ptdp simulate --help`)\n");
 }
 
-TEST(Cli, DefaultPlanShowsTheFoundingDocumentsExampleAndRanksNothing) {
+TEST(Cli, DefaultPlanRanksTheFoundingDocumentsExample) {
   const Result r = Cli({"plan"});
   EXPECT_EQ(r.code, kExitOk) << r.err;
   EXPECT_EQ(r.err, "");
-  EXPECT_NE(r.out.find("ptdp plan: seed-example on 8 GPUs of dgx-a100-80gb, global batch 128"),
+  EXPECT_NE(r.out.find("ptdp plan: seed-example on 8 x dgx-a100-80gb, global batch 128"),
             std::string::npos);
-  EXPECT_NE(r.out.find("24 layers, hidden 2048, 32 heads"), std::string::npos);
-  EXPECT_NE(r.out.find("parameters  1.32B (1,315,819,520)"), std::string::npos);
-  EXPECT_NE(r.out.find("1 node of 8 x A100-SXM4-80GB"), std::string::npos);
-  EXPECT_NE(r.out.find("global batch 128 sequences = 262,144 tokens per step"), std::string::npos);
-  EXPECT_NE(r.out.find("Nothing is ranked"), std::string::npos);
+  EXPECT_NE(r.out.find(" 1  TP "), std::string::npos);
+  EXPECT_NE(r.out.find("10  TP "), std::string::npos);
+  EXPECT_NE(r.out.find("Best plan as Megatron-LM flags:\n  --tensor-model-parallel-size "),
+            std::string::npos);
+  EXPECT_NE(r.out.find("The founding document's layout, TP 2 x PP 4 x DP 1, micro-batch 4 (m = "
+                       "32), 1f1b: "),
+            std::string::npos);
+  EXPECT_NE(r.out.find(" rank "), std::string::npos);
 }
 
 TEST(Cli, PlanAcceptsFilesAndOverrides) {
-  const Result r =
-      Cli({"plan", "--model", std::string(PTDP_TEST_FIXTURES) + "/tiny-llama/config.json",
-           "--cluster", "hgx-h200", "--gpus", "16", "--global-batch", "64", "--seq-length", "256"});
+  const Result r = Cli(
+      {"plan", "--model", std::string(PTDP_TEST_FIXTURES) + "/tiny-llama/config.json", "--cluster",
+       "hgx-h200", "--gpus", "16", "--global-batch", "64", "--seq-length", "256", "--top", "3"});
   EXPECT_EQ(r.code, kExitOk) << r.err;
-  EXPECT_NE(r.out.find("tiny-llama on 16 GPUs of hgx-h200"), std::string::npos);
-  EXPECT_NE(r.out.find("sequence 256"), std::string::npos);
-  EXPECT_NE(r.out.find("2 nodes of 8 x H200"), std::string::npos);
+  EXPECT_NE(r.out.find("tiny-llama on 16 x hgx-h200"), std::string::npos);
+  EXPECT_NE(r.out.find("\n3  TP "), std::string::npos);
+  EXPECT_EQ(r.out.find("\n4  TP "), std::string::npos);
 }
 
-TEST(Cli, PlanRefusesToPretendItRanks) {
-  for (const char* flag : {"--top=3", "--format=json", "--out=/tmp/never-written.yaml"}) {
-    const Result r = Cli({"plan", flag});
-    EXPECT_EQ(r.code, kExitNotImplemented) << flag;
-    EXPECT_EQ(r.out, "") << flag;
+TEST(Cli, PlanJsonOutAndExplain) {
+  const std::string path = ::testing::TempDir() + "/best.yaml";
+  std::remove(path.c_str());
+  const Result r = Cli({"plan", "--format", "json", "--top", "3", "--out", path});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  const YAML::Node j = YAML::Load(r.out);
+  ASSERT_EQ(j["plans"].size(), 3u);
+  for (const char* key : {"tp", "pp", "dp", "micro_batch", "virtual_stages"}) {
+    EXPECT_GT(j["plans"][0][key].as<int>(), 0) << key;
   }
-  EXPECT_EQ(Cli({"plan", "--explain"}).code, kExitNotImplemented);
+  for (const char* key : {"schedule", "recompute", "megatron_args"}) {
+    EXPECT_FALSE(j["plans"][0][key].as<std::string>().empty()) << key;
+  }
+  EXPECT_GT(j["plans"][0]["step_time_s"].as<double>(), 0);
+  EXPECT_LE(j["plans"][0]["step_time_s"].as<double>(), j["plans"][1]["step_time_s"].as<double>());
+  EXPECT_GT(j["evaluated"].as<int64_t>(), j["valid"].as<int64_t>());
+  EXPECT_GT(j["rejected"]["sequence-parallel-needs-tp"].as<int64_t>(), 0);
+  EXPECT_GT(j["reference"]["rank"].as<int64_t>(), 3);
+  // --out wrote the best plan, which reads back.
+  const Plan best = LoadPlanFile(path);
+  EXPECT_EQ(best.parallel.tp, j["plans"][0]["tp"].as<int>());
+  EXPECT_EQ(best.parallel.micro_batch_size, j["plans"][0]["micro_batch"].as<int>());
+
+  const Result explain = Cli({"plan", "--explain", "--top", "1"});
+  EXPECT_NE(explain.out.find("Rejected, counted under the first Megatron-LM rule each breaks:"),
+            std::string::npos);
+  EXPECT_NE(explain.out.find("sequence-parallel-needs-tp"), std::string::npos);
+}
+
+TEST(Cli, NoValidPlanIsAnAnswerNotACrash) {
+  const std::string path = ::testing::TempDir() + "/never.yaml";
+  std::remove(path.c_str());
+  const Result r =
+      Cli({"plan", "--model", "gpt3-175b", "--gpus", "8", "--global-batch", "64", "--out", path});
+  EXPECT_EQ(r.code, kExitFailed);
+  EXPECT_NE(r.out.find("No valid plan.\n  - the closest layout needs "), std::string::npos);
+  EXPECT_NE(r.out.find("more GPUs: about "), std::string::npos);
+  EXPECT_FALSE(std::ifstream(path).good());  // nothing written
+}
+
+TEST(Cli, PlanConstraintFlags) {
+  const Result r = Cli({"plan", "--fix", "tp=2", "--fix", "pp=2", "--no-recompute",
+                        "--memory-headroom", "20%", "--format", "json"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  for (const auto& p : YAML::Load(r.out)["plans"]) {
+    EXPECT_EQ(p["tp"].as<int>(), 2);
+    EXPECT_EQ(p["pp"].as<int>(), 2);
+    EXPECT_EQ(p["recompute"].as<std::string>(), "none");
+    EXPECT_LE(p["peak_memory_bytes"].as<double>(), 0.8 * 85899345920.0);
+  }
+  EXPECT_EQ(Cli({"plan", "--memory-headroom", "120%"}).err,
+            "ptdp: error: --memory-headroom: expected a fraction below 1 or a percentage below "
+            "100%, got \"120%\" (hint: see `ptdp plan --help`)\n");
+  EXPECT_EQ(Cli({"plan", "--fix", "tq=2"}).err,
+            "ptdp: error: --fix: \"tq=2\": unknown key (hint: keys: tp, pp, dp, mbs, v, schedule, "
+            "sp, recompute, dist-opt; e.g. --fix tp=8)\n");
+  EXPECT_EQ(Cli({"plan", "--schedules", "1f1b,2f2b"}).err,
+            "ptdp: error: --schedules: unknown value \"2f2b\" (expected one of: gpipe, 1f1b, "
+            "interleaved, zb-h1) (hint: see `ptdp plan --help`)\n");
+  const Result compare = Cli({"plan", "--compare", "tp=8,pp=1,mbs=16"});
+  EXPECT_NE(compare.out.find("Your layout, TP 8 x PP 1 x DP 1, micro-batch 16"), std::string::npos);
 }
 
 TEST(Cli, BadFlagsExitTwoNamingTheFlag) {
