@@ -49,6 +49,10 @@ SimulationReport SimulatePlan(const Plan& plan, const CostOptions& options) {
 }
 
 std::string SimulationJson(const SimulationReport& r, int indent) {
+  return "{" + SimulationJsonMembers(r, indent) + "}";
+}
+
+std::string SimulationJsonMembers(const SimulationReport& r, int indent) {
   const std::string pad(indent, ' ');
   const int p = r.schedule.stages, v = r.schedule.chunks;
   std::string stages;
@@ -76,12 +80,12 @@ std::string SimulationJson(const SimulationReport& r, int indent) {
   }
   const StepBreakdown& b = r.breakdown;
   return fmt::format(
-      "{{\"step_time_s\": {}, \"tokens_per_s\": {}, \"model_tflops_per_gpu\": {}, "
+      "\"step_time_s\": {}, \"tokens_per_s\": {}, \"model_tflops_per_gpu\": {}, "
       "\"hardware_tflops_per_gpu\": {}, \"mfu\": {}, \"bubble_fraction\": {}, "
       "\"peak_memory_bytes\": {}, \"fits\": {}, \"memory_problem\": {}, \"microbatches\": {},\n"
       "{} \"stages\": [\n{}\n{} ],\n"
       "{} \"breakdown\": {{\"compute_s\": {}, \"tp_comm_s\": {}, \"pp_comm_s\": {}, "
-      "\"dp_comm_s\": {}, \"optimizer_s\": {}, \"bubble_s\": {}}}}}",
+      "\"dp_comm_s\": {}, \"optimizer_s\": {}, \"bubble_s\": {}}}",
       JsonNumber(r.step_time_s), JsonNumber(r.tokens_per_s), JsonNumber(r.model_tflops_per_gpu),
       JsonNumber(r.hardware_tflops_per_gpu), JsonNumber(r.mfu), JsonNumber(r.bubble_fraction),
       JsonNumber(r.peak_memory_bytes), r.memory_problem.empty() ? "true" : "false",

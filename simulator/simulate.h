@@ -53,5 +53,7 @@ SimulationReport SimulatePlan(const Plan& plan, const CostOptions& options = {})
 // bubble_fraction, ...), breakdown{compute_s, tp_comm_s, pp_comm_s, dp_comm_s, optimizer_s,
 // bubble_s}; `indent` spaces before each line after the first.
 std::string SimulationJson(const SimulationReport& report, int indent = 0);
+// The same members without the enclosing braces, to merge into a larger object.
+std::string SimulationJsonMembers(const SimulationReport& report, int indent = 0);
 
 }  // namespace ptdp
