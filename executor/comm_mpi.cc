@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <cstdlib>
+#include <exception>
 #include <numeric>
 
 #include "core/error.h"
@@ -34,8 +35,12 @@ class MpiSendRequest final : public SendRequest {
  public:
   explicit MpiSendRequest(MPI_Request request) : request_(request) {}
   ~MpiSendRequest() override {
-    // A request dropped before completion would leave MPI writing from freed memory.
-    if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+    // A request dropped before completion would leave MPI reading freed memory, so wait; but
+    // not while an error unwinds the stack: the peer may never receive, and the job is about
+    // to be aborted.
+    if (request_ != MPI_REQUEST_NULL && std::uncaught_exceptions() == 0) {
+      MPI_Wait(&request_, MPI_STATUS_IGNORE);
+    }
   }
   bool Test() override {
     if (request_ == MPI_REQUEST_NULL) return true;
@@ -64,7 +69,8 @@ class MpiComm final : public Comm {
     max_tag_ = flag ? *static_cast<int*>(value) : 32767;
   }
   ~MpiComm() override {
-    if (comm_ != MPI_COMM_WORLD) MPI_Comm_free(&comm_);
+    // Not while an error unwinds the stack (the job is about to be aborted).
+    if (comm_ != MPI_COMM_WORLD && std::uncaught_exceptions() == 0) MPI_Comm_free(&comm_);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }

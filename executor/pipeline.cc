@@ -125,6 +125,7 @@ PipelineStepStats PipelineRunner::RunStep(const std::function<MicroBatch(int)>& 
           recorder_.Add(label(op), "weight-grad", t0, recorder_.Now(), op.microbatch, op.chunk);
     }
     ++stats.ops;
+    if (after_op_) after_op_(stats.ops);
     PollSends(false);
   }
   PollSends(true);

@@ -43,6 +43,9 @@ class PipelineRunner {
   // token's weight in the step's objective (1 / (tokens per micro-batch * m * dp)).
   PipelineStepStats RunStep(const std::function<MicroBatch(int)>& batch, double loss_scale);
 
+  // Called after each operation of RunStep with its 1-based index (tests inject faults here).
+  void set_after_operation(std::function<void(int64_t)> hook) { after_op_ = std::move(hook); }
+
   // Forward only (evaluation): every micro-batch through every chunk, in (micro-batch, chunk)
   // order on every stage, which has no cyclic wait; nothing is kept. Returns the mean
   // per-token loss over the micro-batches on the last stage, 0 elsewhere.
@@ -65,6 +68,7 @@ class PipelineRunner {
     int microbatch = 0, chunk = 0;
   };
   std::vector<Pending> pending_;
+  std::function<void(int64_t)> after_op_;
 };
 
 }  // namespace ptdp

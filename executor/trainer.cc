@@ -269,6 +269,9 @@ ExecuteResult Execute(const Plan& plan, const ExecuteOptions& options, ProcessGr
   const int width = static_cast<int>(std::to_string(options.steps).size());
   for (int64_t step = done + 1; step <= options.steps; ++step) {
     if (options.on_step_begin) options.on_step_begin(step);
+    if (options.on_operation) {
+      runner.set_after_operation([&, step](int64_t op) { options.on_operation(step, op); });
+    }
     const double t0 = recorder.Now();
     // This rank's sequences: the step's block for its data-parallel index.
     const int64_t base = (step - 1) * gbs + coords.dp * (gbs / par.dp);

@@ -40,8 +40,10 @@ struct ExecuteOptions {
   // every time) every K steps and after the last; 0 = after the last only.
   int64_t eval_interval = 0;
   DType dtype = DType::kF32;
-  // Test hook, called on every rank before each step (1-based): fault injection.
+  // Test hooks for fault injection, called on every rank: before each step (1-based), and
+  // after each pipeline operation of a step (its 1-based index in the stage's list).
   std::function<void(int64_t step)> on_step_begin;
+  std::function<void(int64_t step, int64_t operation)> on_operation;
 };
 
 // Everything that stops the CPU executor from running `plan` (model features it does not

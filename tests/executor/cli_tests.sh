@@ -3,8 +3,9 @@
 # case). Usage: cli_tests.sh CASE PTDP EXECUTOR_TOOL MPIEXEC WORKDIR
 #   resume   20 steps straight; 20 steps killed (a rank exits) after the step-10 checkpoint;
 #            resumed from it to 20: identical losses
-#   fault    one rank raises before step 3 (and, second run, one rank exits): the job ends
-#            non-zero within 60 s with the failing rank's message
+#   fault    one rank raises before step 3; one raises in the middle of step 3 with messages
+#            in flight (pipeline 2); one exits: each job ends non-zero within 60 s, with the
+#            failing rank's message when it raised
 #   refuse   wrong rank count and an unsupported model are refused with one clear message
 #   launch   `ptdp execute --launch` starts mpirun itself and trains
 #   trace    (1, 4, 1) 1F1B with --trace: valid Chrome trace JSON whose per-rank operations
@@ -32,10 +33,13 @@ resume)
   ;;
 fault)
   "$tool" plan plan.yaml tp=2 || fail "plan"
-  for mode in throw exit; do
+  "$tool" plan midstep.yaml pp=2 hidden=256 seq=64 || fail "plan"
+  for mode in throw midstep exit; do
     start=$(date +%s)
+    plan=plan.yaml
+    [ $mode = midstep ] && plan=midstep.yaml
     PTDP_TEST_FAULT=1:3:$mode timeout 90 "$mpiexec" --oversubscribe --bind-to none -np 2 "$ptdp" execute \
-      --plan plan.yaml --steps 50 --results r.json >out.log 2>err.log
+      --plan $plan --steps 50 --results r.json >out.log 2>err.log
     rc=$? elapsed=$(($(date +%s) - start))
     cat out.log err.log
     [ $rc -ne 0 ] || fail "$mode: the job exited 0"
@@ -44,6 +48,10 @@ fault)
     if [ $mode = throw ]; then
       grep -q "ptdp: error: rank 1 of 2 (host .*): injected fault before step 3 on rank 1" \
         err.log || fail "throw: the failing rank's message is missing"
+    fi
+    if [ $mode = midstep ]; then
+      grep -q "ptdp: error: rank 1 of 2 (host .*): injected fault after operation 2 of step 3" \
+        err.log || fail "midstep: the failing rank's message is missing"
     fi
     grep -q "^step 3/" out.log && fail "$mode: step 3 completed"
     echo "$mode: exit code $rc after $elapsed s"
