@@ -667,7 +667,11 @@ void ResolveWorldSize(MegatronCommand& c, int64_t world) {
   c.world_size = world;
   ParallelConfig& p = c.parallel;
   const int64_t model = int64_t{p.tp} * p.pp;
-  if (world % model != 0) return;  // CheckParallelConfig reports it, in Megatron's words
+  if (world % model != 0) {
+    // CheckParallelConfig reports it, in Megatron's words; dp stays 1 meanwhile.
+    if (c.training.global_batch_size == 0) c.training.global_batch_size = p.micro_batch_size;
+    return;
+  }
   p.dp = static_cast<int>(world / model);
   if (c.training.global_batch_size == 0) {
     c.training.global_batch_size = int64_t{p.micro_batch_size} * p.dp;

@@ -412,3 +412,102 @@ TEST(CliSimulate, WritesTheTimeline) {
 
 }  // namespace
 }  // namespace ptdp::cli
+
+namespace ptdp::cli {
+namespace {
+
+TEST(CliCheck, TheFoundingDocumentsCommand) {
+  const Result r =
+      Cli({"check", "--gpus", "8", "--file", std::string(PTDP_TEST_FIXTURES) + "/seed-example.sh"});
+  EXPECT_EQ(r.code, kExitFailed);
+  EXPECT_NE(r.out.find("Megatron-LM would refuse this command (3 errors):"), std::string::npos);
+  EXPECT_NE(r.out.find("  line 18 --num-microbatches: Megatron-LM has no --num-microbatches"),
+            std::string::npos);
+  EXPECT_NE(r.out.find("here 128 / (4 x 1) = 32, the value given"), std::string::npos);
+  EXPECT_NE(r.out.find("  line 21 --learning-rate: Megatron-LM's learning-rate flag is --lr\n"
+                       "      fix: write --lr"),
+            std::string::npos);
+  EXPECT_NE(r.out.find("--max-position-embeddings: max-position-embeddings argument is None"),
+            std::string::npos);
+  EXPECT_NE(r.out.find("line 16: comment lines 16-17 inside a command continued"),
+            std::string::npos);
+  EXPECT_NE(r.out.find("Layout: TP 2 x PP 4 x DP 1, micro-batch 4, global batch 128 (m = 32), "
+                       "1f1b, fp32"),
+            std::string::npos);
+  EXPECT_NE(r.out.find("Simulated as if the errors above were fixed:\n  yours: "),
+            std::string::npos);
+  EXPECT_NE(r.out.find("  best:  "), std::string::npos);
+}
+
+TEST(CliCheck, ACleanCommandAfterTheSeparator) {
+  const Result r = Cli({"check",
+                        "--gpus",
+                        "8",
+                        "--",
+                        "torchrun",
+                        "--nproc-per-node",
+                        "8",
+                        "pretrain_gpt.py",
+                        "--num-layers",
+                        "24",
+                        "--hidden-size",
+                        "2048",
+                        "--num-attention-heads",
+                        "32",
+                        "--seq-length",
+                        "2048",
+                        "--max-position-embeddings",
+                        "2048",
+                        "--tensor-model-parallel-size",
+                        "2",
+                        "--pipeline-model-parallel-size",
+                        "4",
+                        "--micro-batch-size",
+                        "4",
+                        "--global-batch-size",
+                        "128",
+                        "--bf16",
+                        "--vocab-size",
+                        "50257",
+                        "--lr",
+                        "1e-4"});
+  EXPECT_EQ(r.code, kExitOk) << r.out;
+  EXPECT_EQ(r.out.find("would refuse"), std::string::npos);
+  EXPECT_NE(r.out.find("Megatron-LM's layout rules: all pass."), std::string::npos);
+  EXPECT_NE(r.out.find("  yours ranks "), std::string::npos);
+}
+
+TEST(CliCheck, BrokenLayoutRulesExitOne) {
+  const Result r = Cli({"check",
+                        "--gpus",
+                        "8",
+                        "--",
+                        "python",
+                        "pretrain_gpt.py",
+                        "--num-layers",
+                        "24",
+                        "--hidden-size",
+                        "2048",
+                        "--num-attention-heads",
+                        "32",
+                        "--seq-length",
+                        "2048",
+                        "--max-position-embeddings",
+                        "2048",
+                        "--pipeline-model-parallel-size",
+                        "5",
+                        "--micro-batch-size",
+                        "1",
+                        "--bf16",
+                        "--vocab-size",
+                        "50257"});
+  EXPECT_EQ(r.code, kExitFailed);
+  EXPECT_NE(r.out.find("world size (8) is not divisible by total model size (tp 1 x pp 5 = 5)"),
+            std::string::npos);
+  EXPECT_EQ(Cli({"check"}).err,
+            "ptdp: error: --file: no command to check (hint: ptdp check -- python "
+            "pretrain_gpt.py ...   or   ptdp check --file cmd.sh)\n");
+}
+
+}  // namespace
+}  // namespace ptdp::cli

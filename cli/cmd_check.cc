@@ -1,0 +1,178 @@
+// `ptdp check`: a pasted Megatron-LM command line, checked and compared with the best plan.
+#include <fmt/format.h>
+
+#include "cli/cli.h"
+#include "cli/commands.h"
+#include "cli/report.h"
+#include "cli/table.h"
+#include "core/error.h"
+#include "core/megatron_args.h"
+#include "core/presets.h"
+#include "core/yaml_io.h"
+#include "planner/check.h"
+#include "planner/planner.h"
+
+namespace po = boost::program_options;
+
+namespace ptdp::cli {
+namespace {
+
+void AddCheckOptions(po::options_description& o) {
+  o.add_options()("gpus", po::value<std::string>()->value_name("N"),
+                  "number of GPUs (default: the launcher's, else tp x pp)")(
+      "cluster", po::value<std::string>()->default_value("dgx-a100-80gb")->value_name("C"),
+      "hardware profile: name (ptdp profiles) or YAML file")(
+      "file", po::value<std::string>()->value_name("FILE"), "read the command line from a file")(
+      "vocab-size", po::value<std::string>()->value_name("V"),
+      "the tokenizer's vocabulary, when the command does not give --vocab-size");
+}
+
+std::string Where(const MegatronFinding& f, bool show_lines) {
+  std::string where;
+  if (show_lines && f.line > 0) where = fmt::format("line {}", f.line);
+  if (!f.flag.empty()) where += (where.empty() ? "" : " ") + f.flag;
+  return where.empty() ? "" : where + ": ";
+}
+
+int RunCheck(const Flags& flags, std::ostream& out, std::ostream&) {
+  std::string text, source;
+  if (auto file = flags.OptionalString("file")) {
+    if (!flags.passthrough().empty()) {
+      flags.Fail("file", "give the command either after -- or in --file, not both");
+    }
+    text = ReadTextFile(*file);
+    source = *file;
+  } else if (!flags.passthrough().empty()) {
+    for (const std::string& word : flags.passthrough()) text += (text.empty() ? "" : " ") + word;
+    source = "the command line";
+  } else {
+    flags.Fail("file", "no command to check",
+               "ptdp check -- python pretrain_gpt.py ...   or   ptdp check --file cmd.sh");
+  }
+  const ClusterSpec cluster = ResolveCluster(flags.String("cluster"));
+  const std::optional<int64_t> gpus = flags.OptionalPositiveInt("gpus");
+  CheckReport report = CheckMegatronCommand(text, source, gpus);
+  MegatronCommand& c = report.command;
+  if (auto vocab = flags.OptionalPositiveInt("vocab-size")) {
+    c.model.vocab_size = static_cast<int>(*vocab);
+    std::erase_if(c.findings, [](const MegatronFinding& f) {
+      return f.message.starts_with("the vocabulary size comes from the tokenizer");
+    });
+  }
+  const bool file = flags.Has("file");
+
+  out << fmt::format(
+      "ptdp check: {} from {} on {} x {}{}\n", c.script, source, report.gpus, cluster.name,
+      report.gpus_assumed ? fmt::format(" (assumed: tp x pp = {}; the launcher does not say how "
+                                        "many GPUs; pass --gpus N)",
+                                        report.gpus)
+                          : "");
+  int errors = 0, warnings = 0;
+  for (const MegatronFinding& f : c.findings) {
+    (f.severity == MegatronFinding::Severity::kError ? errors : warnings)++;
+  }
+  for (bool error_pass : {true, false}) {
+    const int n = error_pass ? errors : warnings;
+    if (n == 0) continue;
+    out << (error_pass ? fmt::format("\nMegatron-LM would refuse this command ({} error{}):\n", n,
+                                     n == 1 ? "" : "s")
+                       : fmt::format("\nWarnings ({}):\n", n));
+    for (const MegatronFinding& f : c.findings) {
+      if ((f.severity == MegatronFinding::Severity::kError) != error_pass) continue;
+      out << "  " << Where(f, file) << f.message << "\n";
+      if (!f.fix.empty()) out << "      fix: " << f.fix << "\n";
+    }
+  }
+
+  const ParallelConfig& p = c.parallel;
+  out << fmt::format(
+      "\nLayout: TP {} x PP {} x DP {}, micro-batch {}, global batch {}{}, {}{}{}{}, {}\n", p.tp,
+      p.pp, p.dp, p.micro_batch_size, c.training.global_batch_size,
+      report.microbatches > 0 ? fmt::format(" (m = {})", report.microbatches) : "",
+      Name(p.schedule),
+      p.schedule == Schedule::kInterleaved ? fmt::format(" v={}", p.virtual_stages) : "",
+      p.sequence_parallel ? ", SP" : "",
+      p.recompute != Recompute::kNone ? fmt::format(", {} recompute", Name(p.recompute)) : "",
+      Name(c.training.precision));
+  if (!c.model_complete) {
+    out << "The model is incomplete, so the layout cannot be checked or simulated.\n";
+    return kExitFailed;
+  }
+  if (report.violations.empty()) {
+    out << "Megatron-LM's layout rules: all pass.\n";
+  } else {
+    out << "Megatron-LM's layout rules, broken:\n";
+    for (const Violation& v : report.violations) {
+      out << "  " << v.message << "\n      fix: " << v.hint << "\n";
+    }
+  }
+  if (!report.simulatable()) return kExitFailed;
+
+  // Simulate the command's layout and search the best plan for the same model, GPUs and batch.
+  PlanRequest req;
+  req.model = c.model;
+  req.cluster = cluster;
+  req.training = c.training;
+  req.gpus = report.gpus;
+  req.top_k = 1;
+  req.reference = p;
+  const PlanSearchResult res = SearchPlans(req);
+  out << (report.failed() ? "\nSimulated as if the errors above were fixed:\n" : "\nSimulated:\n");
+  const ReferenceResult& yours = *res.reference;
+  if (yours.simulated) {
+    const SimulationReport& r = yours.simulated->report;
+    out << fmt::format("  yours: {} per step, {} per GPU, bubble {:.1f}%, MFU {:.1f}%{}\n",
+                       Seconds(r.step_time_s), Gigabytes(r.peak_memory_bytes),
+                       100 * r.bubble_fraction, 100 * r.mfu,
+                       yours.problem.empty() ? "" : " - DOES NOT FIT: " + yours.problem);
+  }
+  if (res.plans.empty()) {
+    out << "  best:  no layout fits (see `ptdp plan --explain`)\n";
+  } else {
+    const RankedPlan& best = res.plans.front();
+    const double factor =
+        yours.simulated ? yours.simulated->report.step_time_s / best.report.step_time_s : 0;
+    out << fmt::format("  best:  {} per step, {} per GPU, bubble {:.1f}%, MFU {:.1f}%, with {}{}\n",
+                       Seconds(best.report.step_time_s), Gigabytes(best.report.peak_memory_bytes),
+                       100 * best.report.bubble_fraction, 100 * best.report.mfu,
+                       Describe(best.plan.parallel),
+                       factor > 1.0005 ? fmt::format(" ({:.2f}x faster)", factor) : "");
+    out << "         flags: " << MegatronArgsLine(best.plan) << "\n";
+    if (yours.rank > 0) {
+      out << fmt::format("  yours ranks {} of {} valid plans.\n", Grouped(yours.rank),
+                         Grouped(res.fits));
+    }
+  }
+  if (c.training.precision == Precision::kFp32) {
+    out << "  note: with neither --bf16 nor --fp16 Megatron-LM trains in fp32, without tensor-core "
+           "rates; `ptdp plan --precision bf16` shows what bf16 would take.\n";
+  }
+  return report.failed() || !yours.problem.empty() ? kExitFailed : kExitOk;
+}
+
+}  // namespace
+
+const Command kCheckCommand{
+    .name = "check",
+    .summary = "check a Megatron-LM command line against Megatron's rules and the best plan",
+    .usage =
+        "ptdp check [--gpus N] [--cluster C] -- <Megatron-LM command line>\n"
+        "       ptdp check [--gpus N] [--cluster C] --file cmd.sh",
+    .description =
+        "Reads a Megatron-LM command line as pasted (python pretrain_gpt.py or torchrun ..., "
+        "line\ncontinuations, comments, VAR=value lines), says in Megatron-LM's words what it "
+        "would refuse and\nhow to fix it (unknown flags such as --num-microbatches or "
+        "--learning-rate, missing required\narguments, layout rules), then simulates the "
+        "layout and compares it with the best plan for\nthe same model, GPUs and batch. Exits 1 "
+        "when Megatron-LM would refuse the command.",
+    .examples =
+        "ptdp check --gpus 8 --file pretrain_gpt.sh\n"
+        "ptdp check --gpus 16 -- torchrun --nproc-per-node 8 --nnodes 2 pretrain_gpt.py "
+        "--num-layers 24 ...",
+    .implemented = true,
+    .tracked_in = "",
+    .add_options = AddCheckOptions,
+    .run = RunCheck,
+};
+
+}  // namespace ptdp::cli
