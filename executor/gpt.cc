@@ -428,9 +428,13 @@ Tensor GptModel::Forward(int chunk, Tensor input, const MicroBatch& mb, ChunkAct
 }
 
 Tensor GptModel::Backward(int chunk, ChunkActs& acts, Tensor grad_output, const MicroBatch& mb,
-                          double loss_scale, WeightGradQueue& queue) {
+                          double loss_scale, WeightGradQueue& queue, bool defer) {
   const ChunkParams& cp = params_.chunk(chunk);
+  auto flush = [&] {
+    if (!defer) queue.Run(backend_);
+  };
   Tensor g = cp.has_head ? HeadBackward(cp, acts, mb, loss_scale, queue) : std::move(grad_output);
+  flush();
   PTDP_CHECK(g.numel() == local_rows() * d_.hidden);
   const bool full_recompute = options_.recompute == Recompute::kFull;
   for (size_t l = cp.layers.size(); l-- > 0;) {
@@ -438,10 +442,12 @@ Tensor GptModel::Backward(int chunk, ChunkActs& acts, Tensor grad_output, const 
     LayerActs& a = full_recompute ? recomputed : acts.layers[l];
     if (full_recompute) LayerForward(cp.layers[l], *acts.layer_inputs[l], &a);
     g = LayerBackward(cp.layers[l], a, std::move(acts.layer_inputs[l]), std::move(g), queue);
+    flush();
   }
   acts = ChunkActs{};
   if (cp.has_embedding) {
     EmbedBackward(cp, std::move(g), mb, queue);
+    flush();
     return Tensor();
   }
   return g;

@@ -105,9 +105,11 @@ class GptModel {
   // Backward of `chunk`: `grad_output` (T_loc, h) is the next virtual stage's input gradient
   // (empty on the last virtual stage, which starts from the loss, scaled by `loss_scale`: the
   // weight of one token's loss in the step's objective). Returns the input gradient (T_loc, h),
-  // empty on virtual stage 0. Consumes `acts`; weight gradients go to `queue`.
+  // empty on virtual stage 0. Consumes `acts`. Weight gradients go to `queue`; unless `defer`,
+  // the queue is run after each layer (so its inputs are freed as early as possible), else
+  // it is left for a later W operation.
   Tensor Backward(int chunk, ChunkActs& acts, Tensor grad_output, const MicroBatch& mb,
-                  double loss_scale, WeightGradQueue& queue);
+                  double loss_scale, WeightGradQueue& queue, bool defer);
 
  private:
   Tensor Embed(const ChunkParams& cp, const MicroBatch& mb);

@@ -106,12 +106,10 @@ PipelineStepStats PipelineRunner::RunStep(const std::function<MicroBatch(int)>& 
       auto it = acts.find(key);
       PTDP_CHECK(it != acts.end());
       WeightGradQueue& queue = queues[key];
-      Tensor dx = model_.Backward(op.chunk, it->second, std::move(grad), mb, loss_scale, queue);
+      Tensor dx = model_.Backward(op.chunk, it->second, std::move(grad), mb, loss_scale, queue,
+                                  schedule_.split_backward);
       acts.erase(it);
-      if (!schedule_.split_backward) {
-        queue.Run(backend_);
-        queues.erase(key);
-      }
+      if (!schedule_.split_backward) queues.erase(key);
       stats.busy_s +=
           recorder_.Add(label(op), "backward", t0, recorder_.Now(), op.microbatch, op.chunk);
       if (op.send_to != kNoStage) send(std::move(dx), true, vs - 1);
