@@ -5,7 +5,7 @@ namespace ptdp::cli {
 std::span<const Command> AllCommands() {
   static const Command* const kAll[] = {
       &kPlanCommand,      &kSimulateCommand, &kCheckCommand,  &kExecuteCommand,  &kValidateCommand,
-      &kCalibrateCommand, &kScheduleCommand, &kModelsCommand, &kProfilesCommand,
+      &kCalibrateCommand, &kScheduleCommand, &kReplayCommand, &kModelsCommand, &kProfilesCommand,
   };
   static const std::vector<Command> commands = [] {
     std::vector<Command> v;

@@ -32,6 +32,7 @@ extern const Command kPlanCommand;
 extern const Command kSimulateCommand;
 extern const Command kCheckCommand;
 extern const Command kScheduleCommand;
+extern const Command kReplayCommand;
 extern const Command kExecuteCommand;
 extern const Command kValidateCommand;
 extern const Command kCalibrateCommand;

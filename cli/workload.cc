@@ -47,6 +47,9 @@ Workload ReadWorkload(const Flags& flags) {
 
 void AddCostOptions(po::options_description& o) {
   o.add_options()(
+      "megatron-version", po::value<std::string>()->default_value("core")->value_name("V"),
+      "the Megatron-LM code to model: core (today's defaults), 2022 (Korthikanti et al.), 2021 "
+      "(Narayanan et al.: scatter-gather p2p, no gradient-accumulation fusion)")(
       "overlap-grad-reduce", po::bool_switch(),
       "Megatron's --overlap-grad-reduce: the data-parallel reduction overlaps the backward")(
       "overlap-p2p-communication", po::bool_switch(),
@@ -54,9 +57,16 @@ void AddCostOptions(po::options_description& o) {
 }
 
 CostOptions ReadCostOptions(const Flags& flags) {
-  CostOptions o;
-  o.overlap_grad_reduce = flags.Switch("overlap-grad-reduce");
-  o.overlap_p2p_communication = flags.Switch("overlap-p2p-communication");
+  enum class Version { kCore, k2022, k2021 };
+  constexpr EnumName<Version> kVersions[] = {
+      {"core", Version::kCore}, {"2022", Version::k2022}, {"2021", Version::k2021}};
+  const Version version = flags.Enum("megatron-version", kVersions, Version::kCore);
+  CostOptions o = version == Version::k2021   ? Megatron2021Options()
+                  : version == Version::k2022 ? Megatron2022Options()
+                                              : CostOptions{};
+  o.overlap_grad_reduce = o.overlap_grad_reduce || flags.Switch("overlap-grad-reduce");
+  o.overlap_p2p_communication =
+      o.overlap_p2p_communication || flags.Switch("overlap-p2p-communication");
   return o;
 }
 

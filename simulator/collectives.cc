@@ -1,6 +1,7 @@
 #include "simulator/collectives.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "core/error.h"
 
@@ -49,12 +50,52 @@ GroupPlacement PlaceGroup(int64_t first, int64_t stride, int64_t size, int gpus_
   return p;
 }
 
+namespace {
+
+// a is placed worse than b (slower for the same collective).
+bool Worse(const GroupPlacement& a, const GroupPlacement& b) {
+  if (a.crosses_nodes() != b.crosses_nodes()) return a.crosses_nodes();
+  if (!a.crosses_nodes()) return false;
+  if (a.ranks_per_node != b.ranks_per_node) return a.ranks_per_node < b.ranks_per_node;
+  return a.nodes > b.nodes;
+}
+
+// The worst group among those starting at first_base + i * first_step for i < count.
+GroupPlacement WorstOf(int64_t first_base, int64_t first_step, int64_t count, int64_t stride,
+                       int64_t size, int g) {
+  GroupPlacement worst = PlaceGroup(first_base, stride, size, g);
+  for (int64_t i = 1; i < count; ++i) {
+    const GroupPlacement next = PlaceGroup(first_base + i * first_step, stride, size, g);
+    if (Worse(next, worst)) worst = next;
+  }
+  return worst;
+}
+
+// How many groups of a kind must be looked at: where the groups' first ranks repeat their
+// position within a node (mod g), the placements repeat too.
+int64_t Representatives(int64_t groups, int64_t step, int64_t g) {
+  return std::min(groups, g / std::gcd(step % g == 0 ? g : step % g, g));
+}
+
+}  // namespace
+
 GroupPlacement TensorParallelGroup(const ParallelConfig& p, int gpus_per_node) {
-  return PlaceGroup(0, 1, p.tp, gpus_per_node);
+  // TP groups are consecutive ranks: group k starts at k * tp.
+  const int64_t groups = int64_t{p.dp} * p.pp;
+  return WorstOf(0, p.tp, Representatives(groups, p.tp, gpus_per_node), 1, p.tp, gpus_per_node);
 }
 
 GroupPlacement DataParallelGroup(const ParallelConfig& p, int gpus_per_node) {
-  return PlaceGroup(0, p.tp, p.dp, gpus_per_node);
+  // DP group (stage s, TP rank i) starts at s * tp * dp + i with stride tp.
+  const int64_t g = gpus_per_node;
+  GroupPlacement worst = PlaceGroup(0, p.tp, p.dp, gpus_per_node);
+  const int64_t stages = Representatives(p.pp, int64_t{p.tp} * p.dp, g);
+  for (int64_t s = 0; s < stages; ++s) {
+    const GroupPlacement w =
+        WorstOf(s * p.tp * p.dp, 1, std::min<int64_t>(p.tp, g), p.tp, p.dp, gpus_per_node);
+    if (Worse(w, worst)) worst = w;
+  }
+  return worst;
 }
 
 GroupPlacement PipelinePair(const ParallelConfig& p, int stage, int gpus_per_node) {
@@ -64,12 +105,15 @@ GroupPlacement PipelinePair(const ParallelConfig& p, int stage, int gpus_per_nod
   const int next = (stage + 1) % p.pp;
   const int64_t lo = stage_stride * std::min(stage, next);
   const int64_t distance = stage_stride * (std::max(stage, next) - std::min(stage, next));
-  return PlaceGroup(lo, distance, 2, gpus_per_node);
+  // One pair per (TP rank, DP rank) of the stage: ranks lo + x and lo + x + distance.
+  return WorstOf(lo, 1, std::min<int64_t>(stage_stride, gpus_per_node), distance, 2, gpus_per_node);
 }
 
 GroupPlacement EmbeddingGroup(const ParallelConfig& p, int gpus_per_node) {
   if (p.pp == 1) return PlaceGroup(0, 1, 1, gpus_per_node);
-  return PlaceGroup(0, int64_t{p.tp} * p.dp * (p.pp - 1), 2, gpus_per_node);
+  const int64_t stage_stride = int64_t{p.tp} * p.dp;
+  return WorstOf(0, 1, std::min<int64_t>(stage_stride, gpus_per_node), stage_stride * (p.pp - 1), 2,
+                 gpus_per_node);
 }
 
 double GroupBusBandwidth(const ClusterSpec& c, const GroupPlacement& group) {

@@ -42,8 +42,10 @@ struct GroupPlacement {
 
 GroupPlacement PlaceGroup(int64_t first, int64_t stride, int64_t size, int gpus_per_node);
 
-// Megatron's groups (for the member with all other coordinates 0, which is representative:
-// every group of a kind has the same shape when tp * dp * pp ranks fill whole nodes or one).
+// Megatron's groups. Groups of one kind run their collectives in lock-step, so each function
+// returns the worst-placed group of its kind (crossing nodes; then fewest ranks per node; then
+// most nodes). When the sizes divide the node (tp | g, and so on) every group has the same shape;
+// otherwise, e.g. tp 6 on 8-GPU nodes, some groups straddle two nodes and these say so.
 GroupPlacement TensorParallelGroup(const ParallelConfig& parallel, int gpus_per_node);
 GroupPlacement DataParallelGroup(const ParallelConfig& parallel, int gpus_per_node);
 // Pipeline stage `stage` and the stage after it (stage p-1 wraps to 0: the next model chunk).

@@ -114,21 +114,76 @@ TEST(Placement, AgreesWithExplicitRankListsForEveryMember) {
     for (int g : {2, 4, 8}) {
       SCOPED_TRACE(testing::Message()
                    << "tp " << p.tp << " dp " << p.dp << " pp " << p.pp << " gpus/node " << g);
-      // The formula's group (member 0) against the explicit lists of all groups of a kind:
-      // the worst case over groups must equal the representative when nodes are whole.
-      std::vector<int64_t> tp_ranks, dp_ranks;
-      for (int i = 0; i < p.tp; ++i) tp_ranks.push_back(Rank(p, i, 0, 0));
-      for (int j = 0; j < p.dp; ++j) dp_ranks.push_back(Rank(p, 0, j, 0));
-      EXPECT_EQ(TensorParallelGroup(p, g), Explicit(tp_ranks, g));
-      EXPECT_EQ(DataParallelGroup(p, g), Explicit(dp_ranks, g));
+      // The functions against explicit rank lists of every group of a kind: they must return
+      // the worst-placed one (crossing nodes; then fewest ranks per node; then most nodes).
+      auto worse = [](const GroupPlacement& a, const GroupPlacement& b) {
+        if (a.crosses_nodes() != b.crosses_nodes()) return a.crosses_nodes();
+        if (!a.crosses_nodes()) return false;
+        if (a.ranks_per_node != b.ranks_per_node) return a.ranks_per_node < b.ranks_per_node;
+        return a.nodes > b.nodes;
+      };
+      auto worst = [&](const std::vector<std::vector<int64_t>>& groups) {
+        GroupPlacement w = Explicit(groups.front(), g);
+        for (const auto& members : groups) {
+          if (worse(Explicit(members, g), w)) w = Explicit(members, g);
+        }
+        return w;
+      };
+      std::vector<std::vector<int64_t>> tp_groups, dp_groups;
+      for (int r = 0; r < p.pp; ++r) {
+        for (int j = 0; j < p.dp; ++j) {
+          tp_groups.emplace_back();
+          for (int i = 0; i < p.tp; ++i) tp_groups.back().push_back(Rank(p, i, j, r));
+        }
+        for (int i = 0; i < p.tp; ++i) {
+          dp_groups.emplace_back();
+          for (int j = 0; j < p.dp; ++j) dp_groups.back().push_back(Rank(p, i, j, r));
+        }
+      }
+      EXPECT_EQ(TensorParallelGroup(p, g), worst(tp_groups));
+      EXPECT_EQ(DataParallelGroup(p, g), worst(dp_groups));
       for (int r = 0; r < p.pp; ++r) {
         const int next = (r + 1) % p.pp;
         if (next == r) continue;
-        EXPECT_EQ(PipelinePair(p, r, g), Explicit({Rank(p, 0, 0, r), Rank(p, 0, 0, next)}, g))
-            << "stage " << r;
+        std::vector<std::vector<int64_t>> pairs;
+        for (int i = 0; i < p.tp; ++i) {
+          for (int j = 0; j < p.dp; ++j) {
+            pairs.push_back({Rank(p, i, j, std::min(r, next)), Rank(p, i, j, std::max(r, next))});
+          }
+        }
+        EXPECT_EQ(PipelinePair(p, r, g), worst(pairs)) << "stage " << r;
       }
     }
   }
+}
+
+}  // namespace
+}  // namespace ptdp
+
+namespace ptdp {
+namespace {
+
+TEST(Placement, GroupsThatStraddleNodesAreTheWorstOfTheirKind) {
+  // TP 6 on 8-GPU nodes: group 0 is ranks 0-5 (one node), group 1 is ranks 6-11 (two nodes).
+  ParallelConfig p{.tp = 6, .pp = 1, .dp = 4};
+  const GroupPlacement tp = TensorParallelGroup(p, 8);
+  EXPECT_TRUE(tp.crosses_nodes());
+  EXPECT_EQ(tp.nodes, 2);
+  // TP 4 x DP 2 with pipeline stages 8 ranks apart: every group stays in its node.
+  ParallelConfig q{.tp = 4, .pp = 2, .dp = 2};
+  EXPECT_FALSE(TensorParallelGroup(q, 8).crosses_nodes());
+  EXPECT_FALSE(DataParallelGroup(q, 8).crosses_nodes());
+  EXPECT_TRUE(PipelinePair(q, 0, 8).crosses_nodes());  // ranks x and x + 8
+  // TP 2 x DP 2 x PP 4 (world 16): stages 4 ranks apart, so stage 1 -> 2 crosses (ranks 4-7
+  // to 8-11) while stage 0 -> 1 does not.
+  ParallelConfig r{.tp = 2, .pp = 4, .dp = 2};
+  EXPECT_FALSE(PipelinePair(r, 0, 8).crosses_nodes());
+  EXPECT_TRUE(PipelinePair(r, 1, 8).crosses_nodes());
+  // DP groups with TP 3 on 8-GPU nodes: some are split between two nodes.
+  ParallelConfig d{.tp = 3, .pp = 1, .dp = 2};
+  EXPECT_FALSE(DataParallelGroup(d, 8).crosses_nodes());  // ranks {i, i+3} for i < 3: node 0
+  ParallelConfig e{.tp = 3, .pp = 1, .dp = 8};
+  EXPECT_TRUE(DataParallelGroup(e, 8).crosses_nodes());
 }
 
 }  // namespace
