@@ -40,7 +40,9 @@ void AddSimulateOptions(po::options_description& o) {
                   "table | json")(
       "trace", po::value<std::string>()->value_name("FILE"),
       "write the timeline as a Chrome trace (Perfetto, chrome://tracing)")(
-      "svg", po::value<std::string>()->value_name("FILE"), "write the timeline as SVG");
+      "svg", po::value<std::string>()->value_name("FILE"), "write the timeline as SVG")(
+      "svg-until", po::value<std::string>()->value_name("S"),
+      "draw the SVG's time axis to S seconds (to compare timelines at one scale)");
 }
 
 // The flag that sets a ParallelConfig / TrainingSpec field, for rule violations.
@@ -100,8 +102,16 @@ int RunSimulate(const Flags& flags, std::ostream& out, std::ostream&) {
   const SimulationReport report = SimulatePlan(plan, ReadCostOptions(flags));
 
   if (auto path = flags.OptionalString("svg")) {
-    WriteOutputFile(*path, TimelineSvg(report.schedule, report.sim, SimulationTitle(plan, report)),
-                    "--svg");
+    TimelineTitle title = SimulationTitle(plan, report);
+    if (auto until = flags.OptionalString("svg-until")) {
+      try {
+        title.axis_end_s = std::stod(*until);
+      } catch (const std::exception&) {
+        title.axis_end_s = -1;
+      }
+      if (!(title.axis_end_s > 0)) flags.Fail("svg-until", "expected a positive number of seconds");
+    }
+    WriteOutputFile(*path, TimelineSvg(report.schedule, report.sim, title), "--svg");
   }
   if (auto path = flags.OptionalString("trace")) {
     const TimelineTrace trace = TimelineTraceEvents(report.schedule, report.sim);

@@ -105,7 +105,7 @@ std::string TimelineSvg(const PipelineSchedule& s, const SimResult& r, const Tim
   const double lane = std::max(3.0, row * 0.28);         // communication lane under it
   const double pitch = row + lane + 4;
   const double plot_w = width - left - right;
-  const double end = std::max(r.step_time_s, 1e-30);
+  const double end = std::max({r.step_time_s, t.axis_end_s, 1e-30});
   const double scale = plot_w / end;
   const double axis_y = top + p * pitch + 6;
   const double height = axis_y + 80;

@@ -15,6 +15,7 @@ struct TimelineTitle {
   std::string title;       // "seed-example on 8 x dgx-a100-80gb: TP 2 x PP 4 x DP 1, mb 4, 1f1b"
   std::string subtitle;    // "step 1.23 s, bubble 8.6%, peak memory 23.4 GB"
   bool unit_time = false;  // times are abstract units (schedule studies), not seconds
+  double axis_end_s = 0;   // draw the time axis to here (to compare pictures); 0: the step's end
 };
 
 // A self-contained SVG document: one row per stage (compute) with a thin lane below it for
