@@ -65,6 +65,7 @@ GroupPlacement WorstOf(int64_t first_base, int64_t first_step, int64_t count, in
                        int64_t size, int g) {
   GroupPlacement worst = PlaceGroup(first_base, stride, size, g);
   for (int64_t i = 1; i < count; ++i) {
+    if (worst.nodes == size) break;  // one rank per node: no group can be placed worse
     const GroupPlacement next = PlaceGroup(first_base + i * first_step, stride, size, g);
     if (Worse(next, worst)) worst = next;
   }
