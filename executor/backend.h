@@ -143,6 +143,20 @@ class Backend {
   virtual void LayerNormBackwardParams(Span dweight, Span dbias, Span dout, Span x, Span mean,
                                        Span rstd, int64_t rows, int64_t cols) = 0;
 
+  // RMSNorm (Zhang and Sennrich 2019): out (N, C) = x * rstd * weight, rstd = 1 / sqrt(mean(x^2)
+  // + eps) saved (N).
+  virtual void RmsNormForward(Span out, Span rstd, Span x, Span weight, int64_t rows, int64_t cols,
+                              double eps) = 0;
+  virtual void RmsNormBackwardInput(Span dx, Span dout, Span x, Span rstd, Span weight,
+                                    int64_t rows, int64_t cols) = 0;  // dx +=
+  virtual void RmsNormBackwardParams(Span dweight, Span dout, Span x, Span rstd, int64_t rows,
+                                     int64_t cols) = 0;  // dweight +=
+
+  // SwiGLU (Shazeer 2020; Megatron's gated linear unit with SiLU): in (N, 2F) rows [gate | up]
+  // -> out (N, F) = silu(gate) * up. Backward: din (N, 2F) from dout (N, F); overwrites.
+  virtual void SwiGlu(Span out, Span in, int64_t rows, int64_t cols) = 0;
+  virtual void SwiGluBackward(Span din, Span in, Span dout, int64_t rows, int64_t cols) = 0;
+
   // GeLU with the exact erf form (torch.nn.functional.gelu, Megatron's default).
   virtual void Gelu(Span out, Span in) = 0;
   virtual void GeluBackward(Span din, Span in, Span dout) = 0;  // din = gelu'(in) * dout
@@ -161,15 +175,25 @@ class Backend {
   virtual void PositionsBackward(Span dpos, Span dx, int64_t seq_begin, int64_t seq_rows,
                                  int64_t batch, int64_t cols) = 0;
 
-  // Causal self-attention of H heads of size D for B sequences of S tokens.
-  // qkv (S * B, H * 3 * D): rows in (sequence, batch) order, per head [q | k | v] (Megatron's
-  // per-head layout). ctx (S * B, H * D) = softmax(q k^T / sqrt(D), causal) v per head.
+  // Causal self-attention of H query heads in G groups (grouped-query attention; G == H is
+  // plain multi-head attention) of size D, for B sequences of S tokens.
+  // qkv (S * B, (H + 2 G) * D): rows in (sequence, batch) order; per group g, Megatron's
+  // layout [q of its H / G heads | k | v]. Query head i uses the k and v of group i / (H / G).
+  // ctx (S * B, H * D) = softmax(q k^T / sqrt(D), causal) v per head, heads in order.
   // probs (B, H, S, S): the softmax, saved for the backward (entries above the diagonal 0).
   virtual void AttentionForward(Span ctx, Span probs, Span qkv, int64_t seq, int64_t batch,
-                                int64_t heads, int64_t head_dim) = 0;
-  // dqkv (S * B, H * 3 * D) = gradient of qkv given dctx (S * B, H * D); overwrites.
+                                int64_t heads, int64_t groups, int64_t head_dim) = 0;
+  // dqkv (S * B, (H + 2 G) * D) = gradient of qkv given dctx (S * B, H * D); overwrites.
   virtual void AttentionBackward(Span dqkv, Span dctx, Span qkv, Span probs, int64_t seq,
-                                 int64_t batch, int64_t heads, int64_t head_dim) = 0;
+                                 int64_t batch, int64_t heads, int64_t groups,
+                                 int64_t head_dim) = 0;
+  // Rotary position embedding (Su et al. 2021, RoFormer; Megatron's default rotate-half form
+  // over the whole head, base 10000) applied in place to the q and k of qkv (layout as above),
+  // token row i * B + j at position i: x <- x cos + rotate_half(x) sin with
+  // rotate_half([x1 | x2]) = [-x2 | x1] and angle p * base^(-2k / D) for k < D / 2. `inverse`
+  // applies the transpose (the backward of the rotation, for gradients).
+  virtual void Rotary(Span qkv, int64_t seq, int64_t batch, int64_t heads, int64_t groups,
+                      int64_t head_dim, double base, bool inverse) = 0;
 
   // Vocab-parallel cross entropy (Megatron's _VocabParallelCrossEntropy), in steps around the
   // tensor-parallel all-reduces. logits (N, V_loc) hold vocabulary entries [vocab_begin,

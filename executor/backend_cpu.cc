@@ -97,15 +97,20 @@ void LayerNormBackwardParamsT(T* dw, T* db, const T* dout, const T* x, const T* 
   }
 }
 
+// qkv rows hold G groups of [hpg q heads | k | v], each D wide (backend.h).
 template <typename T>
-void AttentionForwardT(T* ctx, T* probs, const T* qkv, int64_t s, int64_t b, int64_t h, int64_t d) {
-  const int64_t ld_qkv = b * h * 3 * d, ld_ctx = b * h * d;
+void AttentionForwardT(T* ctx, T* probs, const T* qkv, int64_t s, int64_t b, int64_t h, int64_t g,
+                       int64_t d) {
+  const int64_t hpg = h / g, width = (h + 2 * g) * d;
+  const int64_t ld_qkv = b * width, ld_ctx = b * h * d;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d)));
   for (int64_t bi = 0; bi < b; ++bi) {
     for (int64_t hi = 0; hi < h; ++hi) {
-      const T* q = qkv + bi * h * 3 * d + hi * 3 * d;
-      const T* k = q + d;
-      const T* v = q + 2 * d;
+      const int64_t gi = hi / hpg;
+      const T* group = qkv + bi * width + gi * (hpg + 2) * d;
+      const T* q = group + (hi % hpg) * d;
+      const T* k = group + hpg * d;
+      const T* v = k + d;
       T* p = probs + (bi * h + hi) * s * s;
       GemmT<T>(false, true, s, s, d, scale, q, ld_qkv, k, ld_qkv, T(0), p, s);
       for (int64_t i = 0; i < s; ++i) {
@@ -129,23 +134,25 @@ void AttentionForwardT(T* ctx, T* probs, const T* qkv, int64_t s, int64_t b, int
 
 template <typename T>
 void AttentionBackwardT(T* dqkv, const T* dctx, const T* qkv, const T* probs, int64_t s, int64_t b,
-                        int64_t h, int64_t d) {
-  const int64_t ld_qkv = b * h * 3 * d, ld_ctx = b * h * d;
+                        int64_t h, int64_t g, int64_t d) {
+  const int64_t hpg = h / g, width = (h + 2 * g) * d;
+  const int64_t ld_qkv = b * width, ld_ctx = b * h * d;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d)));
   std::vector<T> dp(static_cast<size_t>(s * s));
   for (int64_t bi = 0; bi < b; ++bi) {
     for (int64_t hi = 0; hi < h; ++hi) {
-      const int64_t off = bi * h * 3 * d + hi * 3 * d;
-      const T* q = qkv + off;
-      const T* k = q + d;
-      const T* v = q + 2 * d;
-      T* dq = dqkv + off;
-      T* dk = dq + d;
-      T* dv = dq + 2 * d;
+      const int64_t gi = hi / hpg;
+      // The group's k and v gradients sum over its query heads: the first one writes.
+      const T beta = hi % hpg == 0 ? T(0) : T(1);
+      const int64_t group = bi * width + gi * (hpg + 2) * d;
+      const int64_t q_off = group + (hi % hpg) * d, k_off = group + hpg * d, v_off = k_off + d;
+      const T* q = qkv + q_off;
+      const T* k = qkv + k_off;
+      const T* v = qkv + v_off;
       const T* p = probs + (bi * h + hi) * s * s;
       const T* dc = dctx + bi * h * d + hi * d;
-      GemmT<T>(false, true, s, s, d, T(1), dc, ld_ctx, v, ld_qkv, T(0), dp.data(), s);  // dP
-      GemmT<T>(true, false, s, d, s, T(1), p, s, dc, ld_ctx, T(0), dv, ld_qkv);         // dV
+      GemmT<T>(false, true, s, s, d, T(1), dc, ld_ctx, v, ld_qkv, T(0), dp.data(), s);     // dP
+      GemmT<T>(true, false, s, d, s, T(1), p, s, dc, ld_ctx, beta, dqkv + v_off, ld_qkv);  // dV
       for (int64_t i = 0; i < s; ++i) {  // dS = P (dP - rowsum(P dP)), in place in dp
         T* row = dp.data() + i * s;
         const T* prow = p + i * s;
@@ -154,8 +161,39 @@ void AttentionBackwardT(T* dqkv, const T* dctx, const T* qkv, const T* probs, in
         for (int64_t j = 0; j <= i; ++j) row[j] = prow[j] * (row[j] - dot);
         for (int64_t j = i + 1; j < s; ++j) row[j] = 0;
       }
-      GemmT<T>(false, false, s, d, s, scale, dp.data(), s, k, ld_qkv, T(0), dq, ld_qkv);  // dQ
-      GemmT<T>(true, false, s, d, s, scale, dp.data(), s, q, ld_qkv, T(0), dk, ld_qkv);   // dK
+      GemmT<T>(false, false, s, d, s, scale, dp.data(), s, k, ld_qkv, T(0), dqkv + q_off,
+               ld_qkv);  // dQ
+      GemmT<T>(true, false, s, d, s, scale, dp.data(), s, q, ld_qkv, beta, dqkv + k_off,
+               ld_qkv);  // dK
+    }
+  }
+}
+
+template <typename T>
+void RotaryT(T* qkv, int64_t s, int64_t b, int64_t h, int64_t g, int64_t d, double base,
+             int64_t seq_begin, bool inverse) {
+  const int64_t hpg = h / g, width = (h + 2 * g) * d, half = d / 2;
+  std::vector<T> cos_t(static_cast<size_t>(half)), sin_t(static_cast<size_t>(half));
+  for (int64_t i = 0; i < s; ++i) {
+    for (int64_t k = 0; k < half; ++k) {
+      const double angle = static_cast<double>(seq_begin + i) *
+                           std::pow(base, -2.0 * static_cast<double>(k) / static_cast<double>(d));
+      cos_t[static_cast<size_t>(k)] = static_cast<T>(std::cos(angle));
+      sin_t[static_cast<size_t>(k)] = static_cast<T>((inverse ? -1 : 1) * std::sin(angle));
+    }
+    for (int64_t j = 0; j < b; ++j) {
+      T* row = qkv + (i * b + j) * width;
+      for (int64_t gi = 0; gi < g; ++gi) {
+        for (int64_t part = 0; part <= hpg; ++part) {  // the group's q heads, then its k
+          T* x = row + gi * (hpg + 2) * d + part * d;
+          for (int64_t k = 0; k < half; ++k) {
+            const T x1 = x[k], x2 = x[k + half];
+            const T c = cos_t[static_cast<size_t>(k)], sn = sin_t[static_cast<size_t>(k)];
+            x[k] = x1 * c - x2 * sn;
+            x[k + half] = x2 * c + x1 * sn;
+          }
+        }
+      }
     }
   }
 }
@@ -350,19 +388,114 @@ class CpuBackend final : public Backend {
   }
 
   void AttentionForward(Span ctx, Span probs, Span qkv, int64_t seq, int64_t batch, int64_t heads,
-                        int64_t head_dim) override {
-    PTDP_CHECK(qkv.numel == seq * batch * heads * 3 * head_dim);
+                        int64_t groups, int64_t head_dim) override {
+    PTDP_CHECK(groups > 0 && heads % groups == 0);
+    PTDP_CHECK(qkv.numel == seq * batch * (heads + 2 * groups) * head_dim);
     PTDP_CHECK(ctx.numel == seq * batch * heads * head_dim);
     PTDP_CHECK(probs.numel == batch * heads * seq * seq);
     Dispatch(ctx, [&]<typename T>(T* c) {
-      AttentionForwardT<T>(c, P<T>(probs), P<T>(qkv), seq, batch, heads, head_dim);
+      AttentionForwardT<T>(c, P<T>(probs), P<T>(qkv), seq, batch, heads, groups, head_dim);
     });
   }
   void AttentionBackward(Span dqkv, Span dctx, Span qkv, Span probs, int64_t seq, int64_t batch,
-                         int64_t heads, int64_t head_dim) override {
+                         int64_t heads, int64_t groups, int64_t head_dim) override {
+    PTDP_CHECK(groups > 0 && heads % groups == 0);
     PTDP_CHECK(dqkv.numel == qkv.numel && dctx.numel == seq * batch * heads * head_dim);
     Dispatch(dqkv, [&]<typename T>(T* dq) {
-      AttentionBackwardT<T>(dq, P<T>(dctx), P<T>(qkv), P<T>(probs), seq, batch, heads, head_dim);
+      AttentionBackwardT<T>(dq, P<T>(dctx), P<T>(qkv), P<T>(probs), seq, batch, heads, groups,
+                            head_dim);
+    });
+  }
+  void Rotary(Span qkv, int64_t seq, int64_t batch, int64_t heads, int64_t groups, int64_t head_dim,
+              double base, bool inverse) override {
+    PTDP_CHECK(groups > 0 && heads % groups == 0 && head_dim % 2 == 0);
+    PTDP_CHECK(qkv.numel == seq * batch * (heads + 2 * groups) * head_dim);
+    Dispatch(qkv, [&]<typename T>(T* x) {
+      RotaryT<T>(x, seq, batch, heads, groups, head_dim, base, 0, inverse);
+    });
+  }
+
+  void RmsNormForward(Span out, Span rstd, Span x, Span weight, int64_t rows, int64_t cols,
+                      double eps) override {
+    PTDP_CHECK(out.numel == rows * cols && x.numel == rows * cols && rstd.numel == rows);
+    Dispatch(out, [&]<typename T>(T* o) {
+      const T* px = P<T>(x);
+      const T* w = P<T>(weight);
+      T* rs = P<T>(rstd);
+      for (int64_t i = 0; i < rows; ++i) {
+        double sq = 0;
+        for (int64_t j = 0; j < cols; ++j)
+          sq += static_cast<double>(px[i * cols + j]) * px[i * cols + j];
+        const double r = 1.0 / std::sqrt(sq / cols + eps);
+        for (int64_t j = 0; j < cols; ++j) {
+          o[i * cols + j] = static_cast<T>(px[i * cols + j] * r) * w[j];
+        }
+        rs[i] = static_cast<T>(r);
+      }
+    });
+  }
+  void RmsNormBackwardInput(Span dx, Span dout, Span x, Span rstd, Span weight, int64_t rows,
+                            int64_t cols) override {
+    PTDP_CHECK(dx.numel == rows * cols && dout.numel == rows * cols);
+    Dispatch(dx, [&]<typename T>(T* pdx) {
+      const T* dy = P<T>(dout);
+      const T* px = P<T>(x);
+      const T* rs = P<T>(rstd);
+      const T* w = P<T>(weight);
+      for (int64_t i = 0; i < rows; ++i) {
+        // y = x r w with r = (mean x^2 + eps)^(-1/2): dx = r (w dy - xhat mean(w dy xhat)).
+        double dot = 0;
+        for (int64_t j = 0; j < cols; ++j) {
+          dot += static_cast<double>(w[j]) * dy[i * cols + j] * px[i * cols + j] * rs[i];
+        }
+        dot /= cols;
+        for (int64_t j = 0; j < cols; ++j) {
+          const double xhat = static_cast<double>(px[i * cols + j]) * rs[i];
+          pdx[i * cols + j] +=
+              static_cast<T>(rs[i] * (static_cast<double>(w[j]) * dy[i * cols + j] - xhat * dot));
+        }
+      }
+    });
+  }
+  void RmsNormBackwardParams(Span dweight, Span dout, Span x, Span rstd, int64_t rows,
+                             int64_t cols) override {
+    PTDP_CHECK(dweight.numel == cols && dout.numel == rows * cols);
+    Dispatch(dweight, [&]<typename T>(T* dw) {
+      const T* dy = P<T>(dout);
+      const T* px = P<T>(x);
+      const T* rs = P<T>(rstd);
+      for (int64_t i = 0; i < rows; ++i) {
+        for (int64_t j = 0; j < cols; ++j) dw[j] += dy[i * cols + j] * px[i * cols + j] * rs[i];
+      }
+    });
+  }
+
+  void SwiGlu(Span out, Span in, int64_t rows, int64_t cols) override {
+    PTDP_CHECK(out.numel == rows * cols && in.numel == 2 * rows * cols);
+    Dispatch(out, [&]<typename T>(T* o) {
+      const T* x = P<T>(in);
+      for (int64_t i = 0; i < rows; ++i) {
+        for (int64_t j = 0; j < cols; ++j) {
+          const T gate = x[i * 2 * cols + j], up = x[i * 2 * cols + cols + j];
+          o[i * cols + j] = gate / (T(1) + std::exp(-gate)) * up;
+        }
+      }
+    });
+  }
+  void SwiGluBackward(Span din, Span in, Span dout, int64_t rows, int64_t cols) override {
+    PTDP_CHECK(din.numel == 2 * rows * cols && in.numel == din.numel && dout.numel == rows * cols);
+    Dispatch(din, [&]<typename T>(T* dx) {
+      const T* x = P<T>(in);
+      const T* dy = P<T>(dout);
+      for (int64_t i = 0; i < rows; ++i) {
+        for (int64_t j = 0; j < cols; ++j) {
+          const T gate = x[i * 2 * cols + j], up = x[i * 2 * cols + cols + j];
+          const T sig = T(1) / (T(1) + std::exp(-gate));
+          const T g = dy[i * cols + j];
+          dx[i * 2 * cols + j] = g * up * sig * (T(1) + gate * (T(1) - sig));
+          dx[i * 2 * cols + cols + j] = g * gate * sig;
+        }
+      }
     });
   }
 

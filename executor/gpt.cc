@@ -5,6 +5,8 @@
 namespace ptdp {
 namespace {
 
+constexpr double kRotaryBase = 10000;  // Megatron's --rotary-base default
+
 // out (T, n_out) = x (T, n_in) @ w^T, w (n_out, n_in) (torch.nn.Linear's layout).
 void LinearForward(Backend& b, Span out, Span x, Span w, int64_t rows, int64_t n_in,
                    int64_t n_out) {
@@ -34,6 +36,9 @@ void WeightGradQueue::Run(Backend& b) {
         break;
       case Kind::kLayerNorm:
         b.LayerNormBackwardParams(t.dw, t.db, t.dy, t.x, t.mean, t.rstd, t.rows, t.out_cols);
+        break;
+      case Kind::kRmsNorm:
+        b.RmsNormBackwardParams(t.dw, t.dy, t.x, t.rstd, t.rows, t.out_cols);
         break;
       case Kind::kEmbedding:
         b.EmbeddingBackward(t.dw, t.tokens, t.dy, t.vocab_begin, t.vocab_rows, t.rows, t.out_cols);
@@ -104,6 +109,45 @@ Tensor GptModel::FromPartial(Tensor partial) {
   return out;
 }
 
+void GptModel::NormForward(Span out, Span mean, Span rstd, Span x, const ParamRef& w,
+                           const ParamRef& b, int64_t rows) {
+  if (d_.rmsnorm) {
+    backend_.RmsNormForward(out, rstd, x, w.value, rows, d_.hidden, options_.layernorm_eps);
+  } else {
+    backend_.LayerNormForward(out, mean, rstd, x, w.value, b.value, rows, d_.hidden,
+                              options_.layernorm_eps);
+  }
+}
+
+void GptModel::NormBackwardInput(Span dx, Span dout, Span x, Span mean, Span rstd,
+                                 const ParamRef& w, int64_t rows) {
+  if (d_.rmsnorm) {
+    backend_.RmsNormBackwardInput(dx, dout, x, rstd, w.value, rows, d_.hidden);
+  } else {
+    backend_.LayerNormBackwardInput(dx, dout, x, mean, rstd, w.value, rows, d_.hidden);
+  }
+}
+
+WeightGradTask GptModel::NormTask(std::shared_ptr<Tensor> x, std::shared_ptr<Tensor> mean,
+                                  std::shared_ptr<Tensor> rstd, std::shared_ptr<Tensor> dy,
+                                  const ParamRef& w, const ParamRef& b, int64_t rows) {
+  WeightGradTask t{d_.rmsnorm ? WeightGradTask::Kind::kRmsNorm : WeightGradTask::Kind::kLayerNorm};
+  t.x = x->span();
+  t.mean = mean->span();
+  t.rstd = rstd->span();
+  t.dy = dy->span();
+  t.dw = w.grad;
+  t.db = b.grad;
+  t.rows = rows;
+  t.out_cols = d_.hidden;
+  t.keep = {std::move(x), std::move(mean), std::move(rstd), std::move(dy)};
+  return t;
+}
+
+void GptModel::AddBias(Span out, const ParamRef& bias, int64_t rows, int64_t cols) {
+  if (bias.value.data != nullptr) backend_.AddBias(out, bias.value, rows, cols);
+}
+
 // --- embedding (virtual stage 0) ---
 
 Tensor GptModel::Embed(const ChunkParams& cp, const MicroBatch& mb) {
@@ -116,7 +160,9 @@ Tensor GptModel::Embed(const ChunkParams& cp, const MicroBatch& mb) {
   Tensor x = FromPartial(std::move(partial));
   const int64_t seq_rows = seq_ / sp_div_;
   const int64_t seq_begin = sp_div_ == 1 ? 0 : tp_.rank() * seq_rows;
-  backend_.AddPositions(x.span(), cp.position.value, seq_begin, seq_rows, batch_, h);
+  if (cp.position.value.data != nullptr) {
+    backend_.AddPositions(x.span(), cp.position.value, seq_begin, seq_rows, batch_, h);
+  }
   return x;
 }
 
@@ -138,7 +184,7 @@ void GptModel::EmbedBackward(const ChunkParams& cp, Tensor dx, const MicroBatch&
   pos.seq_rows = seq_rows;
   pos.batch = batch_;
   pos.out_cols = h;
-  queue.Push(std::move(pos));
+  if (cp.position.value.data != nullptr) queue.Push(std::move(pos));
   WeightGradTask word;
   word.kind = WeightGradTask::Kind::kEmbedding;
   word.keep = {full, mb.inputs};
@@ -158,45 +204,49 @@ Tensor GptModel::LayerForward(const LayerParams& p, const Tensor& x, LayerActs* 
   // x (T_loc, h) -> (T_loc, h). Shapes: T = S B rows, H = local heads, d = head size,
   // f = local FFN size.
   const int64_t h = d_.hidden, T = rows(), Tl = local_rows();
-  const int64_t H = d_.heads_local, hd = d_.head_dim, f = d_.ffn_local;
+  const int64_t H = d_.heads_local, G = d_.groups_local, hd = d_.head_dim, f = d_.ffn_local;
+  const int64_t qkv_cols = d_.qkv_local(), fc1_cols = d_.fc1_local();
   const MemCategory act = MemCategory::kActivations;
 
   // Attention block.
   auto ln1_mean = Shared({Tl}, act), ln1_rstd = Shared({Tl}, act);
   Tensor ln1 = New({Tl, h}, act);
-  backend_.LayerNormForward(ln1.span(), ln1_mean->span(), ln1_rstd->span(), x.span(), p.ln1_w.value,
-                            p.ln1_b.value, Tl, h, options_.layernorm_eps);
+  NormForward(ln1.span(), ln1_mean->span(), ln1_rstd->span(), x.span(), p.ln1_w, p.ln1_b, Tl);
   auto ln1_full = sp_div_ == 1 ? std::make_shared<Tensor>(std::move(ln1))
                                : std::make_shared<Tensor>(ToFull(ln1, act));
-  auto qkv = Shared({T, H * 3 * hd}, act);
-  LinearForward(backend_, qkv->span(), ln1_full->span(), p.qkv_w.value, T, h, H * 3 * hd);
-  backend_.AddBias(qkv->span(), p.qkv_b.value, T, H * 3 * hd);
+  auto qkv = Shared({T, qkv_cols}, act);
+  LinearForward(backend_, qkv->span(), ln1_full->span(), p.qkv_w.value, T, h, qkv_cols);
+  AddBias(qkv->span(), p.qkv_b, T, qkv_cols);
+  if (d_.rotary) backend_.Rotary(qkv->span(), seq_, batch_, H, G, hd, kRotaryBase, false);
   auto ctx = Shared({T, H * hd}, act);
   auto probs = Shared({batch_, H, seq_, seq_}, act);
-  backend_.AttentionForward(ctx->span(), probs->span(), qkv->span(), seq_, batch_, H, hd);
+  backend_.AttentionForward(ctx->span(), probs->span(), qkv->span(), seq_, batch_, H, G, hd);
   if (options_.recompute == Recompute::kSelective) probs.reset();
   Tensor proj = New({T, h}, MemCategory::kWorkspace);
   LinearForward(backend_, proj.span(), ctx->span(), p.proj_w.value, T, H * hd, h);
   auto mid = std::make_shared<Tensor>(FromPartial(std::move(proj)));
-  backend_.AddBias(mid->span(), p.proj_b.value, Tl, h);
+  AddBias(mid->span(), p.proj_b, Tl, h);
   backend_.Add(mid->span(), x.span());
 
   // MLP block.
   auto ln2_mean = Shared({Tl}, act), ln2_rstd = Shared({Tl}, act);
   Tensor ln2 = New({Tl, h}, act);
-  backend_.LayerNormForward(ln2.span(), ln2_mean->span(), ln2_rstd->span(), mid->span(),
-                            p.ln2_w.value, p.ln2_b.value, Tl, h, options_.layernorm_eps);
+  NormForward(ln2.span(), ln2_mean->span(), ln2_rstd->span(), mid->span(), p.ln2_w, p.ln2_b, Tl);
   auto ln2_full = sp_div_ == 1 ? std::make_shared<Tensor>(std::move(ln2))
                                : std::make_shared<Tensor>(ToFull(ln2, act));
-  auto fc1 = Shared({T, f}, act);
-  LinearForward(backend_, fc1->span(), ln2_full->span(), p.fc1_w.value, T, h, f);
-  backend_.AddBias(fc1->span(), p.fc1_b.value, T, f);
+  auto fc1 = Shared({T, fc1_cols}, act);
+  LinearForward(backend_, fc1->span(), ln2_full->span(), p.fc1_w.value, T, h, fc1_cols);
+  AddBias(fc1->span(), p.fc1_b, T, fc1_cols);
   auto gelu = Shared({T, f}, act);
-  backend_.Gelu(gelu->span(), fc1->span());
+  if (d_.swiglu) {
+    backend_.SwiGlu(gelu->span(), fc1->span(), T, f);
+  } else {
+    backend_.Gelu(gelu->span(), fc1->span());
+  }
   Tensor fc2 = New({T, h}, MemCategory::kWorkspace);
   LinearForward(backend_, fc2.span(), gelu->span(), p.fc2_w.value, T, f, h);
   Tensor out = FromPartial(std::move(fc2));
-  backend_.AddBias(out.span(), p.fc2_b.value, Tl, h);
+  AddBias(out.span(), p.fc2_b, Tl, h);
   backend_.Add(out.span(), mid->span());
 
   if (acts != nullptr) {
@@ -210,7 +260,8 @@ Tensor GptModel::LayerBackward(const LayerParams& p, LayerActs& a, std::shared_p
                                Tensor dout_in, WeightGradQueue& queue) {
   // dout (T_loc, h) -> dx (T_loc, h); weight gradients queued.
   const int64_t h = d_.hidden, T = rows(), Tl = local_rows();
-  const int64_t H = d_.heads_local, hd = d_.head_dim, f = d_.ffn_local;
+  const int64_t H = d_.heads_local, G = d_.groups_local, hd = d_.head_dim, f = d_.ffn_local;
+  const int64_t qkv_cols = d_.qkv_local(), fc1_cols = d_.fc1_local();
   using Kind = WeightGradTask::Kind;
   auto dout = std::make_shared<Tensor>(std::move(dout_in));
 
@@ -219,16 +270,20 @@ Tensor GptModel::LayerBackward(const LayerParams& p, LayerActs& a, std::shared_p
       sp_div_ == 1 ? dout : std::make_shared<Tensor>(ToFull(*dout, MemCategory::kActivations));
   Tensor dgelu = New({T, f}, MemCategory::kWorkspace);
   LinearBackwardInput(backend_, dgelu.span(), dfc2->span(), p.fc2_w.value, T, f, h);
-  auto dfc1 = Shared({T, f}, MemCategory::kActivations);
-  backend_.GeluBackward(dfc1->span(), a.fc1->span(), dgelu.span());
+  auto dfc1 = Shared({T, fc1_cols}, MemCategory::kActivations);
+  if (d_.swiglu) {
+    backend_.SwiGluBackward(dfc1->span(), a.fc1->span(), dgelu.span(), T, f);
+  } else {
+    backend_.GeluBackward(dfc1->span(), a.fc1->span(), dgelu.span());
+  }
   dgelu = Tensor();
   Tensor dln2_full = New({T, h}, MemCategory::kWorkspace);
-  LinearBackwardInput(backend_, dln2_full.span(), dfc1->span(), p.fc1_w.value, T, h, f);
+  LinearBackwardInput(backend_, dln2_full.span(), dfc1->span(), p.fc1_w.value, T, h, fc1_cols);
   auto dln2 = std::make_shared<Tensor>(FromPartial(std::move(dln2_full)));
   Tensor dmid = New({Tl, h}, MemCategory::kActivations);
   backend_.Copy(dmid.span(), dout->span());
-  backend_.LayerNormBackwardInput(dmid.span(), dln2->span(), a.mid->span(), a.ln2_mean->span(),
-                                  a.ln2_rstd->span(), p.ln2_w.value, Tl, h);
+  NormBackwardInput(dmid.span(), dln2->span(), a.mid->span(), a.ln2_mean->span(),
+                    a.ln2_rstd->span(), p.ln2_w, Tl);
   {
     WeightGradTask fc2{Kind::kLinear};
     fc2.keep = {a.gelu, dfc2};
@@ -237,30 +292,23 @@ Tensor GptModel::LayerBackward(const LayerParams& p, LayerActs& a, std::shared_p
     fc2.dw = p.fc2_w.grad;
     fc2.rows = T, fc2.in_cols = f, fc2.out_cols = h;
     queue.Push(std::move(fc2));
-    WeightGradTask fc2_bias{Kind::kBias};
-    fc2_bias.keep = {dout};
-    fc2_bias.dy = dout->span();
-    fc2_bias.db = p.fc2_b.grad;
-    fc2_bias.rows = Tl, fc2_bias.out_cols = h;
-    queue.Push(std::move(fc2_bias));
+    if (p.fc2_b.value.data != nullptr) {
+      WeightGradTask fc2_bias{Kind::kBias};
+      fc2_bias.keep = {dout};
+      fc2_bias.dy = dout->span();
+      fc2_bias.db = p.fc2_b.grad;
+      fc2_bias.rows = Tl, fc2_bias.out_cols = h;
+      queue.Push(std::move(fc2_bias));
+    }
     WeightGradTask fc1{Kind::kLinear};
     fc1.keep = {a.ln2_full, dfc1};
     fc1.x = a.ln2_full->span();
     fc1.dy = dfc1->span();
     fc1.dw = p.fc1_w.grad;
     fc1.db = p.fc1_b.grad;
-    fc1.rows = T, fc1.in_cols = h, fc1.out_cols = f;
+    fc1.rows = T, fc1.in_cols = h, fc1.out_cols = fc1_cols;
     queue.Push(std::move(fc1));
-    WeightGradTask ln2{Kind::kLayerNorm};
-    ln2.keep = {a.mid, a.ln2_mean, a.ln2_rstd, dln2};
-    ln2.x = a.mid->span();
-    ln2.mean = a.ln2_mean->span();
-    ln2.rstd = a.ln2_rstd->span();
-    ln2.dy = dln2->span();
-    ln2.dw = p.ln2_w.grad;
-    ln2.db = p.ln2_b.grad;
-    ln2.rows = Tl, ln2.out_cols = h;
-    queue.Push(std::move(ln2));
+    queue.Push(NormTask(a.mid, a.ln2_mean, a.ln2_rstd, dln2, p.ln2_w, p.ln2_b, Tl));
   }
   a.fc1.reset();
 
@@ -274,21 +322,22 @@ Tensor GptModel::LayerBackward(const LayerParams& p, LayerActs& a, std::shared_p
   if (a.probs == nullptr) {  // selective recompute: re-run core attention for the softmax
     a.probs = Shared({batch_, H, seq_, seq_}, MemCategory::kActivations);
     Tensor ctx = New({T, H * hd}, MemCategory::kWorkspace);
-    backend_.AttentionForward(ctx.span(), a.probs->span(), a.qkv->span(), seq_, batch_, H, hd);
+    backend_.AttentionForward(ctx.span(), a.probs->span(), a.qkv->span(), seq_, batch_, H, G, hd);
   }
-  auto dqkv = Shared({T, H * 3 * hd}, MemCategory::kActivations);
+  auto dqkv = Shared({T, qkv_cols}, MemCategory::kActivations);
   backend_.AttentionBackward(dqkv->span(), dctx.span(), a.qkv->span(), a.probs->span(), seq_,
-                             batch_, H, hd);
+                             batch_, H, G, hd);
+  if (d_.rotary) backend_.Rotary(dqkv->span(), seq_, batch_, H, G, hd, kRotaryBase, true);
   dctx = Tensor();
   a.probs.reset();
   a.qkv.reset();
   Tensor dln1_full = New({T, h}, MemCategory::kWorkspace);
-  LinearBackwardInput(backend_, dln1_full.span(), dqkv->span(), p.qkv_w.value, T, h, H * 3 * hd);
+  LinearBackwardInput(backend_, dln1_full.span(), dqkv->span(), p.qkv_w.value, T, h, qkv_cols);
   auto dln1 = std::make_shared<Tensor>(FromPartial(std::move(dln1_full)));
   Tensor dx = New({Tl, h}, MemCategory::kActivations);
   backend_.Copy(dx.span(), dmid_shared->span());
-  backend_.LayerNormBackwardInput(dx.span(), dln1->span(), x->span(), a.ln1_mean->span(),
-                                  a.ln1_rstd->span(), p.ln1_w.value, Tl, h);
+  NormBackwardInput(dx.span(), dln1->span(), x->span(), a.ln1_mean->span(), a.ln1_rstd->span(),
+                    p.ln1_w, Tl);
   {
     WeightGradTask proj{Kind::kLinear};
     proj.keep = {a.ctx, dproj};
@@ -297,36 +346,29 @@ Tensor GptModel::LayerBackward(const LayerParams& p, LayerActs& a, std::shared_p
     proj.dw = p.proj_w.grad;
     proj.rows = T, proj.in_cols = H * hd, proj.out_cols = h;
     queue.Push(std::move(proj));
-    WeightGradTask proj_bias{Kind::kBias};
-    proj_bias.keep = {dmid_shared};
-    proj_bias.dy = dmid_shared->span();
-    proj_bias.db = p.proj_b.grad;
-    proj_bias.rows = Tl, proj_bias.out_cols = h;
-    queue.Push(std::move(proj_bias));
+    if (p.proj_b.value.data != nullptr) {
+      WeightGradTask proj_bias{Kind::kBias};
+      proj_bias.keep = {dmid_shared};
+      proj_bias.dy = dmid_shared->span();
+      proj_bias.db = p.proj_b.grad;
+      proj_bias.rows = Tl, proj_bias.out_cols = h;
+      queue.Push(std::move(proj_bias));
+    }
     WeightGradTask qkv{Kind::kLinear};
     qkv.keep = {a.ln1_full, dqkv};
     qkv.x = a.ln1_full->span();
     qkv.dy = dqkv->span();
     qkv.dw = p.qkv_w.grad;
     qkv.db = p.qkv_b.grad;
-    qkv.rows = T, qkv.in_cols = h, qkv.out_cols = H * 3 * hd;
+    qkv.rows = T, qkv.in_cols = h, qkv.out_cols = qkv_cols;
     queue.Push(std::move(qkv));
-    WeightGradTask ln1{Kind::kLayerNorm};
-    ln1.keep = {x, a.ln1_mean, a.ln1_rstd, dln1};
-    ln1.x = x->span();
-    ln1.mean = a.ln1_mean->span();
-    ln1.rstd = a.ln1_rstd->span();
-    ln1.dy = dln1->span();
-    ln1.dw = p.ln1_w.grad;
-    ln1.db = p.ln1_b.grad;
-    ln1.rows = Tl, ln1.out_cols = h;
-    queue.Push(std::move(ln1));
+    queue.Push(NormTask(x, a.ln1_mean, a.ln1_rstd, dln1, p.ln1_w, p.ln1_b, Tl));
   }
   a = LayerActs{};
   return dx;
 }
 
-// --- head (last virtual stage): final LayerNorm, LM head tied to the word embedding, loss ---
+// --- head (last virtual stage): final norm, LM head (the word embedding when tied), loss ---
 
 void GptModel::HeadForward(const ChunkParams& cp, std::shared_ptr<Tensor> x, const MicroBatch& mb,
                            ChunkActs& acts, double* loss_sum) {
@@ -335,13 +377,12 @@ void GptModel::HeadForward(const ChunkParams& cp, std::shared_ptr<Tensor> x, con
   const MemCategory act = MemCategory::kActivations;
   auto mean = Shared({Tl}, act), rstd = Shared({Tl}, act);
   Tensor ln = New({Tl, h}, act);
-  backend_.LayerNormForward(ln.span(), mean->span(), rstd->span(), x->span(), cp.final_ln_w.value,
-                            cp.final_ln_b.value, Tl, h, options_.layernorm_eps);
+  NormForward(ln.span(), mean->span(), rstd->span(), x->span(), cp.final_ln_w, cp.final_ln_b, Tl);
   auto ln_full = sp_div_ == 1 ? std::make_shared<Tensor>(std::move(ln))
                               : std::make_shared<Tensor>(ToFull(ln, act));
   // logits (T, V_loc) = ln_full @ word^T: the column-parallel output layer.
   auto logits = Shared({T, V}, act);
-  LinearForward(backend_, logits->span(), ln_full->span(), cp.word.value, T, h, V);
+  LinearForward(backend_, logits->span(), ln_full->span(), cp.output.value, T, h, V);
   // Vocab-parallel cross entropy: global max, then global sums of exp and of target logits.
   Tensor row_max = New({T}, MemCategory::kWorkspace);
   Tensor sum_exp = New({T}, MemCategory::kWorkspace);
@@ -372,31 +413,22 @@ Tensor GptModel::HeadBackward(const ChunkParams& cp, ChunkActs& acts, const Micr
   backend_.CrossEntropyBackward(dlogits->span(), mb.targets->span(), d_.vocab_begin, T, V,
                                 loss_scale);
   Tensor dln_full = New({T, h}, MemCategory::kWorkspace);
-  LinearBackwardInput(backend_, dln_full.span(), dlogits->span(), cp.word.value, T, h, V);
+  LinearBackwardInput(backend_, dln_full.span(), dlogits->span(), cp.output.value, T, h, V);
   // The output layer's input is copied to the TP region (identity forward, all-reduce backward)
   // or gathered under SP (reduce-scatter backward).
   auto dln = std::make_shared<Tensor>(FromPartial(std::move(dln_full)));
   Tensor dx = New({Tl, h}, MemCategory::kActivations);
-  backend_.LayerNormBackwardInput(dx.span(), dln->span(), acts.head_x->span(),
-                                  acts.head_mean->span(), acts.head_rstd->span(),
-                                  cp.final_ln_w.value, Tl, h);
+  NormBackwardInput(dx.span(), dln->span(), acts.head_x->span(), acts.head_mean->span(),
+                    acts.head_rstd->span(), cp.final_ln_w, Tl);
   WeightGradTask head{Kind::kLinear};
   head.keep = {acts.head_ln_full, dlogits};
   head.x = acts.head_ln_full->span();
   head.dy = dlogits->span();
-  head.dw = cp.word.grad;
+  head.dw = cp.output.grad;
   head.rows = T, head.in_cols = h, head.out_cols = V;
   queue.Push(std::move(head));
-  WeightGradTask ln{Kind::kLayerNorm};
-  ln.keep = {acts.head_x, acts.head_mean, acts.head_rstd, dln};
-  ln.x = acts.head_x->span();
-  ln.mean = acts.head_mean->span();
-  ln.rstd = acts.head_rstd->span();
-  ln.dy = dln->span();
-  ln.dw = cp.final_ln_w.grad;
-  ln.db = cp.final_ln_b.grad;
-  ln.rows = Tl, ln.out_cols = h;
-  queue.Push(std::move(ln));
+  queue.Push(
+      NormTask(acts.head_x, acts.head_mean, acts.head_rstd, dln, cp.final_ln_w, cp.final_ln_b, Tl));
   acts.head_x.reset();
   acts.head_mean.reset();
   acts.head_rstd.reset();

@@ -5,7 +5,10 @@
 // one) and activation recompute (full: keep each layer's input and re-run its forward in the
 // backward; selective: drop the attention softmax and recompute core attention).
 //
-// Layer (pre-LayerNorm): x + proj(attn(LN1(x))) -> y; y + fc2(gelu(fc1(LN2(y)))). No dropout
+// Layer (pre-norm): x + proj(attn(N1(x))) -> y; y + fc2(act(fc1(N2(y)))), with N LayerNorm or
+// RMSNorm, act GeLU or SwiGLU, attention multi-head or grouped-query, positions learned (added
+// to the embedding) or rotary (applied to q and k), linears with or without biases, and the LM
+// head tied to the word embedding or its own output layer, as the ModelSpec says. No dropout
 // (the CPU path trains deterministically, so layouts can be compared bit for bit up to rounding).
 //
 // Activations are (S * B, h) with rows in (sequence, batch) order, Megatron's [s, b, h]; under
@@ -35,7 +38,7 @@ struct MicroBatch {
 };
 
 struct WeightGradTask {
-  enum class Kind { kLinear, kBias, kLayerNorm, kEmbedding, kPositions };
+  enum class Kind { kLinear, kBias, kLayerNorm, kRmsNorm, kEmbedding, kPositions };
   Kind kind = Kind::kLinear;
   std::vector<std::shared_ptr<Tensor>> keep;  // the tensors the views below point into
   Span x, dy, mean, rstd, tokens;
@@ -58,16 +61,16 @@ class WeightGradQueue {
 // Saved tensors of one transformer layer for one micro-batch (T = S * B rows, T_loc = T / tp
 // under sequence parallelism, else T).
 struct LayerActs {
-  std::shared_ptr<Tensor> ln1_mean, ln1_rstd;  // (T_loc)
+  std::shared_ptr<Tensor> ln1_mean, ln1_rstd;  // (T_loc); mean unused under RMSNorm
   std::shared_ptr<Tensor> ln1_full;            // (T, h): QKV's input
-  std::shared_ptr<Tensor> qkv;                 // (T, 3 H_loc d)
+  std::shared_ptr<Tensor> qkv;                 // (T, (H_loc + 2 G_loc) d), after rotary
   std::shared_ptr<Tensor> probs;               // (B, H_loc, S, S); empty with selective recompute
   std::shared_ptr<Tensor> ctx;                 // (T, H_loc d): the projection's input
-  std::shared_ptr<Tensor> mid;                 // (T_loc, h): residual after attention, LN2 input
+  std::shared_ptr<Tensor> mid;                 // (T_loc, h): residual after attention, N2 input
   std::shared_ptr<Tensor> ln2_mean, ln2_rstd;  // (T_loc)
   std::shared_ptr<Tensor> ln2_full;            // (T, h): fc1's input
-  std::shared_ptr<Tensor> fc1;                 // (T, f_loc): before GeLU
-  std::shared_ptr<Tensor> gelu;                // (T, f_loc): fc2's input
+  std::shared_ptr<Tensor> fc1;                 // (T, f_loc) or (T, 2 f_loc) [gate | up]: act input
+  std::shared_ptr<Tensor> gelu;                // (T, f_loc): the activation's output, fc2's input
 };
 
 // Everything one (micro-batch, chunk) keeps between its forward and backward.
@@ -127,6 +130,15 @@ class GptModel {
   // (T_loc, h) -> (T, h) and FromPartial reduce-scatters (T, h) -> (T_loc, h); otherwise ToFull
   // is a copy (the identity) and FromPartial an all-reduce.
   Tensor ToFull(const Tensor& local, MemCategory category);
+  // The model's norm (LayerNorm or RMSNorm) over rows of h; its parameter-gradient task.
+  void NormForward(Span out, Span mean, Span rstd, Span x, const ParamRef& w, const ParamRef& b,
+                   int64_t rows);
+  void NormBackwardInput(Span dx, Span dout, Span x, Span mean, Span rstd, const ParamRef& w,
+                         int64_t rows);
+  WeightGradTask NormTask(std::shared_ptr<Tensor> x, std::shared_ptr<Tensor> mean,
+                          std::shared_ptr<Tensor> rstd, std::shared_ptr<Tensor> dy,
+                          const ParamRef& w, const ParamRef& b, int64_t rows);
+  void AddBias(Span out, const ParamRef& bias, int64_t rows, int64_t cols);
   Tensor FromPartial(Tensor partial);
   void TpAllReduce(Span data, ReduceOp op, const char* what);
   Tensor New(std::vector<int64_t> shape, MemCategory category);

@@ -30,11 +30,19 @@ GptDims MakeGptDims(const ModelSpec& model, const ParallelConfig& parallel, int 
   d.ffn = model.ffn_hidden_size;
   d.seq = model.seq_length;
   d.max_positions = model.max_position_embeddings;
+  d.groups = model.num_query_groups;
+  d.swiglu = model.activation == Activation::kSwiglu;
+  d.rmsnorm = model.normalization == Normalization::kRmsNorm;
+  d.rotary = model.position_embedding == PositionEmbedding::kRope;
+  d.tied = model.tied_embeddings;
+  d.biases = model.add_bias_linear;
   d.vocab = model.vocab_size;
   d.vocab_padded = PaddedVocabSize(model, parallel.tp);
   d.tp = parallel.tp;
   PTDP_CHECK(d.heads % d.tp == 0 && d.ffn % d.tp == 0 && d.vocab_padded % d.tp == 0);
+  PTDP_CHECK(d.groups > 0 && d.heads % d.groups == 0 && d.groups % d.tp == 0);
   d.heads_local = d.heads / d.tp;
+  d.groups_local = d.groups / d.tp;
   d.ffn_local = d.ffn / d.tp;
   d.vocab_local = d.vocab_padded / d.tp;
   d.vocab_begin = tp_rank * d.vocab_local;
@@ -52,7 +60,8 @@ GptParams::GptParams(const ModelSpec& model, const ParallelConfig& parallel, Ran
       dtype_(dtype),
       backend_(backend) {
   const GptDims& d = dims_;
-  const int64_t h = d.hidden, qkv_rows = d.heads * 3 * d.head_dim, attn = d.heads * d.head_dim;
+  const int64_t h = d.hidden, qkv_rows = (d.heads + 2 * d.groups) * d.head_dim;
+  const int64_t attn = d.heads * d.head_dim;
   const double out_std = kInitStd / std::sqrt(2.0 * static_cast<double>(d.layers));
   int chunk = 0;
   auto replicated = [&](std::string name, int64_t rows, int64_t cols, InitKind init, double std,
@@ -70,14 +79,15 @@ GptParams::GptParams(const ModelSpec& model, const ParallelConfig& parallel, Ran
     return Add(std::move(p));
   };
   auto by_rows = [&](std::string name, int64_t rows, int64_t cols, InitKind init, double std,
-                     bool wd) {
+                     bool wd, int64_t row_groups = 1) {
     ParamInfo p;
     p.name = std::move(name);
     p.full_rows = p.model_rows = rows;
     p.full_cols = p.local_cols = cols;
     p.shard = ShardDim::kRows;
+    p.row_groups = row_groups;
     p.local_rows = rows / d.tp;
-    p.row_begin = coords.tp * p.local_rows;
+    p.row_begin = coords.tp * (p.local_rows / row_groups);
     p.init = init;
     p.init_std = std;
     p.weight_decay = wd;
@@ -101,13 +111,18 @@ GptParams::GptParams(const ModelSpec& model, const ParallelConfig& parallel, Ran
   auto word_embedding = [&](bool shared) {
     const int i = by_rows("embedding.word", d.vocab_padded, h, InitKind::kNormal, kInitStd, true);
     infos_[i].model_rows = d.vocab;
-    infos_[i].tied_embedding = true;
+    infos_[i].tied_embedding = d.tied;
     infos_[i].shared_copy = shared;
     return i;
   };
+  // Norm weight and (LayerNorm) bias; -1 for an absent bias.
+  auto norm = [&](const std::string& name, int* w, int* b) {
+    *w = replicated(name + ".weight", h, 1, InitKind::kOnes, 0, false);
+    *b = d.rmsnorm ? -1 : replicated(name + ".bias", h, 1, InitKind::kZeros, 0, false);
+  };
 
   struct ChunkIndices {
-    int word = -1, position = -1, final_w = -1, final_b = -1;
+    int word = -1, position = -1, final_w = -1, final_b = -1, output = -1;
     std::vector<LayerIndices> layers;
   };
   std::vector<ChunkIndices> indices(static_cast<size_t>(parallel.virtual_stages));
@@ -121,31 +136,44 @@ GptParams::GptParams(const ModelSpec& model, const ParallelConfig& parallel, Ran
     cp.first_layer = static_cast<int>(cp.virtual_stage * d.layers_per_chunk);
     if (cp.has_embedding) {
       ci.word = word_embedding(false);
-      ci.position =
-          replicated("embedding.position", d.max_positions, h, InitKind::kNormal, kInitStd, true);
+      if (!d.rotary) {
+        ci.position =
+            replicated("embedding.position", d.max_positions, h, InitKind::kNormal, kInitStd, true);
+      }
     }
+    const int64_t fc1_groups = d.swiglu ? 2 : 1;
     for (int64_t l = 0; l < d.layers_per_chunk; ++l) {
       const std::string p = fmt::format("layers.{}.", cp.first_layer + l);
       LayerIndices li;
-      li.ln1_w = replicated(p + "ln1.weight", h, 1, InitKind::kOnes, 0, false);
-      li.ln1_b = replicated(p + "ln1.bias", h, 1, InitKind::kZeros, 0, false);
+      auto bias = [&](const std::string& name, int64_t rows, bool sharded, int64_t groups = 1) {
+        if (!d.biases) return -1;
+        return sharded ? by_rows(p + name, rows, 1, InitKind::kZeros, 0, false, groups)
+                       : replicated(p + name, rows, 1, InitKind::kZeros, 0, false);
+      };
+      norm(p + "ln1", &li.ln1_w, &li.ln1_b);
       li.qkv_w =
           by_rows(p + "attention.qkv.weight", qkv_rows, h, InitKind::kNormal, kInitStd, true);
-      li.qkv_b = by_rows(p + "attention.qkv.bias", qkv_rows, 1, InitKind::kZeros, 0, false);
+      li.qkv_b = bias("attention.qkv.bias", qkv_rows, true);
       li.proj_w = by_cols(p + "attention.proj.weight", h, attn, out_std);
-      li.proj_b = replicated(p + "attention.proj.bias", h, 1, InitKind::kZeros, 0, false);
-      li.ln2_w = replicated(p + "ln2.weight", h, 1, InitKind::kOnes, 0, false);
-      li.ln2_b = replicated(p + "ln2.bias", h, 1, InitKind::kZeros, 0, false);
-      li.fc1_w = by_rows(p + "mlp.fc1.weight", d.ffn, h, InitKind::kNormal, kInitStd, true);
-      li.fc1_b = by_rows(p + "mlp.fc1.bias", d.ffn, 1, InitKind::kZeros, 0, false);
+      li.proj_b = bias("attention.proj.bias", h, false);
+      norm(p + "ln2", &li.ln2_w, &li.ln2_b);
+      li.fc1_w = by_rows(p + "mlp.fc1.weight", fc1_groups * d.ffn, h, InitKind::kNormal, kInitStd,
+                         true, fc1_groups);
+      li.fc1_b = bias("mlp.fc1.bias", fc1_groups * d.ffn, true, fc1_groups);
       li.fc2_w = by_cols(p + "mlp.fc2.weight", h, d.ffn, out_std);
-      li.fc2_b = replicated(p + "mlp.fc2.bias", h, 1, InitKind::kZeros, 0, false);
+      li.fc2_b = bias("mlp.fc2.bias", h, false);
       ci.layers.push_back(li);
     }
     if (cp.has_head) {
-      ci.final_w = replicated("final_ln.weight", h, 1, InitKind::kOnes, 0, false);
-      ci.final_b = replicated("final_ln.bias", h, 1, InitKind::kZeros, 0, false);
-      if (!cp.has_embedding) ci.word = word_embedding(true);
+      norm("final_ln", &ci.final_w, &ci.final_b);
+      if (!d.tied) {
+        ci.output =
+            by_rows("output_layer.weight", d.vocab_padded, h, InitKind::kNormal, kInitStd, true);
+        infos_[static_cast<size_t>(ci.output)].model_rows = d.vocab;
+      } else {
+        if (!cp.has_embedding) ci.word = word_embedding(true);
+        ci.output = ci.word;
+      }
     }
   }
 
@@ -169,12 +197,19 @@ GptParams::GptParams(const ModelSpec& model, const ParallelConfig& parallel, Ran
     cp.position = ref(ci.position);
     cp.final_ln_w = ref(ci.final_w);
     cp.final_ln_b = ref(ci.final_b);
+    cp.output = ref(ci.output);
     for (const LayerIndices& li : ci.layers) {
       cp.layers.push_back({ref(li.ln1_w), ref(li.ln1_b), ref(li.qkv_w), ref(li.qkv_b),
                            ref(li.proj_w), ref(li.proj_b), ref(li.ln2_w), ref(li.ln2_b),
                            ref(li.fc1_w), ref(li.fc1_b), ref(li.fc2_w), ref(li.fc2_b)});
     }
   }
+}
+
+int64_t FullRow(const ParamInfo& p, int64_t local_row) {
+  if (p.shard != ShardDim::kRows || p.row_groups == 1) return p.row_begin + local_row;
+  const int64_t per_group = p.local_rows / p.row_groups;  // of this rank, in each block
+  return local_row / per_group * (p.full_rows / p.row_groups) + p.row_begin + local_row % per_group;
 }
 
 int GptParams::Add(ParamInfo info) {
@@ -193,7 +228,7 @@ void GptParams::Initialize(uint64_t seed) {
     const RngStream rng(seed, p.name);
     for (int64_t r = 0; r < p.local_rows; ++r) {
       for (int64_t c = 0; c < p.local_cols; ++c) {
-        const int64_t full = (p.row_begin + r) * p.full_cols + p.col_begin + c;
+        const int64_t full = FullRow(p, r) * p.full_cols + p.col_begin + c;
         double v = 0;
         if (p.init == InitKind::kOnes) v = 1;
         if (p.init == InitKind::kNormal) v = p.init_std * rng.Normal(static_cast<uint64_t>(full));
@@ -217,6 +252,7 @@ namespace {
 struct SliceHeader {
   char name[96];
   int64_t full_rows, full_cols, model_rows, row_begin, col_begin, local_rows, local_cols;
+  int64_t row_groups, shard;
 };
 
 std::vector<double> DownloadAsDouble(Backend& backend, Span s) {
@@ -250,6 +286,8 @@ std::map<std::string, std::vector<double>> GatherFullParameters(const GptParams&
       h.col_begin = p.col_begin;
       h.local_rows = p.local_rows;
       h.local_cols = p.local_cols;
+      h.row_groups = p.row_groups;
+      h.shard = static_cast<int64_t>(p.shard);
       const std::vector<double> values = DownloadAsDouble(backend, params.Ref(p).value);
       mine.append(reinterpret_cast<const char*>(&h), sizeof(h));
       mine.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(double));
@@ -269,7 +307,13 @@ std::map<std::string, std::vector<double>> GatherFullParameters(const GptParams&
         for (int64_t c = 0; c < h.local_cols; ++c) {
           double v;
           std::memcpy(&v, blob.data() + pos + sizeof(double) * (r * h.local_cols + c), sizeof(v));
-          const int64_t row = h.row_begin + r;
+          ParamInfo info;
+          info.shard = static_cast<ShardDim>(h.shard);
+          info.row_groups = h.row_groups;
+          info.row_begin = h.row_begin;
+          info.local_rows = h.local_rows;
+          info.full_rows = h.full_rows;
+          const int64_t row = FullRow(info, r);
           if (row < h.model_rows) {
             dst[static_cast<size_t>(row * h.full_cols + h.col_begin + c)] = v;
           }

@@ -2,12 +2,15 @@
 //
 // The full model (every parameter unsharded) is defined once, by name and shape; a rank holds,
 // for its tensor-parallel index and its model chunks, the matching slice of each full tensor:
-//  - column-parallel linears (QKV, MLP fc1) and the vocab-parallel word embedding are split by
-//    rows (output features / vocabulary entries), with their biases;
+//  - column-parallel linears (QKV, MLP fc1), the vocab-parallel word embedding and the untied
+//    output layer are split by rows (output features / vocabulary entries), with their biases;
 //  - row-parallel linears (attention projection, MLP fc2) are split by columns (input
-//    features); their biases, the LayerNorms and the position embedding are replicated.
-// QKV's full weight is (heads x [q | k | v] x head_dim, hidden) (Megatron's per-head layout), so
-// a row split is a split by heads. Initialisation draws element (r, c) of a full tensor from a
+//    features); their biases, the norms and the position embedding are replicated.
+// QKV's full weight is (groups x [q of the group's heads | k | v] x head_dim, hidden)
+// (Megatron's layout; one head per group without grouped-query attention), so a row split is a
+// split by query groups. SwiGLU's fc1 is (2 x ffn, hidden): [gate; up], each split by rows, so
+// a rank holds [gate slice; up slice] ("row groups"). Initialisation draws element (r, c) of a
+// full tensor from a
 // counter-based stream keyed by (seed, name) at index r * cols + c (rng.h), so every layout
 // starts from the same model (Megatron-LM's init: normal(0, 0.02), output layers
 // 0.02 / sqrt(2 L), biases 0, LayerNorm weights 1).
@@ -41,6 +44,7 @@ struct ParamInfo {
   int64_t model_rows = 0;  // rows that are part of the model: full_rows, or the vocabulary size
                            // of the padded word embedding
   ShardDim shard = ShardDim::kReplicated;
+  int64_t row_groups = 1;  // kRows: the full rows are this many blocks, each split over TP
   int64_t local_rows = 0;
   int64_t local_cols = 1;
   int64_t row_begin = 0;  // of this rank's slice in the full tensor
@@ -58,11 +62,16 @@ struct ParamInfo {
   bool shared_copy = false;             // the last stage's copy (not counted in the norm)
 };
 
+// Row of the full tensor that local row `local_row` of this rank's slice is.
+int64_t FullRow(const ParamInfo& p, int64_t local_row);
+
 struct ParamRef {
   Span value;
   Span grad;
 };
 
+// Biases (and LayerNorm biases under RMSNorm) are empty ParamRefs (value.data == nullptr) when
+// the model has none.
 struct LayerParams {
   ParamRef ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b;
   ParamRef ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
@@ -73,19 +82,25 @@ struct ChunkParams {
   bool has_embedding = false;  // virtual stage 0
   bool has_head = false;       // last virtual stage
   int first_layer = 0;         // global index of layers[0]
-  ParamRef word;               // word embedding shard: on vs 0 and (as the LM head) on the last
-  ParamRef position;           // vs 0 only
+  ParamRef word;               // word embedding shard: on vs 0, and on the last when tied
+  ParamRef position;           // vs 0 with learned positions
   std::vector<LayerParams> layers;
   ParamRef final_ln_w, final_ln_b;  // last vs only
+  ParamRef output;                  // last vs: the LM head (== word when tied)
 };
 
 // Sizes of one rank's share of the model (tensor-parallel local where it says so).
 struct GptDims {
   int64_t layers = 0, hidden = 0, heads = 0, head_dim = 0, ffn = 0, seq = 0, max_positions = 0;
+  int64_t groups = 0;  // query groups (== heads without grouped-query attention)
+  bool swiglu = false, rmsnorm = false, rotary = false, tied = true, biases = true;
   int64_t vocab = 0;         // real vocabulary
   int64_t vocab_padded = 0;  // Megatron's padding for tp
   int64_t tp = 1;
-  int64_t heads_local = 0, ffn_local = 0, vocab_local = 0, vocab_begin = 0, vocab_valid_local = 0;
+  int64_t heads_local = 0, groups_local = 0, ffn_local = 0;
+  int64_t vocab_local = 0, vocab_begin = 0, vocab_valid_local = 0;
+  int64_t qkv_local() const { return (heads_local + 2 * groups_local) * head_dim; }
+  int64_t fc1_local() const { return (swiglu ? 2 : 1) * ffn_local; }
   int64_t layers_per_chunk = 0;
   int64_t virtual_stages = 1;  // pp * v
 };

@@ -111,26 +111,19 @@ std::vector<std::string> CheckExecutable(const Plan& plan, const ExecuteOptions&
   std::vector<std::string> out;
   const ModelSpec& m = plan.model;
   const ParallelConfig& p = plan.parallel;
-  auto unsupported = [&](const char* key, std::string_view got, const char* supported) {
-    out.push_back(fmt::format("model.{}: {} is not implemented by the CPU executor ({} only)", key,
-                              got, supported));
-  };
-  if (m.activation != Activation::kGelu) unsupported("activation", Name(m.activation), "gelu");
-  if (m.normalization != Normalization::kLayerNorm) {
-    unsupported("normalization", Name(m.normalization), "layernorm");
-  }
-  if (m.position_embedding != PositionEmbedding::kLearned) {
-    unsupported("position_embedding", Name(m.position_embedding), "learned");
-  }
-  if (!m.tied_embeddings) unsupported("tied_embeddings", "false", "tied input/output embeddings");
-  if (!m.add_bias_linear) unsupported("add_bias_linear", "false", "linear layers with biases");
-  if (m.num_query_groups != m.num_attention_heads) {
+  if (m.num_query_groups % p.tp != 0) {
     out.push_back(fmt::format(
-        "model.num_query_groups: grouped-query attention ({} groups for {} heads) is not "
-        "implemented by the CPU executor (num_query_groups must equal num_attention_heads)",
-        m.num_query_groups, m.num_attention_heads));
+        "parallel.tp: tp {} larger than num_query_groups {} (key/value heads replicated over "
+        "tensor-parallel ranks) is not implemented by the CPU executor; use tp dividing the "
+        "query groups",
+        p.tp, m.num_query_groups));
   }
-  if (m.seq_length > m.max_position_embeddings) {
+  if (m.position_embedding == PositionEmbedding::kRope && m.kv_channels % 2 != 0) {
+    out.push_back(fmt::format("model.kv_channels: rotary embeddings need an even head size, got {}",
+                              m.kv_channels));
+  }
+  if (m.position_embedding == PositionEmbedding::kLearned &&
+      m.seq_length > m.max_position_embeddings) {
     out.push_back(fmt::format("model.seq_length: {} exceeds max_position_embeddings {}",
                               m.seq_length, m.max_position_embeddings));
   }

@@ -7,11 +7,12 @@
 //                                                gathered measurements (trace, bubble, memory)
 //   ResultsJson(plan, options, result)        -> the results file `ptdp execute` writes
 //
-// The model is the plan's GPT (core/model_spec.h) as Megatron-LM builds it (gpt.h), with these
-// limits on the CPU path: gelu, layernorm, learned positions, tied embeddings, biases, no
-// grouped-query attention; tokens are bytes, so model.vocab_size must be at least 256 with a
-// text file (entries beyond 255 are never targets); math runs in the options' dtype (fp32
-// whatever the plan's precision: bf16/fp16 mixed precision is the GPU path's).
+// The model is the plan's GPT (core/model_spec.h) as Megatron-LM builds it (gpt.h): GeLU or
+// SwiGLU, LayerNorm or RMSNorm, learned or rotary positions, tied or untied embeddings, with or
+// without biases, multi-head or grouped-query attention (with tp dividing the query groups).
+// Tokens are bytes, so model.vocab_size must be at least 256 with a text file (entries beyond
+// 255 are never targets); math runs in the options' dtype (fp32 whatever the plan's precision:
+// bf16/fp16 mixed precision is the GPU path's).
 #pragma once
 
 #include <cstdint>

@@ -6,7 +6,8 @@
 #   fault    one rank raises before step 3; one raises in the middle of step 3 with messages
 #            in flight (pipeline 2); one exits: each job ends non-zero within 60 s, with the
 #            failing rank's message when it raised
-#   refuse   wrong rank count and an unsupported model are refused with one clear message
+#   refuse   wrong rank count and an unsupported layout (tp above the query groups) are refused
+#            with one clear message
 #   launch   `ptdp execute --launch` starts mpirun itself and trains
 #   trace    (1, 4, 1) 1F1B with --trace: valid Chrome trace JSON whose per-rank operations
 #            follow the schedule's warm-up / steady / cool-down lists
@@ -63,11 +64,11 @@ refuse)
   cat err.log
   [ "$(grep -c 'this plan needs 2 ranks (tp 2 x pp 1 x dp 1), but 3 started' err.log)" = 1 ] \
     || fail "the rank-count message is missing or repeated"
-  "$tool" plan swiglu.yaml tp=2 activation=swiglu || fail "plan"
-  run 2 "$ptdp" execute --plan swiglu.yaml --steps 2 >out.log 2>err.log && fail "swiglu accepted"
+  "$tool" plan gqa.yaml tp=2 llama=true groups=1 || fail "plan"
+  run 2 "$ptdp" execute --plan gqa.yaml --steps 2 >out.log 2>err.log && fail "tp > groups accepted"
   cat err.log
-  [ "$(grep -c 'model.activation: swiglu is not implemented by the CPU executor' err.log)" = 1 ] \
-    || fail "the swiglu message is missing or repeated"
+  [ "$(grep -c 'parallel.tp: tp 2 larger than num_query_groups 1' err.log)" = 1 ] \
+    || fail "the query-group message is missing or repeated"
   grep -q "^step" out.log && fail "a rank trained"
   ;;
 launch)

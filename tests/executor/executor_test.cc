@@ -174,29 +174,51 @@ TEST(Data, DeterministicSplitAndSequences) {
 }
 
 TEST(CheckExecutable, RefusesWhatTheCpuPathDoesNotImplement) {
-  Plan p = TinyPlan({});
-  EXPECT_TRUE(CheckExecutable(p, {}).empty());
-  p.model.activation = Activation::kSwiglu;
-  p.model.num_query_groups = 2;
-  p.model.tied_embeddings = false;
-  const auto problems = CheckExecutable(p, {});
-  ASSERT_EQ(problems.size(), 3u);
-  EXPECT_EQ(problems[0],
-            "model.activation: swiglu is not implemented by the CPU executor (gelu only)");
-  EXPECT_EQ(problems[2],
-            "model.num_query_groups: grouped-query attention (2 groups for 4 heads) is not "
-            "implemented by the CPU executor (num_query_groups must equal num_attention_heads)");
+  EXPECT_TRUE(CheckExecutable(TinyPlan({}), {}).empty());
+  EXPECT_TRUE(
+      CheckExecutable(TinyPlan({.tp = 2}, TinyModel{.llama = true, .groups = 2}), {}).empty());
+  // Key/value heads replicated over TP (tp > query groups) is not implemented.
+  const auto gqa = CheckExecutable(TinyPlan({.tp = 2}, TinyModel{.llama = true, .groups = 1}), {});
+  ASSERT_EQ(gqa.size(), 1u);
+  EXPECT_EQ(gqa[0],
+            "parallel.tp: tp 2 larger than num_query_groups 1 (key/value heads replicated over "
+            "tensor-parallel ranks) is not implemented by the CPU executor; use tp dividing the "
+            "query groups");
+  Plan odd = TinyPlan({}, TinyModel{.llama = true});
+  odd.model.kv_channels = 15;
+  ASSERT_EQ(CheckExecutable(odd, {}).size(), 1u);
+  EXPECT_EQ(CheckExecutable(odd, {}).front(),
+            "model.kv_channels: rotary embeddings need an even head size, got 15");
   Plan small = TinyPlan({}, TinyModel{.vocab = 100});
   ASSERT_EQ(CheckExecutable(small, {}).size(), 1u);
   EXPECT_NE(CheckExecutable(small, {}).front().find("at least 256 entries, got 100"),
             std::string::npos);
   EXPECT_TRUE(CheckExecutable(small, {.data = "synthetic"}).empty());
-  Plan huge = p;
-  huge = TinyPlan({});
+  Plan huge = TinyPlan({});
   huge.model.hidden_size = 65536;
   huge.model.num_layers = 64;
   ASSERT_EQ(CheckExecutable(huge, {}).size(), 1u);
   EXPECT_EQ(CheckExecutable(huge, {}).front().rfind("model: each rank needs about", 0), 0u);
+}
+
+TEST(CpuBackend, RotaryAndSwiGluAgainstHandValues) {
+  auto b = MakeCpuBackend();
+  // One group of one head, D = 4, two positions; q = k = [1, 0, 0, 0], v = 0. At position 1 the
+  // first frequency turns by 1 rad: rotate-half pairs element 0 with element 2.
+  Tensor qkv = Make(*b, {2, 12}, {1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0,  //
+                                  1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0});
+  b->Rotary(qkv.span(), 2, 1, 1, 1, 4, 10000, false);
+  const auto r = Host(*b, qkv.span());
+  EXPECT_EQ(r[0], 1.0f);  // position 0 is not rotated
+  EXPECT_NEAR(r[12], std::cos(1.0), 1e-6);
+  EXPECT_NEAR(r[14], std::sin(1.0), 1e-6);
+  EXPECT_NEAR(r[16], std::cos(1.0), 1e-6);  // k too
+  EXPECT_EQ(r[20], 0.0f);                   // v untouched
+  b->Rotary(qkv.span(), 2, 1, 1, 1, 4, 10000, true);
+  EXPECT_NEAR(Host(*b, qkv.span())[12], 1.0, 1e-6);
+  Tensor in = Make(*b, {1, 2}, {1, 2}), out = Make(*b, {1, 1}, {});
+  b->SwiGlu(out.span(), in.span(), 1, 1);
+  EXPECT_NEAR(Host(*b, out.span())[0], 2.0 / (1.0 + std::exp(-1.0)), 1e-6);  // silu(1) * 2
 }
 
 TEST(Launch, MpirunLineRunsThisBinaryWithOneRankPerGpu) {

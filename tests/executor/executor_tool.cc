@@ -3,7 +3,7 @@
 //   executor_tool plan OUT [key=value ...]       write a tiny plan file (tiny_plan.h) with
 //                                                 overrides: tp pp dp mbs v schedule sp
 //                                                 recompute distopt layers hidden heads seq gbs
-//                                                 lr vocab activation name
+//                                                 lr vocab llama groups name
 //   executor_tool same-losses A.json B.json      B's per-step losses equal A's at the same
 //                                                 steps, exactly (results JSON of ptdp execute)
 //   executor_tool check-trace TRACE.json PLAN    the measured trace is valid JSON and every
@@ -16,6 +16,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <sstream>
@@ -152,54 +153,46 @@ Json ParseJsonFile(const std::string& path) { return JsonParser(ReadAll(path)).D
 int WritePlan(int argc, char** argv) {
   TinyLayout l;
   TinyModel m;
-  std::string activation = "gelu", name = "tiny";
+  std::string name = "tiny";
+  using Setter = std::function<void(const std::string&)>;
+  auto integer = [](int* field) {
+    return Setter([field](const std::string& v) { *field = std::stoi(v); });
+  };
+  auto flag = [](bool* field) {
+    return Setter([field](const std::string& v) { *field = v == "true"; });
+  };
+  const std::map<std::string, Setter> setters = {
+      {"tp", integer(&l.tp)},
+      {"pp", integer(&l.pp)},
+      {"dp", integer(&l.dp)},
+      {"mbs", integer(&l.micro_batch)},
+      {"v", integer(&l.virtual_stages)},
+      {"schedule",
+       [&](const std::string& v) { l.schedule = *ValueOf<Schedule>(kScheduleNames, v); }},
+      {"sp", flag(&l.sequence_parallel)},
+      {"recompute",
+       [&](const std::string& v) { l.recompute = *ValueOf<Recompute>(kRecomputeNames, v); }},
+      {"distopt", flag(&l.distributed_optimizer)},
+      {"layers", integer(&m.layers)},
+      {"hidden", integer(&m.hidden)},
+      {"heads", integer(&m.heads)},
+      {"seq", integer(&m.seq)},
+      {"gbs", [&](const std::string& v) { m.global_batch = std::stoll(v); }},
+      {"vocab", integer(&m.vocab)},
+      {"lr", [&](const std::string& v) { m.lr = std::stod(v); }},
+      {"llama", flag(&m.llama)},
+      {"groups", integer(&m.groups)},
+      {"name", [&](const std::string& v) { name = v; }},
+  };
   for (int i = 3; i < argc; ++i) {
     const std::string arg = argv[i];
     const size_t eq = arg.find('=');
     if (eq == std::string::npos) throw std::runtime_error("expected key=value, got " + arg);
-    const std::string key = arg.substr(0, eq), value = arg.substr(eq + 1);
-    const auto num = [&] { return std::stoi(value); };
-    if (key == "tp")
-      l.tp = num();
-    else if (key == "pp")
-      l.pp = num();
-    else if (key == "dp")
-      l.dp = num();
-    else if (key == "mbs")
-      l.micro_batch = num();
-    else if (key == "v")
-      l.virtual_stages = num();
-    else if (key == "schedule")
-      l.schedule = *ValueOf<Schedule>(kScheduleNames, value);
-    else if (key == "sp")
-      l.sequence_parallel = value == "true";
-    else if (key == "recompute")
-      l.recompute = *ValueOf<Recompute>(kRecomputeNames, value);
-    else if (key == "distopt")
-      l.distributed_optimizer = value == "true";
-    else if (key == "layers")
-      m.layers = num();
-    else if (key == "hidden")
-      m.hidden = num();
-    else if (key == "heads")
-      m.heads = num();
-    else if (key == "seq")
-      m.seq = num();
-    else if (key == "gbs")
-      m.global_batch = num();
-    else if (key == "vocab")
-      m.vocab = num();
-    else if (key == "lr")
-      m.lr = std::stod(value);
-    else if (key == "activation")
-      activation = value;
-    else if (key == "name")
-      name = value;
-    else
-      throw std::runtime_error("unknown key " + key);
+    const auto it = setters.find(arg.substr(0, eq));
+    if (it == setters.end()) throw std::runtime_error("unknown key " + arg.substr(0, eq));
+    it->second(arg.substr(eq + 1));
   }
   Plan plan = testing_executor::TinyPlan(l, m);
-  if (activation == "swiglu") plan.model.activation = Activation::kSwiglu;
   plan.model.name = name;
   std::ofstream(argv[2]) << WritePlanYaml(plan);
   return 0;

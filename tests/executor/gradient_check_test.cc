@@ -1,5 +1,6 @@
 // Gradient check: the (1, 1, 1) model's backward in fp64 against central finite differences of
-// its loss, element by element, for every parameter of the model (a few elements of each).
+// its loss, element by element, for every parameter of the model (a few elements of each), for
+// a GPT and for a model with Llama's architectural choices.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -22,11 +23,14 @@ using testing_executor::TinyLayout;
 using testing_executor::TinyModel;
 using testing_executor::TinyPlan;
 
-class GradientCheck : public ::testing::Test {
+// GPT (GeLU, LayerNorm, learned positions, tied embeddings, biases) and Llama's choices
+// (SwiGLU, RMSNorm, rotary positions, untied output layer, no biases, 4 heads in 2 groups).
+class GradientCheck : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     TinyModel m;
     m.layers = 2, m.hidden = 16, m.heads = 2, m.seq = 8, m.vocab = 256, m.global_batch = 2;
+    if (GetParam()) m.llama = true, m.heads = 4, m.groups = 2, m.ffn = 32;
     plan_ = TinyPlan(TinyLayout{}, m);
     backend_ = MakeCpuBackend(1);
     groups_ = MakeProcessGroups(MakeLocalComm(*backend_), plan_.parallel);
@@ -76,7 +80,7 @@ class GradientCheck : public ::testing::Test {
   std::unique_ptr<TokenData> data_;
 };
 
-TEST_F(GradientCheck, BackwardMatchesFiniteDifferencesInFp64) {
+TEST_P(GradientCheck, BackwardMatchesFiniteDifferencesInFp64) {
   backend_->Fill(params_->grads(), 0);
   const double loss = Loss();
   EXPECT_NEAR(loss, std::log(256.0), 1.5);  // a perturbed but untrained byte model
@@ -114,10 +118,16 @@ TEST_F(GradientCheck, BackwardMatchesFiniteDifferencesInFp64) {
     ++checked;
   }
   EXPECT_EQ(checked, static_cast<int>(params_->infos().size()));
+  EXPECT_EQ(checked, GetParam() ? 15 : 28);  // every parameter tensor of the two layers and ends
   RecordProperty("worst_relative_error", std::to_string(worst));
   std::cout << "gradient check: " << 4 * checked << " elements of " << checked
             << " parameters, worst relative error " << worst << "\n";
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, GradientCheck, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "LlamaStyle" : "Gpt";
+                         });
 
 }  // namespace
 }  // namespace ptdp

@@ -24,6 +24,7 @@ namespace ptdp {
 namespace {
 
 using testing_executor::TinyLayout;
+using testing_executor::TinyModel;
 using testing_executor::TinyPlan;
 
 MpiSession* g_session = nullptr;
@@ -41,10 +42,11 @@ ExecuteResult Train(const Plan& plan, DType dtype, ProcessGroups& groups, Backen
 // fp32: the bar. fp64: the same runs agree to rounding (about 1e-16 in the losses and
 // 1e-13 in the parameters), which shows that the fp32 differences are rounding, amplified in
 // the parameters by Adam's normalisation of tiny gradients (about 0.02 lr after 10 steps).
-void ExpectEquivalent(const TinyLayout& layout, DType dtype = DType::kF32) {
+void ExpectEquivalent(const TinyLayout& layout, DType dtype = DType::kF32,
+                      const TinyModel& model = {}) {
   const double loss_tolerance = dtype == DType::kF32 ? 1e-5 : 1e-12;
   const double param_tolerance = dtype == DType::kF32 ? 1e-5 : 1e-10;
-  const Plan plan = TinyPlan(layout);
+  const Plan plan = TinyPlan(layout, model);
   if (g_session->world_size() != plan.parallel.world_size()) {
     GTEST_SKIP() << "needs " << plan.parallel.world_size() << " ranks, the job has "
                  << g_session->world_size();
@@ -55,7 +57,7 @@ void ExpectEquivalent(const TinyLayout& layout, DType dtype = DType::kF32) {
   ASSERT_EQ(got.steps.size(), static_cast<size_t>(kSteps));
   if (g_session->world_rank() != 0) return;
 
-  const Plan reference_plan = TinyPlan({});
+  const Plan reference_plan = TinyPlan({}, model);
   auto reference_backend = MakeCpuBackend(1);
   ProcessGroups local =
       MakeProcessGroups(MakeLocalComm(*reference_backend), reference_plan.parallel);
@@ -149,6 +151,30 @@ TEST(Equivalence, Fp64Tp2Dp2ZeroBubbleDistributedOptimizerFullRecompute) {
                     .recompute = Recompute::kFull,
                     .distributed_optimizer = true},
                    DType::kF64);
+}
+
+// Llama's architectural choices (SwiGLU, RMSNorm, rotary positions, untied output layer, no
+// biases) with grouped-query attention: 4 heads in 2 groups, one group per tensor rank.
+constexpr TinyModel kLlama{.llama = true, .groups = 2};
+TEST(Equivalence, LlamaTp2Pp2) { ExpectEquivalent({.tp = 2, .pp = 2}, DType::kF32, kLlama); }
+TEST(Equivalence, LlamaTp2Pp2Dp2ZeroBubbleSequenceParallelSelectiveDistributedOptimizer) {
+  ExpectEquivalent({.tp = 2,
+                    .pp = 2,
+                    .dp = 2,
+                    .schedule = Schedule::kZbH1,
+                    .sequence_parallel = true,
+                    .recompute = Recompute::kSelective,
+                    .distributed_optimizer = true},
+                   DType::kF32, kLlama);
+}
+TEST(Equivalence, Fp64LlamaTp2Pp4InterleavedSequenceParallelFullRecompute) {
+  ExpectEquivalent({.tp = 2,
+                    .pp = 4,
+                    .virtual_stages = 2,
+                    .schedule = Schedule::kInterleaved,
+                    .sequence_parallel = true,
+                    .recompute = Recompute::kFull},
+                   DType::kF64, kLlama);
 }
 
 }  // namespace

@@ -24,6 +24,11 @@ struct TinyModel {
   int layers = 8, hidden = 64, heads = 4, seq = 32, vocab = 256;
   int64_t global_batch = 8;
   double lr = 1e-4;  // TrainingSpec's default
+  // Llama's choices instead of GPT's: SwiGLU, RMSNorm, rotary positions, untied output layer,
+  // no biases, and `groups` query groups (grouped-query attention when below heads).
+  bool llama = false;
+  int groups = 0;  // 0: one per head
+  int ffn = 0;     // 0: Megatron's default for the activation
 };
 
 inline Plan TinyPlan(const TinyLayout& l, const TinyModel& m = {}) {
@@ -32,9 +37,18 @@ inline Plan TinyPlan(const TinyLayout& l, const TinyModel& m = {}) {
   p.model.num_layers = m.layers;
   p.model.hidden_size = m.hidden;
   p.model.num_attention_heads = m.heads;
-  p.model.num_query_groups = m.heads;
+  p.model.num_query_groups = m.groups > 0 ? m.groups : m.heads;
   p.model.kv_channels = m.hidden / m.heads;
   p.model.ffn_hidden_size = 4 * m.hidden;
+  if (m.llama) {
+    p.model.activation = Activation::kSwiglu;
+    p.model.ffn_hidden_size = DefaultFfnHiddenSize(m.hidden, Activation::kSwiglu);
+    p.model.normalization = Normalization::kRmsNorm;
+    p.model.position_embedding = PositionEmbedding::kRope;
+    p.model.tied_embeddings = false;
+    p.model.add_bias_linear = false;
+  }
+  if (m.ffn > 0) p.model.ffn_hidden_size = m.ffn;
   p.model.vocab_size = m.vocab;
   p.model.seq_length = m.seq;
   p.model.max_position_embeddings = m.seq;
