@@ -139,8 +139,8 @@ int RunCheck(const Flags& flags, std::ostream& out, std::ostream&) {
                        factor > 1.0005 ? fmt::format(" ({:.2f}x faster)", factor) : "");
     out << "         flags: " << MegatronArgsLine(best.plan) << "\n";
     if (yours.rank > 0) {
-      out << fmt::format("  yours ranks {} of {} valid plans.\n", Grouped(yours.rank),
-                         Grouped(res.fits));
+      out << fmt::format("  yours ranks {} of {} valid plans.\n", GroupThousands(yours.rank),
+                         GroupThousands(res.fits));
     }
   }
   if (c.training.precision == Precision::kFp32) {

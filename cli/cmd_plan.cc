@@ -217,7 +217,7 @@ std::string PlanTable(const PlanRequest& req, const PlanSearchResult& res) {
               OnOff(p.sequence_parallel),
               p.recompute == Recompute::kNone ? "-" : std::string(Name(p.recompute)),
               OnOff(p.distributed_optimizer), Seconds(r.step_time_s),
-              Grouped(static_cast<int64_t>(r.tokens_per_s)),
+              GroupThousands(static_cast<int64_t>(r.tokens_per_s)),
               fmt::format("{:.1f}", r.model_tflops_per_gpu), fmt::format("{:.1f}%", 100 * r.mfu),
               fmt::format("{:.1f}%", 100 * r.bubble_fraction), Gigabytes(r.peak_memory_bytes),
               fmt::format("{:.0f}%", 100 * (1 - r.peak_memory_bytes / hbm))});
@@ -229,7 +229,7 @@ std::string Explain(const PlanSearchResult& res) {
   std::string out = "Rejected, counted under the first Megatron-LM rule each breaks:\n";
   Table t({{"reason"}, {"count", Table::Align::kRight}, {"example"}});
   for (const auto& [reason, count] : res.rejected.counts) {
-    t.AddRow({reason, Grouped(count), res.rejected.examples.at(reason)});
+    t.AddRow({reason, GroupThousands(count), res.rejected.examples.at(reason)});
   }
   out += t.Render();
   if (res.closest_out_of_memory) {
@@ -264,15 +264,15 @@ int RunPlan(const Flags& flags, std::ostream& out, std::ostream& err) {
 
   out << fmt::format("ptdp plan: {} on {} x {}, global batch {} ({} tokens), {}\n", req.model.name,
                      req.gpus, req.cluster.name, req.training.global_batch_size,
-                     Grouped(req.training.global_batch_size * req.model.seq_length),
+                     GroupThousands(req.training.global_batch_size * req.model.seq_length),
                      Name(req.training.precision));
   out << fmt::format(
       "Searched {} configurations in {:.2f} s: {} pass Megatron-LM's rules, {} fit in {} per "
       "GPU{}; {} simulated.\n\n",
-      Grouped(res.examined), seconds, Grouped(res.valid), Grouped(res.fits),
+      GroupThousands(res.examined), seconds, GroupThousands(res.valid), GroupThousands(res.fits),
       Gigabytes(res.memory_limit_bytes),
       req.memory_headroom > 0 ? fmt::format(" ({:.0f}% kept free)", 100 * req.memory_headroom) : "",
-      Grouped(res.simulated));
+      GroupThousands(res.simulated));
   if (res.plans.empty()) {
     out << "No valid plan.\n";
     for (const std::string& hint : UnblockHints(req, res)) out << "  - " << hint << "\n";
@@ -296,8 +296,9 @@ int RunPlan(const Flags& flags, std::ostream& out, std::ostream& err) {
       const double best_s = res.plans.front().report.step_time_s;
       const SimulationReport& r = ref.simulated->report;
       out << fmt::format("{} per step, {}; rank {} of {} ({:.2f}x the best's step time).\n",
-                         Seconds(r.step_time_s), Gigabytes(r.peak_memory_bytes), Grouped(ref.rank),
-                         Grouped(res.fits), r.step_time_s / best_s);
+                         Seconds(r.step_time_s), Gigabytes(r.peak_memory_bytes),
+                         GroupThousands(ref.rank), GroupThousands(res.fits),
+                         r.step_time_s / best_s);
     } else {
       out << "not a valid plan: " << ref.problem << "\n";
     }

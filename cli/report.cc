@@ -43,7 +43,7 @@ std::string SimulationText(const Plan& plan, const SimulationReport& r) {
                   plan.num_gpus, plan.cluster.name, plan.training.global_batch_size,
                   Name(plan.training.precision), LayoutLine(plan));
   out += fmt::format("step time     {}   ({} tokens/s)\n", Seconds(r.step_time_s),
-                     Grouped(static_cast<int64_t>(r.tokens_per_s)));
+                     GroupThousands(static_cast<int64_t>(r.tokens_per_s)));
   out +=
       fmt::format("throughput    {:.1f} TFLOP/s per GPU (model), {:.1f} (hardware); MFU {:.1f}%\n",
                   r.model_tflops_per_gpu, r.hardware_tflops_per_gpu, 100 * r.mfu);

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/text.h"
 
 namespace ptdp::cli {
 
@@ -51,16 +52,6 @@ std::string HumanCount(double count) {
   if (count >= 1e6) return fmt::format("{:.1f}M", count / 1e6);
   if (count >= 1e3) return fmt::format("{:.1f}K", count / 1e3);
   return fmt::format("{:.0f}", count);
-}
-
-std::string Grouped(int64_t n) {
-  const std::string digits = std::to_string(n < 0 ? -n : n);
-  std::string out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return n < 0 ? "-" + out : out;
 }
 
 }  // namespace ptdp::cli

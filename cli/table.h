@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "core/text.h"  // GroupThousands, for the tables' numbers
+
 namespace ptdp::cli {
 
 class Table {
@@ -26,8 +28,5 @@ class Table {
 
 // "1.31B", "124.4M", "6.74B", "1.01T": parameter and token counts for people.
 std::string HumanCount(double count);
-
-// 1315819520 -> "1,315,819,520".
-std::string Grouped(int64_t n);
 
 }  // namespace ptdp::cli

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/megatron_flags.inc"
 #include "core/megatron_rules.h"
+#include "core/text.h"
 
 namespace ptdp {
 namespace {
@@ -182,21 +183,6 @@ const KnownFlag* Find(std::span<const KnownFlag> table, std::string_view name) {
   return nullptr;
 }
 
-size_t Distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1] ? 1 : 0)});
-      diagonal = up;
-    }
-  }
-  return row[b.size()];
-}
-
 // Flags people often write that Megatron-LM does not have, with what to write instead.
 struct Mistake {
   std::string_view flag, message, fix;
@@ -229,7 +215,7 @@ std::string Suggest(std::string_view flag) {
   std::string best;
   size_t best_distance = 3;
   for (const KnownFlag& f : kMegatronFlags) {
-    const size_t d = Distance(flag, f.name);
+    const size_t d = EditDistance(flag, f.name);
     if (d < best_distance) best_distance = d, best = std::string(f.name);
   }
   if (best.empty() && flag.find('_') != std::string_view::npos) {

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "core/text.h"
 
 namespace ptdp {
 namespace {
@@ -24,22 +25,6 @@ std::string Describe(const YAML::Node& node) {
   if (node.IsMap()) return "a map";
   if (IsQuoted(node)) return fmt::format("the quoted string \"{}\"", node.Scalar());
   return fmt::format("\"{}\"", node.Scalar());
-}
-
-// Edit distance, for did-you-mean hints on unknown keys.
-size_t Distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1] ? 1 : 0)});
-      diagonal = up;
-    }
-  }
-  return row[b.size()];
 }
 
 }  // namespace
@@ -230,7 +215,7 @@ void YamlMap::RejectUnknownKeys() const {
     std::string best;
     size_t best_distance = 3, best_prefix = 0;
     for (const std::string& k : known_) {
-      const size_t d = Distance(e.key, k);
+      const size_t d = EditDistance(e.key, k);
       const size_t prefix = static_cast<size_t>(
           std::mismatch(e.key.begin(), e.key.end(), k.begin(), k.end()).first - e.key.begin());
       if (d < best_distance || (d == best_distance && !best.empty() && prefix > best_prefix)) {

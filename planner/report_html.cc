@@ -6,50 +6,11 @@
 #include <cmath>
 
 #include "core/megatron_args.h"
+#include "core/text.h"
 #include "simulator/timeline.h"
 
 namespace ptdp {
 namespace {
-
-std::string Escape(std::string_view text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
-
-std::string Grouped(int64_t n) {
-  std::string digits = std::to_string(n), out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return out;
-}
-
-double NiceStep(double span) {
-  const double raw = span / 6, power = std::pow(10.0, std::floor(std::log10(raw)));
-  for (double f : {1.0, 2.0, 5.0, 10.0}) {
-    if (raw <= f * power) return f * power;
-  }
-  return 10 * power;
-}
 
 // Tokens per second against peak memory per GPU for every valid candidate: the cost model's
 // bound for all of them (an upper bound on throughput), the simulated figure for the top plans.
@@ -72,7 +33,7 @@ std::string Chart(const PlanRequest& req, const PlanSearchResult& res) {
       "font-family=\"DejaVu Sans, Arial, sans-serif\" font-size=\"12\">\n",
       w, h);
   // Axes and grid.
-  const double gx = NiceStep(max_mem / 1e9), gy = NiceStep(max_tps);
+  const double gx = NiceTickStep(max_mem / 1e9, 6), gy = NiceTickStep(max_tps, 6);
   for (double g = 0; g <= max_mem / 1e9 + 1e-9; g += gx) {
     svg += fmt::format(
         "<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#eee\"/>"
@@ -84,7 +45,7 @@ std::string Chart(const PlanRequest& req, const PlanSearchResult& res) {
         "<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"#eee\"/>"
         "<text x=\"{3}\" y=\"{1:.1f}\" text-anchor=\"end\" dominant-baseline=\"middle\">{4}"
         "</text>\n",
-        left, Y(g), w - right, left - 6, Grouped(static_cast<int64_t>(g)));
+        left, Y(g), w - right, left - 6, GroupThousands(static_cast<int64_t>(g)));
   }
   svg += fmt::format(
       "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">peak memory per GPU (GB)</text>\n"
@@ -141,18 +102,20 @@ std::string PlanReportHtml(const PlanRequest& req, const PlanSearchResult& res) 
       "1px solid #ddd;text-align:right}} th{{background:#f4f4f4}} td.l,th.l{{text-align:left}}"
       " .note{{color:#555;font-size:13px}} code{{background:#f4f4f4;padding:2px 4px;"
       "font-size:12px;word-break:break-all}}</style></head><body>\n",
-      Escape(req.model.name), req.gpus, Escape(req.cluster.name));
+      XmlEscape(req.model.name), req.gpus, XmlEscape(req.cluster.name));
   html += fmt::format(
       "<h1>ptdp plan: {} on {} x {}, global batch {}, {}</h1>\n<p>Searched {} configurations: "
       "{} pass Megatron-LM's rules, {} fit in {:.1f} GB per GPU; the ranking simulated {} of "
       "them (exact: the same as simulating all).</p>\n",
-      Escape(req.model.name), req.gpus, Escape(req.cluster.name), req.training.global_batch_size,
-      Name(req.training.precision), Grouped(res.examined), Grouped(res.valid), Grouped(res.fits),
-      res.memory_limit_bytes / 1e9, Grouped(res.simulated));
+      XmlEscape(req.model.name), req.gpus, XmlEscape(req.cluster.name),
+      req.training.global_batch_size, Name(req.training.precision), GroupThousands(res.examined),
+      GroupThousands(res.valid), GroupThousands(res.fits), res.memory_limit_bytes / 1e9,
+      GroupThousands(res.simulated));
 
   if (res.plans.empty()) {
     html += "<h2>No valid plan</h2><ul>";
-    for (const std::string& hint : UnblockHints(req, res)) html += "<li>" + Escape(hint) + "</li>";
+    for (const std::string& hint : UnblockHints(req, res))
+      html += "<li>" + XmlEscape(hint) + "</li>";
     html += "</ul>\n";
   } else {
     html +=
@@ -171,12 +134,12 @@ std::string PlanReportHtml(const PlanRequest& req, const PlanSearchResult& res) 
           p.schedule == Schedule::kInterleaved ? fmt::format(" v={}", p.virtual_stages) : "",
           p.sequence_parallel ? "yes" : "-", Name(p.recompute),
           p.distributed_optimizer ? "yes" : "-", r.step_time_s,
-          Grouped(static_cast<int64_t>(r.tokens_per_s)), r.model_tflops_per_gpu, 100 * r.mfu,
+          GroupThousands(static_cast<int64_t>(r.tokens_per_s)), r.model_tflops_per_gpu, 100 * r.mfu,
           100 * r.bubble_fraction, r.peak_memory_bytes / 1e9);
     }
     html += "</table>\n";
     html += fmt::format("<p>Best plan as Megatron-LM flags:<br><code>{}</code></p>\n",
-                        Escape(MegatronArgsLine(res.plans.front().plan)));
+                        XmlEscape(MegatronArgsLine(res.plans.front().plan)));
   }
   if (res.reference) {
     const ReferenceResult& ref = *res.reference;
@@ -187,10 +150,11 @@ std::string PlanReportHtml(const PlanRequest& req, const PlanSearchResult& res) 
           "TP {} x PP {} x DP {}, micro-batch {}, {}: {:.3f} s per step, {:.1f} GB, rank {} of "
           "{} ({:.2f}x the best's step time).",
           ref.parallel.tp, ref.parallel.pp, ref.parallel.dp, ref.parallel.micro_batch_size,
-          Name(ref.parallel.schedule), r.step_time_s, r.peak_memory_bytes / 1e9, Grouped(ref.rank),
-          Grouped(res.fits), r.step_time_s / res.plans.front().report.step_time_s);
+          Name(ref.parallel.schedule), r.step_time_s, r.peak_memory_bytes / 1e9,
+          GroupThousands(ref.rank), GroupThousands(res.fits),
+          r.step_time_s / res.plans.front().report.step_time_s);
     } else {
-      html += "not a valid plan: " + Escape(ref.problem);
+      html += "not a valid plan: " + XmlEscape(ref.problem);
     }
     html += "</p>\n";
   }
@@ -217,12 +181,13 @@ std::string PlanReportHtml(const PlanRequest& req, const PlanSearchResult& res) 
       "Megatron-LM rule broken)</th><th>count</th><th class=\"l\">example</th></tr>\n";
   for (const auto& [reason, count] : res.rejected.counts) {
     html += fmt::format("<tr><td class=\"l\">{}</td><td>{}</td><td class=\"l\">{}</td></tr>\n",
-                        Escape(reason), Grouped(count), Escape(res.rejected.examples.at(reason)));
+                        XmlEscape(reason), GroupThousands(count),
+                        XmlEscape(res.rejected.examples.at(reason)));
   }
   html += "</table>\n";
   if (res.closest_out_of_memory) {
-    html +=
-        fmt::format("<p>Closest to fitting: {}</p>\n", Escape(res.closest_out_of_memory_problem));
+    html += fmt::format("<p>Closest to fitting: {}</p>\n",
+                        XmlEscape(res.closest_out_of_memory_problem));
   }
   html += "<p class=\"note\">Generated by ptdp plan.</p>\n</body></html>\n";
   return html;

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/json.h"
+#include "core/text.h"
 
 namespace ptdp {
 namespace {
@@ -37,39 +38,6 @@ Rgb OpColour(const PipelineSchedule& s, OpKind kind, int chunk) {
                    : kind == OpKind::kBackward ? kBackward
                                                : kWeightGrad;
   return s.chunks > 1 ? Lighter(base, 0.5 * chunk / (s.chunks - 1)) : base;
-}
-
-std::string Escape(std::string_view text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
-
-// A "nice" tick step (1, 2 or 5 times a power of ten) giving about `ticks` ticks over `span`.
-double TickStep(double span, int ticks) {
-  const double raw = span / ticks;
-  const double power = std::pow(10.0, std::floor(std::log10(raw)));
-  for (double f : {1.0, 2.0, 5.0, 10.0}) {
-    if (raw <= f * power) return f * power;
-  }
-  return 10 * power;
 }
 
 std::string FormatTime(double seconds, double step) {
@@ -124,9 +92,9 @@ std::string TimelineSvg(const PipelineSchedule& s, const SimResult& r, const Tim
       std::min(15.0, (width - left - 10) / (0.6 * std::max<size_t>(1, t.title.size())));
   svg +=
       fmt::format("<text x=\"{}\" y=\"24\" font-size=\"{:.1f}\" font-weight=\"bold\">{}</text>\n",
-                  left, title_font, Escape(t.title));
+                  left, title_font, XmlEscape(t.title));
   svg += fmt::format("<text x=\"{}\" y=\"44\" font-size=\"13\" fill=\"#444\">{}</text>\n", left,
-                     Escape(t.subtitle));
+                     XmlEscape(t.subtitle));
 
   for (int st = 0; st < p; ++st) {
     const double y = top + st * pitch;
@@ -246,13 +214,13 @@ std::string TimelineSvg(const PipelineSchedule& s, const SimResult& r, const Tim
         "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\">"
         "<title>stage {} {}</title></rect>\n",
         x(ph.start_s), y, std::max(0.5, (ph.end_s - ph.start_s) * scale), comm ? lane : row,
-        Hex(comm ? kDpComm : kOptimizer), ph.stage, Escape(ph.name));
+        Hex(comm ? kDpComm : kOptimizer), ph.stage, XmlEscape(ph.name));
   }
 
   // Time axis.
   svg += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#333\"/>\n", x(0),
                      axis_y, x(end), axis_y);
-  const double tick = TickStep(end, 10);
+  const double tick = NiceTickStep(end, 10);
   for (double tt = 0; tt <= end * (1 + 1e-9); tt += tick) {
     svg += fmt::format(
         "<line x1=\"{0:.2f}\" y1=\"{1}\" x2=\"{0:.2f}\" y2=\"{2}\" stroke=\"#333\"/>"
