@@ -42,7 +42,10 @@ void AddSimulateOptions(po::options_description& o) {
       "write the timeline as a Chrome trace (Perfetto, chrome://tracing)")(
       "svg", po::value<std::string>()->value_name("FILE"), "write the timeline as SVG")(
       "svg-until", po::value<std::string>()->value_name("S"),
-      "draw the SVG's time axis to S seconds (to compare timelines at one scale)");
+      "draw the SVG's time axis to S seconds (to compare timelines at one scale)")(
+      "timeline", po::bool_switch(),
+      "print the timeline as text (automatic when it is small: up to 8 stages and 48 "
+      "operations per stage)");
 }
 
 // The flag that sets a ParallelConfig / TrainingSpec field, for rule violations.
@@ -123,6 +126,11 @@ int RunSimulate(const Flags& flags, std::ostream& out, std::ostream&) {
     out << SimulationJson(report) << "\n";
   } else {
     out << SimulationText(plan, report);
+    const bool small = report.schedule.stages <= 8 && report.schedule.ops[0].size() <= 48;
+    if (flags.Switch("timeline") || small) {
+      out << "\nTimeline (F forward, B backward, W weight gradient; '.' idle):\n"
+          << TimelineText(report.schedule, report.sim);
+    }
     if (!flags.Has("svg"))
       out << "\nThe timeline: add --svg FILE (or --trace FILE for Perfetto).\n";
   }

@@ -511,3 +511,25 @@ TEST(CliCheck, BrokenLayoutRulesExitOne) {
 
 }  // namespace
 }  // namespace ptdp::cli
+
+namespace ptdp::cli {
+namespace {
+
+TEST(CliSimulate, SmallCasesPrintTheTimelineAsText) {
+  const Result r = Cli({"simulate", "--model", "gpt3-1.3b", "--cluster", "dgx-h100", "--gpus", "8",
+                        "--global-batch", "16", "--tp", "2", "--pp", "4", "--schedule", "zb-h1",
+                        "--micro-batch", "2"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  const size_t at = r.out.find("Timeline (F forward, B backward, W weight gradient; '.' idle):\n");
+  ASSERT_NE(at, std::string::npos);
+  for (const char* row : {"\nstage 0  F0", "\nstage 3  ...", "W7"}) {
+    EXPECT_NE(r.out.find(row, at), std::string::npos) << row;
+  }
+  // A large case does not, unless asked.
+  EXPECT_EQ(Cli(kSeedSimulate).out.find("Timeline (F forward"), std::string::npos);
+  EXPECT_NE(Cli(With(kSeedSimulate, {"--timeline"})).out.find("Timeline (F forward"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace ptdp::cli
