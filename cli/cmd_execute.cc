@@ -1,9 +1,11 @@
 // `ptdp execute`: trains a plan's GPT with its exact layout, one process per rank under mpirun
-// (or starts mpirun itself with --launch). `ptdp validate` and `ptdp calibrate` are declared so
-// `--help` documents the contract; running them says plainly that they are not implemented yet.
+// (or starts mpirun itself with --launch). The rank machinery here (cmd_execute.h) also runs
+// `ptdp validate`'s ranks.
 //
 // Faults: after MPI is up, any error on any rank is printed with the rank and host, and the
 // whole job is ended with MPI_Abort, so a failing rank never leaves the others waiting.
+#include "cli/cmd_execute.h"
+
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -26,43 +28,22 @@ namespace po = boost::program_options;
 namespace ptdp::cli {
 namespace {
 
-// Flags forwarded to the ranks by --launch (all but --launch itself).
-constexpr const char* kForwarded[] = {"plan",          "steps", "backend", "data",    "save",
-                                      "save-interval", "load",  "trace",   "results", "dtype"};
+// Flags `execute --launch` forwards to the ranks (all but --launch itself).
+constexpr const char* kForwarded[] = {"plan",    "steps",         "backend",      "data",
+                                      "save",    "save-interval", "load",         "trace",
+                                      "results", "dtype",         "eval-interval"};
 
 void AddExecuteOptions(po::options_description& o) {
-  o.add_options()("plan", po::value<std::string>()->value_name("FILE"), "plan file to execute")(
-      "steps", po::value<std::string>()->value_name("S"),
-      "train until step S (default 10; a resumed run continues to S)")(
-      "backend", po::value<std::string>()->value_name("B"), "cpu (default) | cuda")(
-      "data", po::value<std::string>()->value_name("FILE"),
-      "text file of byte tokens (default /usr/share/common-licenses/GPL-3), or `synthetic`")(
-      "save", po::value<std::string>()->value_name("DIR"), "checkpoint directory")(
+  AddRunOptions(o);
+  o.add_options()("save", po::value<std::string>()->value_name("DIR"), "checkpoint directory")(
       "save-interval", po::value<std::string>()->value_name("K"),
       "checkpoint every K steps (and after the last)")(
       "load", po::value<std::string>()->value_name("DIR"), "resume from a checkpoint")(
-      "trace", po::value<std::string>()->value_name("FILE"), "write a measured Chrome trace")(
-      "results", po::value<std::string>()->value_name("FILE"),
-      "results JSON to write (default execute-results.json)")(
       "eval-interval", po::value<std::string>()->value_name("K"),
       "validation loss (held-out 10% of the data) every K steps; always after the last")(
       "dtype", po::value<std::string>()->value_name("T"),
-      "fp32 (default) | fp64 (numerical checks)")(
-      "launch", po::bool_switch(),
-      "start mpirun with one rank per GPU of the plan (mpirun flags after a lone --)");
+      "fp32 (default) | fp64 (numerical checks)");
 }
-
-void AddValidateOptions(po::options_description& o) {
-  AddExecuteOptions(o);
-  o.add_options()("format", po::value<std::string>()->value_name("F"), "table | json");
-}
-
-void AddCalibrateOptions(po::options_description& o) {
-  o.add_options()("backend", po::value<std::string>()->value_name("B"), "cpu | cuda")(
-      "out", po::value<std::string>()->value_name("FILE"), "hardware profile to write");
-}
-
-int NotReached(const Flags&, std::ostream&, std::ostream&) { return 0; }
 
 // PTDP_TEST_FAULT="RANK:STEP[:throw|midstep|exit]": world rank RANK fails in step STEP: it
 // throws before the step (the error path), throws after its second pipeline operation (with
@@ -101,17 +82,127 @@ void WriteFile(const std::string& path, const std::string& text, const char* fla
   if (!out) throw InputError({"", 0, flag}, fmt::format("cannot write \"{}\"", path));
 }
 
-int Train(const Plan& plan, const ExecuteOptions& options, const Flags& flags, std::ostream& out,
-          std::ostream& err) {
+int RunExecute(const Flags& flags, std::ostream& out, std::ostream& err) {
+  // Before MPI: every rank reads and checks the same plan; only rank 0 (or a lone process)
+  // reports a problem, the others exit with the same code.
+  const bool quiet = LauncherRank() > 0;
+  try {
+    if (IsCudaRequest(flags)) {
+      err << "ptdp: error: `ptdp execute --backend cuda` is not implemented yet (the GPU "
+             "executor issue); --backend cpu runs the same plan on CPUs\n";
+      return kExitNotImplemented;
+    }
+    const ExecuteOptions options = ReadExecuteOptions(flags);
+    const Plan plan = LoadExecutablePlan(flags, options);
+    if (flags.Switch("launch")) {
+      const LaunchCommand command =
+          LaunchSelf("execute", plan.parallel.world_size(), flags, kForwarded);
+      std::string line;
+      for (const std::string& a : command.argv) line += (line.empty() ? "" : " ") + a;
+      out << "launching: " << line << "\n";
+      out.flush();
+      return RunLaunchCommand(command);
+    }
+    if (!flags.passthrough().empty()) {
+      throw InputError({"", 0, "--"}, "mpirun arguments after -- need --launch");
+    }
+    return RunAsRank("execute", plan, options, flags, "execute-results.json", out, err, nullptr);
+  } catch (const InputError&) {
+    if (quiet) return kExitBadInput;
+    throw;
+  }
+}
+
+}  // namespace
+
+void AddRunOptions(po::options_description& o) {
+  o.add_options()("plan", po::value<std::string>()->value_name("FILE"), "plan file to execute")(
+      "steps", po::value<std::string>()->value_name("S"),
+      "train until step S (default 10; a resumed run continues to S)")(
+      "backend", po::value<std::string>()->value_name("B"), "cpu (default) | cuda")(
+      "data", po::value<std::string>()->value_name("FILE"),
+      "text file of byte tokens (default /usr/share/common-licenses/GPL-3), or `synthetic`")(
+      "trace", po::value<std::string>()->value_name("FILE"), "write a measured Chrome trace")(
+      "results", po::value<std::string>()->value_name("FILE"),
+      "results JSON to write (execute: default execute-results.json)")(
+      "launch", po::bool_switch(),
+      "start mpirun with one rank per GPU of the plan (mpirun flags after a lone --)");
+}
+
+bool IsCudaRequest(const Flags& flags) {
+  const std::string backend = flags.OptionalString("backend").value_or("cpu");
+  if (backend == "cuda") return true;
+  if (backend != "cpu") {
+    flags.Fail("backend", fmt::format("expected cpu or cuda, got \"{}\"", backend));
+  }
+  return false;
+}
+
+ExecuteOptions ReadExecuteOptions(const Flags& flags) {
+  ExecuteOptions options;
+  options.steps = flags.OptionalPositiveInt("steps").value_or(10);
+  options.data = flags.OptionalString("data").value_or("");
+  options.save_dir = flags.OptionalString("save").value_or("");
+  options.save_interval = flags.OptionalPositiveInt("save-interval").value_or(0);
+  if (options.save_interval > 0 && options.save_dir.empty()) {
+    flags.Fail("save-interval", "needs --save DIR");
+  }
+  options.load_dir = flags.OptionalString("load").value_or("");
+  options.eval_interval = flags.OptionalPositiveInt("eval-interval").value_or(0);
+  options.keep_trace = flags.Has("trace");
+  const std::string dtype = flags.OptionalString("dtype").value_or("fp32");
+  if (dtype != "fp32" && dtype != "fp64") {
+    flags.Fail("dtype", fmt::format("expected fp32 or fp64, got \"{}\"", dtype));
+  }
+  options.dtype = dtype == "fp64" ? DType::kF64 : DType::kF32;
+  return options;
+}
+
+Plan LoadExecutablePlan(const Flags& flags, const ExecuteOptions& options) {
+  const std::string plan_path = flags.String("plan");
+  const Plan plan = LoadPlanFile(plan_path);
+  const std::vector<std::string> problems = CheckExecutable(plan, options);
+  if (!problems.empty()) {
+    std::string more;
+    for (size_t i = 1; i < problems.size(); ++i) more += "\n  also: " + problems[i];
+    throw InputError({plan_path, 0, ""}, problems.front() + more);
+  }
+  return plan;
+}
+
+LaunchCommand LaunchSelf(std::string_view subcommand, int64_t ranks, const Flags& flags,
+                         std::span<const char* const> forward,
+                         const std::vector<std::string>& extra_args) {
+  std::vector<std::string> args;
+  for (const char* name : forward) {
+    if (const auto value = flags.OptionalString(name)) {
+      args.push_back(std::string("--") + name);
+      args.push_back(*value);
+    }
+  }
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  LaunchCommand command =
+      MakeLaunchCommand(ranks, SelfExecutable(), args, flags.passthrough(), geteuid() == 0);
+  // MakeLaunchCommand starts `execute`; its launcher flags serve the other subcommands too.
+  const size_t at = command.argv.size() - args.size() - 1;
+  PTDP_CHECK(command.argv[at] == "execute");
+  command.argv[at] = std::string(subcommand);
+  return command;
+}
+
+int RunAsRank(std::string_view command, const Plan& plan, const ExecuteOptions& options,
+              const Flags& flags, const std::string& default_results, std::ostream& log,
+              std::ostream& err,
+              const std::function<int(const ExecuteResult&, const JobInfo&)>& on_root) {
   MpiSession session(nullptr, nullptr);
   const bool root = session.world_rank() == 0;
   if (session.world_size() != plan.parallel.world_size()) {
     if (root) {
       err << fmt::format(
           "ptdp: error: this plan needs {} ranks (tp {} x pp {} x dp {}), but {} started: run "
-          "`mpirun -np {} ptdp execute --plan {}`, or `ptdp execute --plan {} --launch`\n",
+          "`mpirun -np {} ptdp {} --plan {}`, or `ptdp {} --plan {} --launch`\n",
           plan.parallel.world_size(), plan.parallel.tp, plan.parallel.pp, plan.parallel.dp,
-          session.world_size(), plan.parallel.world_size(), flags.String("plan"),
+          session.world_size(), plan.parallel.world_size(), command, flags.String("plan"), command,
           flags.String("plan"));
     }
     return kExitBadInput;
@@ -128,9 +219,10 @@ int Train(const Plan& plan, const ExecuteOptions& options, const Flags& flags, s
     InstallFaultHooks(session.world_rank(), &opts);
     const auto backend = MakeCpuBackend(1);
     ProcessGroups groups = MakeProcessGroups(session.World(*backend), plan.parallel);
+    JobInfo job{session.world_size(), groups.world->GatherStrings(session.host(), 0)};
     const ParallelConfig& p = plan.parallel;
     if (root) {
-      out << fmt::format(
+      log << fmt::format(
           "ptdp execute: {} ({} layers, hidden {}, {} heads, sequence {}) on {} rank{} of {}: "
           "tp {} x pp {} x dp {}, micro-batch {}, {} micro-batches, {}{}{}{}{}\n",
           plan.model.name, plan.model.num_layers, plan.model.hidden_size,
@@ -142,108 +234,42 @@ int Train(const Plan& plan, const ExecuteOptions& options, const Flags& flags, s
           p.recompute != Recompute::kNone ? fmt::format(", {} recompute", Name(p.recompute)) : "",
           p.distributed_optimizer ? ", distributed optimizer" : "");
       if (plan.training.precision != Precision::kFp32) {
-        out << fmt::format("note: the CPU path computes in {}, not the plan's {}\n",
+        log << fmt::format("note: the CPU path computes in {}, not the plan's {}\n",
                            Name(opts.dtype), Name(plan.training.precision));
       }
     }
     ExecuteResult result;
     try {
-      result = Execute(plan, opts, groups, *backend, root ? &out : nullptr);
+      result = Execute(plan, opts, groups, *backend, root ? &log : nullptr);
     } catch (const std::exception& e) {
       abort_job(e);
     }
-    if (root) {
-      const std::string results_path =
-          flags.OptionalString("results").value_or("execute-results.json");
+    if (!root) return kExitOk;
+    const std::string results_path = flags.OptionalString("results").value_or(default_results);
+    if (!results_path.empty()) {
       WriteFile(results_path, ResultsJson(plan, opts, result), "--results");
-      if (const auto trace = flags.OptionalString("trace")) {
-        WriteFile(*trace, ChromeTraceJson("ptdp execute (measured)", result.tracks, result.events),
-                  "--trace");
-      }
-      if (!result.steps.empty()) {
-        out << fmt::format(
-            "done: steps {}..{}, loss {:.4f} -> {:.4f}; measured bubble fraction {:.3f} over {} "
-            "step(s); peak memory on rank 0 {:.1f} MB\n",
-            result.first_step, result.steps.back().step, result.steps.front().loss,
-            result.steps.back().loss, result.bubble_fraction, result.measured_steps,
-            result.ranks.empty() ? 0.0 : result.ranks[0].memory.peak_total_bytes / 1e6);
-      }
-      out << "results: " << results_path << "\n";
-      if (const auto trace = flags.OptionalString("trace")) out << "trace: " << *trace << "\n";
-      out.flush();
     }
-    return kExitOk;
+    if (const auto trace = flags.OptionalString("trace")) {
+      WriteFile(*trace, ChromeTraceJson("ptdp execute (measured)", result.tracks, result.events),
+                "--trace");
+    }
+    if (!result.steps.empty()) {
+      log << fmt::format(
+          "done: steps {}..{}, loss {:.4f} -> {:.4f}; measured bubble fraction {:.3f} over {} "
+          "step(s); peak memory on rank 0 {:.1f} MB\n",
+          result.first_step, result.steps.back().step, result.steps.front().loss,
+          result.steps.back().loss, result.bubble_fraction, result.measured_steps,
+          result.ranks.empty() ? 0.0 : result.ranks[0].memory.peak_total_bytes / 1e6);
+    }
+    if (!results_path.empty()) log << "results: " << results_path << "\n";
+    if (const auto trace = flags.OptionalString("trace")) log << "trace: " << *trace << "\n";
+    log.flush();
+    return on_root ? on_root(result, job) : kExitOk;
   } catch (const std::exception& e) {
     abort_job(e);
   }
   return kExitFailed;  // not reached: abort_job ends the process
 }
-
-int RunExecute(const Flags& flags, std::ostream& out, std::ostream& err) {
-  // Before MPI: every rank reads and checks the same plan; only rank 0 (or a lone process)
-  // reports a problem, the others exit with the same code.
-  const bool quiet = LauncherRank() > 0;
-  try {
-    const std::string backend = flags.OptionalString("backend").value_or("cpu");
-    if (backend == "cuda") {
-      err << "ptdp: error: `ptdp execute --backend cuda` is not implemented yet (the GPU "
-             "executor issue); --backend cpu runs the same plan on CPUs\n";
-      return kExitNotImplemented;
-    }
-    if (backend != "cpu")
-      flags.Fail("backend", fmt::format("expected cpu or cuda, got \"{}\"", backend));
-    ExecuteOptions options;
-    options.steps = flags.OptionalPositiveInt("steps").value_or(10);
-    options.data = flags.OptionalString("data").value_or("");
-    options.save_dir = flags.OptionalString("save").value_or("");
-    options.save_interval = flags.OptionalPositiveInt("save-interval").value_or(0);
-    if (options.save_interval > 0 && options.save_dir.empty()) {
-      flags.Fail("save-interval", "needs --save DIR");
-    }
-    options.load_dir = flags.OptionalString("load").value_or("");
-    options.eval_interval = flags.OptionalPositiveInt("eval-interval").value_or(0);
-    options.keep_trace = flags.Has("trace");
-    const std::string dtype = flags.OptionalString("dtype").value_or("fp32");
-    if (dtype != "fp32" && dtype != "fp64") {
-      flags.Fail("dtype", fmt::format("expected fp32 or fp64, got \"{}\"", dtype));
-    }
-    options.dtype = dtype == "fp64" ? DType::kF64 : DType::kF32;
-    const std::string plan_path = flags.String("plan");
-    const Plan plan = LoadPlanFile(plan_path);
-    const std::vector<std::string> problems = CheckExecutable(plan, options);
-    if (!problems.empty()) {
-      std::string more;
-      for (size_t i = 1; i < problems.size(); ++i) more += "\n  also: " + problems[i];
-      throw InputError({plan_path, 0, ""}, problems.front() + more);
-    }
-
-    if (flags.Switch("launch")) {
-      std::vector<std::string> args;
-      for (const char* name : kForwarded) {
-        if (const auto value = flags.OptionalString(name)) {
-          args.push_back(std::string("--") + name);
-          args.push_back(*value);
-        }
-      }
-      const LaunchCommand command = MakeLaunchCommand(plan.parallel.world_size(), SelfExecutable(),
-                                                      args, flags.passthrough(), geteuid() == 0);
-      std::string line;
-      for (const std::string& a : command.argv) line += (line.empty() ? "" : " ") + a;
-      out << "launching: " << line << "\n";
-      out.flush();
-      return RunLaunchCommand(command);
-    }
-    if (!flags.passthrough().empty()) {
-      throw InputError({"", 0, "--"}, "mpirun arguments after -- need --launch");
-    }
-    return Train(plan, options, flags, out, err);
-  } catch (const InputError&) {
-    if (quiet) return kExitBadInput;
-    throw;
-  }
-}
-
-}  // namespace
 
 const Command kExecuteCommand{
     .name = "execute",
@@ -269,34 +295,6 @@ const Command kExecuteCommand{
     .tracked_in = "",
     .add_options = AddExecuteOptions,
     .run = RunExecute,
-};
-
-const Command kValidateCommand{
-    .name = "validate",
-    .summary = "execute a plan, simulate it, and compare the two side by side",
-    .usage = "ptdp validate --plan plan.yaml [execute flags]",
-    .description =
-        "Runs `execute` and `simulate` on the same plan and shows measured against "
-        "predicted step time,\nbubble and memory.",
-    .examples = "ptdp validate --plan plan.yaml --launch --steps 20",
-    .implemented = false,
-    .tracked_in = "the executor issues",
-    .add_options = AddValidateOptions,
-    .run = NotReached,
-};
-
-const Command kCalibrateCommand{
-    .name = "calibrate",
-    .summary = "measure this machine and write a hardware profile",
-    .usage = "ptdp calibrate --backend cpu|cuda --out profile.yaml",
-    .description =
-        "Measures matrix-product rates, memory bandwidth and communication on this "
-        "machine and writes\nthem as a hardware profile (the format of hwprofiles/).",
-    .examples = "ptdp calibrate --backend cpu --out cpu-local.yaml",
-    .implemented = false,
-    .tracked_in = "the executor issues",
-    .add_options = AddCalibrateOptions,
-    .run = NotReached,
 };
 
 }  // namespace ptdp::cli

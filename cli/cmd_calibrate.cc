@@ -1,0 +1,210 @@
+// `ptdp calibrate --backend cpu`: measures this machine (executor/calibrate.h) and writes a
+// hardware profile. Compute and memory are measured in this process, one core, nothing else of
+// ours running; communication by an MPI job of --ranks ranks that this command starts (the same
+// launcher flags as `execute --launch`, under `timeout`), whose rank 0 hands its figures back in
+// a temporary file.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+
+#include "cli/cli.h"
+#include "cli/cmd_execute.h"
+#include "cli/commands.h"
+#include "cli/output.h"
+#include "core/error.h"
+#include "core/presets.h"
+#include "core/yaml_io.h"
+#include "executor/backend_cpu.h"
+#include "executor/calibrate.h"
+#include "executor/comm_mpi.h"
+#include "executor/launch.h"
+
+namespace po = boost::program_options;
+
+namespace ptdp::cli {
+namespace {
+
+// The MPI job may take this long (start-up included) before it is killed.
+constexpr int kCommLimitS = 120;
+
+void AddCalibrateOptions(po::options_description& o) {
+  o.add_options()("backend", po::value<std::string>()->value_name("B"),
+                  "cpu (default) | cuda (not implemented yet)")(
+      "out", po::value<std::string>()->value_name("FILE"), "hardware profile to write")(
+      "ranks", po::value<std::string>()->value_name("N"),
+      "ranks per node to describe and to measure MPI between (default: the online cores)")(
+      "name", po::value<std::string>()->value_name("NAME"),
+      "the profile's name (default: the --out file's stem)")(
+      "quick", po::bool_switch(),
+      "a smaller, noisier measurement (about a second of timing), for tests")(
+      "comm-results", po::value<std::string>()->value_name("FILE"),
+      "internal: run as a rank of the MPI job calibrate starts, measure MPI only, and write "
+      "the figures to FILE");
+}
+
+std::string UtcNow() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return text;
+}
+
+// One rank of the MPI job: measure, rank 0 writes the figures.
+int RunCommWorker(const std::string& path, const CalibrateOptions& options, std::ostream& err) {
+  MpiSession session(nullptr, nullptr);
+  try {
+    if (session.world_size() < 2) {
+      throw InputError({"", 0, "--comm-results"}, "needs at least 2 ranks (run under mpirun)");
+    }
+    const auto backend = MakeCpuBackend(1);
+    const auto world = session.World(*backend);
+    const CommFigures figures =
+        MeasureComm(*world, *backend, options, session.world_rank() == 0 ? &err : nullptr);
+    if (session.world_rank() == 0)
+      WriteOutputFile(path, CommFiguresText(figures), "--comm-results");
+    return kExitOk;
+  } catch (const std::exception& e) {
+    err << fmt::format("ptdp: error: rank {} of {} (host {}): {}\n", session.world_rank(),
+                       session.world_size(), session.host(), e.what());
+    err.flush();
+    MpiAbortJob(dynamic_cast<const InputError*>(&e) != nullptr ? kExitBadInput : kExitFailed);
+  }
+}
+
+int RunCalibrate(const Flags& flags, std::ostream& out, std::ostream& err) {
+  const std::string backend_name = flags.OptionalString("backend").value_or("cpu");
+  if (backend_name == "cuda") {
+    err << "ptdp: error: `ptdp calibrate --backend cuda` is not implemented yet (the GPU "
+           "executor issue); --backend cpu measures this machine's CPU path\n";
+    return kExitNotImplemented;
+  }
+  if (backend_name != "cpu") {
+    flags.Fail("backend", fmt::format("expected cpu or cuda, got \"{}\"", backend_name));
+  }
+  const bool quick = flags.Switch("quick");
+  const CalibrateOptions options = quick ? CalibrateOptions::Quick() : CalibrateOptions{};
+  if (const auto path = flags.OptionalString("comm-results")) {
+    for (const char* other : {"out", "ranks", "name"}) {
+      if (flags.Has(other)) flags.Fail(other, "cannot be combined with --comm-results");
+    }
+    return RunCommWorker(*path, options, err);
+  }
+
+  const std::string out_path = flags.String("out");
+  const std::filesystem::path parent = std::filesystem::path(out_path).parent_path();
+  if (!parent.empty() && !std::filesystem::is_directory(parent)) {
+    flags.Fail("out", fmt::format("directory \"{}\" does not exist", parent.string()));
+  }
+  MachineInfo machine = ReadMachineInfo();
+  const int ranks = static_cast<int>(flags.OptionalPositiveInt("ranks").value_or(machine.cores));
+  if (ranks > 1024) flags.Fail("ranks", fmt::format("at most 1024, got {}", ranks));
+  CalibrationRecord record;
+  record.name =
+      flags.OptionalString("name").value_or(std::filesystem::path(out_path).stem().string());
+  if (record.name.empty()) flags.Fail("name", "must not be empty");
+  record.command = "ptdp calibrate --backend cpu --out " + out_path;
+  if (flags.Has("ranks")) record.command += fmt::format(" --ranks {}", ranks);
+  if (flags.Has("name")) record.command += " --name " + record.name;
+  if (quick) record.command += " --quick";
+  for (const std::string& a : flags.passthrough()) record.command += " " + a;
+  record.date = UtcNow();
+  record.machine = machine;
+  record.ranks_per_node = ranks;
+  record.base = "the cpu-local preset (hwprofiles/cpu-local.yaml: guesses)";
+
+  const auto start = std::chrono::steady_clock::now();
+  err << fmt::format("calibrate: {} ({}, {} cores); {} ranks per node{}\n", machine.host,
+                     machine.cpu_model, machine.cores, ranks, quick ? "; quick" : "");
+  const auto backend = MakeCpuBackend(1);
+  const CpuComputeFigures compute = MeasureCpuCompute(*backend, options, &err);
+
+  std::optional<CommFigures> comm;
+  if (ranks >= 2) {
+    const std::string results =
+        (std::filesystem::temp_directory_path() / fmt::format("ptdp-calibrate-{}.txt", getpid()))
+            .string();
+    std::vector<std::string> extra = {"--comm-results", results};
+    if (quick) extra.push_back("--quick");
+    constexpr const char* kForwarded[] = {"backend"};
+    LaunchCommand command = LaunchSelf("calibrate", ranks, flags, kForwarded, extra);
+    command.argv.insert(command.argv.begin(), {"timeout", std::to_string(kCommLimitS)});
+    std::string line;
+    for (const std::string& a : command.argv) line += (line.empty() ? "" : " ") + a;
+    err << "calibrate: MPI between " << ranks << " ranks: " << line << "\n";
+    err.flush();
+    const int rc = RunLaunchCommand(command);
+    if (rc != 0) {
+      std::filesystem::remove(results);
+      throw std::runtime_error(
+          fmt::format("the MPI measurement failed (exit code {}{}); nothing written", rc,
+                      rc == 124 ? fmt::format(": killed after {} s", kCommLimitS) : ""));
+    }
+    const std::string text = ReadTextFile(results);
+    std::filesystem::remove(results);
+    comm = ParseCommFigures(text, results);
+  } else {
+    err << "calibrate: one rank: MPI not measured (the profile keeps the placeholder's node "
+           "figures)\n";
+  }
+  record.elapsed_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  const ClusterSpec cluster = CalibratedCluster(ClusterPreset("cpu-local"), compute, comm, record);
+  WriteOutputFile(out_path, CalibratedProfileYaml(cluster, compute, comm, record), "--out");
+  out << fmt::format(
+      "wrote {} ({:.1f} s of measuring): per rank (one core) {:.1f} GFLOP/s fp32 sgemm peak, "
+      "GEMM efficiency {:.2f}-{:.2f} over {} shapes, memory {:.1f} GB/s (x {:.2f} for y += x)",
+      out_path, record.elapsed_s, cluster.gpu.peak_fp32_flops / 1e9,
+      std::min_element(cluster.gpu.gemm_efficiency.begin(), cluster.gpu.gemm_efficiency.end(),
+                       [](auto& a, auto& b) { return a.efficiency < b.efficiency; })
+          ->efficiency,
+      std::max_element(cluster.gpu.gemm_efficiency.begin(), cluster.gpu.gemm_efficiency.end(),
+                       [](auto& a, auto& b) { return a.efficiency < b.efficiency; })
+          ->efficiency,
+      cluster.gpu.gemm_efficiency.size(), cluster.gpu.hbm_bandwidth_bytes_per_s / 1e9,
+      cluster.gpu.memory_efficiency);
+  if (comm) {
+    out << fmt::format(
+        "; {} ranks per node: all-reduce busbw {:.2f} GB/s, point to point {:.2f} GB/s, step "
+        "latency {:.2f} us, base latency {:.2f} us",
+        cluster.gpus_per_node, cluster.nvlink_busbw_bytes_per_s / 1e9,
+        cluster.nvlink_bytes_per_s / 1e9, cluster.nvlink_step_latency_s * 1e6,
+        cluster.collective_base_latency_s * 1e6);
+  }
+  out << "\n";
+  return kExitOk;
+}
+
+}  // namespace
+
+const Command kCalibrateCommand{
+    .name = "calibrate",
+    .summary = "measure this machine and write a hardware profile",
+    .usage =
+        "ptdp calibrate --backend cpu|cuda --out profile.yaml [--ranks N] [--name NAME]\n"
+        "                     [--quick] [-- mpirun flags]",
+    .description =
+        "Measures this machine as the CPU executor uses it (a GPU = one rank = one core running\n"
+        "one OpenBLAS thread) and writes a hardware profile (the format of hwprofiles/) with a\n"
+        "comment on every key saying how it was obtained: the sgemm peak and a GEMM-efficiency\n"
+        "grid through the executor's own kernels, memory bandwidth, and, from an MPI job of\n"
+        "--ranks ranks that it starts, all-reduce bus bandwidth (nccl-tests' busbw), point-to-\n"
+        "point bandwidth and latencies. Inter-node figures cannot be measured on one machine\n"
+        "and are kept from the cpu-local placeholder, as the file says. Takes about 15 s;\n"
+        "progress on stderr. `ptdp validate --cluster FILE` compares the executor with the\n"
+        "simulator using the result. --backend cuda is not implemented yet.",
+    .examples =
+        "ptdp calibrate --backend cpu --out cpu-calibrated.yaml\n"
+        "ptdp calibrate --backend cpu --out cpu4.yaml --ranks 4",
+    .implemented = true,
+    .tracked_in = "",
+    .add_options = AddCalibrateOptions,
+    .run = RunCalibrate,
+};
+
+}  // namespace ptdp::cli

@@ -1,0 +1,56 @@
+// What `ptdp execute` and `ptdp validate` share: their flags, reading a plan the executor can
+// run, running this process as one rank of the job, and starting mpirun for --launch.
+#pragma once
+
+#include <boost/program_options.hpp>
+#include <cstdint>
+#include <functional>
+#include <ostream>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cli/flags.h"
+#include "core/plan.h"
+#include "executor/launch.h"
+#include "executor/trainer.h"
+
+namespace ptdp::cli {
+
+// --plan --steps --backend --data --results --trace --launch: the flags both commands take.
+void AddRunOptions(boost::program_options::options_description& options);
+
+// The executor's options from whichever of execute's flags `flags` declares (--steps, --data,
+// --save, --save-interval, --load, --eval-interval, --trace, --dtype). --backend must be cpu
+// (cuda is not implemented yet: the caller turns that into exit code 3, see IsCudaRequest).
+ExecuteOptions ReadExecuteOptions(const Flags& flags);
+bool IsCudaRequest(const Flags& flags);
+
+// Loads --plan and refuses (InputError naming the plan) what the CPU executor cannot run.
+Plan LoadExecutablePlan(const Flags& flags, const ExecuteOptions& options);
+
+// `mpirun -np ranks [execute --launch's launcher flags] [mpirun_args] <this ptdp> <subcommand>
+// <args>`: each of `forward` given on the command line is passed on as --name value.
+LaunchCommand LaunchSelf(std::string_view subcommand, int64_t ranks, const Flags& flags,
+                         std::span<const char* const> forward,
+                         const std::vector<std::string>& extra_args = {});
+
+// Run-wide facts rank 0 learns before training, for validate.
+struct JobInfo {
+  int world_size = 0;
+  std::vector<std::string> hosts;  // every rank's host name, by world rank
+};
+
+// Runs this process as one rank of a job of plan.parallel.world_size() ranks (MPI starts and
+// ends here): trains, and on world rank 0 writes --results (default `default_results`, none when
+// both are empty) and --trace, prints the run's lines to `log`, then returns on_root(result,
+// job)'s exit code when on_root is set. Any rank's failure aborts the whole job (MPI_Abort) with
+// its message on `err`; a wrong number of ranks is refused with exit code 2 (the message
+// names `ptdp <command>`).
+int RunAsRank(std::string_view command, const Plan& plan, const ExecuteOptions& options,
+              const Flags& flags, const std::string& default_results, std::ostream& log,
+              std::ostream& err,
+              const std::function<int(const ExecuteResult&, const JobInfo&)>& on_root);
+
+}  // namespace ptdp::cli

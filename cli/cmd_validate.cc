@@ -1,0 +1,153 @@
+// `ptdp validate`: executes a plan on the CPU executor, simulates the same plan, and prints the
+// two side by side (validation_report.h).
+//
+// Like `execute`, it runs as the job's ranks (`mpirun -np N ptdp validate ...`, or --launch to
+// start mpirun itself); rank 0 compares once the executor is done, so the measured figures never
+// pass through a file. The executor's step lines go to stderr, the comparison to stdout.
+#include <fmt/format.h>
+
+#include <set>
+#include <thread>
+
+#include "cli/cli.h"
+#include "cli/cmd_execute.h"
+#include "cli/commands.h"
+#include "cli/validation_report.h"
+#include "core/error.h"
+#include "core/presets.h"
+#include "executor/comm_mpi.h"
+#include "simulator/simulate.h"
+
+namespace po = boost::program_options;
+
+namespace ptdp::cli {
+namespace {
+
+enum class Format { kTable, kJson };
+constexpr EnumName<Format> kFormats[] = {{"table", Format::kTable}, {"json", Format::kJson}};
+
+// Flags --launch forwards to the ranks.
+constexpr const char* kForwarded[] = {"plan",  "steps",   "backend", "data",
+                                      "trace", "results", "cluster", "format"};
+
+void AddValidateOptions(po::options_description& o) {
+  AddRunOptions(o);
+  o.add_options()("cluster", po::value<std::string>()->value_name("C"),
+                  "hardware profile to simulate with, a file (e.g. from `ptdp calibrate`) or a "
+                  "preset (default: the plan's cluster section)")(
+      "format", po::value<std::string>()->value_name("F"), "table (default) | json");
+}
+
+// The plan as the executor ran it, for the simulator: the profile, fp32 (the CPU path's
+// precision), and every rank of a one-host job on one node.
+Plan ExecutedPlan(const Plan& plan, const ClusterSpec& cluster, const JobInfo& job,
+                  std::vector<std::string>* notes) {
+  Plan executed = plan;
+  executed.cluster = cluster;
+  if (executed.training.precision != Precision::kFp32) {
+    notes->push_back(
+        fmt::format("the CPU executor computes in fp32; simulated in fp32, not the "
+                    "plan's {}",
+                    Name(plan.training.precision)));
+    executed.training.precision = Precision::kFp32;
+  }
+  const std::set<std::string> hosts(job.hosts.begin(), job.hosts.end());
+  if (hosts.size() != 1) return executed;
+  if (executed.cluster.gpus_per_node < job.world_size) {
+    notes->push_back(
+        fmt::format("all {} ranks ran on one host: simulated on one node of {} (the "
+                    "profile says {} per node)",
+                    job.world_size, job.world_size, cluster.gpus_per_node));
+    executed.cluster.gpus_per_node = job.world_size;
+  }
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  if (cores > 0 && job.world_size > cores) {
+    notes->push_back(fmt::format("{} ranks shared {} cores; the simulator gives each rank a core",
+                                 job.world_size, cores));
+  }
+  return executed;
+}
+
+int RunValidate(const Flags& flags, std::ostream& out, std::ostream& err) {
+  const bool quiet = LauncherRank() > 0;
+  try {
+    if (IsCudaRequest(flags)) {
+      err << "ptdp: error: `ptdp validate --backend cuda` is not implemented yet (the GPU "
+             "executor issue); --backend cpu validates on CPUs\n";
+      return kExitNotImplemented;
+    }
+    const Format format = flags.Enum("format", kFormats, Format::kTable);
+    const ExecuteOptions options = ReadExecuteOptions(flags);
+    const Plan plan = LoadExecutablePlan(flags, options);
+    const auto cluster_arg = flags.OptionalString("cluster");
+    const ClusterSpec cluster = cluster_arg ? ResolveCluster(*cluster_arg) : plan.cluster;
+    if (flags.Switch("launch")) {
+      const LaunchCommand command =
+          LaunchSelf("validate", plan.parallel.world_size(), flags, kForwarded);
+      std::string line;
+      for (const std::string& a : command.argv) line += (line.empty() ? "" : " ") + a;
+      err << "launching: " << line << "\n";
+      err.flush();
+      return RunLaunchCommand(command);
+    }
+    if (!flags.passthrough().empty()) {
+      throw InputError({"", 0, "--"}, "mpirun arguments after -- need --launch");
+    }
+    auto compare = [&](const ExecuteResult& result, const JobInfo& job) {
+      ValidationReport report;
+      const Plan executed = ExecutedPlan(plan, cluster, job, &report.notes);
+      const SimulationReport simulated = SimulatePlan(executed, ExecutorCostOptions());
+      std::vector<std::string> notes = std::move(report.notes);
+      report = CompareRun(executed, result, simulated);
+      report.notes = std::move(notes);
+      report.plan_path = flags.String("plan");
+      report.profile_source =
+          cluster_arg ? "--cluster " + *cluster_arg : "the plan's cluster section";
+      report.hosts =
+          static_cast<int>(std::set<std::string>(job.hosts.begin(), job.hosts.end()).size());
+      if (!simulated.memory_problem.empty()) {
+        report.notes.push_back("the simulator says a stage does not fit: " +
+                               simulated.memory_problem);
+      }
+      out << (format == Format::kJson ? ValidationJson(report, simulated) : ValidationText(report));
+      out.flush();
+      return kExitOk;
+    };
+    return RunAsRank("validate", plan, options, flags, "", err, err, compare);
+  } catch (const InputError&) {
+    if (quiet) return kExitBadInput;
+    throw;
+  }
+}
+
+}  // namespace
+
+const Command kValidateCommand{
+    .name = "validate",
+    .summary = "execute a plan, simulate it, and compare the two side by side",
+    .usage =
+        "ptdp validate --plan plan.yaml --launch [--steps S] [--cluster PROFILE]\n"
+        "                     [--format table|json] [--data FILE|synthetic] [--results out.json]\n"
+        "                     [--trace out.json] [-- mpirun flags]\n"
+        "       mpirun -np N ptdp validate --plan plan.yaml [flags]",
+    .description =
+        "Trains the plan on the CPU executor (as `ptdp execute`: one rank per GPU of the plan,\n"
+        "--launch starts mpirun), simulates the same plan with a hardware profile (--cluster,\n"
+        "e.g. one that `ptdp calibrate` measured on this machine; default the plan's own), and\n"
+        "prints measured against simulated: step time (median of the steps after the first),\n"
+        "bubble fraction, busy time per pipeline stage, peak memory per stage by category, with\n"
+        "the ratio and error of each. The simulation is of the plan as executed: fp32, the\n"
+        "executor's communication (non-blocking sends, gradients reduced after the backward),\n"
+        "and all ranks of a one-host job on one node. Step lines go to stderr, the comparison\n"
+        "to stdout. Exits non-zero when the executor fails.",
+    .examples =
+        "ptdp calibrate --backend cpu --out cpu.yaml\n"
+        "ptdp validate --plan plan.yaml --launch --steps 10 --cluster cpu.yaml\n"
+        "ptdp validate --plan plan.yaml --launch --cluster cpu.yaml --format json > v.json",
+    .implemented = true,
+    .tracked_in = "",
+    .add_options = AddValidateOptions,
+    .run = RunValidate,
+};
+
+}  // namespace ptdp::cli

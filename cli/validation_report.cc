@@ -1,0 +1,189 @@
+#include "cli/validation_report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "cli/report.h"
+#include "cli/table.h"
+#include "core/error.h"
+#include "core/json.h"
+
+namespace ptdp::cli {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t h = v.size() / 2;
+  return v.size() % 2 == 1 ? v[h] : 0.5 * (v[h - 1] + v[h]);
+}
+
+std::string Megabytes(double bytes) { return fmt::format("{:.2f} MB", bytes / 1e6); }
+
+std::string ErrorCell(const Compared& c) {
+  const double e = c.error();
+  if (!std::isfinite(e)) return "-";
+  return c.difference ? fmt::format("{:+.3f}", e) : fmt::format("{:+.1f}%", 100 * e);
+}
+std::string RatioCell(const Compared& c) {
+  const double r = c.ratio();
+  return std::isfinite(r) ? fmt::format("{:.2f}", r) : "-";
+}
+
+std::string ComparedJson(const Compared& c) {
+  return fmt::format("{{\"measured\": {}, \"simulated\": {}, \"ratio\": {}, \"error\": {}}}",
+                     JsonNumber(c.measured), JsonNumber(c.simulated), JsonNumber(c.ratio()),
+                     JsonNumber(c.error()));
+}
+
+}  // namespace
+
+double Compared::ratio() const { return measured != 0 ? simulated / measured : kNaN; }
+double Compared::error() const { return difference ? simulated - measured : ratio() - 1; }
+
+CostOptions ExecutorCostOptions() {
+  CostOptions o;
+  o.overlap_grad_reduce = false;
+  o.overlap_p2p_communication = true;
+  o.accumulate_allreduce_grads_in_fp32 = true;
+  o.gradient_accumulation_fusion = true;
+  o.scatter_gather_tensors_in_pipeline = false;
+  return o;
+}
+
+ValidationReport CompareRun(const Plan& executed, const ExecuteResult& r,
+                            const SimulationReport& sim) {
+  PTDP_CHECK(!r.steps.empty());
+  const int p = executed.parallel.pp;
+  PTDP_CHECK(static_cast<int>(sim.sim.stages.size()) == p &&
+             static_cast<int>(sim.memory.stages.size()) == p &&
+             static_cast<int>(r.stage_busy_s.size()) == p);
+  ValidationReport v;
+  v.model = executed.model.name;
+  v.layout = LayoutLine(executed);
+  v.profile = executed.cluster.name;
+  v.ranks = static_cast<int>(executed.parallel.world_size());
+  v.simulated_gpus_per_node = executed.cluster.gpus_per_node;
+  v.first_step = r.first_step;
+  v.steps_run = static_cast<int64_t>(r.steps.size());
+  for (const StepLog& s : r.steps) v.step_times_s.push_back(s.time_s);
+  const std::vector<double> after_first(
+      v.step_times_s.begin() + (v.step_times_s.size() > 1 ? 1 : 0), v.step_times_s.end());
+  v.step_time_s = {Median(after_first), sim.step_time_s};
+  v.bubble_fraction = {r.bubble_fraction, sim.bubble_fraction, /*difference=*/true};
+  for (int s = 0; s < p; ++s) {
+    StageComparison st;
+    st.stage = s;
+    st.busy_s = {r.stage_busy_s[static_cast<size_t>(s)],
+                 sim.sim.stages[static_cast<size_t>(s)].busy_s};
+    std::array<int64_t, kNumMemCategories> peak{};
+    int64_t total = 0;
+    for (const RankReport& k : r.ranks) {
+      if (k.coords.pp != s) continue;
+      for (int c = 0; c < kNumMemCategories; ++c) {
+        peak[static_cast<size_t>(c)] =
+            std::max(peak[static_cast<size_t>(c)], k.memory.peak_bytes[static_cast<size_t>(c)]);
+      }
+      total = std::max(total, k.memory.peak_total_bytes);
+    }
+    auto measured = [&](MemCategory c) {
+      return static_cast<double>(peak[static_cast<size_t>(c)]);
+    };
+    const StageMemory& m = sim.memory.stages[static_cast<size_t>(s)];
+    st.weights_bytes = {measured(MemCategory::kWeights), m.weights_bytes};
+    st.gradients_bytes = {measured(MemCategory::kGradients), m.gradients_bytes};
+    st.optimizer_bytes = {measured(MemCategory::kOptimizer), m.optimizer_bytes};
+    st.activations_bytes = {measured(MemCategory::kActivations), m.activations_bytes};
+    st.total_bytes = {static_cast<double>(total), m.weights_bytes + m.gradients_bytes +
+                                                      m.optimizer_bytes + m.activations_bytes};
+    st.measured_other_bytes =
+        measured(MemCategory::kCommBuffers) + measured(MemCategory::kWorkspace);
+    st.simulated_allowance_bytes = m.reserved_bytes + m.fragmentation_bytes;
+    st.simulated_peak_bytes = m.peak_bytes;
+    v.stages.push_back(st);
+  }
+  return v;
+}
+
+std::string ValidationText(const ValidationReport& v) {
+  std::string out = fmt::format(
+      "ptdp validate: {} on {} rank{} ({} host{}): {}\n"
+      "measured: steps {}..{} of the CPU executor (step time: median of the steps after the "
+      "first)\nsimulated: profile {} ({}), {} ranks per node\n",
+      v.model, v.ranks, v.ranks == 1 ? "" : "s", v.hosts, v.hosts == 1 ? "" : "s", v.layout,
+      v.first_step, v.first_step + v.steps_run - 1, v.profile, v.profile_source,
+      v.simulated_gpus_per_node);
+  for (const std::string& n : v.notes) out += "note: " + n + "\n";
+  out += "\n";
+  Table t({{"figure"},
+           {"measured", Table::Align::kRight},
+           {"simulated", Table::Align::kRight},
+           {"sim/meas", Table::Align::kRight},
+           {"error", Table::Align::kRight}});
+  auto row = [&](const std::string& name, const Compared& c, auto format) {
+    t.AddRow({name, format(c.measured), format(c.simulated), RatioCell(c), ErrorCell(c)});
+  };
+  auto fraction = [](double f) { return fmt::format("{:.3f}", f); };
+  row("step time", v.step_time_s, Seconds);
+  row("bubble fraction", v.bubble_fraction, fraction);
+  for (const StageComparison& s : v.stages) {
+    row(fmt::format("stage {} busy per step", s.stage), s.busy_s, Seconds);
+  }
+  for (const StageComparison& s : v.stages) {
+    const std::string prefix = fmt::format("stage {} ", s.stage);
+    row(prefix + "weights", s.weights_bytes, Megabytes);
+    row(prefix + "gradients", s.gradients_bytes, Megabytes);
+    row(prefix + "optimizer", s.optimizer_bytes, Megabytes);
+    row(prefix + "activations", s.activations_bytes, Megabytes);
+    t.AddRow(
+        {prefix + "comm buffers + workspace", Megabytes(s.measured_other_bytes), "-", "-", "-"});
+    row(prefix + "total (no allowances)", s.total_bytes, Megabytes);
+    t.AddRow({prefix + "allowances (reserved, fragm.)", "-", Megabytes(s.simulated_allowance_bytes),
+              "-", "-"});
+  }
+  out += t.Render();
+  out +=
+      "\nerror = simulated / measured - 1 (bubble fraction: simulated - measured). Measured "
+      "memory: the\nexecutor's allocator accounting, peak per category over the stage's ranks; "
+      "the simulator's peak\nadds the profile's allowances (reserved bytes, fragmentation) to "
+      "its total.\n";
+  return out;
+}
+
+std::string ValidationJson(const ValidationReport& v, const SimulationReport& sim) {
+  std::string times, notes, stages;
+  for (size_t i = 0; i < v.step_times_s.size(); ++i) {
+    times += (i == 0 ? "" : ", ") + JsonNumber(v.step_times_s[i]);
+  }
+  for (size_t i = 0; i < v.notes.size(); ++i)
+    notes += (i == 0 ? "" : ", ") + JsonString(v.notes[i]);
+  for (size_t i = 0; i < v.stages.size(); ++i) {
+    const StageComparison& s = v.stages[i];
+    stages += fmt::format(
+        "{}    {{\"stage\": {}, \"busy_s\": {},\n     \"memory_bytes\": {{\"weights\": {}, "
+        "\"gradients\": {}, \"optimizer\": {}, \"activations\": {}, \"total\": {}, "
+        "\"measured_other\": {}, \"simulated_allowance\": {}, \"simulated_peak\": {}}}}}",
+        i == 0 ? "" : ",\n", s.stage, ComparedJson(s.busy_s), ComparedJson(s.weights_bytes),
+        ComparedJson(s.gradients_bytes), ComparedJson(s.optimizer_bytes),
+        ComparedJson(s.activations_bytes), ComparedJson(s.total_bytes),
+        JsonNumber(s.measured_other_bytes), JsonNumber(s.simulated_allowance_bytes),
+        JsonNumber(s.simulated_peak_bytes));
+  }
+  return fmt::format(
+      "{{\n  \"plan\": {},\n  \"model\": {},\n  \"layout\": {},\n  \"profile\": {},\n"
+      "  \"profile_source\": {},\n  \"ranks\": {},\n  \"hosts\": {},\n"
+      "  \"simulated_gpus_per_node\": {},\n  \"first_step\": {},\n  \"steps_run\": {},\n"
+      "  \"measured_step_times_s\": [{}],\n  \"step_time_s\": {},\n  \"bubble_fraction\": {},\n"
+      "  \"stages\": [\n{}\n  ],\n  \"notes\": [{}],\n  \"simulation\": {}\n}}\n",
+      JsonString(v.plan_path), JsonString(v.model), JsonString(v.layout), JsonString(v.profile),
+      JsonString(v.profile_source), v.ranks, v.hosts, v.simulated_gpus_per_node, v.first_step,
+      v.steps_run, times, ComparedJson(v.step_time_s), ComparedJson(v.bubble_fraction), stages,
+      notes, SimulationJson(sim, 2));
+}
+
+}  // namespace ptdp::cli

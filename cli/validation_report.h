@@ -1,0 +1,83 @@
+// `ptdp validate`'s comparison: what the executor measured against what the simulator
+// predicts for the same plan, figure by figure, as a table for people and as JSON.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/plan.h"
+#include "executor/trainer.h"
+#include "simulator/cost_options.h"
+#include "simulator/simulate.h"
+
+namespace ptdp::cli {
+
+// One figure, measured and simulated. ratio = simulated / measured; error = ratio - 1 (the
+// prediction's relative error; positive: the simulator predicts more), or for a fraction (the
+// bubble, where a relative error of values near 0 means little) the difference simulated -
+// measured. Ratio and relative error are NaN (JSON null, "-" in the table) when the measured
+// value is 0.
+struct Compared {
+  double measured = 0;
+  double simulated = 0;
+  bool difference = false;  // error is simulated - measured
+  double ratio() const;
+  double error() const;
+};
+
+struct StageComparison {
+  int stage = 0;
+  Compared busy_s;  // compute per step: F, B, W time (measured: mean over the stage's ranks)
+  // Peak bytes by category; measured: the largest among the stage's ranks, from the executor's
+  // allocator accounting.
+  Compared weights_bytes;
+  Compared gradients_bytes;
+  Compared optimizer_bytes;
+  Compared activations_bytes;
+  // Measured: the peak of the accounted sum (with communication buffers and workspaces);
+  // simulated: weights + gradients + optimizer + activations, without the profile's allowances.
+  Compared total_bytes;
+  double measured_other_bytes = 0;       // communication buffers + workspaces (peaks)
+  double simulated_allowance_bytes = 0;  // profile's reserved bytes + fragmentation
+  double simulated_peak_bytes = 0;       // total + allowances
+};
+
+struct ValidationReport {
+  std::string plan_path;
+  std::string model;
+  std::string layout;          // LayoutLine
+  std::string profile;         // the profile's name
+  std::string profile_source;  // "--cluster FILE" or "the plan's cluster section"
+  int ranks = 0;
+  int hosts = 0;
+  int simulated_gpus_per_node = 0;
+  int64_t first_step = 0;
+  int64_t steps_run = 0;
+  std::vector<double> step_times_s;
+  Compared step_time_s;      // measured: median of the steps after the run's first
+  Compared bubble_fraction;  // measured: mean over the steps after the first; error: difference
+  std::vector<StageComparison> stages;
+  std::vector<std::string> notes;  // what was adjusted to simulate the run as executed
+};
+
+// The simulator's settings for what the CPU executor does: non-blocking sends (Megatron's
+// --overlap-p2p-communication), gradients reduced after the backward, fp32 gradients
+// accumulated by the weight-gradient GEMMs.
+CostOptions ExecutorCostOptions();
+
+// `simulated` is SimulatePlan of `executed` (the plan as run: its cluster the profile, its
+// precision fp32) with ExecutorCostOptions().
+ValidationReport CompareRun(const Plan& executed, const ExecuteResult& measured,
+                            const SimulationReport& simulated);
+
+std::string ValidationText(const ValidationReport& report);
+
+// {"plan", "model", "layout", "profile", "profile_source", "ranks", "hosts",
+//  "simulated_gpus_per_node", "first_step", "steps_run", "measured_step_times_s": [...],
+//  "step_time_s": {measured, simulated, ratio, error}, "bubble_fraction": {...},
+//  "stages": [{"stage", "busy_s": {...}, "memory_bytes": {"weights": {...}, "gradients",
+//  "optimizer", "activations", "total", "measured_other", "simulated_allowance",
+//  "simulated_peak"}}], "notes": [...], "simulation": <simulate --format json's object>}
+std::string ValidationJson(const ValidationReport& report, const SimulationReport& simulated);
+
+}  // namespace ptdp::cli
