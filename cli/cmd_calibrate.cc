@@ -120,6 +120,12 @@ int RunCalibrate(const Flags& flags, std::ostream& out, std::ostream& err) {
   const auto start = std::chrono::steady_clock::now();
   err << fmt::format("calibrate: {} ({}, {} cores); {} ranks per node{}\n", machine.host,
                      machine.cpu_model, machine.cores, ranks, quick ? "; quick" : "");
+  if (machine.load_average > 0.5) {
+    err << fmt::format(
+        "calibrate: warning: load average {:.2f}: other work is running, the figures will be "
+        "low (the profile records it)\n",
+        machine.load_average);
+  }
   const auto backend = MakeCpuBackend(1);
   const CpuComputeFigures compute = MeasureCpuCompute(*backend, options, &err);
 

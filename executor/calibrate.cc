@@ -373,6 +373,8 @@ MachineInfo ReadMachineInfo() {
   }
   m.cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   m.memory_bytes = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  std::ifstream load("/proc/loadavg");
+  if (!(load >> m.load_average)) m.load_average = -1;
   const char* config = openblas_get_config();
   m.blas = config != nullptr ? config : "unknown BLAS";
   while (!m.blas.empty() && m.blas.back() == ' ') m.blas.pop_back();
@@ -461,6 +463,12 @@ std::string CalibratedProfileYaml(const ClusterSpec& cluster, const CpuComputeFi
       "fp16 peaks are its fp32 rate. Inter-node figures (network:) are NOT measured: there is "
       "one machine; they keep the placeholder's guesses.",
       0);
+  if (m.load_average >= 0) {
+    header += CommentLines(
+        fmt::format("Load average when the measurement started: {:.2f} (1 minute; {} cores).",
+                    m.load_average, m.cores),
+        0);
+  }
   if (!comm) {
     header += CommentLines(
         "Communication is NOT measured (one rank): node bandwidths, latencies "

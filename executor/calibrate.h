@@ -122,6 +122,7 @@ struct MachineInfo {
   int cores = 0;             // online cores
   int64_t memory_bytes = 0;  // physical memory
   std::string blas;          // OpenBLAS's configuration string
+  double load_average = -1;  // /proc/loadavg, last minute (other work running), -1 if unknown
 };
 MachineInfo ReadMachineInfo();
 

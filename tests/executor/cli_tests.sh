@@ -11,6 +11,12 @@
 #   launch   `ptdp execute --launch` starts mpirun itself and trains
 #   trace    (1, 4, 1) 1F1B with --trace: valid Chrome trace JSON whose per-rank operations
 #            follow the schedule's warm-up / steady / cool-down lists
+#   calibrate  `ptdp calibrate --quick` over 2 ranks writes a profile the reader accepts, that
+#            round-trips and whose keys say how they were obtained; one rank keeps the
+#            placeholder's node figures; a bad flag is refused naming it, before measuring
+#   validate `ptdp validate --launch` on (2,1,1) and (1,2,1) plans: JSON and table with measured
+#            and simulated columns, with a calibrated profile; a failing rank makes it exit
+#            non-zero; bad flags are refused naming the flag
 set -uo pipefail
 case_name=$1 ptdp=$2 tool=$3 mpiexec=$4 work=$5
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
@@ -86,6 +92,49 @@ trace)
   cat out.log
   "$tool" check-trace trace.json plan.yaml || fail "trace"
   grep '"bubble_fraction"' r.json
+  ;;
+calibrate)
+  "$ptdp" calibrate --backend cpu --out prof.yaml --ranks 2 --quick >out.log 2>err.log \
+    || { cat out.log err.log; fail "calibrate"; }
+  cat out.log err.log
+  grep -q "^wrote prof.yaml" out.log || fail "no summary line"
+  grep -q "^calibrate: all-reduce over 2 ranks" err.log || fail "no MPI progress line"
+  "$tool" check-profile prof.yaml 2 || fail "profile"
+  "$ptdp" calibrate --out one.yaml --ranks 1 --quick --name solo >out.log 2>err.log \
+    || { cat out.log err.log; fail "calibrate with one rank"; }
+  grep -q "Communication is NOT measured" one.yaml || fail "one rank: not said"
+  grep -q '^name: "solo"' one.yaml || fail "--name ignored"
+  "$ptdp" calibrate --backend tpu --out x.yaml 2>err.log; rc=$?
+  [ $rc -eq 2 ] && grep -q -- "--backend: expected cpu or cuda" err.log || fail "--backend tpu: $rc"
+  "$ptdp" calibrate --out x.yaml --ranks two 2>err.log; rc=$?
+  [ $rc -eq 2 ] && grep -q -- "--ranks: expected a positive integer" err.log || fail "--ranks: $rc"
+  [ -e x.yaml ] && fail "a refused calibrate wrote its file"
+  ;;
+validate)
+  "$tool" plan tp2.yaml tp=2 || fail "plan"
+  "$tool" plan pp2.yaml pp=2 || fail "plan"
+  "$ptdp" calibrate --out prof.yaml --ranks 2 --quick >/dev/null 2>&1 || fail "calibrate"
+  "$ptdp" validate --plan tp2.yaml --launch --steps 3 --cluster prof.yaml --format json \
+    >tp2.json 2>tp2.err || { cat tp2.err; fail "validate tp2"; }
+  "$tool" check-validation tp2.json 1 || { cat tp2.json; fail "tp2 JSON"; }
+  grep -q "^step 3/3" tp2.err || fail "the executor's step lines are not on stderr"
+  "$ptdp" validate --plan pp2.yaml --launch --steps 3 >pp2.txt 2>pp2.err \
+    || { cat pp2.err; fail "validate pp2"; }
+  cat pp2.txt
+  for row in "step time" "bubble fraction" "stage 1 busy per step" "stage 0 activations"; do
+    grep -q "^$row " pp2.txt || fail "no row \"$row\""
+  done
+  grep -q "profile cpu-local (the plan's cluster section)" pp2.txt || fail "default profile"
+  PTDP_TEST_FAULT=1:2:throw timeout 90 "$ptdp" validate --plan pp2.yaml --launch --steps 3 \
+    >fault.txt 2>fault.err && fail "validate succeeded with a failing rank"
+  grep -q "injected fault before step 2 on rank 1" fault.err || fail "no fault message"
+  [ -s fault.txt ] && fail "a comparison was printed for a failed run"
+  "$ptdp" validate --plan pp2.yaml --format yaml 2>err.log; rc=$?
+  [ $rc -eq 2 ] && grep -q -- "--format: unknown value" err.log || fail "--format: $rc"
+  "$ptdp" validate --plan pp2.yaml --cluster no-such-profile 2>err.log; rc=$?
+  [ $rc -eq 2 ] && grep -q -- "--cluster: \"no-such-profile\"" err.log || fail "--cluster: $rc"
+  "$ptdp" validate --steps 3 2>err.log; rc=$?
+  [ $rc -eq 2 ] && grep -q -- "--plan: is required" err.log || fail "no --plan: $rc"
   ;;
 *)
   fail "unknown case $case_name"

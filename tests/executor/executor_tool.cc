@@ -9,6 +9,13 @@
 //   executor_tool check-trace TRACE.json PLAN    the measured trace is valid JSON and every
 //                                                 rank's F/B/W operations of every step follow
 //                                                 the plan's schedule list, one after another
+//   executor_tool check-profile FILE RANKS       `ptdp calibrate`'s profile: the reader accepts
+//                                                 it, writing and reading it back gives the same
+//                                                 profile, gpus_per_node is RANKS, and the keys
+//                                                 say MEASURED / NOT MEASURED as they should
+//   executor_tool check-validation JSON STAGES   `ptdp validate --format json`: step time,
+//                                                 bubble and each of STAGES stages' busy time and
+//                                                 memory have a measured and a simulated value
 // Exit code 0 when the check holds; 1 with the reason on stderr otherwise.
 #include <fmt/format.h>
 
@@ -278,6 +285,85 @@ int CheckTrace(const std::string& trace_path, const std::string& plan_path) {
   return 0;
 }
 
+int CheckProfile(const std::string& path, int ranks) {
+  const std::string text = ReadAll(path);
+  const ClusterSpec profile = ParseClusterYaml(text, path);
+  const ClusterSpec again = ParseClusterYaml(WriteClusterYaml(profile), path + " (rewritten)");
+  if (!(again == profile)) throw std::runtime_error("the profile does not round-trip");
+  if (profile.gpus_per_node != ranks) {
+    throw std::runtime_error(
+        fmt::format("gpus_per_node {}, expected {}", profile.gpus_per_node, ranks));
+  }
+  // The comment block above each key says how it was obtained.
+  const std::map<std::string, bool> measured = {
+      {"peak_fp32_tflops:", true},      {"hbm_bandwidth_gb_per_s:", true},
+      {"memory_efficiency:", true},     {"reserved_bytes:", true},
+      {"nvlink_busbw_gb_per_s:", true}, {"nvlink_step_latency_us:", true},
+      {"gemm_efficiency:", true},       {"nic_busbw_gb_per_s:", false},
+      {"nic_step_latency_us:", false},  {"fragmentation:", false}};
+  std::istringstream lines(text);
+  std::string comment;
+  int checked = 0;
+  for (std::string line; std::getline(lines, line);) {
+    const size_t at = line.find_first_not_of(' ');
+    if (at == std::string::npos) continue;
+    if (line[at] == '#') {
+      comment += line + "\n";
+      continue;
+    }
+    for (const auto& [key, is_measured] : measured) {
+      if (line.compare(at, key.size(), key) != 0) continue;
+      const bool says_not = comment.find("NOT MEASURED") != std::string::npos;
+      const bool says = comment.find("MEASURED") != std::string::npos;
+      if (is_measured ? (says_not || !says) : !says_not) {
+        throw std::runtime_error(fmt::format("{} is not marked {}MEASURED:\n{}", key,
+                                             is_measured ? "" : "NOT ", comment));
+      }
+      ++checked;
+    }
+    comment.clear();
+  }
+  if (checked != static_cast<int>(measured.size())) {
+    throw std::runtime_error(fmt::format("found {} of {} keys", checked, measured.size()));
+  }
+  std::cout << fmt::format("{}: {} GEMM points, peak {} TFLOP/s, busbw {} GB/s: ok\n", path,
+                           profile.gpu.gemm_efficiency.size(), profile.gpu.peak_fp32_flops / 1e12,
+                           profile.nvlink_busbw_bytes_per_s / 1e9);
+  return 0;
+}
+
+int CheckValidation(const std::string& path, size_t stages) {
+  const Json v = ParseJsonFile(path);
+  auto both = [&](const Json& figure, const std::string& name, bool positive) {
+    const Json& m = figure.at("measured");
+    const Json& s = figure.at("simulated");
+    const Json& e = figure.at("error");
+    if (m.kind != Json::kNumber || s.kind != Json::kNumber || e.kind != Json::kNumber ||
+        (positive && (m.number <= 0 || s.number <= 0))) {
+      throw std::runtime_error(name + ": measured and simulated values missing");
+    }
+  };
+  both(v.at("step_time_s"), "step_time_s", true);
+  both(v.at("bubble_fraction"), "bubble_fraction", false);
+  if (v.at("stages").items.size() != stages) {
+    throw std::runtime_error(
+        fmt::format("{} stages, expected {}", v.at("stages").items.size(), stages));
+  }
+  for (const Json& st : v.at("stages").items) {
+    both(st.at("busy_s"), "busy_s", true);
+    for (const char* c : {"weights", "gradients", "optimizer", "activations", "total"}) {
+      both(st.at("memory_bytes").at(c), c, true);
+    }
+  }
+  if (v.at("simulation").at("step_time_s").number != v.at("step_time_s").at("simulated").number) {
+    throw std::runtime_error("the embedded simulation disagrees with step_time_s");
+  }
+  std::cout << fmt::format("{}: step time measured {:.4f} s, simulated {:.4f} s; {} stage(s): ok\n",
+                           path, v.at("step_time_s").at("measured").number,
+                           v.at("step_time_s").at("simulated").number, stages);
+  return 0;
+}
+
 }  // namespace
 }  // namespace ptdp
 
@@ -287,7 +373,12 @@ int main(int argc, char** argv) {
     if (cmd == "plan" && argc >= 3) return ptdp::WritePlan(argc, argv);
     if (cmd == "same-losses" && argc == 4) return ptdp::SameLosses(argv[2], argv[3]);
     if (cmd == "check-trace" && argc == 4) return ptdp::CheckTrace(argv[2], argv[3]);
-    std::cerr << "usage: executor_tool plan OUT [k=v...] | same-losses A B | check-trace T PLAN\n";
+    if (cmd == "check-profile" && argc == 4) return ptdp::CheckProfile(argv[2], std::stoi(argv[3]));
+    if (cmd == "check-validation" && argc == 4) {
+      return ptdp::CheckValidation(argv[2], std::stoul(argv[3]));
+    }
+    std::cerr << "usage: executor_tool plan OUT [k=v...] | same-losses A B | check-trace T PLAN |"
+                 " check-profile FILE RANKS | check-validation JSON STAGES\n";
     return 1;
   } catch (const std::exception& e) {
     std::cerr << "executor_tool: " << e.what() << "\n";
