@@ -77,7 +77,8 @@ int RunValidate(const Flags& flags, std::ostream& out, std::ostream& err) {
       return kExitNotImplemented;
     }
     const Format format = flags.Enum("format", kFormats, Format::kTable);
-    const ExecuteOptions options = ReadExecuteOptions(flags);
+    ExecuteOptions options = ReadExecuteOptions(flags);
+    options.keep_trace = true;  // the per-operation rows come from the trace events
     const Plan plan = LoadExecutablePlan(flags, options);
     const auto cluster_arg = flags.OptionalString("cluster");
     const ClusterSpec cluster = cluster_arg ? ResolveCluster(*cluster_arg) : plan.cluster;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 
 #include "cli/report.h"
 #include "cli/table.h"
@@ -75,12 +76,55 @@ ValidationReport CompareRun(const Plan& executed, const ExecuteResult& r,
   const std::vector<double> after_first(
       v.step_times_s.begin() + (v.step_times_s.size() > 1 ? 1 : 0), v.step_times_s.end());
   v.step_time_s = {Median(after_first), sim.step_time_s};
+  std::vector<double> pipelines;
+  for (size_t i = r.steps.size() > 1 ? 1 : 0; i < r.steps.size(); ++i) {
+    pipelines.push_back(r.steps[i].pipeline_s);
+  }
+  v.pipeline_s = {Median(pipelines), sim.sim.pipeline_end_s};
+
+  // Per stage, from the trace events of the measured steps: F and B + W time, F count.
+  std::vector<double> forward(static_cast<size_t>(p)), backward(static_cast<size_t>(p));
+  std::vector<int64_t> forwards(static_cast<size_t>(p)), backwards(static_cast<size_t>(p));
+  {
+    std::map<int, int> stage_of;  // track (world rank) -> stage
+    for (const RankReport& k : r.ranks) stage_of[k.world_rank] = k.coords.pp;
+    std::map<int, double> measured_from;  // track -> end of the run's first step
+    const std::string first = fmt::format("step {}", r.first_step);
+    for (const TraceEvent& e : r.events) {
+      if (r.steps.size() > 1 && e.category == "other" && e.name == first) {
+        measured_from[e.track] = e.start_s + e.duration_s;
+      }
+    }
+    for (const TraceEvent& e : r.events) {
+      const auto st = stage_of.find(e.track);
+      if (st == stage_of.end()) continue;
+      const auto from = measured_from.find(e.track);
+      if (from != measured_from.end() && e.start_s < from->second) continue;
+      const auto s = static_cast<size_t>(st->second);
+      if (e.category == "forward") forward[s] += e.duration_s, ++forwards[s];
+      if (e.category == "backward") backward[s] += e.duration_s, ++backwards[s];
+      if (e.category == "weight-grad") backward[s] += e.duration_s;
+    }
+  }
   v.bubble_fraction = {r.bubble_fraction, sim.bubble_fraction, /*difference=*/true};
   for (int s = 0; s < p; ++s) {
     StageComparison st;
     st.stage = s;
     st.busy_s = {r.stage_busy_s[static_cast<size_t>(s)],
                  sim.sim.stages[static_cast<size_t>(s)].busy_s};
+    double sim_forward = 0, sim_backward = 0;
+    const PipelineSchedule& schedule = sim.schedule;
+    for (int c = 0; c < schedule.chunks; ++c) {
+      const ChunkCosts& ch =
+          sim.estimate.costs.chunks[static_cast<size_t>(schedule.VirtualStage(s, c))];
+      sim_forward += ch.forward_s / schedule.chunks;
+      sim_backward += (ch.backward_input_s + ch.backward_weight_s) / schedule.chunks;
+    }
+    const auto k = static_cast<size_t>(s);
+    st.forward_s = {forwards[k] > 0 ? forward[k] / static_cast<double>(forwards[k]) : 0,
+                    sim_forward};
+    st.backward_s = {backwards[k] > 0 ? backward[k] / static_cast<double>(backwards[k]) : 0,
+                     sim_backward};
     std::array<int64_t, kNumMemCategories> peak{};
     int64_t total = 0;
     for (const RankReport& k : r.ranks) {
@@ -130,9 +174,14 @@ std::string ValidationText(const ValidationReport& v) {
   };
   auto fraction = [](double f) { return fmt::format("{:.3f}", f); };
   row("step time", v.step_time_s, Seconds);
+  row("pipeline phase", v.pipeline_s, Seconds);
   row("bubble fraction", v.bubble_fraction, fraction);
   for (const StageComparison& s : v.stages) {
     row(fmt::format("stage {} busy per step", s.stage), s.busy_s, Seconds);
+  }
+  for (const StageComparison& s : v.stages) {
+    row(fmt::format("stage {} forward (1 micro-batch)", s.stage), s.forward_s, Seconds);
+    row(fmt::format("stage {} backward (B + W)", s.stage), s.backward_s, Seconds);
   }
   for (const StageComparison& s : v.stages) {
     const std::string prefix = fmt::format("stage {} ", s.stage);
@@ -165,25 +214,27 @@ std::string ValidationJson(const ValidationReport& v, const SimulationReport& si
   for (size_t i = 0; i < v.stages.size(); ++i) {
     const StageComparison& s = v.stages[i];
     stages += fmt::format(
-        "{}    {{\"stage\": {}, \"busy_s\": {},\n     \"memory_bytes\": {{\"weights\": {}, "
+        "{}    {{\"stage\": {}, \"busy_s\": {},\n     \"forward_s\": {},\n     \"backward_s\": "
+        "{},\n     \"memory_bytes\": {{\"weights\": {}, "
         "\"gradients\": {}, \"optimizer\": {}, \"activations\": {}, \"total\": {}, "
         "\"measured_other\": {}, \"simulated_allowance\": {}, \"simulated_peak\": {}}}}}",
-        i == 0 ? "" : ",\n", s.stage, ComparedJson(s.busy_s), ComparedJson(s.weights_bytes),
-        ComparedJson(s.gradients_bytes), ComparedJson(s.optimizer_bytes),
-        ComparedJson(s.activations_bytes), ComparedJson(s.total_bytes),
-        JsonNumber(s.measured_other_bytes), JsonNumber(s.simulated_allowance_bytes),
-        JsonNumber(s.simulated_peak_bytes));
+        i == 0 ? "" : ",\n", s.stage, ComparedJson(s.busy_s), ComparedJson(s.forward_s),
+        ComparedJson(s.backward_s), ComparedJson(s.weights_bytes), ComparedJson(s.gradients_bytes),
+        ComparedJson(s.optimizer_bytes), ComparedJson(s.activations_bytes),
+        ComparedJson(s.total_bytes), JsonNumber(s.measured_other_bytes),
+        JsonNumber(s.simulated_allowance_bytes), JsonNumber(s.simulated_peak_bytes));
   }
   return fmt::format(
       "{{\n  \"plan\": {},\n  \"model\": {},\n  \"layout\": {},\n  \"profile\": {},\n"
       "  \"profile_source\": {},\n  \"ranks\": {},\n  \"hosts\": {},\n"
       "  \"simulated_gpus_per_node\": {},\n  \"first_step\": {},\n  \"steps_run\": {},\n"
-      "  \"measured_step_times_s\": [{}],\n  \"step_time_s\": {},\n  \"bubble_fraction\": {},\n"
+      "  \"measured_step_times_s\": [{}],\n  \"step_time_s\": {},\n  \"pipeline_s\": {},\n"
+      "  \"bubble_fraction\": {},\n"
       "  \"stages\": [\n{}\n  ],\n  \"notes\": [{}],\n  \"simulation\": {}\n}}\n",
       JsonString(v.plan_path), JsonString(v.model), JsonString(v.layout), JsonString(v.profile),
       JsonString(v.profile_source), v.ranks, v.hosts, v.simulated_gpus_per_node, v.first_step,
-      v.steps_run, times, ComparedJson(v.step_time_s), ComparedJson(v.bubble_fraction), stages,
-      notes, SimulationJson(sim, 2));
+      v.steps_run, times, ComparedJson(v.step_time_s), ComparedJson(v.pipeline_s),
+      ComparedJson(v.bubble_fraction), stages, notes, SimulationJson(sim, 2));
 }
 
 }  // namespace ptdp::cli

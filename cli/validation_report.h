@@ -28,6 +28,12 @@ struct Compared {
 struct StageComparison {
   int stage = 0;
   Compared busy_s;  // compute per step: F, B, W time (measured: mean over the stage's ranks)
+  // One micro-batch through one of the stage's model chunks: the forward, and the backward (B
+  // plus W). Measured: mean over the measured steps' operations of the stage's ranks (from the
+  // executor's trace events; 0 when there are none); simulated: the cost model's, mean over the
+  // stage's chunks.
+  Compared forward_s;
+  Compared backward_s;
   // Peak bytes by category; measured: the largest among the stage's ranks, from the executor's
   // allocator accounting.
   Compared weights_bytes;
@@ -54,7 +60,9 @@ struct ValidationReport {
   int64_t first_step = 0;
   int64_t steps_run = 0;
   std::vector<double> step_times_s;
-  Compared step_time_s;      // measured: median of the steps after the run's first
+  Compared step_time_s;  // measured: median of the steps after the run's first
+  // First operation start to last operation end; measured: median as for the step time.
+  Compared pipeline_s;
   Compared bubble_fraction;  // measured: mean over the steps after the first; error: difference
   std::vector<StageComparison> stages;
   std::vector<std::string> notes;  // what was adjusted to simulate the run as executed
@@ -66,7 +74,8 @@ struct ValidationReport {
 CostOptions ExecutorCostOptions();
 
 // `simulated` is SimulatePlan of `executed` (the plan as run: its cluster the profile, its
-// precision fp32) with ExecutorCostOptions().
+// precision fp32) with ExecutorCostOptions(). `measured` needs its trace events (keep_trace)
+// for the per-operation rows.
 ValidationReport CompareRun(const Plan& executed, const ExecuteResult& measured,
                             const SimulationReport& simulated);
 
@@ -74,8 +83,9 @@ std::string ValidationText(const ValidationReport& report);
 
 // {"plan", "model", "layout", "profile", "profile_source", "ranks", "hosts",
 //  "simulated_gpus_per_node", "first_step", "steps_run", "measured_step_times_s": [...],
-//  "step_time_s": {measured, simulated, ratio, error}, "bubble_fraction": {...},
-//  "stages": [{"stage", "busy_s": {...}, "memory_bytes": {"weights": {...}, "gradients",
+//  "step_time_s": {measured, simulated, ratio, error}, "pipeline_s": {...},
+//  "bubble_fraction": {...}, "stages": [{"stage", "busy_s": {...}, "forward_s": {...},
+//  "backward_s": {...}, "memory_bytes": {"weights": {...}, "gradients",
 //  "optimizer", "activations", "total", "measured_other", "simulated_allowance",
 //  "simulated_peak"}}], "notes": [...], "simulation": <simulate --format json's object>}
 std::string ValidationJson(const ValidationReport& report, const SimulationReport& simulated);
