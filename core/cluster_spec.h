@@ -42,6 +42,21 @@ struct GpuSpec {
   bool operator==(const GpuSpec&) const = default;
 };
 
+// Host-side overheads of a training framework on a system, in seconds. The GPU can run a kernel
+// only after the host has launched it: with small kernels the host, not the GPU, sets the pace.
+struct HostSpec {
+  // Host time to issue one GPU operation (a kernel or a collective) from the framework: Python
+  // and PyTorch dispatch plus cudaLaunchKernel. The cost model lets the GPU run each pass's
+  // operations as the host issues them, one every kernel_launch_s (cost_model.cc).
+  double kernel_launch_s = 0;
+  // Host time per micro-batch and pipeline stage outside the transformer layers' kernels (the
+  // schedule's bookkeeping, fetching and broadcasting the batch, the loss), during which the
+  // GPU of that stage waits.
+  double microbatch_overhead_s = 0;
+
+  bool operator==(const HostSpec&) const = default;
+};
+
 // A system built of identical nodes. Bandwidths are per GPU and per direction.
 struct ClusterSpec {
   std::string name;
@@ -58,6 +73,9 @@ struct ClusterSpec {
   double collective_base_latency_s = 0;
   double nvlink_step_latency_s = 0;
   double nic_step_latency_s = 0;
+  // What the host side (Python framework, PyTorch dispatch, CUDA launch) costs; zeros when a
+  // profile does not model it (the YAML's optional `host` section).
+  HostSpec host;
 
   bool operator==(const ClusterSpec&) const = default;
 };

@@ -135,6 +135,12 @@ void WriteCluster(YamlWriter& w, const ClusterSpec& c) {
   w.Line("collective_base_latency_us",
          YamlScaled(c.collective_base_latency_s, units::kMicrosecond));
   w.End();
+  if (c.host != HostSpec{}) {
+    w.Begin("host");
+    w.Line("kernel_launch_us", YamlScaled(c.host.kernel_launch_s, units::kMicrosecond));
+    w.Line("microbatch_overhead_us", YamlScaled(c.host.microbatch_overhead_s, units::kMicrosecond));
+    w.End();
+  }
 }
 
 void WriteTraining(YamlWriter& w, const TrainingSpec& t) {
@@ -273,6 +279,14 @@ ClusterSpec ReadCluster(const YamlMap& map) {
     c.collective_base_latency_s =
         net.NonNegativeNumber("collective_base_latency_us") * units::kMicrosecond;
     net.RejectUnknownKeys();
+  }
+  if (map.Has("host")) {
+    // Optional: profiles without it leave host overheads unmodelled (zero).
+    const YamlMap host = map.Map("host");
+    c.host.kernel_launch_s = host.NonNegativeNumber("kernel_launch_us") * units::kMicrosecond;
+    c.host.microbatch_overhead_s =
+        host.NonNegativeNumber("microbatch_overhead_us") * units::kMicrosecond;
+    host.RejectUnknownKeys();
   }
   map.RejectUnknownKeys();
   return c;

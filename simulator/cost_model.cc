@@ -1,6 +1,7 @@
 #include "simulator/cost_model.h"
 
 #include <algorithm>
+#include <array>
 
 #include "core/error.h"
 #include "simulator/collectives.h"
@@ -13,13 +14,62 @@ namespace ptdp {
 namespace {
 
 struct PassTimes {
-  double compute = 0, comm = 0;
-  double total() const { return compute + comm; }
+  double compute = 0, comm = 0, overhead = 0;
+  double total() const { return compute + comm + overhead; }
+  // Each kernel's and each collective's own time, for the async overlap below.
+  std::array<double, PassWork::kMaxWork> work_s;
+  std::array<double, PassWork::kMaxComm> comm_s;
 };
 
+// A pass's kernel and collective times, and what the host adds when it cannot launch them fast
+// enough (profile host.kernel_launch_us = h per kernel or collective). The host issues the
+// pass's operations in order, one every h, starting with an empty queue; the GPU runs each once
+// the one before it is done and it has been issued: end_i = max(end_{i-1}, i h) + t_i. The
+// overhead is what that adds to the sum of the t_i: about n h - sum t_i for a pass of short
+// kernels, 0 when the kernels outlast their launches. (The empty queue at each pass's start
+// fitted the single-node vTrain rows better than a queue carried across passes, whose steady
+// state is max(n h, sum t_i): 6.0% against 6.5% mean error.)
 PassTimes Times(const GemmTable& table, const ClusterSpec& c, Precision precision,
                 const PassWork& pass, const GroupPlacement& tp) {
-  return {PassComputeTime(table, c, precision, pass), PassCommTime(c, pass, tp)};
+  PassTimes t;
+  for (int i = 0; i < pass.num_work; ++i) {
+    const Work& w = pass.work[i];
+    t.work_s[i] = w.kind == WorkKind::kGemm ? GemmTime(table, c.gpu, precision, w.gemm, w.bytes)
+                                            : MemoryTime(c.gpu, w.bytes);
+    t.compute += t.work_s[i];
+  }
+  for (int i = 0; i < pass.num_comm; ++i) {
+    t.comm_s[i] = CollectiveTime(c, pass.comm[i].collective, pass.comm[i].bytes, tp);
+    t.comm += t.comm_s[i];
+  }
+  const double launch = c.host.kernel_launch_s;
+  if (launch <= 0) return t;
+  double issue = 0, end = 0;
+  for (int i = 0, next_comm = 0; i <= pass.num_work; ++i) {
+    for (; next_comm < pass.num_comm && pass.comm_position[next_comm] <= i; ++next_comm) {
+      issue += launch;
+      end = std::max(end, issue) + t.comm_s[next_comm];
+    }
+    if (i == pass.num_work) break;
+    issue += launch;
+    end = std::max(end, issue) + t.work_s[i];
+  }
+  t.overhead = end - t.compute - t.comm;
+  return t;
+}
+
+// Time the async input-gradient reductions of a layer's backward (in `b`) spend beside the
+// weight-gradient kernels (in `w`) they overlap (layer_work.h AsyncOverlap): each hides at most
+// the shorter of the two.
+double AsyncOverlapTime(const LayerWork& lw, const PassTimes& b, const PassTimes& w) {
+  double hidden = 0;
+  for (int i = 0; i < lw.num_async_overlap; ++i) {
+    const AsyncOverlap& o = lw.async_overlap[i];
+    double work = 0;
+    for (int k = o.work_begin; k < o.work_end; ++k) work += w.work_s[k];
+    hidden += std::min(b.comm_s[o.comm], work);
+  }
+  return hidden;
 }
 
 // HBM bytes the optimizer step moves per parameter of its shard, following Megatron's
@@ -115,13 +165,17 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
   est.stages.assign(pp, StageBreakdown{});
   // What every chunk's layers cost, then the embedding and output parts on the first and last.
   const double L = layers_per_chunk;
+  // The async reductions hide behind W only when B and W run as one backward.
+  const double async_hidden = p.schedule == Schedule::kZbH1 ? 0 : AsyncOverlapTime(layer, lb, lw);
   const ChunkCosts plain{.forward_s = L * lf.total(),
                          .backward_input_s = L * (lr.total() + lb.total()),
-                         .backward_weight_s = L * lw.total(),
+                         .backward_weight_s = L * (lw.total() - async_hidden),
                          .activation_bytes = L * layer_act,
                          .weight_grad_activation_bytes = L * layer_w_act};
-  const double plain_compute = L * (lf.compute + lr.compute + lb.compute + lw.compute);
-  const double plain_comm = L * (lf.comm + lr.comm + lb.comm + lw.comm);
+  const double plain_overhead = L * (lf.overhead + lr.overhead + lb.overhead + lw.overhead);
+  const double plain_compute =
+      L * (lf.compute + lr.compute + lb.compute + lw.compute) + plain_overhead;
+  const double plain_comm = L * (lf.comm + lr.comm + lb.comm + lw.comm - async_hidden);
   for (int chunk = 0, vs = 0; chunk < v; ++chunk) {
     for (int r = 0; r < pp; ++r, ++vs) {
       const bool first = vs == 0, last = vs == vstages - 1;
@@ -132,14 +186,23 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
       ch.send_backward_s = first ? 0 : send[r == 0 ? pp - 1 : r - 1];
       br.pp_comm_s += ch.send_forward_s + ch.send_backward_s;
       br.compute_s += plain_compute;
+      br.overhead_s += plain_overhead;
       br.tp_comm_s += plain_comm;
+      if (chunk == 0) {
+        // Once per micro-batch on each stage: the framework's work around the layers.
+        ch.forward_s += c.host.microbatch_overhead_s;
+        br.compute_s += c.host.microbatch_overhead_s;
+        br.overhead_s += c.host.microbatch_overhead_s;
+      }
       br.recompute_s += L * lr.total();
       if (first) {
         ch.forward_s += ef.total();
         ch.backward_input_s += eb.total();
         ch.backward_weight_s += ew.total();
         ch.activation_bytes += emb_act;
-        br.compute_s += ef.compute + eb.compute + ew.compute;
+        br.compute_s +=
+            ef.compute + eb.compute + ew.compute + ef.overhead + eb.overhead + ew.overhead;
+        br.overhead_s += ef.overhead + eb.overhead + ew.overhead;
         br.tp_comm_s += ef.comm + eb.comm + ew.comm;
       }
       if (last) {
@@ -147,7 +210,9 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
         ch.backward_input_s += ob.total();
         ch.backward_weight_s += ow.total();
         ch.activation_bytes += out_act;
-        br.compute_s += of.compute + ob.compute + ow.compute;
+        br.compute_s +=
+            of.compute + ob.compute + ow.compute + of.overhead + ob.overhead + ow.overhead;
+        br.overhead_s += of.overhead + ob.overhead + ow.overhead;
         br.tp_comm_s += of.comm + ob.comm + ow.comm;
       }
       if (!options.overlap_p2p_communication) {

@@ -14,6 +14,11 @@
 //    sending operation and the send fields are 0;
 //  - activation_bytes: the chunk's layers (memory_model.h) plus the embedding's mask on vs 0 and
 //    the output layer's buffers on the last; weight_grad_activation_bytes: the linears' inputs.
+// Each pass's time is its kernels and collectives (layer_work.h), stretched where the host
+// cannot launch them as fast as the GPU runs them (the profile's host.kernel_launch_us; see
+// Times() in cost_model.cc), less the async input-gradient reductions hidden behind the weight
+// gradients (cost_options.h) when B and W run together; the forward of each stage's first chunk
+// also carries the profile's host.microbatch_overhead_us.
 // And each StageCosts: the data-parallel gradient all-reduce (distributed optimizer: reduce-
 // scatter, then a parameter all-gather after the step) of the stage's parameters over the DP
 // group; the tied-embedding all-reduce between first and last stage (pp > 1); the optimizer
@@ -39,6 +44,7 @@ struct StageBreakdown {
   double tp_comm_s = 0;    // tensor-parallel collectives inside F, B and W
   double pp_comm_s = 0;    // sends of activations and gradients (whether or not they block)
   double recompute_s = 0;  // the part of compute_s + tp_comm_s that recomputation adds
+  double overhead_s = 0;   // the part of compute_s the GPU waits for the host (launch-bound)
 };
 
 struct StepEstimate {

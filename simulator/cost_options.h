@@ -26,6 +26,17 @@ struct CostOptions {
   // pipeline to disable; removed in Megatron core): each tensor-parallel rank sends 1/tp of the
   // activation to the next stage, which all-gathers it over NVLink.
   bool scatter_gather_tensors_in_pipeline = false;
+  // Longest key sequence Megatron's fused scale-mask-softmax kernel takes (FusedScaleMaskSoftmax.
+  // is_kernel_available, megatron/core/fusions/fused_softmax.py: 16 < sk <= 4096; 2048 in
+  // Megatron-LM v2/v3 and Megatron-DeepSpeed). Beyond it, or when b x heads per GPU is not a
+  // multiple of 4, Megatron falls back to an unfused fp32 PyTorch softmax.
+  int fused_softmax_max_seq_length = 4096;
+  // Megatron's asynchronous input-gradient reduction (LinearWithGradAccumulationAndAsync-
+  // Communication, megatron/core/tensor_parallel/layers.py; on unless
+  // --no-async-tensor-model-parallel-allreduce in Megatron-LM and Megatron-DeepSpeed): a
+  // column-parallel linear's input-gradient all-reduce (reduce-scatter with sequence parallelism)
+  // runs beside its weight-gradient GEMM (layer_work.h AsyncOverlap).
+  bool async_tensor_parallel_allreduce = true;
 
   bool operator==(const CostOptions&) const = default;
 };
@@ -38,16 +49,36 @@ inline CostOptions Megatron2021Options() {
           .overlap_p2p_communication = false,
           .accumulate_allreduce_grads_in_fp32 = false,
           .gradient_accumulation_fusion = false,
-          .scatter_gather_tensors_in_pipeline = true};
+          .scatter_gather_tensors_in_pipeline = true,
+          .fused_softmax_max_seq_length = 2048,
+          .async_tensor_parallel_allreduce = false};
 }
 
 // Megatron-LM v3.0 (2022), the code of Korthikanti et al. 2022: as 2021 but with the weight-
 // gradient GEMMs accumulating into the main gradients (gradient_accumulation_fusion, default on
-// since then).
+// since then). The async input-gradient reduction stays off here: dgx-a100-80gb's efficiency
+// levels were calibrated on these runs without it.
 inline CostOptions Megatron2022Options() {
   CostOptions o = Megatron2021Options();
   o.gradient_accumulation_fusion = true;
   return o;
+}
+
+// Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed with DeepSpeed's engine, as vTrain's measured
+// runs used it): DeepSpeed reduces the fp16 gradients after the backward (no bucketing, no
+// overlap); its pipeline engine sends blocking and, with tensor parallelism, each TP rank sends
+// 1/t of the activation and the receiver all-gathers it (PipelineEngine.is_pipe_partitioned);
+// autograd accumulates fp16 gradients in .grad (the fused accumulation is commented out in
+// LinearWithGradAccumulationAndAsyncCommunication); the input-gradient all-reduce is async; the
+// fused softmax takes sk <= 2048 (megatron/model/fused_softmax.py).
+inline CostOptions MegatronDeepSpeedOptions() {
+  return {.overlap_grad_reduce = false,
+          .overlap_p2p_communication = false,
+          .accumulate_allreduce_grads_in_fp32 = false,
+          .gradient_accumulation_fusion = false,
+          .scatter_gather_tensors_in_pipeline = true,
+          .fused_softmax_max_seq_length = 2048,
+          .async_tensor_parallel_allreduce = true};
 }
 
 // Bytes of one main-gradient element: 4 when gradients are accumulated in fp32 (forced for bf16

@@ -16,6 +16,7 @@ struct Dims {
   double f_t;          // FFN width per GPU (one branch)
   double fc1_t;        // first MLP linear's output width per GPU (2 f_t with SwiGLU)
   bool bias, swiglu, rope;
+  bool fused_softmax;  // Megatron's fused scale-mask-softmax kernel applies
 };
 
 Dims MakeDims(const ModelSpec& m, const ParallelConfig& p, Precision precision,
@@ -40,6 +41,13 @@ Dims MakeDims(const ModelSpec& m, const ParallelConfig& p, Precision precision,
   d.fc1_t = d.swiglu ? 2 * d.f_t : d.f_t;
   d.bias = m.add_bias_linear;
   d.rope = m.position_embedding == PositionEmbedding::kRope;
+  // FusedScaleMaskSoftmax.is_kernel_available (Megatron-LM megatron/core/fusions/
+  // fused_softmax.py; Megatron-DeepSpeed megatron/model/fused_softmax.py): 16 < sk <= limit,
+  // sq and sk multiples of 4, and b x (heads per GPU) a multiple of 4 (the kernel's batches per
+  // block for sk > 128).
+  const int64_t attn_batches = int64_t{p.micro_batch_size} * (m.num_attention_heads / p.tp);
+  d.fused_softmax = m.seq_length > 16 && m.seq_length <= options.fused_softmax_max_seq_length &&
+                    m.seq_length % 4 == 0 && attn_batches % 4 == 0;
   return d;
 }
 
@@ -91,7 +99,16 @@ void AddCoreAttentionForward(PassWork& f, const Dims& d) {
     f.Add(Memory("gqa expand k v", 2 * d.T * d.d * (d.g_t + d.a_t) * d.e));
   }
   f.Add(Gemm("attention scores q k^t", d.s, d.s, d.d, heads, d.e));
-  f.Add(Memory("scale mask softmax", 2 * s2 * d.e));
+  if (d.fused_softmax) {
+    f.Add(Memory("scale mask softmax", 2 * s2 * d.e));
+  } else {
+    // forward_torch_softmax in fp32: input.float(), * scale, masked_fill_, softmax, .half().
+    f.Add(Memory("softmax input to fp32", s2 * (d.e + 4)));
+    f.Add(Memory("softmax scale", 8 * s2));
+    f.Add(Memory("causal mask fill", 8 * s2));
+    f.Add(Memory("softmax", 8 * s2));
+    f.Add(Memory("softmax output to fp16", s2 * (4 + d.e)));
+  }
   f.Add(Memory("attention dropout", s2 * (2 * d.e + 1)));
   f.Add(Gemm("attention probs x v", d.s, d.d, d.s, heads, d.e));
 }
@@ -99,8 +116,12 @@ void AddCoreAttentionForward(PassWork& f, const Dims& d) {
 }  // namespace
 
 void PassWork::Append(const PassWork& other) {
+  const int base = num_work;
   for (int i = 0; i < other.num_work; ++i) Add(other.work[i]);
-  for (int i = 0; i < other.num_comm; ++i) Add(other.comm[i]);
+  for (int i = 0; i < other.num_comm; ++i) {
+    Add(other.comm[i]);
+    comm_position[num_comm - 1] = static_cast<int8_t>(base + other.comm_position[i]);
+  }
 }
 
 double PassWork::flops() const {
@@ -159,6 +180,7 @@ LayerWork TransformerLayerWork(const ModelSpec& m, const ParallelConfig& p, Prec
   b.Add(Memory(d.swiglu ? "swiglu backward" : "bias gelu backward",
                (d.f_t + 2 * d.fc1_t) * d.T * d.e));
   b.Add(Gemm("fc1 dgrad", d.T, d.h, d.fc1_t, 1, d.e));
+  const int fc1_input_grad_comm = b.num_comm;
   if (d.t > 1) {
     b.Add(CommWork{"tp reduce fc1 input grad",
                    d.sp ? Collective::kReduceScatter : Collective::kAllReduce, act});
@@ -172,12 +194,22 @@ LayerWork TransformerLayerWork(const ModelSpec& m, const ParallelConfig& p, Prec
   b.Add(Gemm("attention probs grad", d.s, d.s, d.d, heads, d.e));
   b.Add(Gemm("attention v grad", d.s, d.d, d.s, heads, d.e));
   b.Add(Memory("attention dropout backward", s2 * (2 * d.e + 1)));
-  b.Add(Memory("softmax backward", 3 * s2 * d.e));
+  if (d.fused_softmax) {
+    b.Add(Memory("softmax backward", 3 * s2 * d.e));
+  } else {
+    // The autograd chain of the unfused forward, in fp32.
+    b.Add(Memory("softmax grad to fp32", s2 * (d.e + 4)));
+    b.Add(Memory("softmax backward", 12 * s2));
+    b.Add(Memory("causal mask fill backward", 8 * s2));
+    b.Add(Memory("softmax scale backward", 8 * s2));
+    b.Add(Memory("softmax grad to fp16", s2 * (4 + d.e)));
+  }
   b.Add(Gemm("attention q grad", d.s, d.d, d.s, heads, d.e));
   b.Add(Gemm("attention k grad", d.s, d.d, d.s, heads, d.e));
   if (d.a_t != d.g_t) b.Add(Memory("gqa reduce k v grads", 2 * d.T * d.d * (d.g_t + d.a_t) * d.e));
   if (d.rope) b.Add(Memory("rotary backward", 2 * d.T * (d.a_t + d.g_t) * d.d * d.e));
   b.Add(Gemm("qkv dgrad", d.T, d.h, qkv_n, 1, d.e));
+  const int qkv_input_grad_comm = b.num_comm;
   if (d.t > 1) {
     b.Add(CommWork{"tp reduce qkv input grad",
                    d.sp ? Collective::kReduceScatter : Collective::kAllReduce, act});
@@ -190,12 +222,21 @@ LayerWork TransformerLayerWork(const ModelSpec& m, const ParallelConfig& p, Prec
   // that traffic is taken as hidden and not timed.
   AddWeightGrad(w, "fc2 wgrad", d.h, d.f_t, d.T, d, options);
   AddBiasGrad(w, "fc2 bias grad", d.Tn, d.h, d);
+  const int fc1_wgrad = w.num_work;
   AddWeightGrad(w, "fc1 wgrad", d.fc1_t, d.h, d.T, d, options);
+  const int fc1_wgrad_end = w.num_work;
   AddBiasGrad(w, "fc1 bias grad", d.T, d.fc1_t, d);
   AddWeightGrad(w, "attention projection wgrad", d.h, ctx, d.T, d, options);
   AddBiasGrad(w, "projection bias grad", d.Tn, d.h, d);
+  const int qkv_wgrad = w.num_work;
   AddWeightGrad(w, "qkv wgrad", qkv_n, d.h, d.T, d, options);
+  const int qkv_wgrad_end = w.num_work;
   AddBiasGrad(w, "qkv bias grad", d.T, qkv_n, d);
+  if (d.t > 1 && options.async_tensor_parallel_allreduce) {
+    lw.async_overlap[0] = {fc1_input_grad_comm, fc1_wgrad, fc1_wgrad_end};
+    lw.async_overlap[1] = {qkv_input_grad_comm, qkv_wgrad, qkv_wgrad_end};
+    lw.num_async_overlap = 2;
+  }
 
   // ---- Recomputation (Korthikanti et al. 2022, section 5).
   if (p.recompute == Recompute::kFull) {

@@ -57,6 +57,7 @@ struct PassWork {
   static constexpr int kMaxComm = 6;
   std::array<Work, kMaxWork> work;
   std::array<CommWork, kMaxComm> comm;
+  std::array<int8_t, kMaxComm> comm_position;  // kernels of the pass issued before comm[i]
   int num_work = 0;
   int num_comm = 0;
 
@@ -66,11 +67,23 @@ struct PassWork {
   }
   void Add(const CommWork& c) {
     PTDP_CHECK(num_comm < kMaxComm);
+    comm_position[num_comm] = static_cast<int8_t>(num_work);
     comm[num_comm++] = c;
   }
   void Append(const PassWork& other);
   double flops() const;  // sum of the GEMM FLOPs
   double bytes() const;  // sum of the HBM bytes
+};
+
+// Megatron's asynchronous tensor-parallel reduction of a column-parallel linear's input gradient
+// (LinearWithGradAccumulationAndAsyncCommunication, --async-tensor-model-parallel-allreduce; the
+// reduce-scatter with sequence parallelism): issued right after the input-gradient GEMM and
+// waited for after the linear's weight-gradient GEMM, so the two run at once when B and W are
+// one backward (not with a split backward that defers W).
+struct AsyncOverlap {
+  int comm = 0;        // index in backward_input.comm
+  int work_begin = 0;  // the weight-gradient kernels it runs beside: backward_weight.work[begin,
+  int work_end = 0;    // end)
 };
 
 struct LayerWork {
@@ -79,6 +92,8 @@ struct LayerWork {
   PassWork backward_weight;  // W
   PassWork recompute;        // the forward work B redoes first (empty without recomputation)
   double parameters = 0;     // parameters this GPU holds for the part
+  std::array<AsyncOverlap, 2> async_overlap{};  // [0, num_async_overlap)
+  int num_async_overlap = 0;
 };
 
 // One transformer layer. Recompute: full redoes the whole forward (with its collectives);

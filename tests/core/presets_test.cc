@@ -18,11 +18,12 @@ TEST(Presets, TheContractsPresetsExist) {
         "llama2-70b",     "llama3-8b",      "llama3-70b",      "llama3-405b"}) {
     EXPECT_NO_THROW(ModelPreset(name)) << name;
   }
-  for (const char* name : {"dgx-a100-80gb", "dgx-a100-40gb", "dgx-h100", "hgx-h200", "cpu-local"}) {
+  for (const char* name :
+       {"dgx-a100-80gb", "dgx-a100-40gb", "vtrain-a100", "dgx-h100", "hgx-h200", "cpu-local"}) {
     EXPECT_NO_THROW(ClusterPreset(name)) << name;
   }
   EXPECT_EQ(ModelPresetFiles().size(), 24u);
-  EXPECT_EQ(ClusterPresetFiles().size(), 5u);
+  EXPECT_EQ(ClusterPresetFiles().size(), 6u);
 }
 
 TEST(Presets, EveryModelPresetIsNamedAfterItsFileAndRoundTrips) {

@@ -1,0 +1,320 @@
+#include "simulator/vtrain.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cmath>
+
+#include "core/error.h"
+#include "core/megatron_rules.h"
+#include "core/plan.h"
+#include "core/yaml_io.h"
+#include "simulator/collectives.h"
+
+namespace ptdp {
+namespace {
+
+// The published headers, after the byte-order mark; the multi-node file adds kParamsColumn.
+constexpr std::array<std::string_view, 11> kColumns = {"# GPUs",
+                                                       "global batch",
+                                                       "micro batch",
+                                                       "hidden size",
+                                                       "attention heads",
+                                                       "# layers",
+                                                       "sequence length",
+                                                       "tensor parallelism",
+                                                       "data parallelism",
+                                                       "pipeline parallelism",
+                                                       "iteration time (ms)"};
+constexpr std::string_view kParamsColumn = "Parameters (billion)";
+constexpr std::string_view kBom = "\xEF\xBB\xBF";
+
+std::vector<std::string_view> SplitFields(std::string_view line) {
+  std::vector<std::string_view> fields;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = line.find(',', start);
+    fields.push_back(line.substr(start, comma == std::string_view::npos ? comma : comma - start));
+    if (comma == std::string_view::npos) return fields;
+    start = comma + 1;
+  }
+}
+
+// Reads the fields of one data line; `offset` is 1 when the file has the parameter column.
+class RowReader {
+ public:
+  RowReader(const std::string& source, int line, std::span<const std::string_view> fields,
+            int offset)
+      : source_(source), line_(line), fields_(fields), offset_(offset) {}
+
+  // Field of column `index` (0-based, in kColumns) as a positive integer.
+  int PositiveInt(int index) const {
+    const std::string_view text = fields_[index + offset_];
+    int64_t value = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec != std::errc() || end != text.data() + text.size() || value <= 0 ||
+        value > 1'000'000'000) {
+      Fail(index + offset_, fmt::format("expected a positive integer, got \"{}\"", text));
+    }
+    return static_cast<int>(value);
+  }
+
+  double PositiveNumber(int column) const {
+    const std::string_view text = fields_[column];
+    double value = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec != std::errc() || end != text.data() + text.size() || !(value > 0) ||
+        !std::isfinite(value)) {
+      Fail(column, fmt::format("expected a positive number, got \"{}\"", text));
+    }
+    return value;
+  }
+
+  // `column` counts the file's columns from 0.
+  [[noreturn]] void Fail(int column, std::string message, std::string hint = "") const {
+    throw InputError({source_, line_, ColumnKey(column)}, std::move(message), std::move(hint));
+  }
+
+  std::string ColumnKey(int column) const {
+    const std::string_view name =
+        offset_ == 1 && column == 0 ? kParamsColumn : kColumns[column - offset_];
+    return fmt::format("column {} ({})", column + 1, name);
+  }
+
+ private:
+  const std::string& source_;
+  int line_;
+  std::span<const std::string_view> fields_;
+  int offset_;
+};
+
+std::string HeaderText(bool params) {
+  std::string text(params ? kParamsColumn : "");
+  for (std::string_view c : kColumns) {
+    if (!text.empty()) text += ',';
+    text += c;
+  }
+  return text;
+}
+
+}  // namespace
+
+std::vector<VtrainRow> ParseVtrainCsv(std::string_view text, const std::string& source) {
+  if (text.starts_with(kBom)) text.remove_prefix(kBom.size());
+  std::vector<VtrainRow> rows;
+  int offset = -1;  // 0 or 1 once the header is read
+  int line = 0;
+  while (!text.empty()) {
+    const size_t newline = text.find('\n');
+    std::string_view current = text.substr(0, newline);
+    text.remove_prefix(newline == std::string_view::npos ? text.size() : newline + 1);
+    ++line;
+    if (current.ends_with('\r')) current.remove_suffix(1);
+    if (current.find_first_not_of(" \t") == std::string_view::npos) continue;
+    if (offset < 0) {
+      if (current == HeaderText(false)) {
+        offset = 0;
+      } else if (current == HeaderText(true)) {
+        offset = 1;
+      } else {
+        throw InputError({source, line, "header"},
+                         fmt::format("not a vTrain ground-truth header: \"{}\"", current),
+                         fmt::format("expected \"{}\", optionally preceded by \"{},\"",
+                                     HeaderText(false), kParamsColumn));
+      }
+      continue;
+    }
+    const std::vector<std::string_view> fields = SplitFields(current);
+    const int expected = static_cast<int>(kColumns.size()) + offset;
+    if (static_cast<int>(fields.size()) != expected) {
+      throw InputError(
+          {source, line, fmt::format("column {}", fields.size())},
+          fmt::format("expected {} columns as in the header, got {}", expected, fields.size()));
+    }
+    const RowReader r(source, line, fields, offset);
+    VtrainRow row;
+    row.line = line;
+    if (offset == 1) row.params_billion = r.PositiveNumber(0);
+    row.gpus = r.PositiveInt(0);
+    row.global_batch = r.PositiveInt(1);
+    row.micro_batch = r.PositiveInt(2);
+    row.hidden = r.PositiveInt(3);
+    row.heads = r.PositiveInt(4);
+    row.layers = r.PositiveInt(5);
+    row.seq = r.PositiveInt(6);
+    row.tp = r.PositiveInt(7);
+    row.dp = r.PositiveInt(8);
+    row.pp = r.PositiveInt(9);
+    row.measured_s = r.PositiveNumber(10 + offset) / 1000;
+    if (int64_t{row.tp} * row.dp * row.pp != row.gpus) {
+      r.Fail(offset,
+             fmt::format("{} GPUs, but tensor x data x pipeline parallelism is {} x {} x {} "
+                         "= {}",
+                         row.gpus, row.tp, row.dp, row.pp, int64_t{row.tp} * row.dp * row.pp));
+    }
+    if (row.hidden % row.heads != 0) {
+      r.Fail(3 + offset, fmt::format("hidden size {} is not a multiple of the {} attention heads",
+                                     row.hidden, row.heads));
+    }
+    rows.push_back(row);
+  }
+  if (offset < 0) {
+    throw InputError({source, std::max(line, 1), "header"}, "no header line: the file is empty");
+  }
+  return rows;
+}
+
+std::vector<VtrainRow> LoadVtrainCsv(const std::string& path) {
+  return ParseVtrainCsv(ReadTextFile(path), path);
+}
+
+ModelSpec VtrainModel(const VtrainRow& row) {
+  ModelSpec m;
+  m.name = row.params_billion > 0 ? fmt::format("gpt-{}b", row.params_billion)
+                                  : fmt::format("gpt-h{}-l{}", row.hidden, row.layers);
+  m.num_layers = row.layers;
+  m.hidden_size = row.hidden;
+  m.num_attention_heads = row.heads;
+  m.num_query_groups = row.heads;
+  m.kv_channels = row.hidden / row.heads;
+  m.ffn_hidden_size = 4 * row.hidden;
+  m.vocab_size = 50257;  // GPT-2 BPE; Megatron pads it to a multiple of 128 tp
+  m.seq_length = row.seq;
+  m.max_position_embeddings = row.seq;
+  return m;  // GeLU, LayerNorm, learned positions, tied embeddings, biases: the defaults
+}
+
+TrainingSpec VtrainTraining(const VtrainRow& row) {
+  TrainingSpec t;
+  t.global_batch_size = row.global_batch;
+  t.precision = Precision::kFp16;
+  return t;
+}
+
+ParallelConfig VtrainLayout(const VtrainRow& row) {
+  ParallelConfig p;
+  p.tp = row.tp;
+  p.pp = row.pp;
+  p.dp = row.dp;
+  p.micro_batch_size = row.micro_batch;
+  p.schedule = Schedule::k1F1B;
+  p.recompute = Recompute::kFull;
+  return p;
+}
+
+std::string LayoutFamily(const VtrainRow& row, int gpus_per_node) {
+  std::string family;
+  for (const auto& [size, name] : {std::pair{row.tp, "tp"}, {row.dp, "dp"}, {row.pp, "pp"}}) {
+    if (size > 1) family += (family.empty() ? "" : "+") + std::string(name);
+  }
+  if (family.empty()) family = "single";
+  if (row.tp > gpus_per_node) family += " x-node";
+  return family;
+}
+
+std::string ModelFamily(const VtrainRow& row) {
+  return row.params_billion > 0 ? fmt::format("{}B", row.params_billion)
+                                : fmt::format("h{} L{}", row.hidden, row.layers);
+}
+
+std::vector<VtrainResult> ReplayVtrain(const ClusterSpec& cluster,
+                                       std::span<const VtrainRow> rows) {
+  std::vector<VtrainResult> results;
+  results.reserve(rows.size());
+  const CostOptions options = MegatronDeepSpeedOptions();  // cost_options.h
+  for (const VtrainRow& row : rows) {
+    VtrainResult r;
+    r.row = row;
+    Plan plan;
+    plan.model = VtrainModel(row);
+    plan.cluster = cluster;
+    plan.num_gpus = row.gpus;
+    plan.training = VtrainTraining(row);
+    plan.parallel = VtrainLayout(row);
+    const std::vector<Violation> violations =
+        CheckParallelConfig(plan.model, plan.training, plan.parallel, plan.num_gpus);
+    if (!violations.empty()) {
+      r.rejected = violations.front().message;
+      results.push_back(r);
+      continue;
+    }
+    const SimulationReport report = SimulatePlan(plan, options);
+    r.simulated_s = report.step_time_s;
+    r.breakdown = report.breakdown;
+    for (const StageBreakdown& st : report.estimate.stages) {
+      r.host_overhead_s += report.estimate.microbatches * st.overhead_s / plan.parallel.pp;
+    }
+    r.peak_memory_bytes = report.peak_memory_bytes;
+    r.memory_problem = report.memory_problem;
+    results.push_back(r);
+  }
+  return results;
+}
+
+double VtrainMape(std::span<const VtrainResult> results) {
+  double sum = 0;
+  int n = 0;
+  for (const VtrainResult& r : results) {
+    if (!r.rejected.empty()) continue;
+    sum += std::abs(r.error());
+    ++n;
+  }
+  return n == 0 ? 0 : sum / n;
+}
+
+}  // namespace ptdp
+
+namespace ptdp {
+
+ClusterSpec WithVtrainFit(ClusterSpec cluster, const VtrainFit& fit) {
+  cluster.gpu.memory_efficiency = fit.memory_efficiency;
+  cluster.host.kernel_launch_s = fit.kernel_launch_s;
+  cluster.host.microbatch_overhead_s = fit.microbatch_overhead_s;
+  return cluster;
+}
+
+VtrainFit FitVtrain(const ClusterSpec& cluster, std::span<const VtrainRow> rows) {
+  // Integer grid units, so the search is exact and its result reproducible: memory efficiency
+  // in 0.005, the launch cost in 0.25 us, the micro-batch overhead in 10 us.
+  constexpr double kUnit[3] = {0.005, 0.25e-6, 10e-6};
+  constexpr int kLow[3] = {60, 0, 0};           // 0.3, 0 us, 0 us
+  constexpr int kHigh[3] = {180, 4000, 10000};  // 0.9, 1 ms, 100 ms
+  int at[3] = {160, 160, 100};                  // 0.8, 40 us, 1 ms
+  int step[3] = {8, 32, 32};
+  VtrainFit fit;
+  const auto evaluate = [&](const int(&x)[3]) {
+    ++fit.evaluations;
+    const VtrainFit f{x[0] * kUnit[0], x[1] * kUnit[1], x[2] * kUnit[2]};
+    return VtrainMape(ReplayVtrain(WithVtrainFit(cluster, f), rows));
+  };
+  double best = evaluate(at);
+  while (true) {
+    bool improved = false;
+    for (int k = 0; k < 3; ++k) {
+      for (int dir : {-1, 1}) {
+        while (true) {
+          int next[3] = {at[0], at[1], at[2]};
+          next[k] += dir * step[k];
+          if (next[k] < kLow[k] || next[k] > kHigh[k]) break;
+          const double cost = evaluate(next);
+          if (!(cost < best - 1e-12)) break;
+          best = cost;
+          std::copy(next, next + 3, at);
+          improved = true;
+        }
+      }
+    }
+    if (improved) continue;
+    if (step[0] == 1 && step[1] == 1 && step[2] == 1) break;
+    for (int& s : step) s = std::max(1, s / 2);
+  }
+  fit.memory_efficiency = at[0] * kUnit[0];
+  fit.kernel_launch_s = at[1] * kUnit[1];
+  fit.microbatch_overhead_s = at[2] * kUnit[2];
+  fit.mape = best;
+  return fit;
+}
+
+}  // namespace ptdp
