@@ -54,6 +54,9 @@ CostOptions ExecutorCostOptions() {
   o.accumulate_allreduce_grads_in_fp32 = true;
   o.gradient_accumulation_fusion = true;
   o.scatter_gather_tensors_in_pipeline = false;
+  // Its tensor-parallel all-reduces block: an input gradient's does not run beside the weight
+  // gradient's GEMM.
+  o.async_tensor_parallel_allreduce = false;
   return o;
 }
 

@@ -69,8 +69,9 @@ struct ValidationReport {
 };
 
 // The simulator's settings for what the CPU executor does: non-blocking sends (Megatron's
-// --overlap-p2p-communication), gradients reduced after the backward, fp32 gradients
-// accumulated by the weight-gradient GEMMs.
+// --overlap-p2p-communication), gradients reduced after the backward, blocking tensor-parallel
+// collectives (no asynchronous input-gradient all-reduce), fp32 gradients accumulated by the
+// weight-gradient GEMMs.
 CostOptions ExecutorCostOptions();
 
 // `simulated` is SimulatePlan of `executed` (the plan as run: its cluster the profile, its

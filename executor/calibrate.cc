@@ -461,7 +461,9 @@ std::string CalibratedProfileYaml(const ClusterSpec& cluster, const CpuComputeFi
       "of repeated timings; the cores are shared with other work, so expect some noise between "
       "runs. The CPU executor computes in fp32 whatever the plan's precision, so the bf16 and "
       "fp16 peaks are its fp32 rate. Inter-node figures (network:) are NOT measured: there is "
-      "one machine; they keep the placeholder's guesses.",
+      "one machine; they keep the placeholder's guesses. Host overheads (an optional host: "
+      "section) are left out, i.e. 0: the executor calls its kernels directly, nothing is "
+      "launched.",
       0);
   if (m.load_average >= 0) {
     header += CommentLines(
