@@ -136,11 +136,12 @@ const Command kValidateCommand{
         "--launch starts mpirun), simulates the same plan with a hardware profile (--cluster,\n"
         "e.g. one that `ptdp calibrate` measured on this machine; default the plan's own), and\n"
         "prints measured against simulated: step time (median of the steps after the first),\n"
-        "bubble fraction, busy time per pipeline stage, peak memory per stage by category, with\n"
-        "the ratio and error of each. The simulation is of the plan as executed: fp32, the\n"
-        "executor's communication (non-blocking sends, gradients reduced after the backward),\n"
-        "and all ranks of a one-host job on one node. Step lines go to stderr, the comparison\n"
-        "to stdout. Exits non-zero when the executor fails.",
+        "pipeline phase, bubble fraction, per pipeline stage the busy time, one micro-batch's\n"
+        "forward and backward, and peak memory by category, with the ratio and error of each.\n"
+        "The simulation is of the plan as executed: fp32, the executor's communication (non-\n"
+        "blocking sends, blocking tensor-parallel collectives, gradients reduced after the\n"
+        "backward), and all ranks of a one-host job on one node. Step lines go to stderr, the\n"
+        "comparison to stdout. Exits non-zero when the executor fails.",
     .examples =
         "ptdp calibrate --backend cpu --out cpu.yaml\n"
         "ptdp validate --plan plan.yaml --launch --steps 10 --cluster cpu.yaml\n"
