@@ -95,6 +95,10 @@ int RunCalibrate(const Flags& flags, std::ostream& out, std::ostream& err) {
     return RunCommWorker(*path, options, err);
   }
 
+  if (LauncherRank() >= 0) {
+    throw InputError({"", 0, ""}, "ptdp calibrate runs under mpirun only as its own MPI job",
+                     "run `ptdp calibrate --out FILE` without mpirun: it starts the ranks itself");
+  }
   const std::string out_path = flags.String("out");
   const std::filesystem::path parent = std::filesystem::path(out_path).parent_path();
   if (!parent.empty() && !std::filesystem::is_directory(parent)) {
@@ -153,6 +157,13 @@ int RunCalibrate(const Flags& flags, std::ostream& out, std::ostream& err) {
     const std::string text = ReadTextFile(results);
     std::filesystem::remove(results);
     comm = ParseCommFigures(text, results);
+    if (comm->hosts != 1) {
+      throw InputError({"", 0, "--"},
+                       fmt::format("the MPI job ran on {} hosts; calibrate describes one machine "
+                                   "(its node figures are between the ranks of one host)",
+                                   comm->hosts),
+                       "leave out mpirun's host flags");
+    }
   } else {
     err << "calibrate: one rank: MPI not measured (the profile keeps the placeholder's node "
            "figures)\n";
