@@ -1,6 +1,5 @@
 #include "executor/calibrate.h"
 
-#include <cblas.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -17,8 +16,8 @@
 #include "core/spec_yaml.h"
 #include "core/units.h"
 
-// OpenBLAS's own query functions (declared by its cblas.h on most builds; repeated here so a
-// reference-BLAS header does not break the build).
+// OpenBLAS's own query functions (its cblas.h declares them too; declared here so that this file
+// needs no BLAS header).
 extern "C" char* openblas_get_config(void);
 extern "C" int openblas_get_num_threads(void);
 
@@ -246,6 +245,22 @@ CommFigures MeasureComm(Comm& world, Backend& backend, const CalibrateOptions& o
   const int64_t largest = *std::max_element(o.allreduce_bytes.begin(), o.allreduce_bytes.end());
   const Tensor buffer(backend, DType::kF32, {std::max<int64_t>(largest, o.latency_bytes) / 4},
                       MemCategory::kCommBuffers);
+  {
+    // nccl-tests' habit: check a result before timing. Rank i contributes i + 1 everywhere.
+    const Span s = buffer.span().Slice(0, o.allreduce_bytes.front() / 4);
+    backend.Fill(s, world.rank() + 1);
+    world.AllReduce(s, ReduceOp::kSum);
+    std::vector<float> sums(static_cast<size_t>(s.numel));
+    backend.Download(s, sums.data());
+    const float want = static_cast<float>(n * (n + 1) / 2);
+    for (const float got : sums) {
+      if (got != want) {
+        throw std::runtime_error(
+            fmt::format("MPI_Allreduce returned {} where {} was expected", got, want));
+      }
+    }
+    backend.Fill(buffer.span(), 0);
+  }
   for (const int64_t bytes : o.allreduce_bytes) {
     const Span s = buffer.span().Slice(0, bytes / 4);
     const double t = time_collective([&] { world.AllReduce(s, ReduceOp::kSum); }, 3);

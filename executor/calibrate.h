@@ -104,7 +104,8 @@ struct CommFigures {
 };
 
 // Collective over `world` (at least 2 ranks). Measures before allocating anything large, the
-// resident set first. Progress lines (rank 0 only) go to `progress` when not null.
+// resident set first; checks one all-reduce's sums before timing (throws if they are wrong).
+// Progress lines (rank 0 only) go to `progress` when not null.
 CommFigures MeasureComm(Comm& world, Backend& backend, const CalibrateOptions& options,
                         std::ostream* progress);
 
