@@ -102,7 +102,8 @@ int RunProfiles(const Flags& flags, std::ostream& out, std::ostream&) {
     out << table.Render()
         << "\nBandwidths per GPU and direction (datasheet); GB = 1e9 bytes. Each profile's file "
            "cites its sources.\n"
-           "cpu-local is a placeholder until `ptdp calibrate` measures this machine.\n";
+           "cpu-local holds guesses: `ptdp calibrate --backend cpu --out FILE` measures a "
+           "machine.\n";
   }
   return kExitOk;
 }
