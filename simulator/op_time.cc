@@ -94,7 +94,18 @@ double GemmTable::Interpolate(int64_t m, int64_t n, int64_t k) const {
   double w[3];
   const int64_t dims[3] = {m, n, k};
   for (int a = 0; a < 3; ++a) {
+    const AxisMemo* hit = nullptr;
+    for (int i = 0; i < axis_memo_size_[a]; ++i) {
+      if (axis_memo_[a][i].value == dims[a]) hit = &axis_memo_[a][i];
+    }
+    if (hit != nullptr) {
+      lower[a] = hit->lower, w[a] = hit->weight;
+      continue;
+    }
     Locate(Log2(static_cast<double>(dims[a])), n_[a], log_[a], inv_step_[a], &lower[a], &w[a]);
+    if (axis_memo_size_[a] < kAxisMemo) {
+      axis_memo_[a][axis_memo_size_[a]++] = {dims[a], lower[a], w[a]};
+    }
   }
   // Trilinear interpolation over the (up to) eight surrounding grid points.
   double e = 0;

@@ -40,6 +40,16 @@ class GemmTable {
   static constexpr int kMemo = 16;  // a configuration has about a dozen distinct GEMM shapes
   mutable Memo memo_[kMemo];
   mutable int memo_size_ = 0;
+  // Per axis, the dimensions already placed on the grid (their shapes share them: tokens,
+  // hidden / tp, ...), so each distinct dimension pays for one log2 and one search.
+  struct AxisMemo {
+    int64_t value;
+    int lower;
+    double weight;
+  };
+  static constexpr int kAxisMemo = 8;
+  mutable AxisMemo axis_memo_[3][kAxisMemo];
+  mutable int axis_memo_size_[3] = {0, 0, 0};
 };
 
 // GemmTable(gpu).Efficiency(m, n, k), for one-off lookups.
