@@ -4,6 +4,22 @@
 
 namespace ptdp {
 
+ModelSpec ClassicGpt(std::string name, int num_layers, int hidden_size, int num_attention_heads,
+                     int vocab_size, int seq_length) {
+  ModelSpec m;
+  m.name = std::move(name);
+  m.num_layers = num_layers;
+  m.hidden_size = hidden_size;
+  m.num_attention_heads = num_attention_heads;
+  m.num_query_groups = num_attention_heads;
+  m.kv_channels = hidden_size / num_attention_heads;
+  m.ffn_hidden_size = 4 * hidden_size;
+  m.vocab_size = vocab_size;
+  m.seq_length = seq_length;
+  m.max_position_embeddings = seq_length;
+  return m;  // the remaining fields' defaults are GPT's: GeLU, LayerNorm, learned, tied, biases
+}
+
 int DefaultFfnHiddenSize(int hidden_size, Activation activation) {
   if (activation == Activation::kSwiglu) {
     // Megatron: int((4 * hidden_size * 2 / 3) / 64) * 64, computed in floating point.

@@ -51,6 +51,12 @@ struct ModelSpec {
   bool operator==(const ModelSpec&) const = default;
 };
 
+// A GPT as Megatron builds it by default (and as GPT-2/3 and Narayanan et al. 2021 define it):
+// a 4h GeLU MLP, LayerNorm, learned positions up to `seq_length`, tied embeddings, biases,
+// one key/value group per head, kv_channels = hidden / heads.
+ModelSpec ClassicGpt(std::string name, int num_layers, int hidden_size, int num_attention_heads,
+                     int vocab_size, int seq_length);
+
 // Megatron's ffn_hidden_size default: 4h, or int((4h * 2/3) / 64) * 64 with SwiGLU
 // (megatron/training/arguments.py).
 int DefaultFfnHiddenSize(int hidden_size, Activation activation);

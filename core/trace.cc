@@ -27,8 +27,8 @@ std::string ChromeTraceJson(std::string_view process_name, std::span<const Trace
         e.track, JsonString(e.name), JsonString(e.category), JsonNumber(e.start_s * 1e6),
         JsonNumber(e.duration_s * 1e6));
     if (e.microbatch >= 0) {
-      out += fmt::format(", \"args\": {{\"microbatch\": {}, \"chunk\": {}}}", e.microbatch,
-                         e.chunk);
+      out +=
+          fmt::format(", \"args\": {{\"microbatch\": {}, \"chunk\": {}}}", e.microbatch, e.chunk);
     }
     out += "}";
   }

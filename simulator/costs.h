@@ -22,13 +22,13 @@ struct ChunkCosts {
 
 // One pipeline stage (all its chunks), once per step.
 struct StageCosts {
-  double dp_grad_sync_s = 0;     // gradient all-reduce (or reduce-scatter with the distributed
-                                 // optimizer) over the data-parallel group
-  double dp_param_gather_s = 0;  // parameter all-gather after the step (distributed optimizer)
-  double embedding_sync_s = 0;   // tied-embedding gradient all-reduce, first and last stage
-  double optimizer_s = 0;        // the optimizer update of this stage's (shard of) parameters
+  double dp_grad_sync_s = 0;       // gradient all-reduce (or reduce-scatter with the distributed
+                                   // optimizer) over the data-parallel group
+  double dp_param_gather_s = 0;    // parameter all-gather after the step (distributed optimizer)
+  double embedding_sync_s = 0;     // tied-embedding gradient all-reduce, first and last stage
+  double optimizer_s = 0;          // the optimizer update of this stage's (shard of) parameters
   bool overlap_grad_sync = false;  // the DP reduction may start during the backward
-  double static_bytes = 0;       // weights + gradients + optimizer state + fixed buffers
+  double static_bytes = 0;         // weights + gradients + optimizer state + fixed buffers
 };
 
 struct StepCosts {

@@ -32,18 +32,8 @@ constexpr NarayananRow kRows[] = {
 std::span<const NarayananRow> NarayananTable1() { return kRows; }
 
 ModelSpec NarayananModel(const NarayananRow& row) {
-  ModelSpec m;
-  m.name = fmt::format("gpt-{}b", row.params_billion);
-  m.num_layers = row.layers;
-  m.hidden_size = row.hidden;
-  m.num_attention_heads = row.heads;
-  m.num_query_groups = row.heads;
-  m.kv_channels = row.hidden / row.heads;
-  m.ffn_hidden_size = 4 * row.hidden;
-  m.vocab_size = 51200;
-  m.seq_length = 2048;
-  m.max_position_embeddings = 2048;
-  return m;  // the remaining fields' defaults are GPT's: GeLU, LayerNorm, learned, tied, biases
+  return ClassicGpt(fmt::format("gpt-{}b", row.params_billion), row.layers, row.hidden, row.heads,
+                    51200, 2048);
 }
 
 TrainingSpec NarayananTraining(const NarayananRow& row) {
@@ -139,11 +129,8 @@ constexpr KorthikantiRow kKorthikanti[] = {
 std::span<const KorthikantiRow> Korthikanti2022Table() { return kKorthikanti; }
 
 ModelSpec KorthikantiModel(const KorthikantiRow& row) {
-  NarayananRow n;
-  n.heads = row.heads, n.hidden = row.hidden, n.layers = row.layers;
-  ModelSpec m = NarayananModel(n);
-  m.name = fmt::format("gpt-{}", row.name);
-  return m;
+  return ClassicGpt(fmt::format("gpt-{}", row.name), row.layers, row.hidden, row.heads, 51200,
+                    2048);
 }
 
 ParallelConfig KorthikantiLayout(const KorthikantiRow& row) {

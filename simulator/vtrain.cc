@@ -171,19 +171,10 @@ std::vector<VtrainRow> LoadVtrainCsv(const std::string& path) {
 }
 
 ModelSpec VtrainModel(const VtrainRow& row) {
-  ModelSpec m;
-  m.name = row.params_billion > 0 ? fmt::format("gpt-{}b", row.params_billion)
-                                  : fmt::format("gpt-h{}-l{}", row.hidden, row.layers);
-  m.num_layers = row.layers;
-  m.hidden_size = row.hidden;
-  m.num_attention_heads = row.heads;
-  m.num_query_groups = row.heads;
-  m.kv_channels = row.hidden / row.heads;
-  m.ffn_hidden_size = 4 * row.hidden;
-  m.vocab_size = 50257;  // GPT-2 BPE; Megatron pads it to a multiple of 128 tp
-  m.seq_length = row.seq;
-  m.max_position_embeddings = row.seq;
-  return m;  // GeLU, LayerNorm, learned positions, tied embeddings, biases: the defaults
+  // GPT-2 BPE vocabulary (50257; Megatron pads it to a multiple of 128 tp).
+  return ClassicGpt(row.params_billion > 0 ? fmt::format("gpt-{}b", row.params_billion)
+                                           : fmt::format("gpt-h{}-l{}", row.hidden, row.layers),
+                    row.layers, row.hidden, row.heads, 50257, row.seq);
 }
 
 TrainingSpec VtrainTraining(const VtrainRow& row) {
