@@ -128,10 +128,42 @@ void GptModel::NormBackwardInput(Span dx, Span dout, Span x, Span mean, Span rst
   }
 }
 
+namespace {
+
+// dW += X^T dY for X (rows, in_cols) and dY (rows, out_cols); db += the column sums of dY when
+// `db` is given (a column-parallel linear's bias, on the same rows).
+WeightGradTask LinearGradTask(std::shared_ptr<Tensor> x, std::shared_ptr<Tensor> dy, Span dw,
+                              Span db, int64_t rows, int64_t in_cols, int64_t out_cols) {
+  WeightGradTask t;
+  t.kind = WeightGradTask::Kind::kLinear;
+  t.x = x->span();
+  t.dy = dy->span();
+  t.dw = dw;
+  t.db = db;
+  t.rows = rows, t.in_cols = in_cols, t.out_cols = out_cols;
+  t.keep = {std::move(x), std::move(dy)};
+  return t;
+}
+
+// db += the column sums of dY (rows, out_cols): a row-parallel linear's bias, whose gradient
+// lives on the sequence-parallel rows.
+WeightGradTask BiasGradTask(std::shared_ptr<Tensor> dy, Span db, int64_t rows, int64_t out_cols) {
+  WeightGradTask t;
+  t.kind = WeightGradTask::Kind::kBias;
+  t.dy = dy->span();
+  t.db = db;
+  t.rows = rows, t.out_cols = out_cols;
+  t.keep = {std::move(dy)};
+  return t;
+}
+
+}  // namespace
+
 WeightGradTask GptModel::NormTask(std::shared_ptr<Tensor> x, std::shared_ptr<Tensor> mean,
                                   std::shared_ptr<Tensor> rstd, std::shared_ptr<Tensor> dy,
                                   const ParamRef& w, const ParamRef& b, int64_t rows) {
-  WeightGradTask t{d_.rmsnorm ? WeightGradTask::Kind::kRmsNorm : WeightGradTask::Kind::kLayerNorm};
+  WeightGradTask t;
+  t.kind = d_.rmsnorm ? WeightGradTask::Kind::kRmsNorm : WeightGradTask::Kind::kLayerNorm;
   t.x = x->span();
   t.mean = mean->span();
   t.rstd = rstd->span();
@@ -262,7 +294,6 @@ Tensor GptModel::LayerBackward(const LayerParams& p, LayerActs& a, std::shared_p
   const int64_t h = d_.hidden, T = rows(), Tl = local_rows();
   const int64_t H = d_.heads_local, G = d_.groups_local, hd = d_.head_dim, f = d_.ffn_local;
   const int64_t qkv_cols = d_.qkv_local(), fc1_cols = d_.fc1_local();
-  using Kind = WeightGradTask::Kind;
   auto dout = std::make_shared<Tensor>(std::move(dout_in));
 
   // MLP block: out = mid + RowParallel(fc2, gelu(ColumnParallel(fc1, LN2(mid)))).
@@ -285,29 +316,9 @@ Tensor GptModel::LayerBackward(const LayerParams& p, LayerActs& a, std::shared_p
   NormBackwardInput(dmid.span(), dln2->span(), a.mid->span(), a.ln2_mean->span(),
                     a.ln2_rstd->span(), p.ln2_w, Tl);
   {
-    WeightGradTask fc2{Kind::kLinear};
-    fc2.keep = {a.gelu, dfc2};
-    fc2.x = a.gelu->span();
-    fc2.dy = dfc2->span();
-    fc2.dw = p.fc2_w.grad;
-    fc2.rows = T, fc2.in_cols = f, fc2.out_cols = h;
-    queue.Push(std::move(fc2));
-    if (p.fc2_b.value.data != nullptr) {
-      WeightGradTask fc2_bias{Kind::kBias};
-      fc2_bias.keep = {dout};
-      fc2_bias.dy = dout->span();
-      fc2_bias.db = p.fc2_b.grad;
-      fc2_bias.rows = Tl, fc2_bias.out_cols = h;
-      queue.Push(std::move(fc2_bias));
-    }
-    WeightGradTask fc1{Kind::kLinear};
-    fc1.keep = {a.ln2_full, dfc1};
-    fc1.x = a.ln2_full->span();
-    fc1.dy = dfc1->span();
-    fc1.dw = p.fc1_w.grad;
-    fc1.db = p.fc1_b.grad;
-    fc1.rows = T, fc1.in_cols = h, fc1.out_cols = fc1_cols;
-    queue.Push(std::move(fc1));
+    queue.Push(LinearGradTask(a.gelu, dfc2, p.fc2_w.grad, Span(), T, f, h));
+    if (p.fc2_b.value.data != nullptr) queue.Push(BiasGradTask(dout, p.fc2_b.grad, Tl, h));
+    queue.Push(LinearGradTask(a.ln2_full, dfc1, p.fc1_w.grad, p.fc1_b.grad, T, h, fc1_cols));
     queue.Push(NormTask(a.mid, a.ln2_mean, a.ln2_rstd, dln2, p.ln2_w, p.ln2_b, Tl));
   }
   a.fc1.reset();
@@ -339,29 +350,11 @@ Tensor GptModel::LayerBackward(const LayerParams& p, LayerActs& a, std::shared_p
   NormBackwardInput(dx.span(), dln1->span(), x->span(), a.ln1_mean->span(), a.ln1_rstd->span(),
                     p.ln1_w, Tl);
   {
-    WeightGradTask proj{Kind::kLinear};
-    proj.keep = {a.ctx, dproj};
-    proj.x = a.ctx->span();
-    proj.dy = dproj->span();
-    proj.dw = p.proj_w.grad;
-    proj.rows = T, proj.in_cols = H * hd, proj.out_cols = h;
-    queue.Push(std::move(proj));
+    queue.Push(LinearGradTask(a.ctx, dproj, p.proj_w.grad, Span(), T, H * hd, h));
     if (p.proj_b.value.data != nullptr) {
-      WeightGradTask proj_bias{Kind::kBias};
-      proj_bias.keep = {dmid_shared};
-      proj_bias.dy = dmid_shared->span();
-      proj_bias.db = p.proj_b.grad;
-      proj_bias.rows = Tl, proj_bias.out_cols = h;
-      queue.Push(std::move(proj_bias));
+      queue.Push(BiasGradTask(dmid_shared, p.proj_b.grad, Tl, h));
     }
-    WeightGradTask qkv{Kind::kLinear};
-    qkv.keep = {a.ln1_full, dqkv};
-    qkv.x = a.ln1_full->span();
-    qkv.dy = dqkv->span();
-    qkv.dw = p.qkv_w.grad;
-    qkv.db = p.qkv_b.grad;
-    qkv.rows = T, qkv.in_cols = h, qkv.out_cols = qkv_cols;
-    queue.Push(std::move(qkv));
+    queue.Push(LinearGradTask(a.ln1_full, dqkv, p.qkv_w.grad, p.qkv_b.grad, T, h, qkv_cols));
     queue.Push(NormTask(x, a.ln1_mean, a.ln1_rstd, dln1, p.ln1_w, p.ln1_b, Tl));
   }
   a = LayerActs{};
@@ -408,7 +401,6 @@ Tensor GptModel::HeadBackward(const ChunkParams& cp, ChunkActs& acts, const Micr
                               double loss_scale, WeightGradQueue& queue) {
   // -> dx (T_loc, h), the gradient of loss_scale * (sum of per-token losses).
   const int64_t h = d_.hidden, T = rows(), Tl = local_rows(), V = d_.vocab_local;
-  using Kind = WeightGradTask::Kind;
   auto dlogits = std::move(acts.head_probs);  // (T, V_loc), becomes the gradient in place
   backend_.CrossEntropyBackward(dlogits->span(), mb.targets->span(), d_.vocab_begin, T, V,
                                 loss_scale);
@@ -420,13 +412,7 @@ Tensor GptModel::HeadBackward(const ChunkParams& cp, ChunkActs& acts, const Micr
   Tensor dx = New({Tl, h}, MemCategory::kActivations);
   NormBackwardInput(dx.span(), dln->span(), acts.head_x->span(), acts.head_mean->span(),
                     acts.head_rstd->span(), cp.final_ln_w, Tl);
-  WeightGradTask head{Kind::kLinear};
-  head.keep = {acts.head_ln_full, dlogits};
-  head.x = acts.head_ln_full->span();
-  head.dy = dlogits->span();
-  head.dw = cp.output.grad;
-  head.rows = T, head.in_cols = h, head.out_cols = V;
-  queue.Push(std::move(head));
+  queue.Push(LinearGradTask(acts.head_ln_full, dlogits, cp.output.grad, Span(), T, h, V));
   queue.Push(
       NormTask(acts.head_x, acts.head_mean, acts.head_rstd, dln, cp.final_ln_w, cp.final_ln_b, Tl));
   acts.head_x.reset();

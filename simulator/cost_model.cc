@@ -195,26 +195,20 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
         br.overhead_s += c.host.microbatch_overhead_s;
       }
       br.recompute_s += L * lr.total();
-      if (first) {
-        ch.forward_s += ef.total();
-        ch.backward_input_s += eb.total();
-        ch.backward_weight_s += ew.total();
-        ch.activation_bytes += emb_act;
+      // The embedding (first virtual stage) and the output layer (last) add their passes.
+      const auto add_part = [&](const PassTimes& pf, const PassTimes& pb, const PassTimes& pw,
+                                double act) {
+        ch.forward_s += pf.total();
+        ch.backward_input_s += pb.total();
+        ch.backward_weight_s += pw.total();
+        ch.activation_bytes += act;
         br.compute_s +=
-            ef.compute + eb.compute + ew.compute + ef.overhead + eb.overhead + ew.overhead;
-        br.overhead_s += ef.overhead + eb.overhead + ew.overhead;
-        br.tp_comm_s += ef.comm + eb.comm + ew.comm;
-      }
-      if (last) {
-        ch.forward_s += of.total();
-        ch.backward_input_s += ob.total();
-        ch.backward_weight_s += ow.total();
-        ch.activation_bytes += out_act;
-        br.compute_s +=
-            of.compute + ob.compute + ow.compute + of.overhead + ob.overhead + ow.overhead;
-        br.overhead_s += of.overhead + ob.overhead + ow.overhead;
-        br.tp_comm_s += of.comm + ob.comm + ow.comm;
-      }
+            pf.compute + pb.compute + pw.compute + pf.overhead + pb.overhead + pw.overhead;
+        br.overhead_s += pf.overhead + pb.overhead + pw.overhead;
+        br.tp_comm_s += pf.comm + pb.comm + pw.comm;
+      };
+      if (first) add_part(ef, eb, ew, emb_act);
+      if (last) add_part(of, ob, ow, out_act);
       if (!options.overlap_p2p_communication) {
         ch.forward_s += ch.send_forward_s;
         ch.backward_input_s += ch.send_backward_s;
