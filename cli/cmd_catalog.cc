@@ -3,7 +3,7 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
-#include "cli/table.h"
+#include "core/table.h"
 #include "core/json.h"
 #include "core/presets.h"
 #include "core/units.h"

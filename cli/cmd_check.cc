@@ -4,7 +4,7 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "cli/report.h"
-#include "cli/table.h"
+#include "core/table.h"
 #include "core/error.h"
 #include "core/megatron_args.h"
 #include "core/presets.h"

@@ -8,7 +8,7 @@
 #include "cli/commands.h"
 #include "cli/output.h"
 #include "cli/report.h"
-#include "cli/table.h"
+#include "core/table.h"
 #include "cli/workload.h"
 #include "core/error.h"
 #include "core/json.h"

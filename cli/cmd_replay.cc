@@ -9,9 +9,9 @@
 #include "cli/commands.h"
 #include "cli/output.h"
 #include "core/presets.h"
-#include "planner/published.h"
-#include "simulator/validation.h"
-#include "simulator/vtrain.h"
+#include "validation/published.h"
+#include "validation/narayanan2021.h"
+#include "validation/vtrain.h"
 
 namespace po = boost::program_options;
 

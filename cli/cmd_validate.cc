@@ -12,7 +12,7 @@
 #include "cli/cli.h"
 #include "cli/cmd_execute.h"
 #include "cli/commands.h"
-#include "cli/validation_report.h"
+#include "validation/executor_report.h"
 #include "core/error.h"
 #include "core/presets.h"
 #include "executor/comm_mpi.h"

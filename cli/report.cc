@@ -2,30 +2,10 @@
 
 #include <fmt/format.h>
 
-#include "cli/table.h"
+#include "core/table.h"
 #include "core/units.h"
 
 namespace ptdp::cli {
-
-std::string Seconds(double s) {
-  if (s >= 1.0) return fmt::format("{:.3g} s", s);
-  if (s >= 1e-3) return fmt::format("{:.3g} ms", s * 1e3);
-  return fmt::format("{:.3g} us", s * 1e6);
-}
-
-std::string Gigabytes(double bytes) { return fmt::format("{:.1f} GB", bytes / units::kGB); }
-
-std::string LayoutLine(const Plan& plan) {
-  const ParallelConfig& p = plan.parallel;
-  std::string text =
-      fmt::format("TP {} x PP {} x DP {}, micro-batch {} (m = {}), {}", p.tp, p.pp, p.dp,
-                  p.micro_batch_size, NumMicrobatches(plan.training, p), Name(p.schedule));
-  if (p.schedule == Schedule::kInterleaved) text += fmt::format(" v={}", p.virtual_stages);
-  if (p.sequence_parallel) text += ", SP";
-  if (p.recompute != Recompute::kNone) text += fmt::format(", {} recompute", Name(p.recompute));
-  if (p.distributed_optimizer) text += ", dist-opt";
-  return text;
-}
 
 TimelineTitle SimulationTitle(const Plan& plan, const SimulationReport& r) {
   return {fmt::format("{} on {} x {}: {}", plan.model.name, plan.num_gpus, plan.cluster.name,

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "core/cluster_spec.h"
 #include "core/model_spec.h"
@@ -22,5 +23,9 @@ struct Plan {
 
   bool operator==(const Plan&) const = default;
 };
+
+// The layout for people: "TP 2 x PP 4 x DP 1, micro-batch 4 (m = 32), 1f1b, SP, selective
+// recompute, dist-opt".
+std::string LayoutLine(const Plan& plan);
 
 }  // namespace ptdp

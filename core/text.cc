@@ -1,5 +1,7 @@
 #include "core/text.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -62,5 +64,13 @@ double NiceTickStep(double span, int ticks) {
   }
   return 10 * power;
 }
+
+std::string Seconds(double s) {
+  if (s >= 1.0) return fmt::format("{:.3g} s", s);
+  if (s >= 1e-3) return fmt::format("{:.3g} ms", s * 1e3);
+  return fmt::format("{:.3g} us", s * 1e6);
+}
+
+std::string Gigabytes(double bytes) { return fmt::format("{:.1f} GB", bytes / 1e9); }
 
 }  // namespace ptdp

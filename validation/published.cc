@@ -1,4 +1,4 @@
-#include "planner/published.h"
+#include "validation/published.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "simulator/vtrain.h"
+#include "validation/vtrain.h"
 
 #include <fmt/format.h>
 

@@ -9,7 +9,7 @@
 
 #include "core/cluster_spec.h"
 #include "planner/planner.h"
-#include "simulator/validation.h"
+#include "validation/narayanan2021.h"
 
 namespace ptdp {
 

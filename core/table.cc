@@ -1,4 +1,4 @@
-#include "cli/table.h"
+#include "core/table.h"
 
 #include <fmt/format.h>
 
@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "core/text.h"
 
-namespace ptdp::cli {
+namespace ptdp {
 
 Table::Table(std::vector<Column> columns) : columns_(std::move(columns)) {}
 
@@ -54,4 +54,4 @@ std::string HumanCount(double count) {
   return fmt::format("{:.0f}", count);
 }
 
-}  // namespace ptdp::cli
+}  // namespace ptdp

@@ -1,4 +1,4 @@
-// `ptdp validate`'s comparison (cli/validation_report.h) on a given measurement, and the
+// `ptdp validate`'s comparison (validation/executor_report.h) on a given measurement, and the
 // refusals of `validate` and `calibrate` that come before anything runs (in-process CLI).
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "cli/cli.h"
-#include "cli/validation_report.h"
+#include "validation/executor_report.h"
 #include "core/spec_yaml.h"
 #include "tests/executor/tiny_plan.h"
 

@@ -8,7 +8,7 @@
 #include <tuple>
 #include <vector>
 
-#include "simulator/vtrain.h"
+#include "validation/vtrain.h"
 
 namespace ptdp {
 namespace {

@@ -1,4 +1,4 @@
-#include "simulator/validation.h"
+#include "validation/narayanan2021.h"
 
 #include <fmt/format.h>
 

@@ -7,7 +7,7 @@
 
 #include "core/text.h"  // GroupThousands, for the tables' numbers
 
-namespace ptdp::cli {
+namespace ptdp {
 
 class Table {
  public:
@@ -29,4 +29,4 @@ class Table {
 // "1.31B", "124.4M", "6.74B", "1.01T": parameter and token counts for people.
 std::string HumanCount(double count);
 
-}  // namespace ptdp::cli
+}  // namespace ptdp

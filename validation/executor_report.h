@@ -10,7 +10,7 @@
 #include "simulator/cost_options.h"
 #include "simulator/simulate.h"
 
-namespace ptdp::cli {
+namespace ptdp {
 
 // One figure, measured and simulated. ratio = simulated / measured; error = ratio - 1 (the
 // prediction's relative error; positive: the simulator predicts more), or for a fraction (the
@@ -91,4 +91,4 @@ std::string ValidationText(const ValidationReport& report);
 //  "simulated_peak"}}], "notes": [...], "simulation": <simulate --format json's object>}
 std::string ValidationJson(const ValidationReport& report, const SimulationReport& simulated);
 
-}  // namespace ptdp::cli
+}  // namespace ptdp

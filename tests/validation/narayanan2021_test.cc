@@ -8,7 +8,7 @@
 #include <iostream>
 
 #include "core/presets.h"
-#include "simulator/validation.h"
+#include "validation/narayanan2021.h"
 
 namespace ptdp {
 namespace {

@@ -3,7 +3,7 @@
 // copies of both files, that the vtrain-a100 profile is the fit on the single-node file, and the
 // cost-model mechanics those runs need (host launch overhead, Megatron's fused-softmax
 // fallback, the async input-gradient all-reduce).
-#include "simulator/vtrain.h"
+#include "validation/vtrain.h"
 
 #include <gtest/gtest.h>
 

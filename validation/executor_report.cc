@@ -1,4 +1,4 @@
-#include "cli/validation_report.h"
+#include "validation/executor_report.h"
 
 #include <fmt/format.h>
 
@@ -7,12 +7,12 @@
 #include <limits>
 #include <map>
 
-#include "cli/report.h"
-#include "cli/table.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "core/table.h"
+#include "core/text.h"
 
-namespace ptdp::cli {
+namespace ptdp {
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -240,4 +240,4 @@ std::string ValidationJson(const ValidationReport& v, const SimulationReport& si
       ComparedJson(v.bubble_fraction), stages, notes, SimulationJson(sim, 2));
 }
 
-}  // namespace ptdp::cli
+}  // namespace ptdp
