@@ -102,7 +102,8 @@ int RunSimulate(const Flags& flags, std::ostream& out, std::ostream&) {
     plan = PlanFromFlags(flags);
   }
   const Format format = flags.Enum("format", kFormats, Format::kTable);
-  const SimulationReport report = SimulatePlan(plan, ReadCostOptions(flags));
+  plan.options = ReadCostOptions(flags, plan.options);
+  const SimulationReport report = SimulatePlan(plan);
 
   if (auto path = flags.OptionalString("svg")) {
     TimelineTitle title = SimulationTitle(plan, report);

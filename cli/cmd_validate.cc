@@ -12,11 +12,11 @@
 #include "cli/cli.h"
 #include "cli/cmd_execute.h"
 #include "cli/commands.h"
-#include "validation/executor_report.h"
 #include "core/error.h"
 #include "core/presets.h"
 #include "executor/comm_mpi.h"
 #include "simulator/simulate.h"
+#include "validation/executor_report.h"
 
 namespace po = boost::program_options;
 
@@ -44,6 +44,13 @@ Plan ExecutedPlan(const Plan& plan, const ClusterSpec& cluster, const JobInfo& j
                   std::vector<std::string>* notes) {
   Plan executed = plan;
   executed.cluster = cluster;
+  if (plan.options.attention != AttentionBackend::kUnfused) {
+    notes->push_back(fmt::format(
+        "the CPU executor's attention is unfused (scores in memory); simulated so, not the "
+        "plan's {}",
+        Name(plan.options.attention)));
+  }
+  executed.options = ExecutorCostOptions();
   if (executed.training.precision != Precision::kFp32) {
     notes->push_back(
         fmt::format("the CPU executor computes in fp32; simulated in fp32, not the "
@@ -97,7 +104,7 @@ int RunValidate(const Flags& flags, std::ostream& out, std::ostream& err) {
     auto compare = [&](const ExecuteResult& result, const JobInfo& job) {
       ValidationReport report;
       const Plan executed = ExecutedPlan(plan, cluster, job, &report.notes);
-      const SimulationReport simulated = SimulatePlan(executed, ExecutorCostOptions());
+      const SimulationReport simulated = SimulatePlan(executed);
       std::vector<std::string> notes = std::move(report.notes);
       report = CompareRun(executed, result, simulated);
       report.notes = std::move(notes);

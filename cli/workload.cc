@@ -47,26 +47,53 @@ Workload ReadWorkload(const Flags& flags) {
 
 void AddCostOptions(po::options_description& o) {
   o.add_options()(
-      "megatron-version", po::value<std::string>()->default_value("core")->value_name("V"),
-      "the Megatron-LM code to model: core (today's defaults), 2022 (Korthikanti et al.), 2021 "
-      "(Narayanan et al.: scatter-gather p2p, no gradient-accumulation fusion)")(
+      "megatron-version", po::value<std::string>()->value_name("V"),
+      "the training code to model: core (today's Megatron-Core, the default), 2022 (Korthikanti "
+      "et al.), 2021 (Narayanan et al.: scatter-gather p2p, no gradient-accumulation fusion), "
+      "megatron-deepspeed (vTrain's runs); 2021, 2022 and megatron-deepspeed run unfused "
+      "attention")(
+      "attention-backend", po::value<std::string>()->value_name("A"),
+      "Megatron's --attention-backend: flash (default for core), fused (cuDNN), unfused "
+      "(scores in memory); auto is flash, local is unfused")(
       "overlap-grad-reduce", po::bool_switch(),
-      "Megatron's --overlap-grad-reduce: the data-parallel reduction overlaps the backward")(
+      "Megatron's --overlap-grad-reduce: the data-parallel reduction runs bucket by bucket "
+      "during the backward")(
+      "overlap-param-gather", po::bool_switch(),
+      "Megatron's --overlap-param-gather: the distributed optimizer's parameter all-gather runs "
+      "bucket by bucket during the next forward (needs --overlap-grad-reduce)")(
+      "ddp-bucket-size", po::value<std::string>()->value_name("N"),
+      "Megatron's --ddp-bucket-size, in parameters (default max(40M, 1M x dp))")(
+      "tp-comm-overlap", po::bool_switch(),
+      "Megatron's --tp-comm-overlap: tensor-parallel all-gathers and reduce-scatters pipelined "
+      "with their GEMMs (needs --sequence-parallel)")(
       "overlap-p2p-communication", po::bool_switch(),
       "Megatron's --overlap-p2p-communication: pipeline sends run beside compute");
 }
 
-CostOptions ReadCostOptions(const Flags& flags) {
-  enum class Version { kCore, k2022, k2021 };
-  constexpr EnumName<Version> kVersions[] = {
-      {"core", Version::kCore}, {"2022", Version::k2022}, {"2021", Version::k2021}};
-  const Version version = flags.Enum("megatron-version", kVersions, Version::kCore);
-  CostOptions o = version == Version::k2021   ? Megatron2021Options()
-                  : version == Version::k2022 ? Megatron2022Options()
-                                              : CostOptions{};
+CostOptions ReadCostOptions(const Flags& flags, const CostOptions& base) {
+  CostOptions o = base;
+  if (flags.Has("megatron-version")) {
+    o = CostOptionsFor(flags.Enum("megatron-version", kSoftwareStackNames, SoftwareStack::kCore));
+  }
+  if (auto attention = flags.OptionalString("attention-backend")) {
+    if (*attention == "auto") {
+      o.attention = AttentionBackend::kFlash;
+    } else if (*attention == "local") {
+      o.attention = AttentionBackend::kUnfused;
+    } else {
+      o.attention = flags.Enum("attention-backend", kAttentionBackendNames, o.attention);
+    }
+  }
   o.overlap_grad_reduce = o.overlap_grad_reduce || flags.Switch("overlap-grad-reduce");
+  o.overlap_param_gather = o.overlap_param_gather || flags.Switch("overlap-param-gather");
+  if (flags.Has("ddp-bucket-size")) o.ddp_bucket_size = flags.PositiveInt("ddp-bucket-size");
+  o.tp_comm_overlap = o.tp_comm_overlap || flags.Switch("tp-comm-overlap");
   o.overlap_p2p_communication =
       o.overlap_p2p_communication || flags.Switch("overlap-p2p-communication");
+  if (o.overlap_param_gather && !o.overlap_grad_reduce) {
+    flags.Fail("overlap-param-gather", "Must use --overlap-param-gather with --overlap-grad-reduce",
+               "add --overlap-grad-reduce");
+  }
   return o;
 }
 

@@ -6,9 +6,9 @@
 
 #include "cli/flags.h"
 #include "core/cluster_spec.h"
+#include "core/cost_options.h"
 #include "core/model_spec.h"
 #include "core/training_spec.h"
-#include "simulator/cost_options.h"
 
 namespace ptdp::cli {
 
@@ -25,8 +25,11 @@ void AddWorkloadOptions(boost::program_options::options_description& options,
                         bool example_defaults);
 Workload ReadWorkload(const Flags& flags);
 
-// --overlap-grad-reduce --overlap-p2p-communication (Megatron's names and defaults).
+// --megatron-version --attention-backend --overlap-grad-reduce --overlap-param-gather
+// --ddp-bucket-size --tp-comm-overlap --overlap-p2p-communication (Megatron's names). The flags
+// given change `base` (a plan file's options, or Megatron-Core's defaults); --megatron-version
+// first replaces it with that stack's preset.
 void AddCostOptions(boost::program_options::options_description& options);
-CostOptions ReadCostOptions(const Flags& flags);
+CostOptions ReadCostOptions(const Flags& flags, const CostOptions& base = {});
 
 }  // namespace ptdp::cli

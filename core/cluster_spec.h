@@ -21,12 +21,27 @@ struct GemmEfficiencyPoint {
   bool operator==(const GemmEfficiencyPoint&) const = default;
 };
 
+// Throughput of a flash-style attention kernel (core/cost_options.h AttentionBackend) at one
+// sequence length, as fractions of the 16-bit matrix peak: forward and backward, causal mask,
+// FLOPs counted as the kernels' benchmarks count them (forward 4 s^2 d per head, halved for the
+// causal mask; backward 2.5 x the forward, its recomputation of the scores included). Points are
+// sorted by seq_length; the cost model interpolates in log2(seq_length) and clamps at the ends.
+struct AttentionEfficiencyPoint {
+  int64_t seq_length = 0;
+  double forward = 0;   // (0, 1]
+  double backward = 0;  // (0, 1]
+
+  bool operator==(const AttentionEfficiencyPoint&) const = default;
+};
+
 // One accelerator. Rates are SI: FLOP/s, bytes, bytes per second.
 struct GpuSpec {
   std::string name;
   double peak_bf16_flops = 0;  // dense, tensor cores
   double peak_fp16_flops = 0;
   double peak_fp32_flops = 0;  // without TF32
+  // Dense FP8 (E4M3 / E5M2) tensor-core peak; 0 when the GPU has no FP8 matrix units (A100).
+  double peak_fp8_flops = 0;
   int64_t hbm_bytes = 0;  // as the driver reports it (nvidia-smi total), not the datasheet "GB"
   double hbm_bandwidth_bytes_per_s = 0;
   // Achieved fraction of hbm_bandwidth_bytes_per_s for streaming (memory-bound) kernels,
@@ -34,6 +49,14 @@ struct GpuSpec {
   double memory_efficiency = 0;
   // GEMM efficiency by shape: a full grid, sorted by (m, n, k).
   std::vector<GemmEfficiencyPoint> gemm_efficiency;
+  // The same for FP8 GEMMs, fractions of peak_fp8_flops; present exactly when peak_fp8_flops is.
+  std::vector<GemmEfficiencyPoint> gemm_efficiency_fp8;
+  // Flash-style attention throughput by sequence length (AttentionEfficiencyPoint): the
+  // FlashAttention kernels (attention backend `flash`) and cuDNN's fused attention (`fused`).
+  // Either may be empty: the cost model then times the kernel's two products at the GEMM
+  // table's efficiency for their shapes (op_time.h AttentionTime).
+  std::vector<AttentionEfficiencyPoint> flash_attention;
+  std::vector<AttentionEfficiencyPoint> fused_attention;
   // Device memory no tensor can use: CUDA context, cuBLAS workspaces, NCCL buffers.
   int64_t reserved_bytes = 0;
   // Fraction of the rest lost to the caching allocator's fragmentation, [0, 1).
@@ -53,6 +76,10 @@ struct HostSpec {
   // schedule's bookkeeping, fetching and broadcasting the batch, the loss), during which the
   // GPU of that stage waits.
   double microbatch_overhead_s = 0;
+  // Host time of one optimizer step beyond its kernels' GPU time (launching the multi-tensor
+  // Adam, gradient-norm and copy kernels, the loss-scale and NaN checks), once per step on every
+  // GPU.
+  double optimizer_step_s = 0;
 
   bool operator==(const HostSpec&) const = default;
 };

@@ -16,6 +16,8 @@ std::string_view RuleId(Rule rule) {
       return "query-groups-vs-tp";
     case Rule::kLayersDivisibleByPp:
       return "layers-divisible-by-pp";
+    case Rule::kUnevenStages:
+      return "uneven-stages";
     case Rule::kVirtualStagesDivideLayers:
       return "virtual-stages-divide-layers";
     case Rule::kInterleavedNeedsPp:
@@ -24,6 +26,12 @@ std::string_view RuleId(Rule rule) {
       return "interleaved-microbatches";
     case Rule::kSequenceParallelNeedsTp:
       return "sequence-parallel-needs-tp";
+    case Rule::kRecomputeNumLayers:
+      return "recompute-num-layers";
+    case Rule::kFsdpNeedsDistributedOptimizer:
+      return "fsdp-needs-distributed-optimizer";
+    case Rule::kFp8Options:
+      return "fp8-options";
     case Rule::kScheduleVirtualStages:
       return "schedule-virtual-stages";
   }
@@ -77,16 +85,78 @@ std::vector<Violation> CheckParallelConfig(const ModelSpec& model, const Trainin
         "use a tensor-parallel size that divides, or is a multiple of, the query groups");
   }
 
-  const bool layers_ok = model.num_layers % p.pp == 0;
-  if (!layers_ok) {
-    add(Rule::kLayersDivisibleByPp, "pp",
-        fmt::format("number of layers ({}) should be divisible by the pipeline-model-parallel size "
-                    "({})",
-                    model.num_layers, p.pp),
-        "use a pipeline size that divides the number of layers");
+  // The layer split (arguments.py validate_args; TransformerConfig.__post_init__;
+  // transformer_block.py get_num_layers_to_build), then the interleaved schedule's rules.
+  const bool interleaved = p.schedule == Schedule::kInterleaved;
+  const bool uneven = p.first_stage_layers > 0 || p.last_stage_layers > 0;
+  const int accounted = (p.account_for_embedding ? 1 : 0) + (p.account_for_loss ? 1 : 0);
+  if (uneven) {
+    auto uneven_fail = [&](std::string key, std::string message, std::string hint) {
+      add(Rule::kUnevenStages, std::move(key), std::move(message), std::move(hint));
+    };
+    int rest = model.num_layers, middle = p.pp;
+    if (p.first_stage_layers > 0) rest -= p.first_stage_layers, --middle;
+    if (p.last_stage_layers > 0) rest -= p.last_stage_layers, --middle;
+    if (accounted > 0) {
+      uneven_fail("first_stage_layers",
+                  "num_layers_in_first_pipeline_stage and num_layers_in_last_pipeline_stage "
+                  "cannot be set at the same time with account_for_embedding_in_pipeline_split "
+                  "and account_for_loss_in_pipeline_split",
+                  "use either the first/last stage layer counts or the account-for options");
+    } else if (p.pp == 1) {
+      uneven_fail("first_stage_layers",
+                  "first / last pipeline stage layer counts need pipeline parallelism (pp is 1)",
+                  "drop first_stage_layers and last_stage_layers, or use pp > 1");
+    } else if ((rest != 0) != (middle != 0) || rest < 0) {
+      uneven_fail(p.first_stage_layers > 0 ? "first_stage_layers" : "last_stage_layers",
+                  fmt::format("Mismatch: {} middle layers remaining but {} middle PP stages "
+                              "available.",
+                              rest, middle),
+                  "the first and last stage layers must leave at least one layer per middle "
+                  "stage (or none when there is no middle stage)");
+    } else if (middle > 0 && rest % middle != 0) {
+      uneven_fail(p.first_stage_layers > 0 ? "first_stage_layers" : "last_stage_layers",
+                  fmt::format("number of layers at middle stage: {} must be divisible by the "
+                              "middle pipeline model parallel size {}",
+                              rest, middle),
+                  "choose first and last stage layer counts that leave a multiple of the middle "
+                  "stages");
+    } else if (interleaved) {
+      for (auto [key, what, n] : {std::tuple{"first_stage_layers", "first", p.first_stage_layers},
+                                  {"last_stage_layers", "last", p.last_stage_layers},
+                                  {"virtual_stages", "middle", middle > 0 ? rest / middle : 0}}) {
+        if (n > 0 && n % p.virtual_stages != 0) {
+          uneven_fail(key,
+                      fmt::format("number of layers at {} stage: {} must be divisible by virtual "
+                                  "pipeline parallel degree {}",
+                                  what, n, p.virtual_stages),
+                      "make each stage's layer count a multiple of virtual_stages");
+          break;
+        }
+      }
+    }
+  } else {
+    const int total = model.num_layers + accounted;
+    if (total % p.pp != 0) {
+      add(Rule::kLayersDivisibleByPp, "pp",
+          accounted > 0
+              ? fmt::format("number of layers ({} + {} for the embedding / loss) should be "
+                            "divisible by the pipeline-model-parallel size ({})",
+                            model.num_layers, accounted, p.pp)
+              : fmt::format("number of layers ({}) should be divisible by the "
+                            "pipeline-model-parallel size ({})",
+                            model.num_layers, p.pp),
+          "use a pipeline size that divides the number of layers, or an uneven split "
+          "(first_stage_layers / last_stage_layers, or the account-for options)");
+    } else if (interleaved && (total / p.pp) % p.virtual_stages != 0) {
+      add(Rule::kVirtualStagesDivideLayers, "virtual_stages",
+          fmt::format("number of layers per pipeline stage ({}) must be divisible by the number of "
+                      "virtual stages per pipeline rank ({})",
+                      total / p.pp, p.virtual_stages),
+          "choose virtual_stages dividing num_layers / pp");
+    }
   }
 
-  const bool interleaved = p.schedule == Schedule::kInterleaved;
   if (interleaved != (p.virtual_stages > 1)) {
     add(Rule::kScheduleVirtualStages, "virtual_stages",
         interleaved ? fmt::format("the interleaved schedule needs virtual_stages > 1, got {}",
@@ -97,13 +167,6 @@ std::vector<Violation> CheckParallelConfig(const ModelSpec& model, const Trainin
                     : "set schedule to interleaved, or virtual_stages to 1");
   }
   if (interleaved) {
-    if (layers_ok && (model.num_layers / p.pp) % p.virtual_stages != 0) {
-      add(Rule::kVirtualStagesDivideLayers, "virtual_stages",
-          fmt::format("number of layers per pipeline stage ({}) must be divisible by the number of "
-                      "virtual stages per pipeline rank ({})",
-                      model.num_layers / p.pp, p.virtual_stages),
-          "choose virtual_stages dividing num_layers / pp");
-    }
     if (p.pp <= 2) {
       add(Rule::kInterleavedNeedsPp, "pp",
           fmt::format("pipeline-model-parallel size should be greater than 2 with interleaved "
@@ -128,6 +191,38 @@ std::vector<Violation> CheckParallelConfig(const ModelSpec& model, const Trainin
     add(Rule::kSequenceParallelNeedsTp, "sequence_parallel",
         "Cannot use sequence parallelism without tensor parallelism (tp is 1)",
         "drop sequence_parallel or use tp > 1");
+  }
+  if (p.recompute_num_layers > 0 && p.recompute != Recompute::kFull) {
+    add(Rule::kRecomputeNumLayers, "recompute_num_layers",
+        fmt::format("recompute method is not yet supported for {} recomputing granularity",
+                    Name(p.recompute)),
+        "recompute_num_layers (the block method) needs recompute: full");
+  }
+  if (p.fsdp != Fsdp::kNone && !p.distributed_optimizer) {
+    add(Rule::kFsdpNeedsDistributedOptimizer, "distributed_optimizer",
+        "Megatron-FSDP v1 is only compatible with --use-distributed-optimizer",
+        "set distributed_optimizer (Megatron turns it on for Megatron-FSDP)");
+  }
+  if (training.precision == Precision::kFp8) {
+    const int most = model.num_layers / p.pp;
+    for (auto [key, n] : {std::pair{"fp8_bf16_layers_at_start", training.fp8_bf16_layers_at_start},
+                          {"fp8_bf16_layers_at_end", training.fp8_bf16_layers_at_end}}) {
+      if (n > most) {
+        add(Rule::kFp8Options, key,
+            fmt::format("{} ({}) must be between 0 and number of layers per pipeline stage ({}).",
+                        key == std::string_view("fp8_bf16_layers_at_start")
+                            ? "num_layers_at_start_in_bf16"
+                            : "num_layers_at_end_in_bf16",
+                        n, most),
+            "keep at most num_layers / pp layers in bf16 at each end");
+      }
+    }
+    if (training.fp8_param_gather && !p.distributed_optimizer) {
+      add(Rule::kFp8Options, "fp8_param_gather",
+          "--fp8-param-gather only supported with distributed optimizer, torch fsdp2, megatron "
+          "fsdp, or inference mode",
+          "use the distributed optimizer, or drop fp8_param_gather");
+    }
   }
   return out;
 }

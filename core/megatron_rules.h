@@ -18,16 +18,20 @@
 namespace ptdp {
 
 enum class Rule {
-  kWorldSize,                  // tp * pp * dp == number of GPUs
-  kGlobalBatchDivisible,       // GBS % (MBS * DP) == 0
-  kHeadsDivisibleByTp,         // num_attention_heads % TP == 0
-  kQueryGroupsVsTp,            // num_query_groups % TP == 0 or TP % num_query_groups == 0
-  kLayersDivisibleByPp,        // num_layers % PP == 0
-  kVirtualStagesDivideLayers,  // (num_layers / PP) % (layers per virtual stage) == 0
-  kInterleavedNeedsPp,         // interleaved needs PP > 2
-  kInterleavedMicrobatches,    // interleaved needs m >= PP and m % PP == 0
-  kSequenceParallelNeedsTp,    // --sequence-parallel needs TP > 1
-  kScheduleVirtualStages,      // ptdp: interleaved <=> virtual_stages > 1
+  kWorldSize,                      // tp * pp * dp == number of GPUs
+  kGlobalBatchDivisible,           // GBS % (MBS * DP) == 0
+  kHeadsDivisibleByTp,             // num_attention_heads % TP == 0
+  kQueryGroupsVsTp,                // num_query_groups % TP == 0 or TP % num_query_groups == 0
+  kLayersDivisibleByPp,            // num_layers (+1 per account-for option) % PP == 0
+  kUnevenStages,                   // first / last stage layers: the middle stages divide the rest
+  kVirtualStagesDivideLayers,      // each pipeline rank's layers % virtual stages == 0
+  kInterleavedNeedsPp,             // interleaved needs PP > 2
+  kInterleavedMicrobatches,        // interleaved needs m >= PP and m % PP == 0
+  kSequenceParallelNeedsTp,        // --sequence-parallel needs TP > 1
+  kRecomputeNumLayers,             // --recompute-num-layers (block method) needs full recompute
+  kFsdpNeedsDistributedOptimizer,  // Megatron-FSDP v1 runs the distributed optimizer
+  kFp8Options,                     // --first-last-layers-bf16 counts, --fp8-param-gather
+  kScheduleVirtualStages,          // ptdp: interleaved <=> virtual_stages > 1
 };
 
 // Short stable identifier ("heads-divisible-by-tp"), for JSON output and rejection counts.

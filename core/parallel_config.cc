@@ -11,4 +11,46 @@ int64_t NumMicrobatches(const TrainingSpec& training, const ParallelConfig& para
   return training.global_batch_size / per_step;
 }
 
+bool UnevenSplit(const ParallelConfig& p) {
+  return p.first_stage_layers > 0 || p.last_stage_layers > 0 || p.account_for_embedding ||
+         p.account_for_loss;
+}
+
+LayerSplit SplitLayers(int num_layers, const ParallelConfig& p) {
+  const int pp = p.pp, v = p.virtual_stages;
+  PTDP_CHECK(pp >= 1 && v >= 1);
+  LayerSplit split;
+  split.layers.assign(static_cast<size_t>(pp) * v, 0);
+  // Layers per pipeline rank (over its chunks), as get_num_layers_to_build computes them.
+  std::vector<int> per_rank(pp);
+  if (p.first_stage_layers > 0 || p.last_stage_layers > 0) {
+    int rest = num_layers, middle = pp;
+    if (p.first_stage_layers > 0) rest -= p.first_stage_layers, --middle;
+    if (p.last_stage_layers > 0) rest -= p.last_stage_layers, --middle;
+    PTDP_CHECK(middle == 0 ? rest == 0 : rest >= 0 && rest % middle == 0);
+    for (int r = 0; r < pp; ++r) per_rank[r] = middle > 0 ? rest / middle : 0;
+    if (p.first_stage_layers > 0) per_rank[0] = p.first_stage_layers;
+    if (p.last_stage_layers > 0) per_rank[pp - 1] = p.last_stage_layers;
+  } else {
+    const int total = num_layers + (p.account_for_embedding ? 1 : 0) + (p.account_for_loss ? 1 : 0);
+    PTDP_CHECK(total % pp == 0);
+    for (int r = 0; r < pp; ++r) per_rank[r] = total / pp;
+  }
+  for (int r = 0; r < pp; ++r) {
+    PTDP_CHECK(per_rank[r] % v == 0);
+    for (int c = 0; c < v; ++c) split.layers[static_cast<size_t>(c) * pp + r] = per_rank[r] / v;
+  }
+  if (p.account_for_embedding) --split.layers.front();
+  if (p.account_for_loss) --split.layers.back();
+  split.first_layer.resize(split.layers.size());
+  int next = 0;
+  for (size_t vs = 0; vs < split.layers.size(); ++vs) {
+    PTDP_CHECK(split.layers[vs] >= 0);
+    split.first_layer[vs] = next;
+    next += split.layers[vs];
+  }
+  PTDP_CHECK(next == num_layers);
+  return split;
+}
+
 }  // namespace ptdp

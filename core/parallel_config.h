@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "core/enum_names.h"
 
@@ -12,6 +13,12 @@ struct TrainingSpec;
 
 enum class Schedule { kGpipe, k1F1B, kInterleaved, kZbH1 };
 enum class Recompute { kNone, kSelective, kFull };
+// Megatron FSDP (--use-megatron-fsdp --data-parallel-sharding-strategy): what is sharded over
+// the data-parallel group beyond replicated DDP. optim: the optimizer state (as the distributed
+// optimizer); optim_grads: and the gradients (reduce-scattered per layer during the backward);
+// optim_grads_params: and the parameters (all-gathered per layer before its forward and again
+// before its backward, ZeRO-3 / FSDP style).
+enum class Fsdp { kNone, kOptim, kOptimGrads, kOptimGradsParams };
 
 inline constexpr EnumName<Schedule> kScheduleNames[] = {{"gpipe", Schedule::kGpipe},
                                                         {"1f1b", Schedule::k1F1B},
@@ -19,9 +26,14 @@ inline constexpr EnumName<Schedule> kScheduleNames[] = {{"gpipe", Schedule::kGpi
                                                         {"zb-h1", Schedule::kZbH1}};
 inline constexpr EnumName<Recompute> kRecomputeNames[] = {
     {"none", Recompute::kNone}, {"selective", Recompute::kSelective}, {"full", Recompute::kFull}};
+inline constexpr EnumName<Fsdp> kFsdpNames[] = {{"none", Fsdp::kNone},
+                                                {"optim", Fsdp::kOptim},
+                                                {"optim_grads", Fsdp::kOptimGrads},
+                                                {"optim_grads_params", Fsdp::kOptimGradsParams}};
 
 inline std::string_view Name(Schedule s) { return NameOf<Schedule>(kScheduleNames, s); }
 inline std::string_view Name(Recompute r) { return NameOf<Recompute>(kRecomputeNames, r); }
+inline std::string_view Name(Fsdp f) { return NameOf<Fsdp>(kFsdpNames, f); }
 
 struct ParallelConfig {
   int tp = 1;                // --tensor-model-parallel-size
@@ -33,6 +45,20 @@ struct ParallelConfig {
   bool sequence_parallel = false;          // --sequence-parallel
   Recompute recompute = Recompute::kNone;  // --recompute-granularity
   bool distributed_optimizer = false;      // --use-distributed-optimizer
+  // Uneven pipeline split (--decoder-first-pipeline-num-layers, --decoder-last-pipeline-num-
+  // layers): the transformer layers of the first / last pipeline stage, over all its model
+  // chunks; 0: not set (that stage takes the even share of what is left).
+  int first_stage_layers = 0;
+  int last_stage_layers = 0;
+  // --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split: the
+  // embedding (the loss) takes one layer's place in the first (last) virtual stage's share.
+  bool account_for_embedding = false;
+  bool account_for_loss = false;
+  // With full recompute: --recompute-method block --recompute-num-layers N, only the first N
+  // layers of each model chunk recompute, the others keep their activations; 0: every layer
+  // (--recompute-method uniform --recompute-num-layers 1).
+  int recompute_num_layers = 0;
+  Fsdp fsdp = Fsdp::kNone;  // --use-megatron-fsdp --data-parallel-sharding-strategy
 
   bool operator==(const ParallelConfig&) const = default;
 
@@ -42,5 +68,20 @@ struct ParallelConfig {
 // Micro-batches per pipeline per step, m = GBS / (MBS * DP) (Megatron derives it; there is no
 // --num-microbatches). Requires the division to be exact (see CheckParallelConfig).
 int64_t NumMicrobatches(const TrainingSpec& training, const ParallelConfig& parallel);
+
+// Whether the layers are split unevenly (first/last stage layers or an account-for option).
+bool UnevenSplit(const ParallelConfig& parallel);
+
+// Megatron's assignment of transformer layers to the virtual stages vs = c * pp + r (chunk c of
+// pipeline rank r), in model order (megatron/core/transformer/transformer_block.py
+// get_num_layers_to_build): the first / last stage's given counts split evenly over its chunks
+// and the rest evenly over the middle stages; or, with the account-for options, the layers plus
+// one for the embedding and one for the loss split evenly, the first (last) virtual stage
+// building one layer fewer. Requires a configuration that passes CheckParallelConfig.
+struct LayerSplit {
+  std::vector<int> layers;       // transformer layers of each virtual stage
+  std::vector<int> first_layer;  // index in the model of its first layer
+};
+LayerSplit SplitLayers(int num_layers, const ParallelConfig& parallel);
 
 }  // namespace ptdp

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/cluster_spec.h"
+#include "core/cost_options.h"
 #include "core/model_spec.h"
 #include "core/parallel_config.h"
 #include "core/training_spec.h"
@@ -20,6 +21,7 @@ struct Plan {
   int64_t num_gpus = 0;  // == parallel.world_size() in a valid plan
   TrainingSpec training;
   ParallelConfig parallel;
+  CostOptions options;  // the software that runs it (plan key `options`; absent: Megatron-Core)
 
   bool operator==(const Plan&) const = default;
 };

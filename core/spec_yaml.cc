@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <set>
 #include <tuple>
 #include <vector>
@@ -82,6 +83,46 @@ std::vector<GemmEfficiencyPoint> ReadGemmTable(const YamlMap& gpu, std::string_v
   return points;
 }
 
+// An attention efficiency table: a list of {seq_length, forward, backward}, distinct lengths,
+// returned sorted by length.
+std::vector<AttentionEfficiencyPoint> ReadAttentionTable(const YamlMap& gpu, std::string_view key) {
+  std::vector<AttentionEfficiencyPoint> points;
+  std::set<int64_t> seen;
+  for (const YamlMap& row : gpu.MapList(key)) {
+    AttentionEfficiencyPoint p{row.PositiveInt("seq_length"), Fraction(row, "forward"),
+                               Fraction(row, "backward")};
+    row.RejectUnknownKeys();
+    if (!seen.insert(p.seq_length).second) {
+      row.Fail("seq_length", fmt::format("sequence length {} appears twice", p.seq_length));
+    }
+    points.push_back(p);
+  }
+  std::sort(points.begin(), points.end(),
+            [](const auto& a, const auto& b) { return a.seq_length < b.seq_length; });
+  return points;
+}
+
+void WriteGemmTable(YamlWriter& w, std::string_view key,
+                    const std::vector<GemmEfficiencyPoint>& table) {
+  w.Begin(key);
+  for (const GemmEfficiencyPoint& g : table) {
+    w.Item(fmt::format("{{m: {}, n: {}, k: {}, efficiency: {}}}", g.m, g.n, g.k,
+                       YamlNumber(g.efficiency)));
+  }
+  w.End();
+}
+
+void WriteAttentionTable(YamlWriter& w, std::string_view key,
+                         const std::vector<AttentionEfficiencyPoint>& table) {
+  if (table.empty()) return;
+  w.Begin(key);
+  for (const AttentionEfficiencyPoint& a : table) {
+    w.Item(fmt::format("{{seq_length: {}, forward: {}, backward: {}}}", a.seq_length,
+                       YamlNumber(a.forward), YamlNumber(a.backward)));
+  }
+  w.End();
+}
+
 void WriteModel(YamlWriter& w, const ModelSpec& m) {
   w.Line("name", YamlQuote(m.name));
   w.Line("num_layers", std::to_string(m.num_layers));
@@ -114,12 +155,13 @@ void WriteCluster(YamlWriter& w, const ClusterSpec& c) {
   w.Line("memory_efficiency", YamlNumber(c.gpu.memory_efficiency));
   w.Line("reserved_bytes", std::to_string(c.gpu.reserved_bytes));
   w.Line("fragmentation", YamlNumber(c.gpu.fragmentation));
-  w.Begin("gemm_efficiency");
-  for (const GemmEfficiencyPoint& g : c.gpu.gemm_efficiency) {
-    w.Item(fmt::format("{{m: {}, n: {}, k: {}, efficiency: {}}}", g.m, g.n, g.k,
-                       YamlNumber(g.efficiency)));
+  WriteGemmTable(w, "gemm_efficiency", c.gpu.gemm_efficiency);
+  if (c.gpu.peak_fp8_flops > 0) {
+    w.Line("peak_fp8_tflops", YamlScaled(c.gpu.peak_fp8_flops, units::kTflops));
+    WriteGemmTable(w, "gemm_efficiency_fp8", c.gpu.gemm_efficiency_fp8);
   }
-  w.End();
+  WriteAttentionTable(w, "flash_attention", c.gpu.flash_attention);
+  WriteAttentionTable(w, "fused_attention", c.gpu.fused_attention);
   w.End();
   w.Begin("node");
   w.Line("gpus_per_node", std::to_string(c.gpus_per_node));
@@ -139,6 +181,7 @@ void WriteCluster(YamlWriter& w, const ClusterSpec& c) {
     w.Begin("host");
     w.Line("kernel_launch_us", YamlScaled(c.host.kernel_launch_s, units::kMicrosecond));
     w.Line("microbatch_overhead_us", YamlScaled(c.host.microbatch_overhead_s, units::kMicrosecond));
+    w.Line("optimizer_step_us", YamlScaled(c.host.optimizer_step_s, units::kMicrosecond));
     w.End();
   }
 }
@@ -146,6 +189,12 @@ void WriteCluster(YamlWriter& w, const ClusterSpec& c) {
 void WriteTraining(YamlWriter& w, const TrainingSpec& t) {
   w.Line("global_batch_size", std::to_string(t.global_batch_size));
   w.Line("precision", Name(t.precision));
+  if (t.precision == Precision::kFp8) {
+    w.Line("fp8_recipe", Name(t.fp8_recipe));
+    w.Line("fp8_bf16_layers_at_start", std::to_string(t.fp8_bf16_layers_at_start));
+    w.Line("fp8_bf16_layers_at_end", std::to_string(t.fp8_bf16_layers_at_end));
+    w.Line("fp8_param_gather", Bool(t.fp8_param_gather));
+  }
   w.Line("optimizer", Name(t.optimizer));
   w.Line("lr", YamlNumber(t.lr));
   w.Line("weight_decay", YamlNumber(t.weight_decay));
@@ -166,9 +215,64 @@ void WriteParallel(YamlWriter& w, const ParallelConfig& p) {
   w.Line("sequence_parallel", Bool(p.sequence_parallel));
   w.Line("recompute", Name(p.recompute));
   w.Line("distributed_optimizer", Bool(p.distributed_optimizer));
+  w.Line("first_stage_layers", std::to_string(p.first_stage_layers), "0: the even share");
+  w.Line("last_stage_layers", std::to_string(p.last_stage_layers), "0: the even share");
+  w.Line("account_for_embedding", Bool(p.account_for_embedding));
+  w.Line("account_for_loss", Bool(p.account_for_loss));
+  w.Line("recompute_num_layers", std::to_string(p.recompute_num_layers),
+         "full recompute of the first N layers per chunk; 0: all");
+  w.Line("fsdp", Name(p.fsdp));
+}
+
+void WriteOptions(YamlWriter& w, const CostOptions& o) {
+  w.Line("megatron_version", Name(o.stack));
+  w.Line("attention", Name(o.attention));
+  w.Line("overlap_grad_reduce", Bool(o.overlap_grad_reduce));
+  w.Line("overlap_param_gather", Bool(o.overlap_param_gather));
+  w.Line("ddp_bucket_size", std::to_string(o.ddp_bucket_size), "parameters; 0: Megatron's default");
+  w.Line("tp_comm_overlap", Bool(o.tp_comm_overlap));
+  w.Line("overlap_p2p_communication", Bool(o.overlap_p2p_communication));
+  w.Line("accumulate_allreduce_grads_in_fp32", Bool(o.accumulate_allreduce_grads_in_fp32));
+  w.Line("gradient_accumulation_fusion", Bool(o.gradient_accumulation_fusion));
+  w.Line("scatter_gather_tensors_in_pipeline", Bool(o.scatter_gather_tensors_in_pipeline));
+  w.Line("fused_softmax_max_seq_length", std::to_string(o.fused_softmax_max_seq_length));
+  w.Line("async_tensor_parallel_allreduce", Bool(o.async_tensor_parallel_allreduce));
 }
 
 }  // namespace
+
+CostOptions ReadOptions(const YamlMap& map) {
+  // The preset first, then every key given overrides its field.
+  CostOptions o =
+      CostOptionsFor(map.Enum("megatron_version", kSoftwareStackNames, SoftwareStack::kCore));
+  o.attention = map.Enum("attention", kAttentionBackendNames, o.attention);
+  for (auto [key, field] :
+       {std::pair{"overlap_grad_reduce", &o.overlap_grad_reduce},
+        {"overlap_param_gather", &o.overlap_param_gather},
+        {"tp_comm_overlap", &o.tp_comm_overlap},
+        {"overlap_p2p_communication", &o.overlap_p2p_communication},
+        {"accumulate_allreduce_grads_in_fp32", &o.accumulate_allreduce_grads_in_fp32},
+        {"gradient_accumulation_fusion", &o.gradient_accumulation_fusion},
+        {"scatter_gather_tensors_in_pipeline", &o.scatter_gather_tensors_in_pipeline},
+        {"async_tensor_parallel_allreduce", &o.async_tensor_parallel_allreduce}}) {
+    *field = map.Bool(key, *field);
+  }
+  if (map.Has("ddp_bucket_size")) {
+    o.ddp_bucket_size = map.Int("ddp_bucket_size");
+    if (o.ddp_bucket_size < 0) {
+      map.Fail("ddp_bucket_size", "must be 0 (Megatron's default) or a number of parameters");
+    }
+  }
+  if (map.Has("fused_softmax_max_seq_length")) {
+    o.fused_softmax_max_seq_length = PositiveInt32(map, "fused_softmax_max_seq_length");
+  }
+  if (o.overlap_param_gather && !o.overlap_grad_reduce) {
+    map.Fail("overlap_param_gather", "Must use --overlap-param-gather with --overlap-grad-reduce",
+             "set overlap_grad_reduce: true, or overlap_param_gather: false");
+  }
+  map.RejectUnknownKeys();
+  return o;
+}
 
 ModelSpec ReadModel(const YamlMap& map, std::string_view default_name) {
   ModelSpec m;
@@ -253,6 +357,20 @@ ClusterSpec ReadCluster(const YamlMap& map) {
                fmt::format("must be below 1, got {}", YamlNumber(c.gpu.fragmentation)));
     }
     c.gpu.gemm_efficiency = ReadGemmTable(gpu, "gemm_efficiency");
+    // FP8: both the peak and its table, or neither.
+    if (gpu.Has("peak_fp8_tflops") || gpu.Has("gemm_efficiency_fp8")) {
+      c.gpu.peak_fp8_flops = gpu.PositiveNumber("peak_fp8_tflops") * units::kTflops;
+      if (!gpu.Has("gemm_efficiency_fp8")) {
+        gpu.Fail("peak_fp8_tflops", "needs its GEMM table, gpu.gemm_efficiency_fp8");
+      }
+      c.gpu.gemm_efficiency_fp8 = ReadGemmTable(gpu, "gemm_efficiency_fp8");
+    }
+    if (gpu.Has("flash_attention")) {
+      c.gpu.flash_attention = ReadAttentionTable(gpu, "flash_attention");
+    }
+    if (gpu.Has("fused_attention")) {
+      c.gpu.fused_attention = ReadAttentionTable(gpu, "fused_attention");
+    }
     gpu.RejectUnknownKeys();
   }
   {
@@ -286,6 +404,7 @@ ClusterSpec ReadCluster(const YamlMap& map) {
     c.host.kernel_launch_s = host.NonNegativeNumber("kernel_launch_us") * units::kMicrosecond;
     c.host.microbatch_overhead_s =
         host.NonNegativeNumber("microbatch_overhead_us") * units::kMicrosecond;
+    c.host.optimizer_step_s = host.NonNegativeNumber("optimizer_step_us", 0) * units::kMicrosecond;
     host.RejectUnknownKeys();
   }
   map.RejectUnknownKeys();
@@ -306,6 +425,29 @@ TrainingSpec ReadTraining(const YamlMap& map) {
   TrainingSpec t;
   t.global_batch_size = map.PositiveInt("global_batch_size");
   t.precision = map.Enum("precision", kPrecisionNames, t.precision);
+  for (const char* key :
+       {"fp8_recipe", "fp8_bf16_layers_at_start", "fp8_bf16_layers_at_end", "fp8_param_gather"}) {
+    if (map.Has(key) && t.precision != Precision::kFp8) {
+      map.Fail(key,
+               fmt::format("applies to precision fp8 only (precision is {})", Name(t.precision)),
+               "set precision: fp8, or drop the key");
+    }
+  }
+  t.fp8_recipe = map.Enum("fp8_recipe", kFp8RecipeNames, t.fp8_recipe);
+  for (auto [key, field] : {std::pair{"fp8_bf16_layers_at_start", &t.fp8_bf16_layers_at_start},
+                            {"fp8_bf16_layers_at_end", &t.fp8_bf16_layers_at_end}}) {
+    if (!map.Has(key)) continue;
+    const int64_t n = map.Int(key);
+    if (n < 0 || n > 1'000'000) map.Fail(key, fmt::format("must be 0 or more, got {}", n));
+    *field = static_cast<int>(n);
+  }
+  if ((t.fp8_bf16_layers_at_start > 0 || t.fp8_bf16_layers_at_end > 0) &&
+      t.fp8_recipe == Fp8Recipe::kDelayed) {
+    map.Fail(t.fp8_bf16_layers_at_start > 0 ? "fp8_bf16_layers_at_start" : "fp8_bf16_layers_at_end",
+             "Delayed scaling does not support first / last layer in BF16.",
+             "use fp8_recipe: tensorwise or blockwise, or no bf16 layers");
+  }
+  t.fp8_param_gather = map.Bool("fp8_param_gather", false);
   t.optimizer = map.Enum("optimizer", kOptimizerNames, t.optimizer);
   t.lr = map.PositiveNumber("lr", t.lr);
   t.weight_decay = map.NonNegativeNumber("weight_decay", t.weight_decay);
@@ -332,6 +474,19 @@ ParallelConfig ReadParallel(const YamlMap& map) {
   p.sequence_parallel = map.Bool("sequence_parallel", false);
   p.recompute = map.Enum("recompute", kRecomputeNames, p.recompute);
   p.distributed_optimizer = map.Bool("distributed_optimizer", false);
+  for (auto [key, field] : {std::pair{"first_stage_layers", &p.first_stage_layers},
+                            {"last_stage_layers", &p.last_stage_layers},
+                            {"recompute_num_layers", &p.recompute_num_layers}}) {
+    if (!map.Has(key)) continue;
+    const int64_t n = map.Int(key);
+    if (n < 0 || n > std::numeric_limits<int>::max()) {
+      map.Fail(key, fmt::format("must be 0 (not set) or a number of layers, got {}", n));
+    }
+    *field = static_cast<int>(n);
+  }
+  p.account_for_embedding = map.Bool("account_for_embedding", false);
+  p.account_for_loss = map.Bool("account_for_loss", false);
+  p.fsdp = map.Enum("fsdp", kFsdpNames, p.fsdp);
   map.RejectUnknownKeys();
   return p;
 }
@@ -353,6 +508,7 @@ Plan ParsePlanYaml(std::string_view text, const std::string& source) {
   plan.training = ReadTraining(training);
   const YamlMap parallel = map.Map("parallel");
   plan.parallel = ReadParallel(parallel);
+  if (map.Has("options")) plan.options = ReadOptions(map.Map("options"));
   map.RejectUnknownKeys();
 
   const std::vector<Violation> violations =
@@ -386,6 +542,9 @@ std::string WritePlanYaml(const Plan& plan) {
   w.End();
   w.Begin("parallel");
   WriteParallel(w, plan.parallel);
+  w.End();
+  w.Begin("options");
+  WriteOptions(w, plan.options);
   w.End();
   return w.text();
 }

@@ -31,9 +31,13 @@ ClusterSpec ReadCluster(const YamlMap& map);
 std::string WriteClusterYaml(const ClusterSpec& cluster);
 
 TrainingSpec ReadTraining(const YamlMap& map);
+// The plan's `options` section: megatron_version (a preset: core, 2022, 2021,
+// megatron-deepspeed) then any field of CostOptions by its name, overriding the preset.
+CostOptions ReadOptions(const YamlMap& map);
 ParallelConfig ReadParallel(const YamlMap& map);
 
-// A plan file: version, model, cluster, gpus, training, parallel. Besides each section's own
+// A plan file: version, model, cluster, gpus, training, parallel, options (optional; absent:
+// Megatron-Core's defaults). Besides each section's own
 // checks, the configuration must pass CheckParallelConfig; the first violation is reported at
 // the line of the key at fault.
 Plan ParsePlanYaml(std::string_view text, const std::string& source = "<string>");

@@ -63,7 +63,8 @@ Plan MakePlan(const PlanRequest& request, const ParallelConfig& parallel) {
               .cluster = request.cluster,
               .num_gpus = request.gpus,
               .training = request.training,
-              .parallel = parallel};
+              .parallel = parallel,
+              .options = request.options};
 }
 
 PlanSearchResult SearchPlans(const PlanRequest& req) {
@@ -112,7 +113,7 @@ PlanSearchResult SearchPlans(const PlanRequest& req) {
       ref.problem = v.front().message;
     } else {
       RankedPlan r{MakePlan(req, *req.reference), {}};
-      r.report = SimulatePlan(r.plan, req.options);
+      r.report = SimulatePlan(r.plan);
       ++res.simulated;
       if (r.report.peak_memory_bytes > limit) {
         ref.problem = fmt::format("stage {} needs {:.1f} GB, {:.1f} GB available",
@@ -139,7 +140,7 @@ PlanSearchResult SearchPlans(const PlanRequest& req) {
                            : top.back().report.step_time_s;
     if (c.step_lower_bound_s > kth && c.step_lower_bound_s > reference_time) break;
     RankedPlan r{MakePlan(req, c.parallel), {}};
-    r.report = SimulatePlan(r.plan, req.options);
+    r.report = SimulatePlan(r.plan);
     ++res.simulated;
     if (res.reference && res.reference->simulated && reference_time >= 0) {
       if (ConfigKey(c.parallel) != ConfigKey(*req.reference) &&
@@ -164,7 +165,7 @@ std::vector<RankedPlan> BruteForcePlans(const PlanRequest& req) {
   EnumerateConfigs(req.model, req.training, req.gpus, req.constraints, ignored,
                    [&](const ParallelConfig& p) {
                      RankedPlan r{MakePlan(req, p), {}};
-                     r.report = SimulatePlan(r.plan, req.options);
+                     r.report = SimulatePlan(r.plan);
                      if (r.report.peak_memory_bytes <= limit) all.push_back(std::move(r));
                    });
   std::sort(all.begin(), all.end(), Better);

@@ -15,7 +15,7 @@
 
 #include "core/plan.h"
 #include "planner/space.h"
-#include "simulator/cost_options.h"
+#include "core/cost_options.h"
 #include "simulator/simulate.h"
 
 namespace ptdp {

@@ -27,7 +27,8 @@ double StepTimeLowerBound(Schedule kind, int p, int m, int v, const StepCosts& c
     const double back = r > 0 ? tail + costs.chunks[r].send_backward_s : 0.0;
     pipeline_end = std::max(pipeline_end, end + (split ? 0.0 : back));
     const StageCosts& st = costs.stages[r];
-    const double sync = st.overlap_grad_sync ? st.dp_grad_sync_s / v : st.dp_grad_sync_s;
+    const double sync =
+        st.overlap_grad_sync ? st.dp_grad_sync_s / (v * st.dp_buckets) : st.dp_grad_sync_s;
     grads_ready = std::max(grads_ready, end + sync + st.embedding_sync_s);
     tail_phases = std::max(tail_phases, st.optimizer_s + st.dp_param_gather_s);
     const ChunkCosts& here = costs.chunks[r];  // chunk 0 of stage r = virtual stage r

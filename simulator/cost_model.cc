@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 
 #include "core/error.h"
 #include "simulator/collectives.h"
@@ -16,7 +17,8 @@ namespace {
 struct PassTimes {
   double compute = 0, comm = 0, overhead = 0;
   double total() const { return compute + comm + overhead; }
-  // Each kernel's and each collective's own time, for the async overlap below.
+  // Each kernel's and each collective's own time (the collective's exposed part), for the
+  // async overlap below.
   std::array<double, PassWork::kMaxWork> work_s;
   std::array<double, PassWork::kMaxComm> comm_s;
 };
@@ -29,17 +31,21 @@ struct PassTimes {
 // kernels, 0 when the kernels outlast their launches. (The empty queue at each pass's start
 // fitted the single-node vTrain rows better than a queue carried across passes, whose steady
 // state is max(n h, sum t_i): 6.0% against 6.5% mean error.)
-PassTimes Times(const GemmTable& table, const ClusterSpec& c, Precision precision,
-                const PassWork& pass, const GroupPlacement& tp) {
+// A collective pipelined with a GEMM (--tp-comm-overlap, Transformer Engine's userbuffers)
+// exposes only what the GEMM does not cover: max(0, t_comm - t_gemm). The GEMM is taken at its
+// own speed (the few SMs userbuffers' copies use are not modelled).
+PassTimes Times(const KernelTimer& timer, const ClusterSpec& c, const PassWork& pass,
+                const GroupPlacement& tp) {
   PassTimes t;
   for (int i = 0; i < pass.num_work; ++i) {
-    const Work& w = pass.work[i];
-    t.work_s[i] = w.kind == WorkKind::kGemm ? GemmTime(table, c.gpu, precision, w.gemm, w.bytes)
-                                            : MemoryTime(c.gpu, w.bytes);
+    t.work_s[i] = timer(pass.work[i]);
     t.compute += t.work_s[i];
   }
   for (int i = 0; i < pass.num_comm; ++i) {
     t.comm_s[i] = CollectiveTime(c, pass.comm[i].collective, pass.comm[i].bytes, tp);
+    if (pass.overlap_with[i] >= 0) {
+      t.comm_s[i] = std::max(0.0, t.comm_s[i] - t.work_s[pass.overlap_with[i]]);
+    }
     t.comm += t.comm_s[i];
   }
   const double launch = c.host.kernel_launch_s;
@@ -107,37 +113,84 @@ double SendTime(const ClusterSpec& c, const ModelSpec& m, const ParallelConfig& 
   return CollectiveTime(c, Collective::kSendRecv, act, pair);
 }
 
+// What one transformer layer of one kind costs per micro-batch, ready to be summed per chunk.
+struct LayerCost {
+  double forward = 0, backward_input = 0, backward_weight = 0;
+  double compute = 0, comm = 0, overhead = 0, recompute = 0;
+  double activation_bytes = 0, weight_grad_activation_bytes = 0;
+};
+
+LayerCost CostOfLayer(const ModelSpec& m, const ClusterSpec& c, const TrainingSpec& training,
+                      const ParallelConfig& p, const CostOptions& options, const KernelTimer& timer,
+                      const GroupPlacement& tp, bool fp8_layer) {
+  const Precision precision = training.precision;
+  const bool bf16_layer = precision == Precision::kFp8 && !fp8_layer;
+  const LayerWork layer =
+      TransformerLayerWork(m, p, precision, options, bf16_layer, training.fp8_recipe);
+  const PassTimes lf = Times(timer, c, layer.forward, tp);
+  const PassTimes lb = Times(timer, c, layer.backward_input, tp);
+  const PassTimes lw = Times(timer, c, layer.backward_weight, tp);
+  // Full recomputation redoes exactly the forward: reuse its time.
+  const PassTimes lr = p.recompute == Recompute::kFull ? lf : Times(timer, c, layer.recompute, tp);
+  // The async reductions hide behind W only when B and W run as one backward.
+  const double async_hidden = p.schedule == Schedule::kZbH1 ? 0 : AsyncOverlapTime(layer, lb, lw);
+  LayerCost k;
+  k.forward = lf.total();
+  k.backward_input = lr.total() + lb.total();
+  k.backward_weight = lw.total() - async_hidden;
+  k.overhead = lf.overhead + lr.overhead + lb.overhead + lw.overhead;
+  k.compute = lf.compute + lr.compute + lb.compute + lw.compute + k.overhead;
+  k.comm = lf.comm + lr.comm + lb.comm + lw.comm - async_hidden;
+  k.recompute = lr.total();
+  k.activation_bytes = LayerActivationBytes(m, p, precision, options, bf16_layer);
+  k.weight_grad_activation_bytes = LayerWeightGradActivationBytes(m, p, precision, bf16_layer);
+  return k;
+}
+
+// Megatron's default DDP bucket: max(40,000,000, 1,000,000 x dp) parameters
+// (megatron/core/distributed/distributed_data_parallel_config.py, training.py).
+double BucketParameters(const ParallelConfig& p, const CostOptions& options) {
+  if (options.ddp_bucket_size > 0) return static_cast<double>(options.ddp_bucket_size);
+  return std::max(40e6, 1e6 * p.dp);
+}
+
 }  // namespace
 
 StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const TrainingSpec& training,
                           const ParallelConfig& p, const CostOptions& options) {
   PTDP_CHECK(p.tp >= 1 && p.pp >= 1 && p.dp >= 1 && p.virtual_stages >= 1);
-  PTDP_CHECK(m.num_layers % (p.pp * p.virtual_stages) == 0);
   const Precision precision = training.precision;
   const int pp = p.pp, v = p.virtual_stages, vstages = pp * v;
-  const double layers_per_chunk = m.num_layers / vstages;
   const GroupPlacement tp = TensorParallelGroup(p, c.gpus_per_node);
   const GroupPlacement dp = DataParallelGroup(p, c.gpus_per_node);
+  const KernelTimer timer(c, precision, options);
+  const std::vector<ChunkLayers> kinds = ChunkLayerKinds(m, training, p);
 
-  const GemmTable gemm(c.gpu);
-  const LayerWork layer = TransformerLayerWork(m, p, precision, options);
+  // One cost per layer kind [fp8][recompute] that occurs.
+  bool used[2][2] = {{false, false}, {false, false}};
+  for (const ChunkLayers& k : kinds) {
+    for (int f = 0; f < 2; ++f) {
+      for (int r = 0; r < 2; ++r) used[f][r] = used[f][r] || k.count[f][r] > 0;
+    }
+  }
+  LayerCost layer[2][2];
+  for (int f = 0; f < 2; ++f) {
+    for (int r = 0; r < 2; ++r) {
+      if (!used[f][r]) continue;
+      ParallelConfig q = p;
+      if (r == 0) q.recompute = Recompute::kNone;
+      layer[f][r] = CostOfLayer(m, c, training, q, options, timer, tp, f == 1);
+    }
+  }
+
   const LayerWork emb = EmbeddingWork(m, p, precision, options);
   const LayerWork out = OutputWork(m, p, precision, options);
-  const PassTimes lf = Times(gemm, c, precision, layer.forward, tp);
-  const PassTimes lb = Times(gemm, c, precision, layer.backward_input, tp);
-  const PassTimes lw = Times(gemm, c, precision, layer.backward_weight, tp);
-  // Full recomputation redoes exactly the forward: reuse its time.
-  const PassTimes lr =
-      p.recompute == Recompute::kFull ? lf : Times(gemm, c, precision, layer.recompute, tp);
-  const PassTimes ef = Times(gemm, c, precision, emb.forward, tp);
-  const PassTimes eb = Times(gemm, c, precision, emb.backward_input, tp);
-  const PassTimes ew = Times(gemm, c, precision, emb.backward_weight, tp);
-  const PassTimes of = Times(gemm, c, precision, out.forward, tp);
-  const PassTimes ob = Times(gemm, c, precision, out.backward_input, tp);
-  const PassTimes ow = Times(gemm, c, precision, out.backward_weight, tp);
-
-  const double layer_act = LayerActivationBytes(m, p, precision);
-  const double layer_w_act = LayerWeightGradActivationBytes(m, p, precision);
+  const PassTimes ef = Times(timer, c, emb.forward, tp);
+  const PassTimes eb = Times(timer, c, emb.backward_input, tp);
+  const PassTimes ew = Times(timer, c, emb.backward_weight, tp);
+  const PassTimes of = Times(timer, c, out.forward, tp);
+  const PassTimes ob = Times(timer, c, out.backward_input, tp);
+  const PassTimes ow = Times(timer, c, out.backward_weight, tp);
   const double emb_act = EmbeddingActivationBytes(m, p);
   const double out_act = OutputActivationBytes(m, p, precision);
 
@@ -159,42 +212,61 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
         SendTime(c, m, p, precision, options, PipelinePair(p, pp - 1, c.gpus_per_node), tp);
   }
 
+  // Megatron-FSDP's per-micro-batch data-parallel traffic of one layer (Megatron-FSDP v1,
+  // megatron/core/distributed/fsdp): sharded gradients are reduce-scattered after each layer's
+  // backward in every micro-batch; sharded parameters are all-gathered before each layer's
+  // forward and again before its backward. A separate stream runs them while neighbouring
+  // layers compute (prefetch); the first gather and the last reduce-scatter of a pass are
+  // exposed.
+  const bool fsdp_grads = p.fsdp == Fsdp::kOptimGrads || p.fsdp == Fsdp::kOptimGradsParams;
+  const bool fsdp_params = p.fsdp == Fsdp::kOptimGradsParams;
+  const double gbytes = GradientBytes(precision, options);
+  const double ebytes = BytesPerElement(precision);
+  const double layer_params = LayerParameters(m, p.tp);
+  const auto fsdp_gather = [&](double params) {
+    return fsdp_params ? CollectiveTime(c, Collective::kAllGather, params * ebytes, dp) : 0.0;
+  };
+  const auto fsdp_scatter = [&](double params) {
+    return fsdp_grads ? CollectiveTime(c, Collective::kReduceScatter, params * gbytes, dp) : 0.0;
+  };
+
   StepEstimate est;
   est.microbatches = NumMicrobatches(training, p);
   est.costs.chunks.resize(vstages);
   est.stages.assign(pp, StageBreakdown{});
-  // What every chunk's layers cost, then the embedding and output parts on the first and last.
-  const double L = layers_per_chunk;
-  // The async reductions hide behind W only when B and W run as one backward.
-  const double async_hidden = p.schedule == Schedule::kZbH1 ? 0 : AsyncOverlapTime(layer, lb, lw);
-  const ChunkCosts plain{.forward_s = L * lf.total(),
-                         .backward_input_s = L * (lr.total() + lb.total()),
-                         .backward_weight_s = L * (lw.total() - async_hidden),
-                         .activation_bytes = L * layer_act,
-                         .weight_grad_activation_bytes = L * layer_w_act};
-  const double plain_overhead = L * (lf.overhead + lr.overhead + lb.overhead + lw.overhead);
-  const double plain_compute =
-      L * (lf.compute + lr.compute + lb.compute + lw.compute) + plain_overhead;
-  const double plain_comm = L * (lf.comm + lr.comm + lb.comm + lw.comm - async_hidden);
   for (int chunk = 0, vs = 0; chunk < v; ++chunk) {
     for (int r = 0; r < pp; ++r, ++vs) {
       const bool first = vs == 0, last = vs == vstages - 1;
       ChunkCosts& ch = est.costs.chunks[vs];
       StageBreakdown& br = est.stages[r];
-      ch = plain;
+      const ChunkLayers& k = kinds[vs];
+      double chunk_params = 0;
+      for (int f = 0; f < 2; ++f) {
+        for (int rc = 0; rc < 2; ++rc) {
+          const double n = k.count[f][rc];
+          if (n == 0) continue;
+          const LayerCost& l = layer[f][rc];
+          ch.forward_s += n * l.forward;
+          ch.backward_input_s += n * l.backward_input;
+          ch.backward_weight_s += n * l.backward_weight;
+          ch.activation_bytes += n * l.activation_bytes;
+          ch.weight_grad_activation_bytes += n * l.weight_grad_activation_bytes;
+          br.compute_s += n * l.compute;
+          br.overhead_s += n * l.overhead;
+          br.tp_comm_s += n * l.comm;
+          br.recompute_s += n * l.recompute;
+          chunk_params += n * layer_params;
+        }
+      }
       ch.send_forward_s = last ? 0 : send[r];
       ch.send_backward_s = first ? 0 : send[r == 0 ? pp - 1 : r - 1];
       br.pp_comm_s += ch.send_forward_s + ch.send_backward_s;
-      br.compute_s += plain_compute;
-      br.overhead_s += plain_overhead;
-      br.tp_comm_s += plain_comm;
       if (chunk == 0) {
         // Once per micro-batch on each stage: the framework's work around the layers.
         ch.forward_s += c.host.microbatch_overhead_s;
         br.compute_s += c.host.microbatch_overhead_s;
         br.overhead_s += c.host.microbatch_overhead_s;
       }
-      br.recompute_s += L * lr.total();
       // The embedding (first virtual stage) and the output layer (last) add their passes.
       const auto add_part = [&](const PassTimes& pf, const PassTimes& pb, const PassTimes& pw,
                                 double act) {
@@ -207,8 +279,22 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
         br.overhead_s += pf.overhead + pb.overhead + pw.overhead;
         br.tp_comm_s += pf.comm + pb.comm + pw.comm;
       };
-      if (first) add_part(ef, eb, ew, emb_act);
-      if (last) add_part(of, ob, ow, out_act);
+      if (first) add_part(ef, eb, ew, emb_act), chunk_params += emb.parameters;
+      if (last) add_part(of, ob, ow, out_act), chunk_params += out.parameters;
+      if (fsdp_grads && chunk_params > 0) {
+        // Per layer, as Megatron-FSDP's units; the embedding and output parts as one more.
+        const double units = std::max(1, k.total()) + (first || last ? 1 : 0);
+        const double unit = chunk_params / units;
+        const double gather = units * fsdp_gather(unit), scatter = units * fsdp_scatter(unit);
+        const double forward = ch.forward_s, backward = ch.backward_input_s + ch.backward_weight_s;
+        const double exposed_f = std::max(forward, gather) - forward + fsdp_gather(unit);
+        const double exposed_b =
+            std::max(backward, gather + scatter) - backward + fsdp_scatter(unit);
+        ch.forward_s += exposed_f;
+        ch.backward_weight_s += exposed_b;
+        br.dp_comm_s += 2 * gather + scatter;
+        br.dp_exposed_s += exposed_f + exposed_b;
+      }
       if (!options.overlap_p2p_communication) {
         ch.forward_s += ch.send_forward_s;
         ch.backward_input_s += ch.send_backward_s;
@@ -219,27 +305,63 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
 
   // Per stage, once per step.
   const BytesPerParameter per_param = BytesPerParam(training, p, options);
-  const double gbytes = GradientBytes(precision, options);
   const double opt_bytes = OptimizerBytesPerParam(training, options);
-  const double layer_params = LayerParameters(m, p.tp);
-  const double stage_layers = static_cast<double>(m.num_layers) / pp;
+  const double linear_weights = LayerLinearWeights(m, p.tp);
+  const bool shard_optimizer = p.distributed_optimizer || p.fsdp != Fsdp::kNone;
+  const double bucket = BucketParameters(p, options);
   const auto stage_costs = [&](int r) {
     StageCosts st;
-    const double params = stage_layers * layer_params +
-                          (r == 0 ? EmbeddingParameters(m, p.tp) : 0) +
-                          (r == pp - 1 ? OutputParameters(m, p) : 0);
-    if (p.distributed_optimizer) {
-      // Rajbhandari et al. 2020 (ZeRO-1), Megatron's distributed optimizer: reduce-scatter the
-      // gradients, update the 1/dp shard, all-gather the updated 16-bit weights.
+    double layers = 0, fp8_layers = 0;
+    for (int ch = 0; ch < v; ++ch) {
+      const ChunkLayers& k = kinds[static_cast<size_t>(ch) * pp + r];
+      layers += k.total();
+      fp8_layers += k.count[1][0] + k.count[1][1];
+    }
+    const double params =
+        layers * layer_params + (r == 0 ? emb.parameters : 0) + (r == pp - 1 ? out.parameters : 0);
+    // The step's parameter all-gather moves 16-bit weights, or FP8 ones for the FP8 linears
+    // with --fp8-param-gather.
+    const double gather_bytes =
+        params * ebytes - (training.fp8_param_gather ? fp8_layers * linear_weights : 0);
+    if (fsdp_grads) {
+      // Gradients were reduce-scattered in the backward; optim_grads all-gathers the updated
+      // parameters after the step, optim_grads_params leaves them sharded (gathered per layer).
+      if (!fsdp_params) {
+        st.dp_param_gather_s = CollectiveTime(c, Collective::kAllGather, gather_bytes, dp);
+      }
+    } else if (shard_optimizer) {
+      // Rajbhandari et al. 2020 (ZeRO-1), Megatron's distributed optimizer (and Megatron-FSDP
+      // optim): reduce-scatter the gradients, update the 1/dp shard, all-gather the updated
+      // 16-bit weights.
       st.dp_grad_sync_s = CollectiveTime(c, Collective::kReduceScatter, params * gbytes, dp);
-      st.dp_param_gather_s =
-          CollectiveTime(c, Collective::kAllGather, params * BytesPerElement(precision), dp);
-      st.optimizer_s = MemoryTime(c.gpu, params / p.dp * opt_bytes);
+      st.dp_param_gather_s = CollectiveTime(c, Collective::kAllGather, gather_bytes, dp);
     } else {
       st.dp_grad_sync_s = CollectiveTime(c, Collective::kAllReduce, params * gbytes, dp);
-      st.optimizer_s = MemoryTime(c.gpu, params * opt_bytes);
     }
-    st.overlap_grad_sync = options.overlap_grad_reduce;
+    st.optimizer_s = MemoryTime(c.gpu, params / (shard_optimizer ? p.dp : 1) * opt_bytes) +
+                     c.host.optimizer_step_s;
+    if (fp8_layers > 0) {
+      // The FP8 weight copies and their transposes, cast once per step (read e, write 1 + 1;
+      // current scaling reads the weights once more for their amax).
+      const double passes = training.fp8_recipe == Fp8Recipe::kDelayed ? 1 : 2;
+      st.optimizer_s += MemoryTime(c.gpu, fp8_layers * linear_weights * (passes * ebytes + 2));
+    }
+    st.overlap_grad_sync = options.overlap_grad_reduce && st.dp_grad_sync_s > 0;
+    if (st.overlap_grad_sync) {
+      st.dp_buckets = std::max(1, static_cast<int>(std::ceil(params / v / bucket)));
+    }
+    if (options.overlap_param_gather && st.dp_param_gather_s > 0) {
+      // Bucket by bucket during the next forward: each bucket is waited for just before its
+      // first layer runs, so what the forward of the stage's first micro-batch covers is
+      // hidden; the first bucket never is.
+      double first_forward = 0;
+      for (int ch = 0; ch < v; ++ch) first_forward += est.costs.chunks[ch * pp + r].forward_s;
+      const int buckets = std::max(1, static_cast<int>(std::ceil(params / bucket)));
+      const double exposed =
+          std::max(st.dp_param_gather_s / buckets, st.dp_param_gather_s - first_forward);
+      st.dp_param_gather_hidden_s = st.dp_param_gather_s - exposed;
+      st.dp_param_gather_s = exposed;
+    }
     if (pp > 1 && m.tied_embeddings && (r == 0 || r == pp - 1)) {
       // Megatron's _allreduce_word_embedding_grads over the first and last stage.
       const double vocab_t = static_cast<double>(PaddedVocabSize(m, p.tp)) / p.tp;
@@ -250,13 +372,23 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
     st.static_bytes = params * per_param.total() + static_cast<double>(c.gpu.reserved_bytes);
     return st;
   };
-  // The stages between the first and the last are alike: compute one of them.
-  est.costs.stages.assign(pp, pp > 2 ? stage_costs(1) : StageCosts{});
-  est.costs.stages[0] = stage_costs(0);
-  est.costs.stages[pp - 1] = stage_costs(pp - 1);
+  // The stages between the first and the last are alike unless the split is uneven (or fp8's
+  // bf16 layers sit there): compute one of them when they are.
+  const bool alike =
+      !UnevenSplit(p) &&
+      (training.precision != Precision::kFp8 ||
+       (training.fp8_bf16_layers_at_start == 0 && training.fp8_bf16_layers_at_end == 0));
+  if (alike) {
+    est.costs.stages.assign(pp, pp > 2 ? stage_costs(1) : StageCosts{});
+    est.costs.stages[0] = stage_costs(0);
+    est.costs.stages[pp - 1] = stage_costs(pp - 1);
+  } else {
+    est.costs.stages.resize(pp);
+    for (int r = 0; r < pp; ++r) est.costs.stages[r] = stage_costs(r);
+  }
 
-  est.model_flops = ModelFlopsPerStep(m, training);
-  est.hardware_flops = HardwareFlopsPerStep(m, training, p);
+  est.model_flops = ModelFlopsPerStep(m, training, options);
+  est.hardware_flops = HardwareFlopsPerStep(m, training, p, options);
   return est;
 }
 
@@ -284,7 +416,8 @@ double ClosedFormStepTime(const StepCosts& costs, Schedule kind, int stages, int
                 (p - 1) * sum_send / (p * v);
   double after = 0, update = 0;
   for (const StageCosts& st : costs.stages) {
-    const double sync = st.overlap_grad_sync ? st.dp_grad_sync_s / chunks : st.dp_grad_sync_s;
+    const double sync =
+        st.overlap_grad_sync ? st.dp_grad_sync_s / (chunks * st.dp_buckets) : st.dp_grad_sync_s;
     after = std::max(after, sync + st.embedding_sync_s);
     update = std::max(update, st.optimizer_s + st.dp_param_gather_s);
   }

@@ -19,32 +19,41 @@
 // Times() in cost_model.cc), less the async input-gradient reductions hidden behind the weight
 // gradients (cost_options.h) when B and W run together; the forward of each stage's first chunk
 // also carries the profile's host.microbatch_overhead_us.
+// With an uneven split (core SplitLayers) each chunk has its own layer count, and in fp8
+// training the layers kept in bf16 and, with --recompute-num-layers, the layers that recompute
+// cost their own (layer_work.h ChunkLayerKinds). Megatron-FSDP's per-layer gathers and
+// reduce-scatters (optim_grads, optim_grads_params) run beside the passes; what they do not
+// hide is added to F and W.
 // And each StageCosts: the data-parallel gradient all-reduce (distributed optimizer: reduce-
 // scatter, then a parameter all-gather after the step) of the stage's parameters over the DP
-// group; the tied-embedding all-reduce between first and last stage (pp > 1); the optimizer
-// update (memory-bound, over the stage's parameters or their 1/dp shard); static_bytes from
-// memory_model.h without activations.
+// group, in --ddp-bucket-size buckets per chunk with --overlap-grad-reduce, the gather partly
+// hidden behind the next forward with --overlap-param-gather; the tied-embedding all-reduce
+// between first and last stage (pp > 1); the optimizer update (memory-bound, over the stage's
+// parameters or their 1/dp shard, plus the profile's host.optimizer_step_us and fp8's weight
+// casts); static_bytes from memory_model.h without activations.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "core/cluster_spec.h"
+#include "core/cost_options.h"
 #include "core/model_spec.h"
 #include "core/parallel_config.h"
 #include "core/training_spec.h"
-#include "simulator/cost_options.h"
 #include "simulator/costs.h"
 
 namespace ptdp {
 
 // Per pipeline stage and per micro-batch (all its chunks): where the time of F, B and W goes.
 struct StageBreakdown {
-  double compute_s = 0;    // kernels (GEMMs and memory-bound), including recomputation
-  double tp_comm_s = 0;    // tensor-parallel collectives inside F, B and W
-  double pp_comm_s = 0;    // sends of activations and gradients (whether or not they block)
-  double recompute_s = 0;  // the part of compute_s + tp_comm_s that recomputation adds
-  double overhead_s = 0;   // the part of compute_s the GPU waits for the host (launch-bound)
+  double compute_s = 0;     // kernels (GEMMs and memory-bound), including recomputation
+  double tp_comm_s = 0;     // tensor-parallel collectives inside F, B and W (their exposed part)
+  double pp_comm_s = 0;     // sends of activations and gradients (whether or not they block)
+  double recompute_s = 0;   // the part of compute_s + tp_comm_s that recomputation adds
+  double overhead_s = 0;    // the part of compute_s the GPU waits for the host (launch-bound)
+  double dp_comm_s = 0;     // Megatron-FSDP's per-layer gathers and reduce-scatters (busy)
+  double dp_exposed_s = 0;  // the part of them F, B and W wait for
 };
 
 struct StepEstimate {

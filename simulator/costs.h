@@ -22,12 +22,16 @@ struct ChunkCosts {
 
 // One pipeline stage (all its chunks), once per step.
 struct StageCosts {
-  double dp_grad_sync_s = 0;       // gradient all-reduce (or reduce-scatter with the distributed
-                                   // optimizer) over the data-parallel group
-  double dp_param_gather_s = 0;    // parameter all-gather after the step (distributed optimizer)
-  double embedding_sync_s = 0;     // tied-embedding gradient all-reduce, first and last stage
+  double dp_grad_sync_s = 0;     // gradient all-reduce (or reduce-scatter with the distributed
+                                 // optimizer) over the data-parallel group, all buckets
+  double dp_param_gather_s = 0;  // parameter all-gather after the step (distributed optimizer)
+                                 // that the step waits for: all of it, or with
+                                 // --overlap-param-gather what the next forward cannot hide
+  double dp_param_gather_hidden_s = 0;  // the rest, run during the next step's forward
+  double embedding_sync_s = 0;          // tied-embedding gradient all-reduce, first and last stage
   double optimizer_s = 0;          // the optimizer update of this stage's (shard of) parameters
-  bool overlap_grad_sync = false;  // the DP reduction may start during the backward
+  bool overlap_grad_sync = false;  // the DP reduction runs bucket by bucket in the backward
+  int dp_buckets = 1;              // gradient buckets per model chunk (with overlap_grad_sync)
   double static_bytes = 0;         // weights + gradients + optimizer state + fixed buffers
 };
 

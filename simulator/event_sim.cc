@@ -58,8 +58,9 @@ SimResult SimulateStep(const PipelineSchedule& s, const StepCosts& costs) {
   result.ops.reserve(total_ops);
   std::vector<std::vector<SimulatedOp>> per_stage(p);
   for (int r = 0; r < p; ++r) per_stage[r].reserve(s.ops[r].size());
-  // Last end of a backward / weight-gradient op per (stage, chunk), for overlapped DP sync.
-  std::vector<double> chunk_grads_done(vstages, 0.0);
+  // The last backward / weight-gradient op per (stage, chunk), the one whose end completes the
+  // chunk's gradients: its start and end, for the overlapped DP sync.
+  std::vector<double> chunk_grads_start(vstages, 0.0), chunk_grads_done(vstages, 0.0);
 
   while (!worklist.empty()) {
     const int r = worklist.back();
@@ -81,7 +82,10 @@ SimResult SimulateStep(const PipelineSchedule& s, const StepCosts& costs) {
       clock[r] = end;
       per_stage[r].push_back({r, op, start, end});
       result.stages[r].busy_s += end - start;
-      if (op.kind != OpKind::kForward) chunk_grads_done[vs] = end;
+      if (op.kind == (s.split_backward ? OpKind::kWeightGrad : OpKind::kBackward)) {
+        chunk_grads_start[vs] = start;
+        chunk_grads_done[vs] = end;
+      }
       if (op.send_to != kNoStage) {
         const bool forward = op.kind == OpKind::kForward;
         double& link = forward ? link_free_forward[r] : link_free_backward[r];
@@ -168,14 +172,23 @@ SimResult SimulateStep(const PipelineSchedule& s, const StepCosts& costs) {
     double t = clock[r];
     if (sc.dp_grad_sync_s > 0) {
       if (sc.overlap_grad_sync) {
-        // One bucket per chunk, in the order their backwards finish, on one DP stream.
-        std::vector<double> done;
-        for (int c = 0; c < s.chunks; ++c) done.push_back(chunk_grads_done[s.VirtualStage(r, c)]);
-        std::sort(done.begin(), done.end());
+        // Megatron's bucketed reduction (--overlap-grad-reduce): each chunk's gradients fill
+        // dp_buckets buckets during the chunk's last backward, the layers' in reverse order,
+        // taken as even through the operation; a bucket's reduction starts when it is full, on
+        // one data-parallel stream per stage, in the order the buckets fill.
+        const int k = std::max(1, sc.dp_buckets);
+        std::vector<double> ready;
+        for (int c = 0; c < s.chunks; ++c) {
+          const int vs = s.VirtualStage(r, c);
+          const double begin = chunk_grads_start[vs], span = chunk_grads_done[vs] - begin;
+          for (int b = 1; b <= k; ++b) ready.push_back(begin + span * b / k);
+        }
+        std::sort(ready.begin(), ready.end());
+        const double each = sc.dp_grad_sync_s / (s.chunks * k);
         double stream = 0;
-        for (double d : done) {
+        for (double d : ready) {
           const double start = std::max(stream, d);
-          stream = start + sc.dp_grad_sync_s / s.chunks;
+          stream = start + each;
           result.phases.push_back({r, "dp grad sync", "dp-comm", start, stream});
         }
         t = std::max(clock[r], stream);
@@ -189,6 +202,7 @@ SimResult SimulateStep(const PipelineSchedule& s, const StepCosts& costs) {
       t += sc.embedding_sync_s;
     }
     grads_ready[r] = t;
+    result.stages[r].dp_exposed_s = t - clock[r];
   }
   result.optimizer_start_s = *std::max_element(grads_ready.begin(), grads_ready.end());
   result.step_time_s = result.optimizer_start_s;
@@ -202,6 +216,7 @@ SimResult SimulateStep(const PipelineSchedule& s, const StepCosts& costs) {
     if (sc.dp_param_gather_s > 0) {
       result.phases.push_back({r, "dp param gather", "dp-comm", t, t + sc.dp_param_gather_s});
       t += sc.dp_param_gather_s;
+      result.stages[r].dp_exposed_s += sc.dp_param_gather_s;
     }
     result.step_time_s = std::max(result.step_time_s, t);
   }

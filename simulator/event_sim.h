@@ -8,10 +8,10 @@
 //    order they are issued, so they do not block compute; a receive waits for the matching
 //    send's start plus its transfer time;
 //  - tensor-parallel collectives are inside the operations' durations;
-//  - the data-parallel gradient reduction of a model chunk starts when the chunk's last backward
-//    (or weight-gradient) operation ends if the configuration overlaps it, else when the
-//    stage's last operation ends; the tied-embedding reduction follows it on first and last
-//    stage;
+//  - the data-parallel gradient reduction runs after the stage's last operation, or, overlapped
+//    (--overlap-grad-reduce), bucket by bucket on its own stream as each model chunk's last
+//    backward (or weight-gradient) operation fills the chunk's buckets; the tied-embedding
+//    reduction follows it on first and last stage;
 //  - the optimizer step starts on every stage when every stage has its gradients (Megatron's
 //    global gradient-norm all-reduce synchronises them), then the parameter all-gather of the
 //    distributed optimizer.
@@ -54,6 +54,9 @@ struct StageResult {
   double idle_s = 0;           // compute stream idle between 0 and pipeline_end_s
   double bubble_fraction = 0;  // idle_s / pipeline_end_s
   int peak_in_flight = 0;      // micro-batch chunks holding activations at once
+  // Data-parallel communication the stage waits for after its last operation: the reduction's
+  // tail (all of it when not overlapped), the embedding sync, the parameter gather.
+  double dp_exposed_s = 0;
   double peak_activation_bytes = 0;
   // Activation bytes held over time: a step function, (time, bytes from then on).
   std::vector<std::pair<double, double>> activation_bytes_over_time;

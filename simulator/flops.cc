@@ -1,5 +1,7 @@
 #include "simulator/flops.h"
 
+#include <algorithm>
+
 namespace ptdp {
 double KorthikantiModelFlops(const ModelSpec& m, int64_t batch) {
   const double B = static_cast<double>(batch), s = m.seq_length, L = m.num_layers,
@@ -33,19 +35,34 @@ double OutputForwardFlops(const ModelSpec& m) {
   return 2.0 * m.seq_length * m.hidden_size * static_cast<double>(PaddedVocabSize(m));
 }
 
-double ModelFlopsPerStep(const ModelSpec& m, const TrainingSpec& training) {
-  const double forward = m.num_layers * LayerForwardFlops(m) + OutputForwardFlops(m);
+bool CausalHalving(const CostOptions& options) { return options.stack == SoftwareStack::kCore; }
+
+double ModelFlopsPerStep(const ModelSpec& m, const TrainingSpec& training,
+                         const CostOptions& options) {
+  const double attention = CausalHalving(options) ? CoreAttentionForwardFlops(m) : 0;
+  const double forward = m.num_layers * (LayerForwardFlops(m) - attention) + OutputForwardFlops(m);
   return 3 * forward * static_cast<double>(training.global_batch_size);
 }
 
 double HardwareFlopsPerStep(const ModelSpec& m, const TrainingSpec& training,
-                            const ParallelConfig& parallel) {
-  const double per_layer = parallel.recompute == Recompute::kFull ? LayerForwardFlops(m)
-                           : parallel.recompute == Recompute::kSelective
-                               ? 2 * CoreAttentionForwardFlops(m)
-                               : 0;
-  return ModelFlopsPerStep(m, training) +
-         m.num_layers * per_layer * static_cast<double>(training.global_batch_size);
+                            const ParallelConfig& parallel, const CostOptions& options) {
+  // The recomputed forward products of one layer: all of them (full), or the two s x s ones
+  // (selective), with the s x s ones halved as the model FLOPs count them.
+  const double attention = (CausalHalving(options) ? 1 : 2) * CoreAttentionForwardFlops(m);
+  const double per_layer = parallel.recompute == Recompute::kFull
+                               ? LayerForwardFlops(m) - 2 * CoreAttentionForwardFlops(m) + attention
+                           : parallel.recompute == Recompute::kSelective ? attention
+                                                                         : 0;
+  // The layers that recompute: all, or the first recompute_num_layers of each chunk.
+  double recomputed = m.num_layers;
+  if (parallel.recompute == Recompute::kFull && parallel.recompute_num_layers > 0) {
+    recomputed = 0;
+    for (int n : SplitLayers(m.num_layers, parallel).layers) {
+      recomputed += std::min(n, parallel.recompute_num_layers);
+    }
+  }
+  return ModelFlopsPerStep(m, training, options) +
+         recomputed * per_layer * static_cast<double>(training.global_batch_size);
 }
 
 double Mfu(double model_flops, double step_time_s, int64_t num_gpus, double peak_flops) {

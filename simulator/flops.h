@@ -5,12 +5,14 @@
 // layout recomputes. For GPT (4h GeLU MLP, tied embeddings) and one step of B sequences:
 //   model:     72 B s L h^2 (1 + s/(6h) + V/(12 h L))      Korthikanti et al. 2022, appendix A
 //   full recompute: 96 B s L h^2 (1 + s/(6h) + V/(16 L h))  Narayanan et al. 2021, equation 3
-// Both count the s x s attention products in full (no causal halving; Megatron-LM's logging
-// since 2025-03 halves them) and leave out element-wise work.
+// Both count the s x s attention products in full and leave out element-wise work. Megatron-
+// Core's logging (since 2025-03) and Megatron-Bridge's tables halve the two s x s products for
+// the causal mask; the model FLOPs of the core stack (CostOptions) are counted so.
 #pragma once
 
 #include <cstdint>
 
+#include "core/cost_options.h"
 #include "core/model_spec.h"
 #include "core/parallel_config.h"
 #include "core/training_spec.h"
@@ -33,9 +35,15 @@ double OutputForwardFlops(const ModelSpec& model);
 // The model and hardware FLOPs for any model: 3 x the forward matrix-product FLOPs of the whole
 // model per sequence x B; hardware FLOPs add the recomputed forward products (full: the layers'
 // forward; selective: the core attention's two GEMMs).
-double ModelFlopsPerStep(const ModelSpec& model, const TrainingSpec& training);
+// With `options` of the core stack the s x s products count half (CausalHalving).
+double ModelFlopsPerStep(const ModelSpec& model, const TrainingSpec& training,
+                         const CostOptions& options = Megatron2022Options());
 double HardwareFlopsPerStep(const ModelSpec& model, const TrainingSpec& training,
-                            const ParallelConfig& parallel);
+                            const ParallelConfig& parallel,
+                            const CostOptions& options = Megatron2022Options());
+
+// Whether a stack's FLOP count halves the causal attention products (core: yes).
+bool CausalHalving(const CostOptions& options);
 
 // Model FLOPs utilisation: model FLOPs / (step time x GPUs x peak FLOP/s per GPU).
 double Mfu(double model_flops, double step_time_s, int64_t num_gpus, double peak_flops);

@@ -16,11 +16,15 @@ struct Dims {
   double f_t;          // FFN width per GPU (one branch)
   double fc1_t;        // first MLP linear's output width per GPU (2 f_t with SwiGLU)
   bool bias, swiglu, rope;
-  bool fused_softmax;  // Megatron's fused scale-mask-softmax kernel applies
+  bool flash;            // the core attention is one flash-style kernel
+  bool fused_softmax;    // unfused attention: Megatron's fused scale-mask-softmax kernel applies
+  bool fp8;              // this layer's linears run in FP8
+  bool current_scaling;  // FP8 casts need an amax pass first (tensorwise, blockwise)
+  bool tp_overlap;       // --tp-comm-overlap (with sequence parallelism)
 };
 
 Dims MakeDims(const ModelSpec& m, const ParallelConfig& p, Precision precision,
-              const CostOptions& options) {
+              const CostOptions& options, bool fp8_layer, Fp8Recipe recipe = Fp8Recipe::kDelayed) {
   PTDP_CHECK(p.tp >= 1 && m.num_attention_heads % p.tp == 0);
   Dims d{};
   d.t = p.tp;
@@ -41,6 +45,7 @@ Dims MakeDims(const ModelSpec& m, const ParallelConfig& p, Precision precision,
   d.fc1_t = d.swiglu ? 2 * d.f_t : d.f_t;
   d.bias = m.add_bias_linear;
   d.rope = m.position_embedding == PositionEmbedding::kRope;
+  d.flash = FlashAttention(precision, options);
   // FusedScaleMaskSoftmax.is_kernel_available (Megatron-LM megatron/core/fusions/
   // fused_softmax.py; Megatron-DeepSpeed megatron/model/fused_softmax.py): 16 < sk <= limit,
   // sq and sk multiples of 4, and b x (heads per GPU) a multiple of 4 (the kernel's batches per
@@ -48,17 +53,40 @@ Dims MakeDims(const ModelSpec& m, const ParallelConfig& p, Precision precision,
   const int64_t attn_batches = int64_t{p.micro_batch_size} * (m.num_attention_heads / p.tp);
   d.fused_softmax = m.seq_length > 16 && m.seq_length <= options.fused_softmax_max_seq_length &&
                     m.seq_length % 4 == 0 && attn_batches % 4 == 0;
+  d.fp8 = fp8_layer;
+  d.current_scaling = fp8_layer && recipe != Fp8Recipe::kDelayed;
+  d.tp_overlap = options.tp_comm_overlap && d.sp;
   return d;
 }
 
 int64_t I(double x) { return static_cast<int64_t>(x + 0.5); }
 
-Work Memory(const char* name, double bytes) { return {name, WorkKind::kMemory, {}, 0, bytes}; }
+Work Memory(const char* name, double bytes) {
+  return {name, WorkKind::kMemory, false, {}, 0, bytes};
+}
 
-// C[m x n] = A[m x k] B[k x n], `batch` times, operands and result in e-byte elements.
-Work Gemm(const char* name, double m, double n, double k, double batch, double e) {
+// C[m x n] = A[m x k] B[k x n], `batch` times: operands of `in` bytes per element, result of
+// `out`; on the FP8 units when `fp8`.
+Work Gemm(const char* name, double m, double n, double k, double batch, double in, double out,
+          bool fp8 = false) {
   const GemmShape shape{I(m), I(n), I(k), I(batch)};
-  return {name, WorkKind::kGemm, shape, shape.flops(), e * batch * (m * k + k * n + m * n)};
+  return {name,  WorkKind::kGemm, fp8,
+          shape, shape.flops(),   batch * (in * (m * k + k * n) + out * m * n)};
+}
+Work Gemm(const char* name, double m, double n, double k, double batch, double e) {
+  return Gemm(name, m, n, k, batch, e, e);
+}
+
+// A linear layer's GEMM: 16-bit operands, or FP8 operands (1 byte) with a 16-bit result.
+Work Linear(const char* name, double m, double n, double k, const Dims& d) {
+  return Gemm(name, m, n, k, 1, d.fp8 ? 1 : d.e, d.e, d.fp8);
+}
+
+// Casting `elements` 16-bit values to FP8 with the transpose Transformer Engine keeps for the
+// other GEMM that needs the tensor (read e, write 1 + 1); current scaling reads the tensor once
+// more for its amax first.
+void AddCast(PassWork& pass, const char* name, double elements, const Dims& d) {
+  pass.Add(Memory(name, elements * ((d.current_scaling ? 2 : 1) * d.e + 2)));
 }
 
 // The weight-gradient GEMM dW[m x n] = X^T dY summed over k = T tokens, plus the accumulation
@@ -66,7 +94,7 @@ Work Gemm(const char* name, double m, double n, double k, double batch, double e
 // gradient) or as a separate kernel (read the e-byte gradient and the main gradient, write it).
 void AddWeightGrad(PassWork& pass, const char* name, double m, double n, double k, const Dims& d,
                    const CostOptions& options) {
-  Work w = Gemm(name, m, n, k, 1, d.e);
+  Work w = Linear(name, m, n, k, d);
   if (options.gradient_accumulation_fusion) {
     w.bytes += m * n * (2 * d.g_bytes - d.e);  // C is read and written in g bytes, not written in e
     pass.Add(w);
@@ -82,17 +110,58 @@ void AddBiasGrad(PassWork& pass, const char* name, double tokens, double width, 
 }
 
 // A norm over `tokens` x h: the forward reads x and writes y; the backward reads x and dy and
-// writes dx (B), and reads x and dy again for the scale/shift gradients (W).
+// writes dx (B), and reads x and dy again for the scale/shift gradients (W). With FP8 and
+// delayed scaling the norm writes the next linear's FP8 input and its transpose itself
+// (Transformer Engine's LayerNormLinear); otherwise a cast follows it.
 void AddNormForward(PassWork& f, const char* name, const Dims& d, double tokens) {
-  f.Add(Memory(name, 2 * tokens * d.h * d.e));
+  f.Add(Memory(name, tokens * d.h * (d.e + (d.fp8 && !d.current_scaling ? 2 : d.e))));
 }
 void AddNormBackward(PassWork& b, PassWork& w, const char* name, const Dims& d, double tokens) {
   b.Add(Memory(name, 3 * tokens * d.h * d.e));
   w.Add(Memory(name, 2 * tokens * d.h * d.e));
 }
 
-// The core attention forward (Q K^T, softmax, dropout, x V) for one micro-batch.
+// A sequence-parallel all-gather of a linear's input (FP8 bytes when the linear is FP8).
+void AddInputAllGather(PassWork& f, const char* name, const Dims& d) {
+  if (d.sp) f.Add(CommWork{name, Collective::kAllGather, d.T * d.h * (d.fp8 ? 1 : d.e)});
+}
+
+// Marks the last collective of `pass` as pipelined with kernel `work` (--tp-comm-overlap).
+void OverlapLast(PassWork& pass, int work, const Dims& d) {
+  if (d.tp_overlap && pass.num_comm > 0)
+    pass.overlap_with[pass.num_comm - 1] = static_cast<int8_t>(work);
+}
+
+// Flash-style attention kernels (forward; backward with the recomputed scores). FLOPs as the
+// kernels' benchmarks count them: 4 s^2 d per head forward, halved by the causal mask; the
+// backward 2.5 x. Bytes: Q, K, V (grouped, not repeated), the output and the fp32 softmax
+// statistics; the backward also reads the output gradient and writes dQ, dK, dV.
+Work FlashForward(const Dims& d) {
+  const double heads = d.b * d.a_t;
+  const double qkv = d.e * d.T * d.d * (d.a_t + 2 * d.g_t), out = d.e * d.T * d.d * d.a_t;
+  return {"flash attention",
+          WorkKind::kAttentionForward,
+          false,
+          {I(d.s), I(d.s), I(d.d), I(heads)},
+          2 * d.s * d.s * d.d * heads,
+          qkv + out + 4 * heads * d.s};
+}
+Work FlashBackward(const Dims& d) {
+  Work w = FlashForward(d);
+  w.name = "flash attention backward";
+  w.kind = WorkKind::kAttentionBackward;
+  w.flops *= 2.5;
+  w.bytes = 2 * w.bytes + d.e * d.T * d.d * d.a_t;  // read Q K V O dO stats, write dQ dK dV
+  return w;
+}
+
+// The core attention forward for one micro-batch: the flash-style kernel, or Megatron's unfused
+// path (Q K^T, softmax, dropout, x V).
 void AddCoreAttentionForward(PassWork& f, const Dims& d) {
+  if (d.flash) {
+    f.Add(FlashForward(d));
+    return;
+  }
   const double heads = d.b * d.a_t, s2 = d.s * d.s * heads;
   if (d.a_t != d.g_t) {
     // Megatron repeats each key/value group for its heads before the batched GEMMs.
@@ -113,84 +182,12 @@ void AddCoreAttentionForward(PassWork& f, const Dims& d) {
   f.Add(Gemm("attention probs x v", d.s, d.d, d.s, heads, d.e));
 }
 
-}  // namespace
-
-void PassWork::Append(const PassWork& other) {
-  const int base = num_work;
-  for (int i = 0; i < other.num_work; ++i) Add(other.work[i]);
-  for (int i = 0; i < other.num_comm; ++i) {
-    Add(other.comm[i]);
-    comm_position[num_comm - 1] = static_cast<int8_t>(base + other.comm_position[i]);
+void AddCoreAttentionBackward(PassWork& b, const Dims& d) {
+  if (d.flash) {
+    b.Add(FlashBackward(d));
+    return;
   }
-}
-
-double PassWork::flops() const {
-  double sum = 0;
-  for (int i = 0; i < num_work; ++i) sum += work[i].flops;
-  return sum;
-}
-
-double PassWork::bytes() const {
-  double sum = 0;
-  for (int i = 0; i < num_work; ++i) sum += work[i].bytes;
-  return sum;
-}
-
-LayerWork TransformerLayerWork(const ModelSpec& m, const ParallelConfig& p, Precision precision,
-                               const CostOptions& options) {
-  const Dims d = MakeDims(m, p, precision, options);
-  LayerWork lw;
-  PassWork& f = lw.forward;
-  PassWork& b = lw.backward_input;
-  PassWork& w = lw.backward_weight;
-  const double qkv_n = (d.a_t + 2 * d.g_t) * d.d;  // QKV output width per GPU
-  const double ctx = d.a_t * d.d;                  // attention context width per GPU
   const double heads = d.b * d.a_t, s2 = d.s * d.s * heads;
-  const double act = d.T * d.h * d.e;  // one full activation [T, h], for the collectives
-  // Sequence parallelism turns each all-reduce into an all-gather before the column-parallel
-  // linear and a reduce-scatter after the row-parallel one (Korthikanti et al. 2022, Fig. 5).
-  const Collective before = d.sp ? Collective::kAllGather : Collective::kAllReduce;
-  const Collective after = d.sp ? Collective::kReduceScatter : Collective::kAllReduce;
-
-  // ---- Forward (F).
-  AddNormForward(f, "norm 1", d, d.Tn);
-  if (d.sp) f.Add(CommWork{"sp all-gather before qkv", before, act});
-  f.Add(Gemm("qkv", d.T, qkv_n, d.h, 1, d.e));
-  if (d.rope) f.Add(Memory("rotary q k", 2 * d.T * (d.a_t + d.g_t) * d.d * d.e));
-  AddCoreAttentionForward(f, d);
-  f.Add(Memory("context permute", 2 * d.T * ctx * d.e));
-  f.Add(Gemm("attention projection", d.T, d.h, ctx, 1, d.e));
-  if (d.t > 1) f.Add(CommWork{"tp reduce after projection", after, act});
-  // bias-dropout-add: read the projection output and the residual, write the sum and the mask.
-  f.Add(Memory("bias dropout add 1", d.Tn * d.h * (3 * d.e + 1)));
-  AddNormForward(f, "norm 2", d, d.Tn);
-  if (d.sp) f.Add(CommWork{"sp all-gather before fc1", before, act});
-  f.Add(Gemm("fc1", d.T, d.fc1_t, d.h, 1, d.e));
-  f.Add(Memory(d.swiglu ? "swiglu" : "bias gelu", (d.fc1_t + d.f_t) * d.T * d.e));
-  f.Add(Gemm("fc2", d.T, d.h, d.f_t, 1, d.e));
-  if (d.t > 1) f.Add(CommWork{"tp reduce after fc2", after, act});
-  f.Add(Memory("bias dropout add 2", d.Tn * d.h * (3 * d.e + 1)));
-
-  // ---- Input gradient (B), in backward order. The backward of a reduce-scatter is an
-  // all-gather and vice versa; the backward of the forward all-reduce after a row-parallel
-  // linear is the identity, the column-parallel linear's input gradient needs an all-reduce.
-  b.Add(Memory("bias dropout add 2 backward", d.Tn * d.h * (2 * d.e + 1)));
-  if (d.sp) b.Add(CommWork{"sp all-gather fc2 output grad", Collective::kAllGather, act});
-  b.Add(Gemm("fc2 dgrad", d.T, d.f_t, d.h, 1, d.e));
-  b.Add(Memory(d.swiglu ? "swiglu backward" : "bias gelu backward",
-               (d.f_t + 2 * d.fc1_t) * d.T * d.e));
-  b.Add(Gemm("fc1 dgrad", d.T, d.h, d.fc1_t, 1, d.e));
-  const int fc1_input_grad_comm = b.num_comm;
-  if (d.t > 1) {
-    b.Add(CommWork{"tp reduce fc1 input grad",
-                   d.sp ? Collective::kReduceScatter : Collective::kAllReduce, act});
-  }
-  AddNormBackward(b, w, "norm 2 backward", d, d.Tn);
-  b.Add(Memory("residual grad add", 3 * d.Tn * d.h * d.e));
-  b.Add(Memory("bias dropout add 1 backward", d.Tn * d.h * (2 * d.e + 1)));
-  if (d.sp) b.Add(CommWork{"sp all-gather projection output grad", Collective::kAllGather, act});
-  b.Add(Gemm("attention projection dgrad", d.T, ctx, d.h, 1, d.e));
-  b.Add(Memory("context permute backward", 2 * d.T * ctx * d.e));
   b.Add(Gemm("attention probs grad", d.s, d.s, d.d, heads, d.e));
   b.Add(Gemm("attention v grad", d.s, d.d, d.s, heads, d.e));
   b.Add(Memory("attention dropout backward", s2 * (2 * d.e + 1)));
@@ -207,12 +204,120 @@ LayerWork TransformerLayerWork(const ModelSpec& m, const ParallelConfig& p, Prec
   b.Add(Gemm("attention q grad", d.s, d.d, d.s, heads, d.e));
   b.Add(Gemm("attention k grad", d.s, d.d, d.s, heads, d.e));
   if (d.a_t != d.g_t) b.Add(Memory("gqa reduce k v grads", 2 * d.T * d.d * (d.g_t + d.a_t) * d.e));
+}
+
+}  // namespace
+
+bool FlashAttention(Precision precision, const CostOptions& options) {
+  return options.attention != AttentionBackend::kUnfused && precision != Precision::kFp32;
+}
+
+void PassWork::Append(const PassWork& other) {
+  const int base = num_work;
+  for (int i = 0; i < other.num_work; ++i) Add(other.work[i]);
+  for (int i = 0; i < other.num_comm; ++i) {
+    Add(other.comm[i]);
+    comm_position[num_comm - 1] = static_cast<int8_t>(base + other.comm_position[i]);
+    if (other.overlap_with[i] >= 0) {
+      overlap_with[num_comm - 1] = static_cast<int8_t>(base + other.overlap_with[i]);
+    }
+  }
+}
+
+double PassWork::flops() const {
+  double sum = 0;
+  for (int i = 0; i < num_work; ++i) sum += work[i].flops;
+  return sum;
+}
+
+double PassWork::bytes() const {
+  double sum = 0;
+  for (int i = 0; i < num_work; ++i) sum += work[i].bytes;
+  return sum;
+}
+
+LayerWork TransformerLayerWork(const ModelSpec& m, const ParallelConfig& p, Precision precision,
+                               const CostOptions& options, bool bf16_layer, Fp8Recipe fp8_recipe) {
+  const bool fp8 = precision == Precision::kFp8 && !bf16_layer;
+  const Dims d = MakeDims(m, p, precision, options, fp8, fp8_recipe);
+  LayerWork lw;
+  PassWork& f = lw.forward;
+  PassWork& b = lw.backward_input;
+  PassWork& w = lw.backward_weight;
+  const double qkv_n = (d.a_t + 2 * d.g_t) * d.d;  // QKV output width per GPU
+  const double ctx = d.a_t * d.d;                  // attention context width per GPU
+  const double act = d.T * d.h * d.e;  // one full activation [T, h], for the collectives
+  // Sequence parallelism turns each all-reduce into an all-gather before the column-parallel
+  // linear and a reduce-scatter after the row-parallel one (Korthikanti et al. 2022, Fig. 5).
+  const Collective after = d.sp ? Collective::kReduceScatter : Collective::kAllReduce;
+  const bool separate_input_cast = d.fp8 && d.current_scaling;  // else fused into the norm
+
+  // ---- Forward (F).
+  AddNormForward(f, "norm 1", d, d.Tn);
+  if (separate_input_cast) AddCast(f, "qkv input cast fp8", d.Tn * d.h, d);
+  AddInputAllGather(f, "sp all-gather before qkv", d);
+  f.Add(Linear("qkv", d.T, qkv_n, d.h, d));
+  OverlapLast(f, f.num_work - 1, d);
+  if (d.rope) f.Add(Memory("rotary q k", 2 * d.T * (d.a_t + d.g_t) * d.d * d.e));
+  AddCoreAttentionForward(f, d);
+  if (!d.flash) f.Add(Memory("context permute", 2 * d.T * ctx * d.e));
+  if (d.fp8) AddCast(f, "projection input cast fp8", d.T * ctx, d);
+  f.Add(Linear("attention projection", d.T, d.h, ctx, d));
+  if (d.t > 1) {
+    f.Add(CommWork{"tp reduce after projection", after, act});
+    OverlapLast(f, f.num_work - 1, d);
+  }
+  // bias-dropout-add: read the projection output and the residual, write the sum and the mask.
+  f.Add(Memory("bias dropout add 1", d.Tn * d.h * (3 * d.e + 1)));
+  AddNormForward(f, "norm 2", d, d.Tn);
+  if (separate_input_cast) AddCast(f, "fc1 input cast fp8", d.Tn * d.h, d);
+  AddInputAllGather(f, "sp all-gather before fc1", d);
+  f.Add(Linear("fc1", d.T, d.fc1_t, d.h, d));
+  OverlapLast(f, f.num_work - 1, d);
+  f.Add(Memory(d.swiglu ? "swiglu" : "bias gelu", (d.fc1_t + d.f_t) * d.T * d.e));
+  if (d.fp8) AddCast(f, "fc2 input cast fp8", d.T * d.f_t, d);
+  f.Add(Linear("fc2", d.T, d.h, d.f_t, d));
+  if (d.t > 1) {
+    f.Add(CommWork{"tp reduce after fc2", after, act});
+    OverlapLast(f, f.num_work - 1, d);
+  }
+  f.Add(Memory("bias dropout add 2", d.Tn * d.h * (3 * d.e + 1)));
+
+  // ---- Input gradient (B), in backward order. The backward of a reduce-scatter is an
+  // all-gather and vice versa; the backward of the forward all-reduce after a row-parallel
+  // linear is the identity, the column-parallel linear's input gradient needs an all-reduce.
+  b.Add(Memory("bias dropout add 2 backward", d.Tn * d.h * (2 * d.e + 1)));
+  if (d.sp) b.Add(CommWork{"sp all-gather fc2 output grad", Collective::kAllGather, act});
+  if (d.fp8) AddCast(b, "fc2 output grad cast fp8", d.T * d.h, d);
+  b.Add(Linear("fc2 dgrad", d.T, d.f_t, d.h, d));
+  if (d.sp) OverlapLast(b, b.num_work - 1, d);
+  b.Add(Memory(d.swiglu ? "swiglu backward" : "bias gelu backward",
+               (d.f_t + 2 * d.fc1_t) * d.T * d.e));
+  if (d.fp8) AddCast(b, "fc1 output grad cast fp8", d.T * d.fc1_t, d);
+  b.Add(Linear("fc1 dgrad", d.T, d.h, d.fc1_t, d));
+  const int fc1_input_grad_comm = b.num_comm;
+  if (d.t > 1) {
+    b.Add(CommWork{"tp reduce fc1 input grad",
+                   d.sp ? Collective::kReduceScatter : Collective::kAllReduce, act});
+    OverlapLast(b, b.num_work - 1, d);
+  }
+  AddNormBackward(b, w, "norm 2 backward", d, d.Tn);
+  b.Add(Memory("residual grad add", 3 * d.Tn * d.h * d.e));
+  b.Add(Memory("bias dropout add 1 backward", d.Tn * d.h * (2 * d.e + 1)));
+  if (d.sp) b.Add(CommWork{"sp all-gather projection output grad", Collective::kAllGather, act});
+  if (d.fp8) AddCast(b, "projection output grad cast fp8", d.T * d.h, d);
+  b.Add(Linear("attention projection dgrad", d.T, ctx, d.h, d));
+  if (d.sp) OverlapLast(b, b.num_work - 1, d);
+  if (!d.flash) b.Add(Memory("context permute backward", 2 * d.T * ctx * d.e));
+  AddCoreAttentionBackward(b, d);
   if (d.rope) b.Add(Memory("rotary backward", 2 * d.T * (d.a_t + d.g_t) * d.d * d.e));
-  b.Add(Gemm("qkv dgrad", d.T, d.h, qkv_n, 1, d.e));
+  if (d.fp8) AddCast(b, "qkv output grad cast fp8", d.T * qkv_n, d);
+  b.Add(Linear("qkv dgrad", d.T, d.h, qkv_n, d));
   const int qkv_input_grad_comm = b.num_comm;
   if (d.t > 1) {
     b.Add(CommWork{"tp reduce qkv input grad",
                    d.sp ? Collective::kReduceScatter : Collective::kAllReduce, act});
+    OverlapLast(b, b.num_work - 1, d);
   }
   AddNormBackward(b, w, "norm 1 backward", d, d.Tn);
   b.Add(Memory("residual grad add", 3 * d.Tn * d.h * d.e));
@@ -232,7 +337,7 @@ LayerWork TransformerLayerWork(const ModelSpec& m, const ParallelConfig& p, Prec
   AddWeightGrad(w, "qkv wgrad", qkv_n, d.h, d.T, d, options);
   const int qkv_wgrad_end = w.num_work;
   AddBiasGrad(w, "qkv bias grad", d.T, qkv_n, d);
-  if (d.t > 1 && options.async_tensor_parallel_allreduce) {
+  if (d.t > 1 && options.async_tensor_parallel_allreduce && !d.tp_overlap) {
     lw.async_overlap[0] = {fc1_input_grad_comm, fc1_wgrad, fc1_wgrad_end};
     lw.async_overlap[1] = {qkv_input_grad_comm, qkv_wgrad, qkv_wgrad_end};
     lw.num_async_overlap = 2;
@@ -246,12 +351,13 @@ LayerWork TransformerLayerWork(const ModelSpec& m, const ParallelConfig& p, Prec
   }
 
   lw.parameters = LayerParameters(m, p.tp);
+  lw.fp8_parameters = fp8 ? LayerLinearWeights(m, p.tp) : 0;
   return lw;
 }
 
 LayerWork EmbeddingWork(const ModelSpec& m, const ParallelConfig& p, Precision precision,
                         const CostOptions& options) {
-  const Dims d = MakeDims(m, p, precision, options);
+  const Dims d = MakeDims(m, p, precision, options, false);
   LayerWork lw;
   const double vocab_t = static_cast<double>(PaddedVocabSize(m, p.tp)) / p.tp;
   const double act = d.T * d.h * d.e;
@@ -286,7 +392,7 @@ LayerWork EmbeddingWork(const ModelSpec& m, const ParallelConfig& p, Precision p
 
 LayerWork OutputWork(const ModelSpec& m, const ParallelConfig& p, Precision precision,
                      const CostOptions& options) {
-  const Dims d = MakeDims(m, p, precision, options);
+  const Dims d = MakeDims(m, p, precision, options, false);
   LayerWork lw;
   PassWork& f = lw.forward;
   PassWork& b = lw.backward_input;
@@ -322,16 +428,55 @@ LayerWork OutputWork(const ModelSpec& m, const ParallelConfig& p, Precision prec
   return lw;
 }
 
-double LayerParameters(const ModelSpec& m, int tp) {
+std::vector<ChunkLayers> ChunkLayerKinds(const ModelSpec& m, const TrainingSpec& training,
+                                         const ParallelConfig& p) {
+  const LayerSplit split = SplitLayers(m.num_layers, p);
+  const bool fp8 = training.precision == Precision::kFp8;
+  const int L = m.num_layers;
+  const int start = fp8 ? std::min(training.fp8_bf16_layers_at_start, L) : 0;
+  const int end = fp8 ? std::max(L - training.fp8_bf16_layers_at_end, start) : L;
+  // Layers of [a0, a1) inside [b0, b1).
+  const auto overlap = [](int a0, int a1, int b0, int b1) {
+    return std::max(0, std::min(a1, b1) - std::max(a0, b0));
+  };
+  std::vector<ChunkLayers> out(split.layers.size());
+  for (size_t vs = 0; vs < out.size(); ++vs) {
+    const int first = split.first_layer[vs], n = split.layers[vs];
+    const int recomputed =
+        p.recompute == Recompute::kNone
+            ? 0
+            : (p.recompute_num_layers > 0 ? std::min(n, p.recompute_num_layers) : n);
+    // FP8 layers are [start, end); recomputed ones [first, first + recomputed).
+    const int fp8_layers = fp8 ? overlap(first, first + n, start, end) : 0;
+    const int fp8_recomputed = fp8 ? overlap(first, first + recomputed, start, end) : 0;
+    ChunkLayers& c = out[vs];
+    c.count[1][1] = fp8_recomputed;
+    c.count[1][0] = fp8_layers - fp8_recomputed;
+    c.count[0][1] = recomputed - fp8_recomputed;
+    c.count[0][0] = n - fp8_layers - c.count[0][1];
+  }
+  return out;
+}
+
+double LayerLinearWeights(const ModelSpec& m, int tp) {
   const double h = m.hidden_size, d = m.kv_channels;
   const double a_t = static_cast<double>(m.num_attention_heads) / tp;
   const double g_t = std::max(1.0, static_cast<double>(m.num_query_groups) / tp);
   const double f_t = static_cast<double>(m.ffn_hidden_size) / tp;
   const double fc1_t = m.activation == Activation::kSwiglu ? 2 * f_t : f_t;
   const double qkv_n = (a_t + 2 * g_t) * d, ctx = a_t * d;
+  return h * qkv_n + ctx * h + h * fc1_t + f_t * h;
+}
+
+double LayerParameters(const ModelSpec& m, int tp) {
+  const double h = m.hidden_size, d = m.kv_channels;
+  const double a_t = static_cast<double>(m.num_attention_heads) / tp;
+  const double g_t = std::max(1.0, static_cast<double>(m.num_query_groups) / tp);
+  const double f_t = static_cast<double>(m.ffn_hidden_size) / tp;
+  const double fc1_t = m.activation == Activation::kSwiglu ? 2 * f_t : f_t;
+  const double qkv_n = (a_t + 2 * g_t) * d;
   const double norm = m.normalization == Normalization::kLayerNorm ? 2 * h : h;
-  return h * qkv_n + ctx * h + h * fc1_t + f_t * h + 2 * norm +
-         (m.add_bias_linear ? qkv_n + h + fc1_t + h : 0);
+  return LayerLinearWeights(m, tp) + 2 * norm + (m.add_bias_linear ? qkv_n + h + fc1_t + h : 0);
 }
 
 double EmbeddingParameters(const ModelSpec& m, int tp) {
@@ -349,18 +494,39 @@ double OutputParameters(const ModelSpec& m, const ParallelConfig& p) {
   return norm + (!m.tied_embeddings || p.pp > 1 ? vocab_t * h : 0);
 }
 
-double PassComputeTime(const ClusterSpec& cluster, Precision precision, const PassWork& pass) {
-  return PassComputeTime(GemmTable(cluster.gpu), cluster, precision, pass);
+KernelTimer::KernelTimer(const ClusterSpec& cluster, Precision precision,
+                         const CostOptions& options)
+    : gpu_(&cluster.gpu),
+      gemm_precision_(precision == Precision::kFp8 ? Precision::kBf16 : precision),
+      gemm_(cluster.gpu),
+      attention_(options.attention == AttentionBackend::kFused &&
+                         !cluster.gpu.fused_attention.empty()
+                     ? cluster.gpu.fused_attention
+                     : cluster.gpu.flash_attention) {
+  if (precision == Precision::kFp8) {
+    PTDP_CHECK(cluster.gpu.peak_fp8_flops > 0 && !cluster.gpu.gemm_efficiency_fp8.empty());
+    fp8_.emplace(cluster.gpu.gemm_efficiency_fp8);
+  }
 }
 
-double PassComputeTime(const GemmTable& table, const ClusterSpec& cluster, Precision precision,
-                       const PassWork& pass) {
-  double t = 0;
-  for (int i = 0; i < pass.num_work; ++i) {
-    const Work& w = pass.work[i];
-    t += w.kind == WorkKind::kGemm ? GemmTime(table, cluster.gpu, precision, w.gemm, w.bytes)
-                                   : MemoryTime(cluster.gpu, w.bytes);
+double KernelTimer::operator()(const Work& w) const {
+  switch (w.kind) {
+    case WorkKind::kGemm:
+      return w.fp8 ? GemmTime(*fp8_, *gpu_, Precision::kFp8, w.gemm, w.bytes)
+                   : GemmTime(gemm_, *gpu_, gemm_precision_, w.gemm, w.bytes);
+    case WorkKind::kMemory:
+      return MemoryTime(*gpu_, w.bytes);
+    case WorkKind::kAttentionForward:
+    case WorkKind::kAttentionBackward:
+      return AttentionTime(attention_, gemm_, *gpu_, w.kind == WorkKind::kAttentionBackward,
+                           w.gemm.m, w.gemm.batch, w.gemm.k, w.flops, w.bytes);
   }
+  return 0;
+}
+
+double PassComputeTime(const KernelTimer& timer, const PassWork& pass) {
+  double t = 0;
+  for (int i = 0; i < pass.num_work; ++i) t += timer(pass.work[i]);
   return t;
 }
 
@@ -373,9 +539,10 @@ double PassCommTime(const ClusterSpec& cluster, const PassWork& pass,
   return t;
 }
 
-double PassTime(const ClusterSpec& cluster, Precision precision, const PassWork& pass,
-                const GroupPlacement& tp_group) {
-  return PassComputeTime(cluster, precision, pass) + PassCommTime(cluster, pass, tp_group);
+double PassTime(const ClusterSpec& cluster, Precision precision, const CostOptions& options,
+                const PassWork& pass, const GroupPlacement& tp_group) {
+  return PassComputeTime(KernelTimer(cluster, precision, options), pass) +
+         PassCommTime(cluster, pass, tp_group);
 }
 
 }  // namespace ptdp

@@ -3,43 +3,61 @@
 // memory-bound kernel, and the tensor-parallel collectives, for the forward (F), the input
 // gradient (B) and the weight gradient (W) separately, plus what a recomputing backward redoes.
 //
-// The kernels are Megatron-LM's for a GPT layer with its "local" (unfused) core attention, which
-// materialises the s x s scores (the implementation that Korthikanti et al. 2022's activation
-// formulas describe): LayerNorm/RMSNorm, QKV projection (grouped-query attention: a query heads,
-// g key/value groups of kv_channels d), Q K^T as a batched GEMM, fused scale-mask-softmax,
-// attention dropout, probabilities x V as a batched GEMM, output projection, bias-dropout-add,
-// the second norm, the first MLP linear (SwiGLU: gate and up fused, 2f wide), GeLU or SwiGLU,
-// the second MLP linear, bias-dropout-add. Tensor parallelism (Shoeybi et al. 2019) splits the
-// heads and the FFN width t ways; sequence parallelism (Korthikanti et al. 2022) splits the norm
-// and dropout regions along the sequence.
+// The kernels are Megatron-LM's for a GPT layer: LayerNorm/RMSNorm, QKV projection (grouped-query
+// attention: a query heads, g key/value groups of kv_channels d), the core attention, output
+// projection, bias-dropout-add, the second norm, the first MLP linear (SwiGLU: gate and up
+// fused, 2f wide), GeLU or SwiGLU, the second MLP linear, bias-dropout-add. The core attention
+// is what options.attention names (core/cost_options.h):
+//  - flash / fused: one flash-style kernel forward and one backward that recomputes the scores
+//    (Dao et al. 2022; Shah et al. 2024), timed from the profile's attention throughput table;
+//    the causal mask halves the work;
+//  - unfused: Megatron's local core attention, which materialises the s x s scores (the
+//    implementation Korthikanti et al. 2022's activation formulas describe): Q K^T as a batched
+//    GEMM, fused scale-mask-softmax (or the fp32 PyTorch softmax beyond its limit), attention
+//    dropout, probabilities x V; grouped-query K and V are repeated per head first.
+// Flash-style kernels take 16-bit inputs: fp32 training runs the unfused path whatever is named.
+// Tensor parallelism (Shoeybi et al. 2019) splits the heads and the FFN width t ways; sequence
+// parallelism (Korthikanti et al. 2022) splits the norm and dropout regions along the sequence.
+//
+// FP8 training (precision fp8, Transformer Engine): the four linears of a layer run their GEMMs
+// on the FP8 units (E4M3 inputs and weights forward, E5M2 output gradients backward), unless the
+// layer is one of the first / last kept in bf16. Each FP8 GEMM operand is cast first: the
+// input of each linear with its transpose (the transpose kept for the weight gradient), the
+// output gradient likewise in the backward; with delayed scaling the norm writes QKV's and
+// fc1's FP8 input itself, with current (tensorwise) or blockwise scaling each cast reads its
+// tensor twice (amax, then cast). Sequence-parallel all-gathers of those inputs move FP8 bytes.
+// The weights' FP8 copies are cast once per step (cost_model.h, with the optimizer).
 //
 // Sizes (per GPU, one micro-batch): s sequence, b micro-batch, h hidden, T = s b tokens,
 // T_n = T / t in the sequence-parallel regions (T without sequence parallelism), e bytes per
-// element of the training precision, masks 1 byte per element.
+// element of the training precision (2 for fp8 training), masks 1 byte per element.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <optional>
+#include <vector>
 
+#include "core/cost_options.h"
 #include "core/error.h"
 #include "core/model_spec.h"
 #include "core/parallel_config.h"
 #include "core/training_spec.h"
 #include "simulator/collectives.h"
-#include "simulator/cost_options.h"
 #include "simulator/op_time.h"
 
 namespace ptdp {
 
-enum class WorkKind : uint8_t { kGemm, kMemory };
+enum class WorkKind : uint8_t { kGemm, kMemory, kAttentionForward, kAttentionBackward };
 
 // One kernel. (No default member initializers: PassWork's unused slots stay uninitialised, so
 // building a pass costs only what it holds; every field is set when a kernel is added.)
 struct Work {
   const char* name;
   WorkKind kind;
-  GemmShape gemm;  // kGemm only
-  double flops;    // kGemm: gemm.flops(); memory-bound kernels: 0 (not timed by FLOPs)
+  bool fp8;        // kGemm on the FP8 units
+  GemmShape gemm;  // kGemm; kAttention*: m = n = s, k = d, batch = b x heads per GPU
+  double flops;    // kGemm: gemm.flops(); kAttention*: the kernel's own count; memory-bound: 0
   double bytes;    // HBM bytes read plus written
 };
 
@@ -53,11 +71,13 @@ struct CommWork {
 // The kernels and collectives of one pass, in order: work[0, num_work), comm[0, num_comm).
 // Fixed capacity, no allocation.
 struct PassWork {
-  static constexpr int kMaxWork = 24;
+  static constexpr int kMaxWork = 32;
   static constexpr int kMaxComm = 6;
   std::array<Work, kMaxWork> work;
   std::array<CommWork, kMaxComm> comm;
   std::array<int8_t, kMaxComm> comm_position;  // kernels of the pass issued before comm[i]
+  // With --tp-comm-overlap: the kernel comm[i] is pipelined with (-1: none).
+  std::array<int8_t, kMaxComm> overlap_with;
   int num_work = 0;
   int num_comm = 0;
 
@@ -68,10 +88,11 @@ struct PassWork {
   void Add(const CommWork& c) {
     PTDP_CHECK(num_comm < kMaxComm);
     comm_position[num_comm] = static_cast<int8_t>(num_work);
+    overlap_with[num_comm] = -1;
     comm[num_comm++] = c;
   }
   void Append(const PassWork& other);
-  double flops() const;  // sum of the GEMM FLOPs
+  double flops() const;  // sum of the GEMM and attention kernels' FLOPs
   double bytes() const;  // sum of the HBM bytes
 };
 
@@ -87,48 +108,84 @@ struct AsyncOverlap {
 };
 
 struct LayerWork {
-  PassWork forward;          // F
-  PassWork backward_input;   // B, without any recomputation
-  PassWork backward_weight;  // W
-  PassWork recompute;        // the forward work B redoes first (empty without recomputation)
-  double parameters = 0;     // parameters this GPU holds for the part
+  PassWork forward;           // F
+  PassWork backward_input;    // B, without any recomputation
+  PassWork backward_weight;   // W
+  PassWork recompute;         // the forward work B redoes first (empty without recomputation)
+  double parameters = 0;      // parameters this GPU holds for the part
+  double fp8_parameters = 0;  // of which in FP8 linears (their weights have FP8 copies)
   std::array<AsyncOverlap, 2> async_overlap{};  // [0, num_async_overlap)
   int num_async_overlap = 0;
 };
 
+// Whether the core attention runs as a flash-style kernel: the backend is flash or fused and
+// the precision 16-bit (fp32 has no flash kernels).
+bool FlashAttention(Precision precision, const CostOptions& options);
+
 // One transformer layer. Recompute: full redoes the whole forward (with its collectives);
-// selective redoes the core attention (Q K^T, softmax, dropout, x V; Korthikanti et al. 2022).
+// selective redoes the core attention (Korthikanti et al. 2022; with a flash-style kernel, its
+// forward). In fp8 training, `bf16_layer` says the layer is one Megatron keeps in bf16
+// (--first-last-layers-bf16) and `fp8_recipe` how its FP8 tensors are scaled.
 LayerWork TransformerLayerWork(const ModelSpec& model, const ParallelConfig& parallel,
-                               Precision precision, const CostOptions& options);
+                               Precision precision, const CostOptions& options,
+                               bool bf16_layer = false, Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed);
 
 // Before the first layer (virtual stage 0): vocabulary-parallel word-embedding lookup with its
 // tensor-parallel reduction, learned position embedding, embedding dropout; the backward
-// accumulates the embedding gradients (W). Never recomputed.
+// accumulates the embedding gradients (W). Never recomputed; bf16 in fp8 training.
 LayerWork EmbeddingWork(const ModelSpec& model, const ParallelConfig& parallel, Precision precision,
                         const CostOptions& options);
 
 // After the last layer (last virtual stage): final norm, the output layer (the tied or untied
 // vocabulary-parallel LM head over the padded vocabulary) and Megatron's vocabulary-parallel
-// cross entropy on fp32 logits (3 all-reduces of T floats). Never recomputed.
+// cross entropy on fp32 logits (3 all-reduces of T floats). Never recomputed; bf16 in fp8
+// training (Megatron's output layer is not a Transformer Engine module).
 LayerWork OutputWork(const ModelSpec& model, const ParallelConfig& parallel, Precision precision,
                      const CostOptions& options);
+
+// The transformer layers of each virtual stage (core SplitLayers) by kind, count[fp8][recompute]:
+// whether their linears run in FP8 (fp8 training, outside the first / last layers kept in bf16)
+// and whether they recompute (the configuration's recompute granularity; with the block method,
+// only the first recompute_num_layers of each chunk).
+struct ChunkLayers {
+  int count[2][2] = {{0, 0}, {0, 0}};
+  int total() const { return count[0][0] + count[0][1] + count[1][0] + count[1][1]; }
+};
+std::vector<ChunkLayers> ChunkLayerKinds(const ModelSpec& model, const TrainingSpec& training,
+                                         const ParallelConfig& parallel);
 
 // Parameters one GPU of the tensor-parallel group holds: a transformer layer (sharded linears,
 // replicated norms and row-parallel biases), the embedding part (the word-embedding shard and
 // learned positions), the output part (final norm, plus the LM head's weight shard when the
 // embedding is untied or pp > 1: Megatron keeps a copy of a tied embedding on the last stage).
 double LayerParameters(const ModelSpec& model, int tp);
+double LayerLinearWeights(const ModelSpec& model, int tp);  // the four linears' weights only
 double EmbeddingParameters(const ModelSpec& model, int tp);
 double OutputParameters(const ModelSpec& model, const ParallelConfig& parallel);
 
-// Time of a pass on one GPU: its kernels (op_time.h) plus its tensor-parallel collectives over
-// `tp_group`, one after the other (Megatron does not overlap them without TE's comm overlap).
-double PassComputeTime(const ClusterSpec& cluster, Precision precision, const PassWork& pass);
-double PassComputeTime(const GemmTable& table, const ClusterSpec& cluster, Precision precision,
-                       const PassWork& pass);
+// Times kernels on one GPU: GEMMs at the training precision's peak (16-bit for fp8 training)
+// or, for FP8 GEMMs, the FP8 peak, each times its table's efficiency for the shape (op_time.h);
+// memory-bound kernels at the achieved HBM bandwidth; attention kernels from the backend's
+// throughput table. Keep the cluster alive.
+class KernelTimer {
+ public:
+  KernelTimer(const ClusterSpec& cluster, Precision precision, const CostOptions& options);
+  double operator()(const Work& w) const;
+
+ private:
+  const GpuSpec* gpu_;
+  Precision gemm_precision_;  // of the 16-bit (or fp32) GEMMs
+  GemmTable gemm_;
+  std::optional<GemmTable> fp8_;
+  AttentionTable attention_;
+};
+
+// Time of a pass on one GPU: its kernels plus its tensor-parallel collectives over `tp_group`,
+// one after the other.
+double PassComputeTime(const KernelTimer& timer, const PassWork& pass);
 double PassCommTime(const ClusterSpec& cluster, const PassWork& pass,
                     const GroupPlacement& tp_group);
-double PassTime(const ClusterSpec& cluster, Precision precision, const PassWork& pass,
-                const GroupPlacement& tp_group);
+double PassTime(const ClusterSpec& cluster, Precision precision, const CostOptions& options,
+                const PassWork& pass, const GroupPlacement& tp_group);
 
 }  // namespace ptdp

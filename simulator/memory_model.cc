@@ -12,14 +12,17 @@ namespace {
 
 // Per-GPU sizes of one layer, as in the header's formula.
 struct ActDims {
-  double s, b, h, e, t, a_t, g_t, d, f_t, fc1_t;
-  bool sp;
+  double s, b, h, e, x, t, a_t, g_t, d, f_t, fc1_t;
+  bool sp, flash, fp8;
 };
 
-ActDims MakeActDims(const ModelSpec& m, const ParallelConfig& p, Precision precision) {
+ActDims MakeActDims(const ModelSpec& m, const ParallelConfig& p, Precision precision, bool flash,
+                    bool bf16_layer) {
   ActDims d{};
   d.s = m.seq_length, d.b = p.micro_batch_size, d.h = m.hidden_size;
   d.e = BytesPerElement(precision);
+  d.fp8 = precision == Precision::kFp8 && !bf16_layer;
+  d.x = d.fp8 ? 1 : d.e;
   d.t = p.tp;
   d.sp = p.sequence_parallel && p.tp > 1;
   d.a_t = static_cast<double>(m.num_attention_heads) / p.tp;
@@ -27,25 +30,31 @@ ActDims MakeActDims(const ModelSpec& m, const ParallelConfig& p, Precision preci
   d.d = m.kv_channels;
   d.f_t = static_cast<double>(m.ffn_hidden_size) / p.tp;
   d.fc1_t = m.activation == Activation::kSwiglu ? 2 * d.f_t : d.f_t;
+  d.flash = flash;
   return d;
 }
 
 // The parts of LayerActivationBytes: outside the tensor-parallel region (sharded only by
-// sequence parallelism), inside it, and the s^2 attention part.
+// sequence parallelism), inside it, and the attention part selective recompute drops.
 struct LayerParts {
-  double replicated, sharded, attention_s2;
+  double replicated, sharded, attention;
 };
 
 LayerParts Parts(const ActDims& d) {
   const double sb = d.s * d.b;
   LayerParts parts;
-  // Two norm inputs, the QKV and fc1 inputs (e bytes each), two dropout masks (1 byte each).
-  parts.replicated = sb * d.h * (4 * d.e + 2) / (d.sp ? d.t : 1);
-  parts.sharded = d.e * sb * d.d * (d.a_t + 2 * d.g_t)     // Q, K, V
-                  + d.e * sb * d.d * d.a_t                 // the projection's input
-                  + d.e * sb * (d.fc1_t + d.f_t)           // the activation's input and output
-                  + d.e * sb * d.d * 2 * (d.a_t - d.g_t);  // K, V repeated per head (GQA)
-  parts.attention_s2 = (2 * d.e + 1) * d.a_t * d.s * d.s * d.b;
+  // Two norm inputs (e bytes), the QKV and fc1 inputs (x bytes), two dropout masks (1 byte).
+  parts.replicated = sb * d.h * (2 * d.e + 2 * d.x + 2) / (d.sp ? d.t : 1);
+  const double projection_input = d.flash ? d.e + (d.fp8 ? d.x : 0) : d.x;
+  parts.sharded = d.e * sb * d.d * (d.a_t + 2 * d.g_t)      // Q, K, V
+                  + projection_input * sb * d.d * d.a_t     // the projection's input
+                  + d.e * sb * d.fc1_t + d.x * sb * d.f_t;  // the activation's input, output
+  if (d.flash) {
+    parts.attention = 4 * d.a_t * d.s * d.b;  // fp32 log-sum-exp per query and head
+  } else {
+    parts.sharded += d.e * sb * d.d * 2 * (d.a_t - d.g_t);  // K, V repeated per head (GQA)
+    parts.attention = (2 * d.e + 1) * d.a_t * d.s * d.s * d.b;
+  }
   return parts;
 }
 
@@ -66,23 +75,40 @@ double KorthikantiTable2Bytes(double s, double b, double h, double a, double t,
   return 0;
 }
 
-double LayerActivationBytes(const ModelSpec& m, const ParallelConfig& p, Precision precision) {
-  const ActDims d = MakeActDims(m, p, precision);
+double LayerActivationBytes(const ModelSpec& m, const ParallelConfig& p, Precision precision,
+                            const CostOptions& options, bool bf16_layer) {
+  const ActDims d = MakeActDims(m, p, precision, FlashAttention(precision, options), bf16_layer);
   if (p.recompute == Recompute::kFull) {
     return d.e * d.s * d.b * d.h / (d.sp ? d.t : 1);
   }
   const LayerParts parts = Parts(d);
   return parts.replicated + parts.sharded +
-         (p.recompute == Recompute::kSelective ? 0 : parts.attention_s2);
+         (p.recompute == Recompute::kSelective ? 0 : parts.attention);
 }
 
 double LayerWeightGradActivationBytes(const ModelSpec& m, const ParallelConfig& p,
-                                      Precision precision) {
-  const ActDims d = MakeActDims(m, p, precision);
+                                      Precision precision, bool bf16_layer) {
+  const ActDims d = MakeActDims(m, p, precision, false, bf16_layer);
   const double sb = d.s * d.b;
   // Inputs of QKV and fc1 (the norm outputs; sharded with sequence parallelism and gathered
   // again for W), of the projection (the context) and of fc2 (the activation's output).
-  return d.e * sb * (2 * d.h / (d.sp ? d.t : 1) + d.d * d.a_t + d.f_t);
+  return d.x * sb * (2 * d.h / (d.sp ? d.t : 1) + d.d * d.a_t + d.f_t);
+}
+
+double LayerRecomputeTransientBytes(const ModelSpec& m, const ParallelConfig& p,
+                                    Precision precision, const CostOptions& options,
+                                    bool bf16_layer) {
+  const LayerParts parts =
+      Parts(MakeActDims(m, p, precision, FlashAttention(precision, options), bf16_layer));
+  switch (p.recompute) {
+    case Recompute::kFull:
+      return parts.replicated + parts.sharded + parts.attention;
+    case Recompute::kSelective:
+      return parts.attention;
+    case Recompute::kNone:
+      break;
+  }
+  return 0;
 }
 
 double EmbeddingActivationBytes(const ModelSpec& m, const ParallelConfig& p) {
@@ -101,11 +127,16 @@ BytesPerParameter BytesPerParam(const TrainingSpec& training, const ParallelConf
                                 const CostOptions& options) {
   BytesPerParameter b;
   const bool fp32 = training.precision == Precision::kFp32;
-  b.weights = BytesPerElement(training.precision);
-  b.gradients = GradientBytes(training.precision, options);
+  const double dp = parallel.dp;
+  const bool shard_grads =
+      parallel.fsdp == Fsdp::kOptimGrads || parallel.fsdp == Fsdp::kOptimGradsParams;
+  const bool shard_params = parallel.fsdp == Fsdp::kOptimGradsParams;
+  const bool shard_optimizer = parallel.distributed_optimizer || parallel.fsdp != Fsdp::kNone;
+  b.weights = BytesPerElement(training.precision) / (shard_params ? dp : 1);
+  b.gradients = GradientBytes(training.precision, options) / (shard_grads ? dp : 1);
   const double moments = training.optimizer == Optimizer::kAdam ? 8 : 4;  // m, v | momentum
   const double master = fp32 ? 0 : 4;  // fp32 copy of 16-bit weights
-  b.optimizer = (moments + master) / (parallel.distributed_optimizer ? parallel.dp : 1);
+  b.optimizer = (moments + master) / (shard_optimizer ? dp : 1);
   return b;
 }
 
@@ -119,50 +150,71 @@ MemoryEstimate EstimateMemory(const ModelSpec& m, const ClusterSpec& cluster,
                               const TrainingSpec& training, const ParallelConfig& p,
                               std::span<const int> in_flight, const CostOptions& options) {
   PTDP_CHECK(static_cast<int>(in_flight.size()) == p.pp);
-  PTDP_CHECK(m.num_layers % (p.pp * p.virtual_stages) == 0);
-  const ActDims d = MakeActDims(m, p, training.precision);
-  const double layers_per_stage = m.num_layers / p.pp;
-  const double layers_per_chunk = layers_per_stage / p.virtual_stages;
+  const Precision precision = training.precision;
+  const std::vector<ChunkLayers> chunks = ChunkLayerKinds(m, training, p);
   const BytesPerParameter per_param = BytesPerParam(training, p, options);
   const double layer_params = LayerParameters(m, p.tp);
-  const double layer_act = LayerActivationBytes(m, p, training.precision);
-  // Transient: during a layer's backward its recomputed activations exist for one micro-batch.
-  const LayerParts parts = Parts(d);
-  const double transient = p.recompute == Recompute::kFull
-                               ? parts.replicated + parts.sharded + parts.attention_s2
-                           : p.recompute == Recompute::kSelective ? parts.attention_s2
-                                                                  : 0;
+  const double linear_weights = LayerLinearWeights(m, p.tp);
+  // Per layer kind [fp8][recompute]: activations kept, and what recomputing one holds.
+  double act[2][2], transient[2][2];
+  for (int f = 0; f < 2; ++f) {
+    for (int r = 0; r < 2; ++r) {
+      ParallelConfig q = p;
+      if (r == 0) q.recompute = Recompute::kNone;
+      act[f][r] = LayerActivationBytes(m, q, precision, options, f == 0);
+      transient[f][r] = r == 0 ? 0 : LayerRecomputeTransientBytes(m, q, precision, options, f == 0);
+    }
+  }
   const double embedding_act = EmbeddingActivationBytes(m, p);
-  const double output_act = OutputActivationBytes(m, p, training.precision);
-
-  const double per_chunk = layers_per_chunk * layer_act;
+  const double output_act = OutputActivationBytes(m, p, precision);
   const double reserved = static_cast<double>(cluster.gpu.reserved_bytes);
   const double fragmentation = cluster.gpu.fragmentation / (1 - cluster.gpu.fragmentation);
-  const auto stage_memory = [&](int r) {
-    StageMemory st;
-    st.parameters = layers_per_stage * layer_params + (r == 0 ? EmbeddingParameters(m, p.tp) : 0) +
-                    (r == p.pp - 1 ? OutputParameters(m, p) : 0);
-    st.weights_bytes = st.parameters * per_param.weights;
-    st.gradients_bytes = st.parameters * per_param.gradients;
-    st.optimizer_bytes = st.parameters * per_param.optimizer;
-    st.reserved_bytes = reserved;
-    return st;
-  };
-  // Weights, gradients and optimizer state are alike on the stages between first and last.
-  const StageMemory middle = stage_memory(p.pp > 2 ? 1 : 0);
+  const double e = BytesPerElement(precision);
+  const double grad_bytes = GradientBytes(precision, options);
 
   MemoryEstimate est;
   est.stages.resize(p.pp);
   for (int r = 0; r < p.pp; ++r) {
     StageMemory& st = est.stages[r];
-    st = r == 0 || r == p.pp - 1 ? stage_memory(r) : middle;
+    double layers = 0, fp8_layers = 0, largest_chunk = 0, largest_transient = 0;
+    for (int c = 0; c < p.virtual_stages; ++c) {
+      const ChunkLayers& k = chunks[static_cast<size_t>(c) * p.pp + r];
+      double bytes = 0;
+      for (int f = 0; f < 2; ++f) {
+        for (int rc = 0; rc < 2; ++rc) {
+          bytes += k.count[f][rc] * act[f][rc];
+          if (k.count[f][rc] > 0) largest_transient = std::max(largest_transient, transient[f][rc]);
+        }
+      }
+      largest_chunk = std::max(largest_chunk, bytes);
+      layers += k.total();
+      fp8_layers += k.count[1][0] + k.count[1][1];
+    }
+    st.parameters = layers * layer_params + (r == 0 ? EmbeddingParameters(m, p.tp) : 0) +
+                    (r == p.pp - 1 ? OutputParameters(m, p) : 0);
+    st.weights_bytes = st.parameters * per_param.weights;
+    if (fp8_layers > 0) {
+      // Transformer Engine's FP8 copies of the linear weights and their transposes (Hopper's
+      // FP8 GEMMs take one operand layout), 2 bytes per weight; with FP8 primary weights
+      // (--fp8-param-gather) they replace the 16-bit weights.
+      const double fp8_weights = fp8_layers * linear_weights;
+      st.weights_bytes += fp8_weights * (2 - (training.fp8_param_gather ? per_param.weights : 0));
+    }
+    st.gradients_bytes = st.parameters * per_param.gradients;
+    st.optimizer_bytes = st.parameters * per_param.optimizer;
+    st.reserved_bytes = reserved;
     st.in_flight = in_flight[r];
     // Every in-flight chunk holds its layers; stage 0's chunk 0 adds the embedding's mask
     // (counted for every in-flight chunk: a bound, off by the few non-first chunks' masks).
-    st.activations_bytes = in_flight[r] * (per_chunk + (r == 0 ? embedding_act : 0)) +
-                           (r == p.pp - 1 ? output_act : 0) + transient;
-    const double used =
-        st.weights_bytes + st.gradients_bytes + st.optimizer_bytes + st.activations_bytes;
+    st.activations_bytes = in_flight[r] * (largest_chunk + (r == 0 ? embedding_act : 0)) +
+                           (r == p.pp - 1 ? output_act : 0) + largest_transient;
+    if (p.fsdp == Fsdp::kOptimGradsParams && layers > 0) {
+      st.fsdp_buffer_bytes = 2 * layer_params * e + layer_params * grad_bytes;
+    } else if (p.fsdp == Fsdp::kOptimGrads && layers > 0) {
+      st.fsdp_buffer_bytes = layer_params * grad_bytes;  // one layer's gradients before the RS
+    }
+    const double used = st.weights_bytes + st.gradients_bytes + st.optimizer_bytes +
+                        st.activations_bytes + st.fsdp_buffer_bytes;
     st.fragmentation_bytes = used * fragmentation;
     st.peak_bytes = used + st.fragmentation_bytes + st.reserved_bytes;
     if (st.peak_bytes > est.stages[est.largest_stage].peak_bytes) est.largest_stage = r;

@@ -8,11 +8,11 @@
 #include <vector>
 
 #include "core/cluster_spec.h"
+#include "core/cost_options.h"
 #include "core/model_spec.h"
 #include "core/parallel_config.h"
 #include "core/schedule.h"
 #include "core/training_spec.h"
-#include "simulator/cost_options.h"
 
 namespace ptdp {
 
@@ -27,22 +27,33 @@ double KorthikantiTable2Bytes(double s, double b, double h, double a, double t,
                               bool sequence_parallel, Recompute recompute);
 
 // The same quantity for any model this project describes, from its parts (per GPU):
-//   e sbh x {2 norm inputs, QKV input, fc1 input} + sbh x {2 dropout masks}
+//   e sbh x {2 norm inputs} + x sbh {QKV input, fc1 input} + sbh x {2 dropout masks}
 //     (divided by t with sequence parallelism, replicated without)
-//   + e sb d (a_t + 2 g_t) (Q, K, V) + e sb d a_t (the projection's input)
-//   + e sb (fc1_t + f_t) (activation input and output; fc1_t = 2 f_t with SwiGLU)
-//   + (2e + 1) a_t s^2 b (softmax output, dropout mask and output; dropped by selective recompute)
-//   + e sb d 2 (a_t - g_t) (Megatron's unfused attention stores K and V repeated per head)
-// with a_t = a/t heads, g_t = max(g/t, 1) key/value groups, f_t = f/t, e bytes per element.
+//   + e sb d (a_t + 2 g_t) (Q, K, V) + (e | x | e + x) sb d a_t (the projection's input: kept
+//     in 16 bits for a flash-style attention's backward, in FP8 for the projection's)
+//   + e sb fc1_t (the activation's input) + x sb f_t (its output, fc2's input)
+//   + attention: unfused (2e + 1) a_t s^2 b (softmax output, dropout mask and output) and
+//     e sb d 2 (a_t - g_t) (K, V repeated per head); flash-style 4 a_t s b (the fp32 softmax
+//     statistics); selective recompute drops the former, and the statistics of the latter
+// with a_t = a/t heads, g_t = max(g/t, 1) key/value groups, f_t = f/t, fc1_t = 2 f_t with
+// SwiGLU, e bytes per element, x the linears' saved inputs (e, or 1 in an FP8 layer).
 // Full recompute keeps only the layer's input, e sbh (divided by t with sequence parallelism).
-// For 16-bit GPT it equals KorthikantiTable2Bytes.
+// For 16-bit GPT with unfused attention it equals KorthikantiTable2Bytes. `bf16_layer`: a layer
+// kept in bf16 in fp8 training.
 double LayerActivationBytes(const ModelSpec& model, const ParallelConfig& parallel,
-                            Precision precision);
+                            Precision precision, const CostOptions& options,
+                            bool bf16_layer = false);
 
 // What the weight-gradient pass (W) still needs once the input gradient (B) is done: the inputs
 // of the four linears of a layer (Qi et al. 2023's split of the backward).
 double LayerWeightGradActivationBytes(const ModelSpec& model, const ParallelConfig& parallel,
-                                      Precision precision);
+                                      Precision precision, bool bf16_layer = false);
+
+// What one layer's recomputation holds while its backward runs (one micro-batch): the whole
+// layer's activations with full recompute, the attention's with selective, 0 without.
+double LayerRecomputeTransientBytes(const ModelSpec& model, const ParallelConfig& parallel,
+                                    Precision precision, const CostOptions& options,
+                                    bool bf16_layer = false);
 
 // Stage 0, per micro-batch: the embedding dropout's mask (Korthikanti et al. 2022, section 4.3),
 // sbh bytes (divided by t with sequence parallelism).
@@ -56,7 +67,8 @@ double OutputActivationBytes(const ModelSpec& model, const ParallelConfig& paral
 // Bytes per parameter held by this GPU for weights, gradients and optimizer state
 // (Megatron-LM's theoretical_memory_usage.py; Rajbhandari et al. 2020 for the sharding):
 //   mixed precision Adam: 2 (16-bit weight) + 4 (fp32 main gradient) + 12 (fp32 master weight,
-//   Adam m and v) = 18; distributed optimizer: 6 + 12/dp.
+//   Adam m and v) = 18; distributed optimizer (and Megatron-FSDP optim): 6 + 12/dp; Megatron-
+//   FSDP optim_grads: 2 + 16/dp; optim_grads_params: 18/dp.
 //   fp16 without --accumulate-allreduce-grads-in-fp32 keeps 2-byte main gradients: 16 and 4 +
 //   12/dp. fp32 training: 4 (weight) + 4 (gradient) + 8 (m, v; no master copy) = 16; 8 + 8/dp. SGD
 //   with momentum holds one state (4 bytes) instead of Adam's two.
@@ -70,13 +82,16 @@ BytesPerParameter BytesPerParam(const TrainingSpec& training, const ParallelConf
                                 const CostOptions& options);
 
 struct StageMemory {
-  double parameters = 0;  // on this GPU
-  double weights_bytes = 0;
+  double parameters = 0;     // on this GPU
+  double weights_bytes = 0;  // with FP8 training's FP8 weight copies (and their transposes)
   double gradients_bytes = 0;
   double optimizer_bytes = 0;
   double activations_bytes = 0;  // peak: the in-flight micro-batches plus the transient
-  int in_flight = 0;             // micro-batch chunks held at once (from the schedule)
-  double reserved_bytes = 0;     // profile: context, workspaces, communication buffers
+  // Megatron-FSDP optim_grads_params: the unsharded parameters of the layers gathered at once
+  // (the running one and the prefetched one) and one layer's unsharded gradients; else 0.
+  double fsdp_buffer_bytes = 0;
+  int in_flight = 0;          // micro-batch chunks held at once (from the schedule)
+  double reserved_bytes = 0;  // profile: context, workspaces, communication buffers
   double fragmentation_bytes = 0;
   double peak_bytes = 0;  // everything above
 
@@ -93,11 +108,13 @@ struct MemoryEstimate {
 // computed once per (schedule, p, m, v) and passed to EstimateMemory.
 std::vector<int> InFlightPerStage(const PipelineSchedule& schedule);
 
-// Peak memory per stage. Stage r holds in_flight[r] micro-batch chunks of L/(p v) layers each,
-// plus on stage 0 the embedding's dropout mask per micro-batch and on the last stage one
-// micro-batch's output-layer buffers (final-norm and LM-head inputs, fp32 logits kept by the
-// cross entropy); recomputation adds, transiently, one layer's recomputed activations. The sum
-// is divided by (1 - fragmentation) and the profile's reserved bytes added.
+// Peak memory per stage. Stage r holds in_flight[r] micro-batch chunks, each counted as its
+// largest chunk (the chunks of a stage differ only with an uneven split's account-for options
+// or fp8's bf16 layers, by a layer at most: a bound), plus on stage 0 the embedding's dropout
+// mask per micro-batch and on the last stage one micro-batch's output-layer buffers (final-norm
+// and LM-head inputs, fp32 logits kept by the cross entropy); recomputation adds, transiently,
+// one layer's recomputed activations. The sum is divided by (1 - fragmentation) and the
+// profile's reserved bytes added.
 MemoryEstimate EstimateMemory(const ModelSpec& model, const ClusterSpec& cluster,
                               const TrainingSpec& training, const ParallelConfig& parallel,
                               std::span<const int> in_flight, const CostOptions& options = {});

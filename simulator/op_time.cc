@@ -55,12 +55,17 @@ double PeakFlops(const GpuSpec& gpu, Precision precision) {
       return gpu.peak_fp16_flops;
     case Precision::kFp32:
       return gpu.peak_fp32_flops;
+    case Precision::kFp8:
+      return gpu.peak_fp8_flops;
   }
   return gpu.peak_fp32_flops;
 }
 
-GemmTable::GemmTable(const GpuSpec& gpu) : points_(gpu.gemm_efficiency.data()) {
-  const auto& t = gpu.gemm_efficiency;
+double MfuPeakFlops(const GpuSpec& gpu, Precision precision) {
+  return PeakFlops(gpu, precision == Precision::kFp8 ? Precision::kBf16 : precision);
+}
+
+GemmTable::GemmTable(const std::vector<GemmEfficiencyPoint>& t) : points_(t.data()) {
   const int64_t size = static_cast<int64_t>(t.size());
   PTDP_CHECK(size > 0);
   // Sorted full grid (ReadCluster): k varies fastest, then n, then m.
@@ -140,6 +145,30 @@ double GemmTime(const GemmTable& table, const GpuSpec& gpu, Precision precision,
 
 double MemoryTime(const GpuSpec& gpu, double bytes) {
   return bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency);
+}
+
+double AttentionTable::Interpolate(int64_t seq_length, bool backward) const {
+  const std::vector<AttentionEfficiencyPoint>& t = *table_;
+  if (t.empty()) return 0;
+  const auto value = [&](size_t i) { return backward ? t[i].backward : t[i].forward; };
+  if (seq_length <= t.front().seq_length) return value(0);
+  if (seq_length >= t.back().seq_length) return value(t.size() - 1);
+  size_t hi = 1;
+  while (t[hi].seq_length < seq_length) ++hi;
+  const double lo_x = Log2(static_cast<double>(t[hi - 1].seq_length));
+  const double hi_x = Log2(static_cast<double>(t[hi].seq_length));
+  const double w = (Log2(static_cast<double>(seq_length)) - lo_x) / (hi_x - lo_x);
+  return (1 - w) * value(hi - 1) + w * value(hi);
+}
+
+double AttentionTime(const AttentionTable& table, const GemmTable& gemm16, const GpuSpec& gpu,
+                     bool backward, int64_t seq_length, int64_t heads, int64_t head_dim,
+                     double flops, double bytes) {
+  PTDP_CHECK(seq_length > 0 && heads > 0 && head_dim > 0);
+  const double efficiency =
+      table.empty() ? gemm16.Efficiency(seq_length * heads, seq_length, head_dim)
+                    : (backward ? table.Backward(seq_length) : table.Forward(seq_length));
+  return std::max(flops / (gpu.peak_bf16_flops * efficiency), MemoryTime(gpu, bytes));
 }
 
 }  // namespace ptdp

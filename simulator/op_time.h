@@ -4,14 +4,20 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/cluster_spec.h"
 #include "core/training_spec.h"
 
 namespace ptdp {
 
-// Dense peak FLOP/s of the GPU's matrix units in `precision` (profile: peak_*_tflops).
+// Dense peak FLOP/s of the GPU's matrix units in `precision` (profile: peak_*_tflops); fp8 is
+// the FP8 peak (0 on GPUs without FP8 units).
 double PeakFlops(const GpuSpec& gpu, Precision precision);
+
+// The peak MFU is measured against: the precision's own, but bf16's for fp8 training (whose
+// non-linear work runs in bf16), so that bf16 and fp8 plans compare on one scale.
+double MfuPeakFlops(const GpuSpec& gpu, Precision precision);
 
 // The profile's GEMM efficiency table prepared for repeated lookups (its axes found and their
 // log2 taken once, the last shapes looked up remembered). Requires a sorted full grid of at most
@@ -20,7 +26,9 @@ double PeakFlops(const GpuSpec& gpu, Precision precision);
 class GemmTable {
  public:
   static constexpr int kMaxAxis = 32;
-  explicit GemmTable(const GpuSpec& gpu);
+  explicit GemmTable(const GpuSpec& gpu) : GemmTable(gpu.gemm_efficiency) {}
+  // Any table of the profile (gemm_efficiency, gemm_efficiency_fp8); refers to it: keep it alive.
+  explicit GemmTable(const std::vector<GemmEfficiencyPoint>& table);
 
   // Efficiency for C[m x n] = A[m x k] B[k x n], interpolated linearly in log2(m), log2(n),
   // log2(k) on the grid and clamped to its edges. Dimensions must be positive.
@@ -75,5 +83,31 @@ double GemmTime(const GemmTable& table, const GpuSpec& gpu, Precision precision,
 
 // Time of a memory-bound kernel moving `bytes` (reads plus writes) through HBM.
 double MemoryTime(const GpuSpec& gpu, double bytes);
+
+// A flash-style attention efficiency table (GpuSpec::flash_attention / fused_attention),
+// interpolated linearly in log2(sequence length) and clamped at its ends. Refers to the table:
+// keep it alive. An empty table answers 0 (no figure).
+class AttentionTable {
+ public:
+  explicit AttentionTable(const std::vector<AttentionEfficiencyPoint>& table) : table_(&table) {}
+  bool empty() const { return table_->empty(); }
+  double Forward(int64_t seq_length) const { return Interpolate(seq_length, false); }
+  double Backward(int64_t seq_length) const { return Interpolate(seq_length, true); }
+
+ private:
+  double Interpolate(int64_t seq_length, bool backward) const;
+  const std::vector<AttentionEfficiencyPoint>* table_;
+};
+
+// One flash-style attention kernel (forward, or backward with its recomputation) over `heads`
+// (micro-batch x heads per GPU) heads of `seq_length` queries and keys of head size `head_dim`,
+// doing `flops` (the kernels' own count: forward 2 s^2 d per head for the causal mask, backward
+// 2.5 x that) and moving `bytes` through HBM (Q, K, V, the output and their gradients):
+// max(flops / (16-bit peak x efficiency), memory time), the efficiency from `table` at
+// seq_length, or, when the table is empty, from the GEMM table for the score product's shape
+// (m = heads x s, n = s, k = head_dim).
+double AttentionTime(const AttentionTable& table, const GemmTable& gemm16, const GpuSpec& gpu,
+                     bool backward, int64_t seq_length, int64_t heads, int64_t head_dim,
+                     double flops, double bytes);
 
 }  // namespace ptdp

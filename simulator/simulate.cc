@@ -11,8 +11,9 @@
 
 namespace ptdp {
 
-SimulationReport SimulatePlan(const Plan& plan, const CostOptions& options) {
+SimulationReport SimulatePlan(const Plan& plan) {
   const ParallelConfig& p = plan.parallel;
+  const CostOptions& options = plan.options;
   SimulationReport r;
   r.estimate = EstimateStep(plan.model, plan.cluster, plan.training, p, options);
   const int m = static_cast<int>(r.estimate.microbatches);
@@ -29,7 +30,7 @@ SimulationReport SimulatePlan(const Plan& plan, const CostOptions& options) {
   r.model_tflops_per_gpu = r.estimate.model_flops / (r.step_time_s * gpus) / 1e12;
   r.hardware_tflops_per_gpu = r.estimate.hardware_flops / (r.step_time_s * gpus) / 1e12;
   r.mfu = Mfu(r.estimate.model_flops, r.step_time_s, plan.num_gpus,
-              PeakFlops(plan.cluster.gpu, plan.training.precision));
+              MfuPeakFlops(plan.cluster.gpu, plan.training.precision));
   r.bubble_fraction = r.sim.bubble_fraction;
   r.peak_memory_bytes = r.memory.peak_bytes();
 
@@ -39,9 +40,13 @@ SimulationReport SimulatePlan(const Plan& plan, const CostOptions& options) {
     b.tp_comm_s += m * st.tp_comm_s / p.pp;
     b.pp_comm_s += m * st.pp_comm_s / p.pp;
   }
-  for (const StageCosts& st : r.estimate.costs.stages) {
+  for (int s = 0; s < p.pp; ++s) {
+    const StageCosts& st = r.estimate.costs.stages[s];
+    const StageBreakdown& br = r.estimate.stages[s];
     b.dp_comm_s =
-        std::max(b.dp_comm_s, st.dp_grad_sync_s + st.embedding_sync_s + st.dp_param_gather_s);
+        std::max(b.dp_comm_s, st.dp_grad_sync_s + st.embedding_sync_s + st.dp_param_gather_s +
+                                  st.dp_param_gather_hidden_s + m * br.dp_comm_s);
+    b.dp_exposed_s = std::max(b.dp_exposed_s, r.sim.stages[s].dp_exposed_s + m * br.dp_exposed_s);
     b.optimizer_s = std::max(b.optimizer_s, st.optimizer_s);
   }
   b.bubble_s = r.sim.bubble_s;
@@ -85,13 +90,14 @@ std::string SimulationJsonMembers(const SimulationReport& r, int indent) {
       "\"peak_memory_bytes\": {}, \"fits\": {}, \"memory_problem\": {}, \"microbatches\": {},\n"
       "{} \"stages\": [\n{}\n{} ],\n"
       "{} \"breakdown\": {{\"compute_s\": {}, \"tp_comm_s\": {}, \"pp_comm_s\": {}, "
-      "\"dp_comm_s\": {}, \"optimizer_s\": {}, \"bubble_s\": {}}}",
+      "\"dp_comm_s\": {}, \"dp_exposed_s\": {}, \"optimizer_s\": {}, \"bubble_s\": {}}}",
       JsonNumber(r.step_time_s), JsonNumber(r.tokens_per_s), JsonNumber(r.model_tflops_per_gpu),
       JsonNumber(r.hardware_tflops_per_gpu), JsonNumber(r.mfu), JsonNumber(r.bubble_fraction),
       JsonNumber(r.peak_memory_bytes), r.memory_problem.empty() ? "true" : "false",
       JsonString(r.memory_problem), r.estimate.microbatches, pad, stages, pad, pad,
       JsonNumber(b.compute_s), JsonNumber(b.tp_comm_s), JsonNumber(b.pp_comm_s),
-      JsonNumber(b.dp_comm_s), JsonNumber(b.optimizer_s), JsonNumber(b.bubble_s));
+      JsonNumber(b.dp_comm_s), JsonNumber(b.dp_exposed_s), JsonNumber(b.optimizer_s),
+      JsonNumber(b.bubble_s));
 }
 
 }  // namespace ptdp

@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "core/cost_options.h"
 #include "core/plan.h"
 #include "core/schedule.h"
 #include "simulator/cost_model.h"
-#include "simulator/cost_options.h"
 #include "simulator/event_sim.h"
 #include "simulator/memory_model.h"
 
@@ -20,12 +20,15 @@ namespace ptdp {
 // (overlapped sends, an overlapped gradient reduction) is counted too, so the parts can add up
 // to more than the step.
 struct StepBreakdown {
-  double compute_s = 0;    // kernels, recomputation included, all micro-batches
-  double tp_comm_s = 0;    // tensor-parallel collectives inside F, B, W
-  double pp_comm_s = 0;    // pipeline sends
-  double dp_comm_s = 0;    // gradient reduction, embedding sync, parameter gather (largest stage)
-  double optimizer_s = 0;  // the optimizer step (largest stage)
-  double bubble_s = 0;     // idle time of the compute stream in the pipeline phase
+  double compute_s = 0;     // kernels, recomputation included, all micro-batches
+  double tp_comm_s = 0;     // tensor-parallel collectives inside F, B, W
+  double pp_comm_s = 0;     // pipeline sends
+  double dp_comm_s = 0;     // gradient reduction, embedding sync, parameter gather (largest stage),
+                            // Megatron-FSDP's per-layer gathers and reduce-scatters
+  double dp_exposed_s = 0;  // the part of dp_comm_s the step waits for (largest stage); the rest
+                            // runs beside the backward or the next forward
+  double optimizer_s = 0;   // the optimizer step (largest stage)
+  double bubble_s = 0;      // idle time of the compute stream in the pipeline phase
 };
 
 struct SimulationReport {
@@ -44,8 +47,9 @@ struct SimulationReport {
   std::string memory_problem;    // "" when every stage fits in the GPU's memory
 };
 
-// Requires a plan that passes CheckParallelConfig (violations are InternalErrors).
-SimulationReport SimulatePlan(const Plan& plan, const CostOptions& options = {});
+// Requires a plan that passes CheckParallelConfig (violations are InternalErrors). The software
+// behaviour is the plan's `options`.
+SimulationReport SimulatePlan(const Plan& plan);
 
 // DESIGN.md's `simulate --format json` object: step_time_s, tokens_per_s, model_tflops_per_gpu,
 // hardware_tflops_per_gpu, mfu, bubble_fraction, peak_memory_bytes, fits, stages[] (forward_s,

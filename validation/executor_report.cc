@@ -49,6 +49,7 @@ double Compared::error() const { return difference ? simulated - measured : rati
 
 CostOptions ExecutorCostOptions() {
   CostOptions o;
+  o.attention = AttentionBackend::kUnfused;
   o.overlap_grad_reduce = false;
   o.overlap_p2p_communication = true;
   o.accumulate_allreduce_grads_in_fp32 = true;

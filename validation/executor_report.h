@@ -7,7 +7,7 @@
 
 #include "core/plan.h"
 #include "executor/trainer.h"
-#include "simulator/cost_options.h"
+#include "core/cost_options.h"
 #include "simulator/simulate.h"
 
 namespace ptdp {
@@ -68,14 +68,15 @@ struct ValidationReport {
   std::vector<std::string> notes;  // what was adjusted to simulate the run as executed
 };
 
-// The simulator's settings for what the CPU executor does: non-blocking sends (Megatron's
+// The simulator's settings for what the CPU executor does: unfused attention (the s x s
+// scores in memory, softmax unfused), non-blocking sends (Megatron's
 // --overlap-p2p-communication), gradients reduced after the backward, blocking tensor-parallel
 // collectives (no asynchronous input-gradient all-reduce), fp32 gradients accumulated by the
 // weight-gradient GEMMs.
 CostOptions ExecutorCostOptions();
 
 // `simulated` is SimulatePlan of `executed` (the plan as run: its cluster the profile, its
-// precision fp32) with ExecutorCostOptions(). `measured` needs its trace events (keep_trace)
+// precision fp32, its options ExecutorCostOptions()). `measured` needs its trace events (keep_trace)
 // for the per-operation rows.
 ValidationReport CompareRun(const Plan& executed, const ExecuteResult& measured,
                             const SimulationReport& simulated);

@@ -4,9 +4,9 @@
 
 #include <cmath>
 
+#include "core/cost_options.h"
 #include "core/schedule.h"
 #include "simulator/cost_model.h"
-#include "simulator/cost_options.h"
 #include "simulator/event_sim.h"
 #include "simulator/flops.h"
 

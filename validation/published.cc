@@ -4,7 +4,7 @@
 
 #include <chrono>
 
-#include "simulator/cost_options.h"
+#include "core/cost_options.h"
 
 namespace ptdp {
 

@@ -231,7 +231,8 @@ std::vector<VtrainResult> ReplayVtrain(const ClusterSpec& cluster,
       results.push_back(r);
       continue;
     }
-    const SimulationReport report = SimulatePlan(plan, options);
+    plan.options = options;
+    const SimulationReport report = SimulatePlan(plan);
     r.simulated_s = report.step_time_s;
     r.breakdown = report.breakdown;
     for (const StageBreakdown& st : report.estimate.stages) {

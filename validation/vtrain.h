@@ -21,7 +21,7 @@
 #include "core/model_spec.h"
 #include "core/parallel_config.h"
 #include "core/training_spec.h"
-#include "simulator/cost_options.h"
+#include "core/cost_options.h"
 #include "simulator/simulate.h"
 
 namespace ptdp {

@@ -179,7 +179,7 @@ TEST(Cli, BadFlagsExitTwoNamingTheFlag) {
       {{"plan", "--global-batch", "-5"},
        "--global-batch: must be positive, got -5 (hint: see `ptdp plan --help`)"},
       {{"plan", "--precision", "int4"},
-       "--precision: unknown value \"int4\" (expected one of: bf16, fp16, fp32) (hint: see "
+       "--precision: unknown value \"int4\" (expected one of: bf16, fp16, fp32, fp8) (hint: see "
        "`ptdp plan --help`)"},
       {{"plan", "stray"}, "unexpected argument \"stray\" (hint: see `ptdp plan --help`)"},
       {{"plan", "--seq-length", "4096"},

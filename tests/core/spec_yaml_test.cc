@@ -271,7 +271,7 @@ TEST(BadInput, PlanSectionsNameTheirKeyPath) {
   EXPECT_EQ(PlanError(Replace(text, "  precision: bf16", "  precision: int8")),
             "m.yaml:" + std::to_string(LineOf(text, "  precision:")) +
                 ": training.precision: unknown value \"int8\" (expected one of: bf16, fp16, "
-                "fp32)");
+                "fp32, fp8)");
   EXPECT_EQ(PlanError(Replace(text, "  adam_beta2: 0.999", "  adam_beta2: 1.5")),
             "m.yaml:" + std::to_string(LineOf(text, "  adam_beta2:")) +
                 ": training.adam_beta2: must be below 1, got 1.5");

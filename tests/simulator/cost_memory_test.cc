@@ -10,6 +10,14 @@
 namespace ptdp {
 namespace {
 
+// Megatron's unfused core attention (scores in memory): the implementation Korthikanti et al.
+// 2022's formulas describe.
+CostOptions Unfused() {
+  CostOptions o;
+  o.attention = AttentionBackend::kUnfused;
+  return o;
+}
+
 // Table 2's six formulas, hand-evaluated (sbh = s * b * h; as/h = a s / h).
 struct Table2Case {
   double s, b, h, a, t;
@@ -53,7 +61,7 @@ TEST(LayerActivations, EqualTable2ForGptInSixteenBits) {
             ParallelConfig p{
                 .tp = t, .micro_batch_size = b, .sequence_parallel = sp, .recompute = rc};
             for (Precision precision : {Precision::kBf16, Precision::kFp16}) {
-              EXPECT_DOUBLE_EQ(LayerActivationBytes(m, p, precision),
+              EXPECT_DOUBLE_EQ(LayerActivationBytes(m, p, precision, Unfused()),
                                KorthikantiTable2Bytes(m.seq_length, b, m.hidden_size,
                                                       m.num_attention_heads, t, sp, rc))
                   << name << " t=" << t << " b=" << b << " sp=" << sp << " " << Name(rc);
@@ -90,18 +98,20 @@ TEST(LayerActivations, GeneralisedToGroupedQueryAttentionAndSwiglu) {
   // t = 1: norms, QKV and fc1 inputs, masks: 8 * 64 * (4*2 + 2) = 5120; Q K V 2*8*8*(8+4) =
   // 1536; projection input 2*8*8*8 = 1024; SwiGLU input and output 2*8*(256+128) = 6144; K, V
   // repeated to 8 heads 2*8*8*2*6 = 1536; scores (2*2+1)*8*64 = 2560. Sum 17920.
-  EXPECT_DOUBLE_EQ(LayerActivationBytes(m, {.tp = 1}, Precision::kBf16), 17920);
+  EXPECT_DOUBLE_EQ(LayerActivationBytes(m, {.tp = 1}, Precision::kBf16, Unfused()), 17920);
   // t = 2: 4 heads and 1 group per GPU, f/t = 64: 5120 + 768 + 512 + 3072 + 768 + 1280 = 11520.
-  EXPECT_DOUBLE_EQ(LayerActivationBytes(m, {.tp = 2}, Precision::kBf16), 11520);
+  EXPECT_DOUBLE_EQ(LayerActivationBytes(m, {.tp = 2}, Precision::kBf16, Unfused()), 11520);
   // Selective drops the 1280 bytes of scores; full keeps the 2 * 8 * 64 byte input.
-  EXPECT_DOUBLE_EQ(
-      LayerActivationBytes(m, {.tp = 2, .recompute = Recompute::kSelective}, Precision::kBf16),
-      10240);
-  EXPECT_DOUBLE_EQ(
-      LayerActivationBytes(m, {.tp = 2, .recompute = Recompute::kFull}, Precision::kBf16), 1024);
+  EXPECT_DOUBLE_EQ(LayerActivationBytes(m, {.tp = 2, .recompute = Recompute::kSelective},
+                                        Precision::kBf16, Unfused()),
+                   10240);
+  EXPECT_DOUBLE_EQ(LayerActivationBytes(m, {.tp = 2, .recompute = Recompute::kFull},
+                                        Precision::kBf16, Unfused()),
+                   1024);
   // fp32: every activation doubles but the 1-byte masks: the two hidden-dropout masks (2 * 8 *
   // 64 = 1024 bytes) and the attention-dropout mask (4 heads * 8 * 8 = 256 bytes).
-  EXPECT_DOUBLE_EQ(LayerActivationBytes(m, {.tp = 2}, Precision::kFp32), 2 * 11520 - 1024 - 4 * 64);
+  EXPECT_DOUBLE_EQ(LayerActivationBytes(m, {.tp = 2}, Precision::kFp32, Unfused()),
+                   2 * 11520 - 1024 - 4 * 64);
 }
 
 TEST(BytesPerParam, MixedPrecisionAdamIs18AndDistributedIs6Plus12OverD) {
@@ -156,8 +166,8 @@ TEST(StageMemory, OneFOneBFirstStageHoldsAllLayersAndTheLastOne) {
                          .distributed_optimizer = false};
   const std::vector<int> in_flight = InFlightPerStage(MakeSchedule(Schedule::k1F1B, 8, 64, 1));
   ASSERT_EQ(in_flight, (std::vector<int>{8, 7, 6, 5, 4, 3, 2, 1}));  // min(p - r, m)
-  const MemoryEstimate est = EstimateMemory(m, c, t, p, in_flight);
-  const double layer = LayerActivationBytes(m, p, t.precision);
+  const MemoryEstimate est = EstimateMemory(m, c, t, p, in_flight, Unfused());
+  const double layer = LayerActivationBytes(m, p, t.precision, Unfused());
   const double scores = 5.0 * 96 / 8 * 2048 * 2048;  // transient of selective recompute
   // Korthikanti et al. 2022, 4.2.3: the first stage stores L layers' worth (p micro-batches of
   // L/p layers), plus the embedding's mask per micro-batch.
@@ -192,8 +202,8 @@ TEST(StageMemory, InterleavedFirstStageHoldsOnePlusPMinusOneOverPvTimesL) {
   const std::vector<int> in_flight =
       InFlightPerStage(MakeSchedule(Schedule::kInterleaved, pp, 64, v));
   EXPECT_EQ(in_flight[0], pp * v + pp - 1);
-  const MemoryEstimate est = EstimateMemory(m, c, t, p, in_flight);
-  const double layer = LayerActivationBytes(m, p, t.precision);
+  const MemoryEstimate est = EstimateMemory(m, c, t, p, in_flight, Unfused());
+  const double layer = LayerActivationBytes(m, p, t.precision, Unfused());
   const double layers_held = m.num_layers * (1 + (pp - 1.0) / (pp * v));  // Korthikanti 4.2.3
   const double transient = KorthikantiTable2Bytes(2048, 1, 12288, 96, 8, false, Recompute::kNone);
   EXPECT_DOUBLE_EQ(est.stages[0].activations_bytes,

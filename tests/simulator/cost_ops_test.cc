@@ -12,6 +12,14 @@
 namespace ptdp {
 namespace {
 
+// Megatron's unfused core attention (the s x s products as batched GEMMs): what Korthikanti et
+// al. 2022's FLOP formulas count.
+CostOptions Unfused() {
+  CostOptions o;
+  o.attention = AttentionBackend::kUnfused;
+  return o;
+}
+
 GpuSpec TwoByTwoByTwo() {
   GpuSpec g;
   g.peak_bf16_flops = g.peak_fp16_flops = 100e12;
@@ -86,7 +94,7 @@ TEST(LayerWork, GptFlopsAreKorthikantiAppendixA) {
   for (int t : {1, 8}) {
     for (int b : {1, 4}) {
       const ParallelConfig p{.tp = t, .micro_batch_size = b};
-      const LayerWork w = TransformerLayerWork(m, p, Precision::kBf16, {});
+      const LayerWork w = TransformerLayerWork(m, p, Precision::kBf16, Unfused());
       // Forward 24 b s h^2 + 4 b s^2 h (Korthikanti et al. 2022, appendix A), split t ways.
       const double forward = (24 * b * s * h * h + 4 * b * s * s * h) / t;
       EXPECT_NEAR(GemmFlops(w.forward), forward, forward * 1e-12);
@@ -96,12 +104,12 @@ TEST(LayerWork, GptFlopsAreKorthikantiAppendixA) {
       EXPECT_EQ(w.recompute.num_work, 0);
     }
   }
-  const LayerWork full =
-      TransformerLayerWork(m, {.tp = 8, .recompute = Recompute::kFull}, Precision::kBf16, {});
+  const LayerWork full = TransformerLayerWork(m, {.tp = 8, .recompute = Recompute::kFull},
+                                              Precision::kBf16, Unfused());
   EXPECT_DOUBLE_EQ(GemmFlops(full.recompute), GemmFlops(full.forward));
   EXPECT_EQ(full.recompute.num_comm, full.forward.num_comm);
-  const LayerWork selective =
-      TransformerLayerWork(m, {.tp = 8, .recompute = Recompute::kSelective}, Precision::kBf16, {});
+  const LayerWork selective = TransformerLayerWork(m, {.tp = 8, .recompute = Recompute::kSelective},
+                                                   Precision::kBf16, Unfused());
   EXPECT_NEAR(GemmFlops(selective.recompute), 4 * s * s * h / 8, 1);  // Q K^T and x V only
   EXPECT_EQ(selective.recompute.num_comm, 0);
 }
@@ -110,17 +118,17 @@ TEST(LayerWork, ClosedFormFlopsMatchTheKernelsForGqaAndSwiglu) {
   for (const char* name : {"gpt3-175b", "llama3-70b", "llama2-7b", "megatron-1t"}) {
     const ModelSpec m = ModelPreset(name);
     const ParallelConfig one{.tp = 1, .micro_batch_size = 1};
-    EXPECT_NEAR(TransformerLayerWork(m, one, Precision::kBf16, {}).forward.flops(),
+    EXPECT_NEAR(TransformerLayerWork(m, one, Precision::kBf16, Unfused()).forward.flops(),
                 LayerForwardFlops(m), LayerForwardFlops(m) * 1e-12)
         << name;
-    EXPECT_NEAR(OutputWork(m, one, Precision::kBf16, {}).forward.flops(), OutputForwardFlops(m),
-                OutputForwardFlops(m) * 1e-12)
+    EXPECT_NEAR(OutputWork(m, one, Precision::kBf16, Unfused()).forward.flops(),
+                OutputForwardFlops(m), OutputForwardFlops(m) * 1e-12)
         << name;
   }
   // SwiGLU: the first linear is 2f wide, so the MLP costs 3 GEMMs of h x f.
   const ModelSpec llama = ModelPreset("llama3-70b");
   const double s = llama.seq_length, h = llama.hidden_size, f = llama.ffn_hidden_size;
-  const LayerWork w = TransformerLayerWork(llama, {.tp = 1}, Precision::kBf16, {});
+  const LayerWork w = TransformerLayerWork(llama, {.tp = 1}, Precision::kBf16, Unfused());
   double mlp = 0;
   for (int i = 0; i < w.forward.num_work; ++i) {
     const std::string name = w.forward.work[i].name;

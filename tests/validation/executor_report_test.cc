@@ -1,5 +1,7 @@
 // `ptdp validate`'s comparison (validation/executor_report.h) on a given measurement, and the
 // refusals of `validate` and `calibrate` that come before anything runs (in-process CLI).
+#include "validation/executor_report.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,7 +10,6 @@
 #include <sstream>
 
 #include "cli/cli.h"
-#include "validation/executor_report.h"
 #include "core/spec_yaml.h"
 #include "tests/executor/tiny_plan.h"
 
@@ -45,8 +46,9 @@ ExecuteResult GivenRun() {
 }
 
 TEST(Validate, ComparesEveryFigureOfTheRun) {
-  const Plan plan = TinyPlan(TinyLayout{.pp = 2});
-  const SimulationReport sim = SimulatePlan(plan, ExecutorCostOptions());
+  Plan plan = TinyPlan(TinyLayout{.pp = 2});
+  plan.options = ExecutorCostOptions();
+  const SimulationReport sim = SimulatePlan(plan);
   const ValidationReport v = CompareRun(plan, GivenRun(), sim);
   EXPECT_EQ(v.ranks, 2);
   EXPECT_EQ(v.steps_run, 4);

@@ -2,13 +2,14 @@
 // simulated on the dgx-a100-80gb profile; and the provenance of that profile's two calibrated
 // constants (Korthikanti et al. 2022's measured runs). Prints the table that
 // results/validation/narayanan2021-table1.md records.
+#include "validation/narayanan2021.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <iostream>
 
 #include "core/presets.h"
-#include "validation/narayanan2021.h"
 
 namespace ptdp {
 namespace {

@@ -251,9 +251,11 @@ TEST(FusedSoftmax, MegatronFallsBackWhenBatchTimesHeadsIsNotAMultipleOfFour) {
   long_seq.seq_length = long_seq.max_position_embeddings = 4096;
   const ParallelConfig p{.micro_batch_size = 4};
   EXPECT_EQ(TransformerLayerWork(long_seq, p, Precision::kFp16, options).forward.num_work,
-            fused + 4);  // Megatron-DeepSpeed: sk <= 2048
-  EXPECT_EQ(TransformerLayerWork(long_seq, p, Precision::kFp16, CostOptions{}).forward.num_work,
-            fused);  // Megatron-LM core: sk <= 4096
+            fused + 4);      // Megatron-DeepSpeed: sk <= 2048
+  CostOptions core_unfused;  // Megatron-LM core's local attention: sk <= 4096
+  core_unfused.attention = AttentionBackend::kUnfused;
+  EXPECT_EQ(TransformerLayerWork(long_seq, p, Precision::kFp16, core_unfused).forward.num_work,
+            fused);
 }
 
 TEST(AsyncAllReduce, InputGradientReductionHidesBehindTheWeightGradient) {

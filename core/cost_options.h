@@ -1,0 +1,173 @@
+// Software behaviour that changes costs but is not part of the parallel layout: the Megatron-LM
+// flags that ParallelConfig does not carry, the attention kernels, and the implementation
+// choices that changed between Megatron versions and forks. A plan file carries them (its
+// `options` section), so that what is simulated, written as flags and executed is one thing.
+//
+// The defaults are today's Megatron-Core (megatron/training/arguments.py at the 2026-08 head)
+// with Transformer Engine's fused (flash-style) attention; the other software stacks are named
+// presets (CostOptionsFor), for the published runs of 2021 and 2022 and for Megatron-DeepSpeed.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "core/enum_names.h"
+#include "core/training_spec.h"
+
+namespace ptdp {
+
+// The training code whose behaviour is modelled (`--megatron-version`, plan key
+// options.megatron_version): each name is a preset of the fields below.
+enum class SoftwareStack { kCore, k2022, k2021, kMegatronDeepSpeed };
+
+// How the core attention (softmax(Q K^T / sqrt(d)) V) runs (Megatron's --attention-backend):
+//  - flash: a flash-style kernel (FlashAttention via Transformer Engine): tiles of Q, K, V in
+//    on-chip memory with an online softmax, the s x s scores never written to HBM; its backward
+//    recomputes them. Keeps Q, K, V, the output and the softmax statistics.
+//  - fused: the same algorithm in cuDNN's fused attention (Transformer Engine's FusedAttention);
+//    its own throughput table in the profile.
+//  - unfused: Megatron's local core attention: Q K^T as a batched GEMM into HBM, the fused
+//    scale-mask-softmax kernel where it applies (fused_softmax_max_seq_length) or an fp32
+//    PyTorch softmax, dropout, x V; keeps the s x s probabilities for the backward.
+// Megatron's `auto` lets Transformer Engine pick between the two flash-style kernels; `local`
+// is unfused here.
+enum class AttentionBackend { kFlash, kFused, kUnfused };
+
+inline constexpr EnumName<SoftwareStack> kSoftwareStackNames[] = {
+    {"core", SoftwareStack::kCore},
+    {"2022", SoftwareStack::k2022},
+    {"2021", SoftwareStack::k2021},
+    {"megatron-deepspeed", SoftwareStack::kMegatronDeepSpeed}};
+inline constexpr EnumName<AttentionBackend> kAttentionBackendNames[] = {
+    {"flash", AttentionBackend::kFlash},
+    {"fused", AttentionBackend::kFused},
+    {"unfused", AttentionBackend::kUnfused}};
+
+inline std::string_view Name(SoftwareStack s) {
+  return NameOf<SoftwareStack>(kSoftwareStackNames, s);
+}
+inline std::string_view Name(AttentionBackend a) {
+  return NameOf<AttentionBackend>(kAttentionBackendNames, a);
+}
+
+struct CostOptions {
+  // The preset the other fields started from (they may have been changed since).
+  SoftwareStack stack = SoftwareStack::kCore;
+  // --attention-backend.
+  AttentionBackend attention = AttentionBackend::kFlash;
+  // --overlap-grad-reduce: the data-parallel gradient reduction runs bucket by bucket during the
+  // backward (each bucket once its gradients are complete) instead of after it.
+  bool overlap_grad_reduce = false;
+  // --overlap-param-gather (needs the distributed optimizer and --overlap-grad-reduce): the
+  // updated parameters are all-gathered bucket by bucket during the next step's forward instead
+  // of after the optimizer step.
+  bool overlap_param_gather = false;
+  // --ddp-bucket-size, in parameters; 0: Megatron's default, max(40,000,000, 1,000,000 x dp).
+  int64_t ddp_bucket_size = 0;
+  // --tp-comm-overlap (needs sequence parallelism): Transformer Engine's userbuffers split each
+  // tensor-parallel all-gather / reduce-scatter into chunks pipelined with the GEMM that
+  // consumes or produces it.
+  bool tp_comm_overlap = false;
+  // --overlap-p2p-communication: pipeline sends and receives run beside compute. Without it
+  // (the default) Megatron's p2p calls wait for completion, so a send occupies the sender's
+  // compute stream.
+  bool overlap_p2p_communication = false;
+  // --accumulate-allreduce-grads-in-fp32: main gradients (and their reduction) in fp32. Megatron
+  // forces it for bf16; fp32 training has fp32 gradients anyway.
+  bool accumulate_allreduce_grads_in_fp32 = false;
+  // Weight-gradient GEMMs accumulate into the fp32 main gradient in their epilogue (Megatron's
+  // gradient_accumulation_fusion, on by default since 2022); without it the GEMM writes a
+  // temporary gradient that a separate kernel adds to the main gradient.
+  bool gradient_accumulation_fusion = true;
+  // Megatron 2021's "scatter-gather" pipeline optimisation (--no-scatter-gather-tensors-in-
+  // pipeline to disable; removed in Megatron core): each tensor-parallel rank sends 1/tp of the
+  // activation to the next stage, which all-gathers it over NVLink.
+  bool scatter_gather_tensors_in_pipeline = false;
+  // Longest key sequence Megatron's fused scale-mask-softmax kernel takes (FusedScaleMaskSoftmax.
+  // is_kernel_available, megatron/core/fusions/fused_softmax.py: 16 < sk <= 4096; 2048 in
+  // Megatron-LM v2/v3 and Megatron-DeepSpeed). Beyond it, or when b x heads per GPU is not a
+  // multiple of 4, Megatron falls back to an unfused fp32 PyTorch softmax. Unfused attention
+  // only.
+  int fused_softmax_max_seq_length = 4096;
+  // Megatron's asynchronous input-gradient reduction (LinearWithGradAccumulationAndAsync-
+  // Communication, megatron/core/tensor_parallel/layers.py; on unless
+  // --no-async-tensor-model-parallel-allreduce in Megatron-LM and Megatron-DeepSpeed): a
+  // column-parallel linear's input-gradient all-reduce (reduce-scatter with sequence parallelism)
+  // runs beside its weight-gradient GEMM (layer_work.h AsyncOverlap).
+  bool async_tensor_parallel_allreduce = true;
+
+  bool operator==(const CostOptions&) const = default;
+};
+
+// Today's Megatron-Core: the defaults above.
+inline CostOptions MegatronCoreOptions() { return {}; }
+
+// The code of Narayanan et al. 2021 (Megatron-LM v2, as in the paper's runs and NVIDIA's
+// examples/academic_paper_scripts/sc21): unfused attention with the 2048-token fused softmax,
+// gradient all-reduce after the backward, blocking p2p, fp16 main gradients by default, no
+// gradient-accumulation fusion, scatter-gather p2p.
+inline CostOptions Megatron2021Options() {
+  return {.stack = SoftwareStack::k2021,
+          .attention = AttentionBackend::kUnfused,
+          .overlap_grad_reduce = false,
+          .overlap_p2p_communication = false,
+          .accumulate_allreduce_grads_in_fp32 = false,
+          .gradient_accumulation_fusion = false,
+          .scatter_gather_tensors_in_pipeline = true,
+          .fused_softmax_max_seq_length = 2048,
+          .async_tensor_parallel_allreduce = false};
+}
+
+// Megatron-LM v3.0 (2022), the code of Korthikanti et al. 2022: as 2021 but with the weight-
+// gradient GEMMs accumulating into the main gradients (gradient_accumulation_fusion, default on
+// since then). The async input-gradient reduction stays off here: dgx-a100-80gb's efficiency
+// levels were calibrated on these runs without it.
+inline CostOptions Megatron2022Options() {
+  CostOptions o = Megatron2021Options();
+  o.stack = SoftwareStack::k2022;
+  o.gradient_accumulation_fusion = true;
+  return o;
+}
+
+// Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed with DeepSpeed's engine, as vTrain's measured
+// runs used it): unfused attention; DeepSpeed reduces the fp16 gradients after the backward (no
+// bucketing, no overlap); its pipeline engine sends blocking and, with tensor parallelism, each
+// TP rank sends 1/t of the activation and the receiver all-gathers it
+// (PipelineEngine.is_pipe_partitioned); autograd accumulates fp16 gradients in .grad (the fused
+// accumulation is commented out in LinearWithGradAccumulationAndAsyncCommunication); the
+// input-gradient all-reduce is async; the fused softmax takes sk <= 2048
+// (megatron/model/fused_softmax.py).
+inline CostOptions MegatronDeepSpeedOptions() {
+  return {.stack = SoftwareStack::kMegatronDeepSpeed,
+          .attention = AttentionBackend::kUnfused,
+          .overlap_grad_reduce = false,
+          .overlap_p2p_communication = false,
+          .accumulate_allreduce_grads_in_fp32 = false,
+          .gradient_accumulation_fusion = false,
+          .scatter_gather_tensors_in_pipeline = true,
+          .fused_softmax_max_seq_length = 2048,
+          .async_tensor_parallel_allreduce = true};
+}
+
+// The preset of a stack.
+inline CostOptions CostOptionsFor(SoftwareStack stack) {
+  switch (stack) {
+    case SoftwareStack::k2021:
+      return Megatron2021Options();
+    case SoftwareStack::k2022:
+      return Megatron2022Options();
+    case SoftwareStack::kMegatronDeepSpeed:
+      return MegatronDeepSpeedOptions();
+    case SoftwareStack::kCore:
+      break;
+  }
+  return MegatronCoreOptions();
+}
+
+// Bytes of one main-gradient element: 4 when gradients are accumulated in fp32 (forced for bf16
+// by Megatron's validate_args, and for fp32 training), else 2.
+inline int GradientBytes(Precision precision, const CostOptions& options) {
+  return precision != Precision::kFp16 || options.accumulate_allreduce_grads_in_fp32 ? 4 : 2;
+}
+
+}  // namespace ptdp
