@@ -3,9 +3,9 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
-#include "core/table.h"
 #include "core/json.h"
 #include "core/presets.h"
+#include "core/table.h"
 #include "core/units.h"
 
 namespace po = boost::program_options;

@@ -8,12 +8,12 @@
 #include "cli/commands.h"
 #include "cli/output.h"
 #include "cli/report.h"
-#include "core/table.h"
 #include "cli/workload.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "core/megatron_args.h"
 #include "core/spec_yaml.h"
+#include "core/table.h"
 #include "planner/planner.h"
 #include "planner/report_html.h"
 
@@ -38,7 +38,8 @@ void AddPlanOptions(po::options_description& o) {
       "write a self-contained HTML report (table, chart, timeline, rejections)")(
       "explain", po::bool_switch(), "count the rejections per rule, with an example each")(
       "fix", po::value<std::vector<std::string>>()->composing()->value_name("KEY=VALUE"),
-      "fix a knob (repeatable): tp, pp, dp, mbs, v, schedule, sp, recompute, dist-opt")(
+      "fix a knob (repeatable): tp, pp, dp, mbs, v, schedule, sp, recompute, dist-opt, fsdp "
+      "(none | optim | optim_grads | optim_grads_params), uneven (on | off)")(
       "max-tp", po::value<std::string>()->value_name("T"), "largest tensor-parallel size")(
       "max-pp", po::value<std::string>()->value_name("P"), "largest pipeline-parallel size")(
       "max-micro-batch", po::value<std::string>()->value_name("b"), "largest micro-batch size")(
@@ -47,7 +48,10 @@ void AddPlanOptions(po::options_description& o) {
       "no-recompute", po::bool_switch(), "only plans without activation recompute")(
       "no-sequence-parallel", po::bool_switch(), "only plans without sequence parallelism")(
       "no-distributed-optimizer", po::bool_switch(),
-      "only plans without the distributed optimizer")(
+      "only plans without the distributed optimizer (and without Megatron-FSDP)")(
+      "no-overlap", po::bool_switch(),
+      "do not turn on --overlap-grad-reduce and --overlap-param-gather (the planner does for "
+      "Megatron-Core)")(
       "schedules", po::value<std::string>()->value_name("LIST"),
       "schedules to consider, comma-separated (default 1f1b,interleaved,zb-h1; gpipe too)")(
       "compare", po::value<std::string>()->value_name("LAYOUT"),
@@ -131,6 +135,7 @@ PlanRequest ReadRequest(const Flags& flags, std::string& reference_label) {
   req.top_k = static_cast<int>(flags.PositiveInt("top"));
   req.memory_headroom = ReadHeadroom(flags);
   req.options = ReadCostOptions(flags);
+  req.recommend_overlap = !flags.Switch("no-overlap");
   if (auto layout = flags.OptionalString("compare")) {
     req.reference = ReadLayout(flags, *layout, req.gpus);
     reference_label = "Your layout";
@@ -148,10 +153,13 @@ std::string PlanJsonEntry(const RankedPlan& r) {
   return fmt::format(
       "{{\"tp\": {}, \"pp\": {}, \"dp\": {}, \"micro_batch\": {}, \"schedule\": \"{}\", "
       "\"virtual_stages\": {}, \"sequence_parallel\": {}, \"recompute\": \"{}\", "
-      "\"distributed_optimizer\": {}, \"megatron_args\": {},\n   {}}}",
+      "\"distributed_optimizer\": {}, \"fsdp\": \"{}\", \"first_stage_layers\": {}, "
+      "\"last_stage_layers\": {}, \"account_for_embedding\": {}, \"account_for_loss\": {}, "
+      "\"megatron_args\": {},\n   {}}}",
       p.tp, p.pp, p.dp, p.micro_batch_size, Name(p.schedule), p.virtual_stages, p.sequence_parallel,
-      Name(p.recompute), p.distributed_optimizer, JsonString(MegatronArgsLine(r.plan)),
-      SimulationJsonMembers(r.report, 3));
+      Name(p.recompute), p.distributed_optimizer, Name(p.fsdp), p.first_stage_layers,
+      p.last_stage_layers, p.account_for_embedding, p.account_for_loss,
+      JsonString(MegatronArgsLine(r.plan)), SimulationJsonMembers(r.report, 3));
 }
 
 std::string PlanJson(const PlanRequest& req, const PlanSearchResult& res) {
@@ -190,6 +198,35 @@ std::string PlanJson(const PlanRequest& req, const PlanSearchResult& res) {
 
 std::string OnOff(bool b) { return b ? "yes" : "-"; }
 
+std::string ShardingText(const ParallelConfig& p) {
+  switch (p.fsdp) {
+    case Fsdp::kNone:
+      return p.distributed_optimizer ? "dist-opt" : "-";
+    case Fsdp::kOptim:
+      return "fsdp o";
+    case Fsdp::kOptimGrads:
+      return "fsdp o+g";
+    case Fsdp::kOptimGradsParams:
+      return "fsdp o+g+p";
+  }
+  return "?";
+}
+
+// "even", "7+8x14+7", "emb+loss" (in the split), for the table.
+std::string SplitText(const Plan& plan) {
+  const ParallelConfig& p = plan.parallel;
+  if (p.first_stage_layers > 0 || p.last_stage_layers > 0) {
+    const LayerSplit split = SplitLayers(plan.model.num_layers, p);
+    std::vector<int> per_stage(p.pp, 0);
+    for (size_t vs = 0; vs < split.layers.size(); ++vs) per_stage[vs % p.pp] += split.layers[vs];
+    return UnevenSplitText(per_stage);
+  }
+  if (p.account_for_embedding && p.account_for_loss) return "emb+loss";
+  if (p.account_for_embedding) return "emb";
+  if (p.account_for_loss) return "loss";
+  return "even";
+}
+
 std::string PlanTable(const PlanRequest& req, const PlanSearchResult& res) {
   Table t({{"#", Table::Align::kRight},
            {"layout"},
@@ -197,7 +234,8 @@ std::string PlanTable(const PlanRequest& req, const PlanSearchResult& res) {
            {"schedule"},
            {"SP"},
            {"recompute"},
-           {"dist-opt"},
+           {"sharding"},
+           {"layers"},
            {"step", Table::Align::kRight},
            {"tokens/s", Table::Align::kRight},
            {"TFLOP/s", Table::Align::kRight},
@@ -216,7 +254,7 @@ std::string PlanTable(const PlanRequest& req, const PlanSearchResult& res) {
                   : std::string(Name(p.schedule)),
               OnOff(p.sequence_parallel),
               p.recompute == Recompute::kNone ? "-" : std::string(Name(p.recompute)),
-              OnOff(p.distributed_optimizer), Seconds(r.step_time_s),
+              ShardingText(p), SplitText(res.plans[i].plan), Seconds(r.step_time_s),
               GroupThousands(static_cast<int64_t>(r.tokens_per_s)),
               fmt::format("{:.1f}", r.model_tflops_per_gpu), fmt::format("{:.1f}%", 100 * r.mfu),
               fmt::format("{:.1f}%", 100 * r.bubble_fraction), Gigabytes(r.peak_memory_bytes),
@@ -324,10 +362,14 @@ const Command kPlanCommand{
         "                 [--fix tp=8] [--max-tp T] [--memory-headroom 10%] [--no-recompute]",
     .description =
         "Searches every PTD-P configuration Megatron-LM accepts for the model on the cluster "
-        "(tensor,\npipeline and data-parallel sizes, micro-batch, schedule 1f1b / interleaved "
-        "with every v / zb-h1,\nsequence parallelism, recompute none / selective / full, "
-        "distributed optimizer), keeps those\nthat fit in memory, ranks them by simulated step "
-        "time (ties: less memory) and shows the best\nas Megatron-LM flags. The ranking is "
+        "(tensor,\npipeline and data-parallel sizes, micro-batch, the layer split (even, the "
+        "embedding and loss\ncounted as layers, or fewer layers on the first and last stages), "
+        "schedule 1f1b / interleaved\nwith every v / zb-h1, sequence parallelism, recompute "
+        "none / selective / full, the distributed\noptimizer or Megatron-FSDP), keeps those "
+        "that fit in memory, ranks them by simulated step time\n(ties: less memory) and shows "
+        "the best as Megatron-LM flags. For Megatron-Core every plan\nruns with "
+        "--overlap-grad-reduce (and --overlap-param-gather with the distributed optimizer)\n"
+        "unless --no-overlap. The ranking is "
         "exact: the same as simulating every candidate.\nWithout flags it plans the founding "
         "document's example: seed-example (24 layers, hidden 2048,\n32 heads, sequence 2048) "
         "on 8 A100-80GB GPUs with global batch 128, and places its hand-picked\nTP 2 x PP 4 "

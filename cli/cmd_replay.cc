@@ -9,8 +9,8 @@
 #include "cli/commands.h"
 #include "cli/output.h"
 #include "core/presets.h"
-#include "validation/published.h"
 #include "validation/narayanan2021.h"
+#include "validation/published.h"
 #include "validation/vtrain.h"
 
 namespace po = boost::program_options;

@@ -1,6 +1,8 @@
 // `ptdp simulate`: one configuration, operation by operation.
 #include <fmt/format.h>
 
+#include <limits>
+
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "cli/output.h"
@@ -34,7 +36,21 @@ void AddSimulateOptions(po::options_description& o) {
       "gpipe | 1f1b | interleaved | zb-h1 (default: interleaved when v > 1, else 1f1b)")(
       "sequence-parallel", po::bool_switch(), "Megatron's --sequence-parallel")(
       "recompute", po::value<std::string>()->value_name("R"), "none | selective | full")(
-      "distributed-optimizer", po::bool_switch(), "Megatron's --use-distributed-optimizer");
+      "distributed-optimizer", po::bool_switch(), "Megatron's --use-distributed-optimizer")(
+      "fsdp", po::value<std::string>()->value_name("S"),
+      "Megatron-FSDP's sharding: optim | optim_grads | optim_grads_params (implies "
+      "--distributed-optimizer, as Megatron does)")(
+      "decoder-first-pipeline-num-layers", po::value<std::string>()->value_name("N"),
+      "transformer layers of the first pipeline stage (an uneven split)")(
+      "decoder-last-pipeline-num-layers", po::value<std::string>()->value_name("N"),
+      "transformer layers of the last pipeline stage")(
+      "account-for-embedding-in-pipeline-split", po::bool_switch(),
+      "the embedding takes one layer's place on the first stage")(
+      "account-for-loss-in-pipeline-split", po::bool_switch(),
+      "the loss takes one layer's place on the last stage")(
+      "recompute-num-layers", po::value<std::string>()->value_name("N"),
+      "with --recompute full: only the first N layers of each model chunk recompute "
+      "(Megatron's --recompute-method block)");
   AddCostOptions(o);
   o.add_options()("format", po::value<std::string>()->default_value("table")->value_name("F"),
                   "table | json")(
@@ -56,6 +72,13 @@ std::string_view FlagFor(std::string_view key) {
   if (key == "global_batch_size") return "global-batch";
   if (key == "virtual_stages") return "virtual-stages";
   if (key == "sequence_parallel") return "sequence-parallel";
+  if (key == "first_stage_layers") return "decoder-first-pipeline-num-layers";
+  if (key == "last_stage_layers") return "decoder-last-pipeline-num-layers";
+  if (key == "recompute_num_layers") return "recompute-num-layers";
+  if (key == "distributed_optimizer") return "fsdp";
+  if (key == "fp8_bf16_layers_at_start") return "num-layers-at-start-in-bf16";
+  if (key == "fp8_bf16_layers_at_end") return "num-layers-at-end-in-bf16";
+  if (key == "fp8_param_gather") return "fp8-param-gather";
   return "micro-batch";
 }
 
@@ -85,6 +108,17 @@ Plan PlanFromFlags(const Flags& flags) {
   p.sequence_parallel = flags.Switch("sequence-parallel");
   p.recompute = flags.Enum("recompute", kRecomputeNames, Recompute::kNone);
   p.distributed_optimizer = flags.Switch("distributed-optimizer");
+  p.fsdp = flags.Enum("fsdp", kFsdpNames, Fsdp::kNone);
+  if (p.fsdp != Fsdp::kNone) p.distributed_optimizer = true;
+  const auto layers = [&](const char* flag) {
+    return static_cast<int>(std::min<int64_t>(flags.OptionalPositiveInt(flag).value_or(0),
+                                              std::numeric_limits<int>::max()));
+  };
+  p.first_stage_layers = layers("decoder-first-pipeline-num-layers");
+  p.last_stage_layers = layers("decoder-last-pipeline-num-layers");
+  p.account_for_embedding = flags.Switch("account-for-embedding-in-pipeline-split");
+  p.account_for_loss = flags.Switch("account-for-loss-in-pipeline-split");
+  p.recompute_num_layers = layers("recompute-num-layers");
   const std::vector<Violation> v = CheckParallelConfig(plan.model, plan.training, p, w.gpus);
   if (!v.empty()) flags.Fail(FlagFor(v.front().key), v.front().message, v.front().hint);
   return plan;
@@ -93,8 +127,11 @@ Plan PlanFromFlags(const Flags& flags) {
 int RunSimulate(const Flags& flags, std::ostream& out, std::ostream&) {
   Plan plan;
   if (auto path = flags.OptionalString("plan")) {
-    for (const char* other : {"model", "cluster", "gpus", "global-batch", "tp", "pp", "micro-batch",
-                              "virtual-stages", "schedule", "recompute", "seq-length"}) {
+    for (const char* other :
+         {"model", "cluster", "gpus", "global-batch", "tp", "pp", "micro-batch", "virtual-stages",
+          "schedule", "recompute", "seq-length", "fsdp", "decoder-first-pipeline-num-layers",
+          "decoder-last-pipeline-num-layers", "recompute-num-layers", "fp8-recipe",
+          "num-layers-at-start-in-bf16", "num-layers-at-end-in-bf16"}) {
       if (flags.Has(other)) flags.Fail(other, "cannot be combined with --plan");
     }
     plan = LoadPlanFile(*path);

@@ -23,7 +23,18 @@ void AddWorkloadOptions(po::options_description& o, bool example_defaults) {
       "seq-length", po::value<std::string>()->value_name("S"),
       "override the model's training sequence length")(
       "precision", po::value<std::string>()->default_value("bf16")->value_name("P"),
-      "bf16 | fp16 | fp32");
+      "bf16 | fp16 | fp32 | fp8 (Transformer Engine's hybrid FP8 for the layers' linears, bf16 "
+      "elsewhere; needs a GPU with FP8 units)")(
+      "fp8-recipe", po::value<std::string>()->value_name("R"),
+      "with --precision fp8: delayed (Megatron's default) | tensorwise (current scaling) | "
+      "blockwise")("num-layers-at-start-in-bf16", po::value<std::string>()->value_name("N"),
+                   "with --precision fp8: keep the first N transformer layers in bf16 (Megatron's "
+                   "--first-last-layers-bf16; not with delayed scaling)")(
+      "num-layers-at-end-in-bf16", po::value<std::string>()->value_name("N"),
+      "with --precision fp8: keep the last N transformer layers in bf16")(
+      "fp8-param-gather", po::bool_switch(),
+      "with --precision fp8: FP8 primary weights, gathered in FP8 (needs the distributed "
+      "optimizer)");
 }
 
 Workload ReadWorkload(const Flags& flags) {
@@ -33,6 +44,7 @@ Workload ReadWorkload(const Flags& flags) {
   w.gpus = flags.PositiveInt("gpus");
   w.training.global_batch_size = flags.PositiveInt("global-batch");
   w.training.precision = flags.Enum("precision", kPrecisionNames, Precision::kBf16);
+  ReadFp8Flags(flags, w.training, w.cluster);
   if (auto seq = flags.OptionalPositiveInt("seq-length")) {
     if (*seq > w.model.max_position_embeddings &&
         w.model.position_embedding == PositionEmbedding::kLearned) {
@@ -43,6 +55,41 @@ Workload ReadWorkload(const Flags& flags) {
     w.model.max_position_embeddings = std::max(w.model.max_position_embeddings, w.model.seq_length);
   }
   return w;
+}
+
+void ReadFp8Flags(const Flags& flags, TrainingSpec& t, const ClusterSpec& cluster) {
+  const bool fp8 = t.precision == Precision::kFp8;
+  for (const char* flag : {"fp8-recipe", "num-layers-at-start-in-bf16", "num-layers-at-end-in-bf16",
+                           "fp8-param-gather"}) {
+    if (!fp8 && flags.Has(flag) &&
+        (std::string_view(flag) != "fp8-param-gather" || flags.Switch("fp8-param-gather"))) {
+      flags.Fail(flag, fmt::format("applies to --precision fp8 only (precision is {})",
+                                   Name(t.precision)));
+    }
+  }
+  if (!fp8) return;
+  if (cluster.gpu.peak_fp8_flops <= 0) {
+    flags.Fail("precision",
+               fmt::format("{}'s {} has no FP8 tensor cores (its profile gives no "
+                           "peak_fp8_tflops)",
+                           cluster.name, cluster.gpu.name),
+               "use --precision bf16, or a profile of a GPU with FP8 units (dgx-h100, hgx-h200)");
+  }
+  t.fp8_recipe = flags.Enum("fp8-recipe", kFp8RecipeNames, Fp8Recipe::kDelayed);
+  if (auto n = flags.OptionalPositiveInt("num-layers-at-start-in-bf16")) {
+    t.fp8_bf16_layers_at_start = static_cast<int>(std::min<int64_t>(*n, 1'000'000));
+  }
+  if (auto n = flags.OptionalPositiveInt("num-layers-at-end-in-bf16")) {
+    t.fp8_bf16_layers_at_end = static_cast<int>(std::min<int64_t>(*n, 1'000'000));
+  }
+  if ((t.fp8_bf16_layers_at_start > 0 || t.fp8_bf16_layers_at_end > 0) &&
+      t.fp8_recipe == Fp8Recipe::kDelayed) {
+    flags.Fail(t.fp8_bf16_layers_at_start > 0 ? "num-layers-at-start-in-bf16"
+                                              : "num-layers-at-end-in-bf16",
+               "Delayed scaling does not support first / last layer in BF16.",
+               "add --fp8-recipe tensorwise (or blockwise)");
+  }
+  t.fp8_param_gather = flags.Switch("fp8-param-gather");
 }
 
 void AddCostOptions(po::options_description& o) {

@@ -25,6 +25,11 @@ void AddWorkloadOptions(boost::program_options::options_description& options,
                         bool example_defaults);
 Workload ReadWorkload(const Flags& flags);
 
+// --fp8-recipe --num-layers-at-start-in-bf16 --num-layers-at-end-in-bf16 --fp8-param-gather
+// into `training` (refused unless its precision is fp8); fp8 on a GPU without FP8 units is
+// refused, naming --precision.
+void ReadFp8Flags(const Flags& flags, TrainingSpec& training, const ClusterSpec& cluster);
+
 // --megatron-version --attention-backend --overlap-grad-reduce --overlap-param-gather
 // --ddp-bucket-size --tp-comm-overlap --overlap-p2p-communication (Megatron's names). The flags
 // given change `base` (a plan file's options, or Megatron-Core's defaults); --megatron-version

@@ -550,18 +550,54 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
           "--num-layers-per-virtual-pipeline-stage, --num-virtual-stages-per-pipeline-rank",
           "keep one");
   }
+  // The layer split: uneven first / last stages, or the embedding and the loss counted as
+  // layers (the rules check the divisions; core/megatron_rules.h).
+  for (auto [flag, field] :
+       {std::pair{"--decoder-first-pipeline-num-layers", &p.first_stage_layers},
+        {"--decoder-last-pipeline-num-layers", &p.last_stage_layers}}) {
+    if (auto n = r.Int(flag)) {
+      if (*n <= 0) {
+        r.Add(Severity::kError, flag,
+              fmt::format("num_layers_in_{}_pipeline_stage must be larger than 0",
+                          std::string_view(flag).find("first") != std::string_view::npos ? "first"
+                                                                                         : "last"),
+              "give a positive number of layers, or drop the flag");
+      } else {
+        *field = ToInt(*n);
+      }
+    }
+  }
+  p.account_for_embedding = r.Has("--account-for-embedding-in-pipeline-split");
+  p.account_for_loss = r.Has("--account-for-loss-in-pipeline-split");
+  if (r.Has("--pipeline-model-parallel-layout")) {
+    r.Add(Severity::kWarning, "--pipeline-model-parallel-layout",
+          "ptdp does not model a pipeline layout string yet: simulated with the even split (or "
+          "the first / last stage layer counts)",
+          "");
+  }
   p.virtual_stages = 1;
   if (vstages && *vstages > 0) {
     p.virtual_stages = ToInt(*vstages);
-  } else if (per_vstage && *per_vstage > 0 && m.num_layers % p.pp == 0) {
-    const int per_stage = m.num_layers / p.pp;
-    if (per_stage % *per_vstage != 0) {
+  } else if (per_vstage && *per_vstage > 0) {
+    if (p.first_stage_layers > 0 || p.last_stage_layers > 0) {
       r.Add(Severity::kError, "--num-layers-per-virtual-pipeline-stage",
-            "number of layers per pipeline stage must be divisible number of layers per virtual "
-            "pipeline stage",
-            "");
+            "please use --num-virtual-stages-per-pipeline-rank to specify virtual pipeline "
+            "parallel degree when enable uneven pipeline parallelism",
+            "write --num-virtual-stages-per-pipeline-rank");
     } else {
-      p.virtual_stages = per_stage / ToInt(*per_vstage);
+      const int total =
+          m.num_layers + (p.account_for_embedding ? 1 : 0) + (p.account_for_loss ? 1 : 0);
+      if (total % p.pp == 0) {
+        const int per_stage = total / p.pp;
+        if (per_stage % *per_vstage != 0) {
+          r.Add(Severity::kError, "--num-layers-per-virtual-pipeline-stage",
+                "number of layers per pipeline stage must be divisible number of layers per "
+                "virtual pipeline stage",
+                "");
+        } else {
+          p.virtual_stages = per_stage / ToInt(*per_vstage);
+        }
+      }
     }
   }
   p.schedule = p.virtual_stages > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
@@ -589,10 +625,24 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
               "full recompute without --recompute-method: Megatron recomputes nothing",
               "add --recompute-method uniform --recompute-num-layers 1");
         p.recompute = Recompute::kNone;
-      } else if (*method != "uniform" || count.value_or(1) != 1) {
-        r.Add(Severity::kWarning, "--recompute-method",
-              "ptdp models full recompute of every layer (uniform, 1 layer per group); this "
-              "command recomputes part of the layers and is simulated as every layer",
+      } else if (*method == "block") {
+        // The first N layers of each model chunk recompute, the rest keep their activations.
+        if (count.value_or(0) <= 0) {
+          r.Add(Severity::kError, "--recompute-num-layers",
+                "the block method needs --recompute-num-layers N > 0", "");
+        } else {
+          p.recompute_num_layers = ToInt(*count);
+        }
+      } else if (*method != "uniform") {
+        r.Add(Severity::kError, "--recompute-method",
+              fmt::format("argument --recompute-method: invalid choice: '{}' (choose from "
+                          "'uniform', 'block')",
+                          *method),
+              "");
+      } else if (count.value_or(1) != 1) {
+        r.Add(Severity::kWarning, "--recompute-num-layers",
+              "uniform recompute in groups of several layers keeps one input per group; ptdp "
+              "simulates groups of one layer (a little more memory, the same time)",
               "");
       }
     } else if (*granularity == "selective") {
@@ -605,15 +655,82 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
     }
   }
   p.distributed_optimizer = r.Has("--use-distributed-optimizer");
+  if (r.Has("--use-megatron-fsdp")) {
+    const std::string strategy = r.String("--data-parallel-sharding-strategy").value_or("no_shard");
+    if (strategy == "optim") {
+      p.fsdp = Fsdp::kOptim;
+    } else if (strategy == "optim_grads") {
+      p.fsdp = Fsdp::kOptimGrads;
+    } else if (strategy == "optim_grads_params") {
+      p.fsdp = Fsdp::kOptimGradsParams;
+    } else if (strategy != "no_shard") {
+      r.Add(Severity::kError, "--data-parallel-sharding-strategy",
+            fmt::format("argument --data-parallel-sharding-strategy: invalid choice: '{}' (choose "
+                        "from 'no_shard', 'optim', 'optim_grads', 'optim_grads_params')",
+                        strategy),
+            "");
+    }
+    if (!p.distributed_optimizer) {
+      r.Add(Severity::kWarning, "--use-megatron-fsdp",
+            "Megatron-FSDP v1 is only compatible with --use-distributed-optimizer. Using "
+            "DistributedOptimizer...",
+            "add --use-distributed-optimizer");
+      p.distributed_optimizer = true;
+    }
+    if (r.String("--ckpt-format").value_or("torch_dist") != "fsdp_dtensor") {
+      r.Add(Severity::kError, "--ckpt-format",
+            "Megatron-FSDP requires the `fsdp_dtensor` checkpointing format.",
+            "add --ckpt-format fsdp_dtensor");
+    }
+  } else if (r.Has("--data-parallel-sharding-strategy")) {
+    r.Add(Severity::kWarning, "--data-parallel-sharding-strategy",
+          "has no effect without --use-megatron-fsdp", "add --use-megatron-fsdp");
+  }
+
+  // What changes costs but not the layout.
+  CostOptions& o = c.options;
+  if (auto backend = r.String("--attention-backend")) {
+    if (*backend == "flash" || *backend == "auto") {
+      o.attention = AttentionBackend::kFlash;
+    } else if (*backend == "fused") {
+      o.attention = AttentionBackend::kFused;
+    } else if (*backend == "unfused" || *backend == "local") {
+      o.attention = AttentionBackend::kUnfused;
+    } else {
+      r.Add(Severity::kError, "--attention-backend",
+            fmt::format("argument --attention-backend: invalid choice: '{}' (choose from "
+                        "'flash', 'fused', 'unfused', 'local', 'auto')",
+                        *backend),
+            "");
+    }
+  }
+  o.overlap_grad_reduce = r.Has("--overlap-grad-reduce");
+  o.overlap_param_gather = r.Has("--overlap-param-gather");
+  o.tp_comm_overlap = r.Has("--tp-comm-overlap");
+  o.overlap_p2p_communication = r.Has("--overlap-p2p-communication");
+  if (auto bucket = r.Int("--ddp-bucket-size")) o.ddp_bucket_size = std::max<int64_t>(*bucket, 0);
+  if (o.overlap_param_gather) {
+    if (!p.distributed_optimizer) {
+      r.Add(Severity::kError, "--overlap-param-gather",
+            "--overlap-param-gather only supported with distributed optimizer, megatron fsdp, or "
+            "dist_muon",
+            "add --use-distributed-optimizer");
+    }
+    if (!o.overlap_grad_reduce) {
+      r.Add(Severity::kError, "--overlap-param-gather",
+            "Must use --overlap-param-gather with --overlap-grad-reduce",
+            "add --overlap-grad-reduce");
+    }
+  }
+  if (o.tp_comm_overlap && !r.Has("--sequence-parallel")) {
+    r.Add(Severity::kError, "--tp-comm-overlap",
+          "Tensor parallel communication/GEMM overlap can happen only when sequence parallelism "
+          "is enabled",
+          "add --sequence-parallel");
+  }
   for (const char* flag : {"--context-parallel-size", "--expert-model-parallel-size"}) {
     if (r.Int(flag).value_or(1) > 1) {
       r.Add(Severity::kWarning, flag, fmt::format("ptdp does not model {} > 1 yet", flag), "");
-    }
-  }
-  for (const char* flag :
-       {"--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"}) {
-    if (r.Has(flag)) {
-      r.Add(Severity::kWarning, flag, "ptdp models even pipeline stages only; ignored", "");
     }
   }
 
@@ -625,6 +742,61 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
   t.precision = r.Has("--bf16")   ? Precision::kBf16
                 : r.Has("--fp16") ? Precision::kFp16
                                   : Precision::kFp32;
+  if (auto format = r.String("--fp8-format")) {
+    if (*format != "hybrid" && *format != "e4m3") {
+      r.Add(Severity::kError, "--fp8-format",
+            fmt::format("argument --fp8-format: invalid choice: '{}' (choose from 'e4m3', "
+                        "'hybrid')",
+                        *format),
+            "");
+    } else if (t.precision != Precision::kBf16) {
+      r.Add(Severity::kWarning, "--fp8-format",
+            "ptdp models FP8 training with bf16 parameters (--bf16 --fp8-format); simulated "
+            "without FP8",
+            "add --bf16");
+    } else {
+      t.precision = Precision::kFp8;
+      if (*format == "e4m3") {
+        r.Add(Severity::kWarning, "--fp8-format",
+              "e4m3 for the gradients too: simulated as hybrid (the same GEMM rates)", "");
+      }
+    }
+  }
+  if (auto recipe = r.String("--fp8-recipe")) {
+    if (*recipe == "delayed") {
+      t.fp8_recipe = Fp8Recipe::kDelayed;
+    } else if (*recipe == "tensorwise") {
+      t.fp8_recipe = Fp8Recipe::kTensorwise;
+    } else if (*recipe == "blockwise") {
+      t.fp8_recipe = Fp8Recipe::kBlockwise;
+    } else if (*recipe == "mxfp8") {
+      t.fp8_recipe = Fp8Recipe::kBlockwise;
+      r.Add(Severity::kWarning, "--fp8-recipe",
+            "mxfp8 is for Blackwell GPUs; ptdp simulates it as blockwise scaling", "");
+    } else {
+      r.Add(Severity::kError, "--fp8-recipe",
+            fmt::format("argument --fp8-recipe: invalid choice: '{}' (choose from 'tensorwise', "
+                        "'delayed', 'mxfp8', 'blockwise', 'custom')",
+                        *recipe),
+            "");
+    }
+  } else {
+    t.fp8_recipe = Fp8Recipe::kDelayed;  // Megatron's default
+  }
+  if (r.Has("--first-last-layers-bf16")) {
+    t.fp8_bf16_layers_at_start = ToInt(r.Int("--num-layers-at-start-in-bf16").value_or(1));
+    t.fp8_bf16_layers_at_end = ToInt(r.Int("--num-layers-at-end-in-bf16").value_or(1));
+    if (t.precision == Precision::kFp8 && t.fp8_recipe == Fp8Recipe::kDelayed) {
+      r.Add(Severity::kError, "--first-last-layers-bf16",
+            "Delayed scaling does not support first / last layer in BF16.",
+            "add --fp8-recipe tensorwise (or blockwise)");
+    }
+  }
+  t.fp8_param_gather = r.Has("--fp8-param-gather");  // the rules check its optimizer
+  if (t.precision != Precision::kFp8) {
+    t.fp8_bf16_layers_at_start = t.fp8_bf16_layers_at_end = 0;
+    t.fp8_param_gather = false;
+  }
   if (auto opt = r.String("--optimizer"))
     t.optimizer = *opt == "sgd" ? Optimizer::kSgd : Optimizer::kAdam;
   if (auto lr = r.Number("--lr")) t.lr = *lr;
@@ -691,8 +863,17 @@ std::vector<std::string> MegatronArgs(const Plan& plan) {
   };
   add("--tensor-model-parallel-size", p.tp);
   add("--pipeline-model-parallel-size", p.pp);
+  if (p.first_stage_layers > 0) add("--decoder-first-pipeline-num-layers", p.first_stage_layers);
+  if (p.last_stage_layers > 0) add("--decoder-last-pipeline-num-layers", p.last_stage_layers);
+  if (p.account_for_embedding) a.push_back("--account-for-embedding-in-pipeline-split");
+  if (p.account_for_loss) a.push_back("--account-for-loss-in-pipeline-split");
   if (p.schedule == Schedule::kInterleaved) {
-    add("--num-layers-per-virtual-pipeline-stage", m.num_layers / p.pp / p.virtual_stages);
+    // Megatron takes the chunk count directly when the split is uneven.
+    if (UnevenSplit(p)) {
+      add("--num-virtual-stages-per-pipeline-rank", p.virtual_stages);
+    } else {
+      add("--num-layers-per-virtual-pipeline-stage", m.num_layers / p.pp / p.virtual_stages);
+    }
   }
   add("--micro-batch-size", p.micro_batch_size);
   add("--global-batch-size", plan.training.global_batch_size);
@@ -701,10 +882,31 @@ std::vector<std::string> MegatronArgs(const Plan& plan) {
     add("--recompute-granularity", "selective");
   } else if (p.recompute == Recompute::kFull) {
     add("--recompute-granularity", "full");
-    add("--recompute-method", "uniform");
-    add("--recompute-num-layers", 1);
+    if (p.recompute_num_layers > 0) {
+      add("--recompute-method", "block");
+      add("--recompute-num-layers", p.recompute_num_layers);
+    } else {
+      add("--recompute-method", "uniform");
+      add("--recompute-num-layers", 1);
+    }
   }
   if (p.distributed_optimizer) a.push_back("--use-distributed-optimizer");
+  if (p.fsdp != Fsdp::kNone) {
+    a.push_back("--use-megatron-fsdp");
+    add("--data-parallel-sharding-strategy", Name(p.fsdp));
+    add("--ckpt-format", "fsdp_dtensor");
+  }
+  // The software options, as today's Megatron-Core names them (plans of older stacks describe
+  // published runs; their flags are not written).
+  const CostOptions& o = plan.options;
+  if (o.stack == SoftwareStack::kCore) {
+    add("--attention-backend", Name(o.attention));
+    if (o.overlap_grad_reduce) a.push_back("--overlap-grad-reduce");
+    if (o.overlap_param_gather) a.push_back("--overlap-param-gather");
+    if (o.ddp_bucket_size > 0) add("--ddp-bucket-size", o.ddp_bucket_size);
+    if (o.tp_comm_overlap) a.push_back("--tp-comm-overlap");
+    if (o.overlap_p2p_communication) a.push_back("--overlap-p2p-communication");
+  }
   add("--num-layers", m.num_layers);
   add("--hidden-size", m.hidden_size);
   add("--num-attention-heads", m.num_attention_heads);
@@ -726,8 +928,19 @@ std::vector<std::string> MegatronArgs(const Plan& plan) {
   if (m.make_vocab_size_divisible_by != 128) {
     add("--make-vocab-size-divisible-by", m.make_vocab_size_divisible_by);
   }
-  if (plan.training.precision == Precision::kBf16) a.push_back("--bf16");
-  if (plan.training.precision == Precision::kFp16) a.push_back("--fp16");
+  const TrainingSpec& t = plan.training;
+  if (t.precision == Precision::kBf16 || t.precision == Precision::kFp8) a.push_back("--bf16");
+  if (t.precision == Precision::kFp16) a.push_back("--fp16");
+  if (t.precision == Precision::kFp8) {
+    add("--fp8-format", "hybrid");
+    add("--fp8-recipe", Name(t.fp8_recipe));
+    if (t.fp8_bf16_layers_at_start > 0 || t.fp8_bf16_layers_at_end > 0) {
+      a.push_back("--first-last-layers-bf16");
+      add("--num-layers-at-start-in-bf16", t.fp8_bf16_layers_at_start);
+      add("--num-layers-at-end-in-bf16", t.fp8_bf16_layers_at_end);
+    }
+    if (t.fp8_param_gather) a.push_back("--fp8-param-gather");
+  }
   return a;
 }
 

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/cost_options.h"
 #include "core/model_spec.h"
 #include "core/parallel_config.h"
 #include "core/plan.h"
@@ -48,6 +49,7 @@ struct MegatronCommand {
   bool model_complete = false;
   TrainingSpec training;    // global_batch_size 0 when neither GBS nor the world size is known
   ParallelConfig parallel;  // dp is 1 until the world size is known
+  CostOptions options;      // attention backend, overlap flags: what changes costs
   std::optional<int64_t> world_size;  // from torchrun --nproc-per-node x --nnodes, or --world-size
   // Flags as given (after substitution), in order: (flag, values, line).
   struct Arg {

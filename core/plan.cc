@@ -4,15 +4,47 @@
 
 namespace ptdp {
 
+std::string UnevenSplitText(const std::vector<int>& per_stage) {
+  // "7+8x14+7": runs of equal counts.
+  std::string text;
+  for (size_t i = 0; i < per_stage.size();) {
+    size_t j = i;
+    while (j < per_stage.size() && per_stage[j] == per_stage[i]) ++j;
+    text += (text.empty() ? "" : "+") +
+            (j - i > 1 ? fmt::format("{}x{}", per_stage[i], j - i) : std::to_string(per_stage[i]));
+    i = j;
+  }
+  return text;
+}
+
 std::string LayoutLine(const Plan& plan) {
   const ParallelConfig& p = plan.parallel;
   std::string text =
       fmt::format("TP {} x PP {} x DP {}, micro-batch {} (m = {}), {}", p.tp, p.pp, p.dp,
                   p.micro_batch_size, NumMicrobatches(plan.training, p), Name(p.schedule));
   if (p.schedule == Schedule::kInterleaved) text += fmt::format(" v={}", p.virtual_stages);
+  if (p.first_stage_layers > 0 || p.last_stage_layers > 0) {
+    const LayerSplit split = SplitLayers(plan.model.num_layers, p);
+    std::vector<int> per_stage(p.pp, 0);
+    for (size_t vs = 0; vs < split.layers.size(); ++vs) per_stage[vs % p.pp] += split.layers[vs];
+    text += fmt::format(", layers {}", UnevenSplitText(per_stage));
+  }
+  if (p.account_for_embedding || p.account_for_loss) {
+    text += p.account_for_embedding && p.account_for_loss ? ", embedding and loss in the split"
+            : p.account_for_embedding                     ? ", embedding in the split"
+                                                          : ", loss in the split";
+  }
   if (p.sequence_parallel) text += ", SP";
-  if (p.recompute != Recompute::kNone) text += fmt::format(", {} recompute", Name(p.recompute));
-  if (p.distributed_optimizer) text += ", dist-opt";
+  if (p.recompute != Recompute::kNone) {
+    text += p.recompute_num_layers > 0 ? fmt::format(", {} recompute of {} layers per chunk",
+                                                     Name(p.recompute), p.recompute_num_layers)
+                                       : fmt::format(", {} recompute", Name(p.recompute));
+  }
+  if (p.fsdp != Fsdp::kNone) {
+    text += fmt::format(", FSDP {}", Name(p.fsdp));
+  } else if (p.distributed_optimizer) {
+    text += ", dist-opt";
+  }
   return text;
 }
 

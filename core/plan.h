@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/cluster_spec.h"
 #include "core/cost_options.h"
@@ -29,5 +30,8 @@ struct Plan {
 // The layout for people: "TP 2 x PP 4 x DP 1, micro-batch 4 (m = 32), 1f1b, SP, selective
 // recompute, dist-opt".
 std::string LayoutLine(const Plan& plan);
+
+// Transformer layers per pipeline stage in runs: {7, 8, 8, ..., 8, 7} -> "7+8x14+7".
+std::string UnevenSplitText(const std::vector<int>& per_stage);
 
 }  // namespace ptdp

@@ -506,6 +506,12 @@ Plan ParsePlanYaml(std::string_view text, const std::string& source) {
   plan.num_gpus = map.PositiveInt("gpus");
   const YamlMap training = map.Map("training");
   plan.training = ReadTraining(training);
+  if (plan.training.precision == Precision::kFp8 && plan.cluster.gpu.peak_fp8_flops <= 0) {
+    training.Fail("precision",
+                  fmt::format("the cluster's {} has no FP8 tensor cores (no gpu.peak_fp8_tflops)",
+                              plan.cluster.gpu.name),
+                  "use precision: bf16, or a cluster with FP8 units");
+  }
   const YamlMap parallel = map.Map("parallel");
   plan.parallel = ReadParallel(parallel);
   if (map.Has("options")) plan.options = ReadOptions(map.Map("options"));
@@ -515,7 +521,8 @@ Plan ParsePlanYaml(std::string_view text, const std::string& source) {
       CheckParallelConfig(plan.model, plan.training, plan.parallel, plan.num_gpus);
   if (!violations.empty()) {
     const Violation& v = violations.front();
-    const YamlMap& section = v.key == "global_batch_size" ? training : parallel;
+    const bool in_training = v.key == "global_batch_size" || v.key.starts_with("fp8_");
+    const YamlMap& section = in_training ? training : parallel;
     std::string hint = v.hint;
     if (violations.size() > 1) {
       hint += fmt::format("; {} more problem{} after this one", violations.size() - 1,

@@ -20,7 +20,9 @@ namespace {
 auto ConfigKey(const ParallelConfig& p) {
   return std::make_tuple(p.tp, p.pp, p.dp, p.micro_batch_size, static_cast<int>(p.schedule),
                          p.virtual_stages, p.sequence_parallel, static_cast<int>(p.recompute),
-                         p.distributed_optimizer);
+                         p.distributed_optimizer, static_cast<int>(p.fsdp), p.first_stage_layers,
+                         p.last_stage_layers, p.account_for_embedding, p.account_for_loss,
+                         p.recompute_num_layers);
 }
 
 // Best first: step time, then memory, then a fixed order of the knobs (so ties are stable).
@@ -58,13 +60,27 @@ std::string OutOfMemory(const CandidatePoint& c, const MemoryEstimate& mem, doub
 
 }  // namespace
 
+CostOptions PlanOptions(const PlanRequest& request, const ParallelConfig& parallel) {
+  CostOptions o = request.options;
+  if (request.recommend_overlap && o.stack == SoftwareStack::kCore) {
+    o.overlap_grad_reduce = true;
+    o.overlap_param_gather =
+        o.overlap_param_gather || (parallel.distributed_optimizer && parallel.fsdp == Fsdp::kNone);
+  }
+  if (o.overlap_param_gather && !parallel.distributed_optimizer) o.overlap_param_gather = false;
+  if (o.tp_comm_overlap && !(parallel.sequence_parallel && parallel.tp > 1)) {
+    o.tp_comm_overlap = false;
+  }
+  return o;
+}
+
 Plan MakePlan(const PlanRequest& request, const ParallelConfig& parallel) {
   return Plan{.model = request.model,
               .cluster = request.cluster,
               .num_gpus = request.gpus,
               .training = request.training,
               .parallel = parallel,
-              .options = request.options};
+              .options = PlanOptions(request, parallel)};
 }
 
 PlanSearchResult SearchPlans(const PlanRequest& req) {
@@ -79,11 +95,12 @@ PlanSearchResult SearchPlans(const PlanRequest& req) {
       req.model, req.training, req.gpus, req.constraints, res.rejected,
       [&](const ParallelConfig& p) {
         ++res.valid;
-        const StepEstimate est = EstimateStep(req.model, req.cluster, req.training, p, req.options);
+        const CostOptions options = PlanOptions(req, p);
+        const StepEstimate est = EstimateStep(req.model, req.cluster, req.training, p, options);
         const std::vector<int>& held =
             in_flight.Get(p.schedule, p.pp, est.microbatches, p.virtual_stages);
         const MemoryEstimate mem =
-            EstimateMemory(req.model, req.cluster, req.training, p, held, req.options);
+            EstimateMemory(req.model, req.cluster, req.training, p, held, options);
         CandidatePoint point{
             p,
             StepTimeLowerBound(p.schedule, p.pp, static_cast<int>(est.microbatches),

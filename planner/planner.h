@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "core/cost_options.h"
 #include "core/plan.h"
 #include "planner/space.h"
-#include "core/cost_options.h"
 #include "simulator/simulate.h"
 
 namespace ptdp {
@@ -33,6 +33,10 @@ struct PlanRequest {
   // constraints. Its rank is exact: every candidate that could beat it is simulated.
   std::optional<ParallelConfig> reference;
   bool keep_points = false;  // record every candidate that fits, for charts
+  // For the core stack: run every candidate with --overlap-grad-reduce, and with the
+  // distributed optimizer --overlap-param-gather (Megatron-Core's recipes do; they only hide
+  // communication). Off: exactly `options`.
+  bool recommend_overlap = true;
 };
 
 struct RankedPlan {
@@ -75,7 +79,12 @@ PlanSearchResult SearchPlans(const PlanRequest& request);
 // The same ranking by simulating every valid candidate (for tests of SearchPlans; slow).
 std::vector<RankedPlan> BruteForcePlans(const PlanRequest& request);
 
-// A plan for `parallel` under `request` (model, cluster, training, GPUs).
+// The software options a candidate runs with: the request's, with the overlaps recommended
+// (recommend_overlap) and those the layout cannot use dropped (--overlap-param-gather without
+// the distributed optimizer, --tp-comm-overlap without sequence parallelism).
+CostOptions PlanOptions(const PlanRequest& request, const ParallelConfig& parallel);
+
+// A plan for `parallel` under `request` (model, cluster, training, GPUs, PlanOptions).
 Plan MakePlan(const PlanRequest& request, const ParallelConfig& parallel);
 
 // What would make a search with no valid plan succeed, in words (more GPUs, recompute, another

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <numeric>
+#include <set>
 
 #include "core/error.h"
 #include "core/megatron_rules.h"
@@ -28,6 +30,43 @@ bool Contains(const std::vector<T>& v, T x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
 
+// The candidates PipelineSplits filters.
+std::vector<ParallelConfig> SplitCandidates(int L, int pp) {
+  std::vector<ParallelConfig> out;
+  if (pp == 1) return {ParallelConfig{}};
+  if (L % pp == 0) out.push_back(ParallelConfig{});
+  for (auto [e, l] : {std::pair{true, false}, {false, true}, {true, true}}) {
+    if ((L + e + l) % pp == 0 && (L + e + l) / pp >= 1) {
+      out.push_back(ParallelConfig{.account_for_embedding = e, .account_for_loss = l});
+    }
+  }
+  const auto uneven = [&](int first, int last) {
+    out.push_back(ParallelConfig{.first_stage_layers = first, .last_stage_layers = last});
+  };
+  if (pp == 2) {
+    // One of the two stages given: the other takes the rest.
+    for (int fewer = 1; fewer <= kUnevenFewer; ++fewer) {
+      if ((L - fewer) % 2 != 0 || (L - fewer) / 2 < 1) continue;
+      uneven((L - fewer) / 2, 0);
+      uneven(0, (L - fewer) / 2);
+    }
+    return out;
+  }
+  // m layers on each middle stage; the first and / or last stage m - k (1 <= k <= kUnevenFewer).
+  for (int m = 1; m * (pp - 2) < L; ++m) {
+    for (int kf = 0; kf <= kUnevenFewer; ++kf) {
+      for (int kl = 0; kl <= kUnevenFewer; ++kl) {
+        if (kf == 0 && kl == 0) continue;
+        const int first = kf > 0 ? m - kf : 0, last = kl > 0 ? m - kl : 0;
+        if ((kf > 0 && first < 1) || (kl > 0 && last < 1)) continue;
+        const int middle = pp - (kf > 0) - (kl > 0);
+        if (L - first - last == m * middle) uneven(first, last);
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 void Rejections::Add(const std::string& reason, const std::function<std::string()>& example) {
@@ -46,17 +85,80 @@ std::string Describe(const ParallelConfig& p) {
   std::string text = fmt::format("tp {} x pp {} x dp {}, mbs {}, {}", p.tp, p.pp, p.dp,
                                  p.micro_batch_size, Name(p.schedule));
   if (p.schedule == Schedule::kInterleaved) text += fmt::format(" v={}", p.virtual_stages);
+  if (p.first_stage_layers > 0) text += fmt::format(", first {}", p.first_stage_layers);
+  if (p.last_stage_layers > 0) text += fmt::format(", last {}", p.last_stage_layers);
+  if (p.account_for_embedding) text += ", emb-in-split";
+  if (p.account_for_loss) text += ", loss-in-split";
   if (p.sequence_parallel) text += ", sp";
   if (p.recompute != Recompute::kNone) text += fmt::format(", {} recompute", Name(p.recompute));
-  if (p.distributed_optimizer) text += ", dist-opt";
+  if (p.recompute_num_layers > 0) text += fmt::format(" ({} per chunk)", p.recompute_num_layers);
+  if (p.fsdp != Fsdp::kNone) {
+    text += fmt::format(", fsdp {}", Name(p.fsdp));
+  } else if (p.distributed_optimizer) {
+    text += ", dist-opt";
+  }
   return text;
 }
+
+std::vector<ParallelConfig> PipelineSplits(int L, int pp) {
+  std::vector<ParallelConfig> candidates = SplitCandidates(L, pp);
+  // Splits that put the same layers on every stage are one candidate (at pp = 2 the embedding
+  // and the loss counted as layers is the even split); the first one listed stays.
+  std::vector<ParallelConfig> out;
+  std::set<std::vector<int>> seen;
+  for (ParallelConfig s : candidates) {
+    s.pp = pp;
+    if (!seen.insert(SplitLayers(L, s).layers).second) continue;
+    s.pp = 1;
+    out.push_back(s);
+  }
+  return out;
+}
+
+namespace {
+
+// The model-chunk counts an interleaved schedule can use with `split`: v > 1 dividing every
+// pipeline rank's layers (Megatron's per-rank divisibility rules).
+std::vector<int64_t> ChunkCounts(int L, int pp, const ParallelConfig& split) {
+  int g = 0;
+  if (split.first_stage_layers > 0 || split.last_stage_layers > 0) {
+    int rest = L, middle = pp;
+    if (split.first_stage_layers > 0)
+      rest -= split.first_stage_layers, --middle, g = split.first_stage_layers;
+    if (split.last_stage_layers > 0) {
+      rest -= split.last_stage_layers, --middle;
+      g = std::gcd(g, split.last_stage_layers);
+    }
+    if (middle > 0) g = std::gcd(g, rest / middle);
+  } else {
+    const int total = L + split.account_for_embedding + split.account_for_loss;
+    if (total % pp == 0) g = total / pp;
+  }
+  std::vector<int64_t> out;
+  if (g <= 0) return out;
+  for (int64_t v : Divisors(g)) {
+    if (v > 1) out.push_back(v);
+  }
+  return out;
+}
+
+struct Sharding {
+  bool distributed_optimizer;
+  Fsdp fsdp;
+};
+constexpr Sharding kShardings[] = {{false, Fsdp::kNone},
+                                   {true, Fsdp::kNone},
+                                   {true, Fsdp::kOptimGrads},
+                                   {true, Fsdp::kOptimGradsParams}};
+
+}  // namespace
 
 int64_t EnumerateConfigs(const ModelSpec& model, const TrainingSpec& training, int64_t num_gpus,
                          const SearchConstraints& c, Rejections& rejected,
                          const std::function<void(const ParallelConfig&)>& visit) {
   int64_t examined = 0;
   const int64_t gbs = training.global_batch_size;
+  const int L = model.num_layers;
   for (int64_t tp : Divisors(num_gpus)) {
     if (!Allowed(c.tp, tp) || (c.max_tp > 0 && tp > c.max_tp)) continue;
     for (int64_t pp : Divisors(num_gpus / tp)) {
@@ -66,53 +168,65 @@ int64_t EnumerateConfigs(const ModelSpec& model, const TrainingSpec& training, i
       // Micro-batch sizes: divisors of GBS / dp; if dp does not divide GBS, none can work, and
       // one candidate (mbs 1) carries the rejection.
       std::vector<int64_t> mbs_list = gbs % dp == 0 ? Divisors(gbs / dp) : std::vector<int64_t>{1};
-      // Virtual stages: divisors of the layers per stage, when there are whole layers per stage.
-      std::vector<int64_t> v_list;
-      if (model.num_layers % pp == 0) {
-        for (int64_t v : Divisors(model.num_layers / pp)) {
-          if (v > 1) v_list.push_back(v);
-        }
+      // The layer splits; with none possible, the even split carries the rejection.
+      std::vector<ParallelConfig> splits;
+      for (const ParallelConfig& s : PipelineSplits(L, static_cast<int>(pp))) {
+        if (!c.uneven || *c.uneven == UnevenSplit(s)) splits.push_back(s);
       }
+      if (splits.empty() && (!c.uneven || !*c.uneven)) splits.push_back(ParallelConfig{});
       for (int64_t mbs : mbs_list) {
         if (!Allowed(c.micro_batch_size, mbs)) continue;
         if (c.max_micro_batch_size > 0 && mbs > c.max_micro_batch_size) continue;
-        for (Schedule schedule : c.schedules) {
-          // Without a pipeline, zb-h1 and gpipe run exactly as 1f1b: not distinct candidates.
-          if (pp == 1 && (schedule == Schedule::kZbH1 || schedule == Schedule::kGpipe) &&
-              Contains(c.schedules, Schedule::k1F1B)) {
-            continue;
-          }
-          std::vector<int64_t> vs = {1};
-          if (schedule == Schedule::kInterleaved)
-            vs = v_list.empty() ? std::vector<int64_t>{2} : v_list;
-          for (int64_t v : vs) {
-            if (!Allowed(c.virtual_stages, v)) continue;
-            for (int sp = 0; sp < 2; ++sp) {
-              if (c.sequence_parallel && *c.sequence_parallel != (sp == 1)) continue;
-              for (Recompute recompute : c.recomputes) {
-                for (int dist = 0; dist < 2; ++dist) {
-                  if (c.distributed_optimizer && *c.distributed_optimizer != (dist == 1)) continue;
-                  // With one data-parallel replica the distributed optimizer shards nothing.
-                  if (dp == 1 && dist == 1 && !c.distributed_optimizer) continue;
-                  const ParallelConfig p{.tp = static_cast<int>(tp),
-                                         .pp = static_cast<int>(pp),
-                                         .dp = static_cast<int>(dp),
-                                         .micro_batch_size = static_cast<int>(mbs),
-                                         .virtual_stages = static_cast<int>(v),
-                                         .schedule = schedule,
-                                         .sequence_parallel = sp == 1,
-                                         .recompute = recompute,
-                                         .distributed_optimizer = dist == 1};
-                  ++examined;
-                  const std::vector<Violation> violations =
-                      CheckParallelConfig(model, training, p, num_gpus);
-                  if (!violations.empty()) {
-                    rejected.Add(std::string(RuleId(violations.front().rule)), [&] {
-                      return fmt::format("{}: {}", Describe(p), violations.front().message);
-                    });
-                    continue;
+        for (const ParallelConfig& split : splits) {
+          const std::vector<int64_t> v_list = ChunkCounts(L, static_cast<int>(pp), split);
+          for (Schedule schedule : c.schedules) {
+            // Without a pipeline, zb-h1 and gpipe run exactly as 1f1b: not distinct candidates.
+            if (pp == 1 && (schedule == Schedule::kZbH1 || schedule == Schedule::kGpipe) &&
+                Contains(c.schedules, Schedule::k1F1B)) {
+              continue;
+            }
+            std::vector<int64_t> vs = {1};
+            if (schedule == Schedule::kInterleaved) {
+              vs = v_list.empty() ? std::vector<int64_t>{2} : v_list;
+            }
+            for (int64_t v : vs) {
+              if (!Allowed(c.virtual_stages, v)) continue;
+              for (int sp = 0; sp < 2; ++sp) {
+                if (c.sequence_parallel && *c.sequence_parallel != (sp == 1)) continue;
+                for (Recompute recompute : c.recomputes) {
+                  for (const Sharding& sh : kShardings) {
+                    if (c.distributed_optimizer &&
+                        *c.distributed_optimizer != sh.distributed_optimizer) {
+                      continue;
+                    }
+                    if (c.fsdp ? *c.fsdp != sh.fsdp : false) continue;
+                    // With one data-parallel replica nothing is sharded.
+                    if (dp == 1 && sh.distributed_optimizer && !c.distributed_optimizer &&
+                        !c.fsdp) {
+                      continue;
+                    }
+                    ParallelConfig p = split;
+                    p.tp = static_cast<int>(tp);
+                    p.pp = static_cast<int>(pp);
+                    p.dp = static_cast<int>(dp);
+                    p.micro_batch_size = static_cast<int>(mbs);
+                    p.virtual_stages = static_cast<int>(v);
+                    p.schedule = schedule;
+                    p.sequence_parallel = sp == 1;
+                    p.recompute = recompute;
+                    p.distributed_optimizer = sh.distributed_optimizer;
+                    p.fsdp = sh.fsdp;
+                    ++examined;
+                    const std::vector<Violation> violations =
+                        CheckParallelConfig(model, training, p, num_gpus);
+                    if (!violations.empty()) {
+                      rejected.Add(std::string(RuleId(violations.front().rule)), [&] {
+                        return fmt::format("{}: {}", Describe(p), violations.front().message);
+                      });
+                      continue;
+                    }
+                    visit(p);
                   }
-                  visit(p);
                 }
               }
             }
@@ -129,7 +243,8 @@ void ApplyFix(std::string_view assignment, SearchConstraints& c) {
   auto fail = [&](const std::string& why) {
     throw InputError(
         {"", 0, "--fix"}, fmt::format("\"{}\": {}", assignment, why),
-        "keys: tp, pp, dp, mbs, v, schedule, sp, recompute, dist-opt; e.g. --fix tp=8");
+        "keys: tp, pp, dp, mbs, v, schedule, sp, recompute, dist-opt, fsdp, uneven; e.g. --fix "
+        "tp=8");
   };
   if (eq == std::string_view::npos) fail("expected KEY=VALUE");
   const std::string_view key = assignment.substr(0, eq), value = assignment.substr(eq + 1);
@@ -169,6 +284,13 @@ void ApplyFix(std::string_view assignment, SearchConstraints& c) {
     c.sequence_parallel = on_off();
   else if (key == "dist-opt" || key == "distributed-optimizer")
     c.distributed_optimizer = on_off();
+  else if (key == "fsdp") {
+    const auto f = ValueOf<Fsdp>(kFsdpNames, value);
+    if (!f) fail(UnknownValueMessage<Fsdp>(kFsdpNames, value));
+    c.fsdp = *f;
+    if (*f != Fsdp::kNone) c.distributed_optimizer = true;
+  } else if (key == "uneven")
+    c.uneven = on_off();
   else
     fail("unknown key");
 }

@@ -2,11 +2,13 @@
 // batch, and the constraints users put on it (--fix tp=8, --max-tp 8, --no-recompute, ...).
 //
 // The space, exactly: tp x pp x dp = N with tp and pp dividing N; micro-batch sizes dividing
-// GBS / dp (no other size can divide the global batch); schedules 1f1b, zb-h1, and interleaved
-// with every v > 1 dividing num_layers / pp; sequence parallelism on or off; recompute none,
-// selective or full; distributed optimizer on or off. Duplicates are left out: zb-h1 and gpipe
-// at pp = 1 run exactly as 1f1b, the distributed optimizer at dp = 1 shards nothing (unless a
-// constraint asks for them). Each candidate is checked against
+// GBS / dp (no other size can divide the global batch); the layer splits of each pp
+// (PipelineSplits); schedules 1f1b, zb-h1, and interleaved with every v > 1 dividing each
+// stage's layers; sequence parallelism on or off; recompute none, selective or full; data-
+// parallel sharding: none, the distributed optimizer, Megatron-FSDP optim_grads and
+// optim_grads_params. Duplicates are left out: zb-h1 and gpipe at pp = 1 run exactly as 1f1b,
+// sharding at dp = 1 shards nothing, Megatron-FSDP optim is the distributed optimizer's memory
+// and traffic (unless a constraint asks for them). Each candidate is checked against
 // Megatron-LM's rules (core/megatron_rules.h); the ones that break a rule are counted under the
 // first rule they break, in Megatron's order.
 #pragma once
@@ -33,6 +35,8 @@ struct SearchConstraints {
   std::vector<Recompute> recomputes = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
   std::optional<bool> sequence_parallel;      // fixed on or off; unset: both
   std::optional<bool> distributed_optimizer;  // fixed on or off; unset: both
+  std::optional<Fsdp> fsdp;                   // fixed; unset: none, optim_grads, optim_grads_params
+  std::optional<bool> uneven;                 // off: even splits only; on: uneven only
 
   bool operator==(const SearchConstraints&) const = default;
 };
@@ -46,6 +50,15 @@ struct Rejections {
   void Add(const std::string& reason, const std::function<std::string()>& example);
   int64_t total() const;
 };
+
+// The layer splits the planner tries for `pp` stages, each a ParallelConfig with only the split
+// fields set (first_stage_layers, last_stage_layers, account_for_embedding, account_for_loss):
+// the even split when pp divides the layers; Megatron's account-for options (the embedding, the
+// loss, or both taking a layer's place) where they divide; and first / last stages with up to
+// kUnevenFewer layers fewer than the middle stages (the room the embedding, the LM head and the
+// loss take), alone or together.
+inline constexpr int kUnevenFewer = 2;
+std::vector<ParallelConfig> PipelineSplits(int num_layers, int pp);
 
 // Calls `visit` with every candidate that passes Megatron's rules and the constraints; counts the
 // others in `rejected` (candidates a constraint excludes are not counted: they are not in the

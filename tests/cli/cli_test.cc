@@ -155,7 +155,7 @@ TEST(Cli, PlanConstraintFlags) {
             "100%, got \"120%\" (hint: see `ptdp plan --help`)\n");
   EXPECT_EQ(Cli({"plan", "--fix", "tq=2"}).err,
             "ptdp: error: --fix: \"tq=2\": unknown key (hint: keys: tp, pp, dp, mbs, v, schedule, "
-            "sp, recompute, dist-opt; e.g. --fix tp=8)\n");
+            "sp, recompute, dist-opt, fsdp, uneven; e.g. --fix tp=8)\n");
   EXPECT_EQ(Cli({"plan", "--schedules", "1f1b,2f2b"}).err,
             "ptdp: error: --schedules: unknown value \"2f2b\" (expected one of: gpipe, 1f1b, "
             "interleaved, zb-h1) (hint: see `ptdp plan --help`)\n");

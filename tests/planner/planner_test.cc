@@ -131,9 +131,11 @@ TEST(Planner, NoPlanIsAnAnswerWithHints) {
   odd.model.kv_channels = 2048 / 3;
   odd.model.num_query_groups = 3;
   odd.model.num_layers = 5;
+  odd.constraints.uneven = false;  // an uneven split would put 5 layers on 2 stages
   const PlanSearchResult none = SearchPlans(odd);
   EXPECT_EQ(none.valid, 0);
   const std::vector<std::string> why = UnblockHints(odd, none);
+  ASSERT_FALSE(why.empty());
   EXPECT_EQ(why[0].rfind("every layout breaks a Megatron-LM rule; the commonest is ", 0), 0u);
 }
 
