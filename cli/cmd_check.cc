@@ -109,6 +109,13 @@ int RunCheck(const Flags& flags, std::ostream& out, std::ostream&) {
   if (!report.simulatable()) return kExitFailed;
 
   // Simulate the command's layout and search the best plan for the same model, GPUs and batch.
+  if (c.training.precision == Precision::kFp8 && cluster.gpu.peak_fp8_flops <= 0) {
+    flags.Fail("cluster",
+               fmt::format("the command trains in FP8 (--fp8-format) but {}'s {} has no FP8 "
+                           "tensor cores",
+                           cluster.name, cluster.gpu.name),
+               "pass --cluster dgx-h100 (or hgx-h200, or your own profile with peak_fp8_tflops)");
+  }
   PlanRequest req;
   req.model = c.model;
   req.cluster = cluster;
@@ -116,6 +123,8 @@ int RunCheck(const Flags& flags, std::ostream& out, std::ostream&) {
   req.gpus = report.gpus;
   req.top_k = 1;
   req.reference = p;
+  req.options = c.options;
+  req.reference_options = c.options;
   const PlanSearchResult res = SearchPlans(req);
   out << (report.failed() ? "\nSimulated as if the errors above were fixed:\n" : "\nSimulated:\n");
   const ReferenceResult& yours = *res.reference;

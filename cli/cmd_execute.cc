@@ -237,6 +237,13 @@ int RunAsRank(std::string_view command, const Plan& plan, const ExecuteOptions& 
         log << fmt::format("note: the CPU path computes in {}, not the plan's {}\n",
                            Name(opts.dtype), Name(plan.training.precision));
       }
+      if (p.fsdp != Fsdp::kNone) {
+        log << fmt::format(
+            "note: the CPU path shards only the optimizer state (the distributed optimizer), "
+            "not Megatron-FSDP's {}; the arithmetic is the same\n",
+            Name(p.fsdp));
+      }
+      if (UnevenSplit(p)) log << "note: layers per pipeline stage: " << LayoutLine(plan) << "\n";
     }
     ExecuteResult result;
     try {

@@ -98,10 +98,17 @@ std::string CheckpointLayout(const Plan& plan, DType dtype) {
   for (char& c : model) {
     if (c == '\n') c = ';';
   }
+  // An uneven split changes which layers each rank holds; the even split's text is unchanged
+  // so that earlier checkpoints still match.
+  const std::string split =
+      UnevenSplit(p) ? fmt::format(" split first {} last {} embedding {} loss {}",
+                                   p.first_stage_layers, p.last_stage_layers,
+                                   p.account_for_embedding ? 1 : 0, p.account_for_loss ? 1 : 0)
+                     : "";
   return fmt::format(
-      "tp {} pp {} dp {} virtual_stages {} distributed_optimizer {} global_batch {} optimizer {} "
-      "{} | {}",
-      p.tp, p.pp, p.dp, p.virtual_stages, p.distributed_optimizer ? 1 : 0,
+      "tp {} pp {} dp {} virtual_stages {}{} distributed_optimizer {} global_batch {} optimizer "
+      "{} {} | {}",
+      p.tp, p.pp, p.dp, p.virtual_stages, split, p.distributed_optimizer ? 1 : 0,
       plan.training.global_batch_size, Name(plan.training.optimizer), Name(dtype), model);
 }
 

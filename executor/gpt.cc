@@ -424,18 +424,23 @@ Tensor GptModel::HeadBackward(const ChunkParams& cp, ChunkActs& acts, const Micr
 
 // --- chunk ---
 
+bool GptModel::Recomputes(size_t layer) const {
+  return options_.recompute == Recompute::kFull &&
+         (options_.recompute_num_layers <= 0 ||
+          layer < static_cast<size_t>(options_.recompute_num_layers));
+}
+
 Tensor GptModel::Forward(int chunk, Tensor input, const MicroBatch& mb, ChunkActs* acts,
                          double* loss_sum) {
   const ChunkParams& cp = params_.chunk(chunk);
   PTDP_CHECK(acts != nullptr);
   Tensor x = cp.has_embedding ? Embed(cp, mb) : std::move(input);
   PTDP_CHECK(x.numel() == local_rows() * d_.hidden);
-  const bool full_recompute = options_.recompute == Recompute::kFull;
   acts->layer_inputs.clear();
-  acts->layers.assign(full_recompute ? 0 : cp.layers.size(), LayerActs{});
+  acts->layers.assign(cp.layers.size(), LayerActs{});
   for (size_t l = 0; l < cp.layers.size(); ++l) {
     auto in = std::make_shared<Tensor>(std::move(x));
-    x = LayerForward(cp.layers[l], *in, full_recompute ? nullptr : &acts->layers[l]);
+    x = LayerForward(cp.layers[l], *in, Recomputes(l) ? nullptr : &acts->layers[l]);
     acts->layer_inputs.push_back(std::move(in));
   }
   if (cp.has_head) {
@@ -454,11 +459,10 @@ Tensor GptModel::Backward(int chunk, ChunkActs& acts, Tensor grad_output, const 
   Tensor g = cp.has_head ? HeadBackward(cp, acts, mb, loss_scale, queue) : std::move(grad_output);
   flush();
   PTDP_CHECK(g.numel() == local_rows() * d_.hidden);
-  const bool full_recompute = options_.recompute == Recompute::kFull;
   for (size_t l = cp.layers.size(); l-- > 0;) {
     LayerActs recomputed;
-    LayerActs& a = full_recompute ? recomputed : acts.layers[l];
-    if (full_recompute) LayerForward(cp.layers[l], *acts.layer_inputs[l], &a);
+    LayerActs& a = Recomputes(l) ? recomputed : acts.layers[l];
+    if (Recomputes(l)) LayerForward(cp.layers[l], *acts.layer_inputs[l], &a);
     g = LayerBackward(cp.layers[l], a, std::move(acts.layer_inputs[l]), std::move(g), queue);
     flush();
   }

@@ -85,6 +85,9 @@ struct ChunkActs {
 struct GptOptions {
   bool sequence_parallel = false;
   Recompute recompute = Recompute::kNone;
+  // With full recompute: only the first N layers of each chunk recompute (Megatron's block
+  // method); 0: all.
+  int recompute_num_layers = 0;
   double layernorm_eps = 1e-5;  // Megatron's --layernorm-epsilon default
 };
 
@@ -115,6 +118,9 @@ class GptModel {
                   double loss_scale, WeightGradQueue& queue, bool defer);
 
  private:
+  // Whether a chunk's layer `layer` (its index in the chunk) keeps only its input and
+  // recomputes the rest in the backward.
+  bool Recomputes(size_t layer) const;
   Tensor Embed(const ChunkParams& cp, const MicroBatch& mb);
   void EmbedBackward(const ChunkParams& cp, Tensor dx, const MicroBatch& mb,
                      WeightGradQueue& queue);

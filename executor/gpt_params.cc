@@ -48,8 +48,7 @@ GptDims MakeGptDims(const ModelSpec& model, const ParallelConfig& parallel, int 
   d.vocab_begin = tp_rank * d.vocab_local;
   d.vocab_valid_local = std::clamp<int64_t>(d.vocab - d.vocab_begin, 0, d.vocab_local);
   d.virtual_stages = int64_t{parallel.pp} * parallel.virtual_stages;
-  PTDP_CHECK(d.layers % d.virtual_stages == 0);
-  d.layers_per_chunk = d.layers / d.virtual_stages;
+  d.split = SplitLayers(model.num_layers, parallel);
   return d;
 }
 
@@ -133,7 +132,8 @@ GptParams::GptParams(const ModelSpec& model, const ParallelConfig& parallel, Ran
     cp.virtual_stage = chunk * parallel.pp + coords.pp;
     cp.has_embedding = cp.virtual_stage == 0;
     cp.has_head = cp.virtual_stage == d.virtual_stages - 1;
-    cp.first_layer = static_cast<int>(cp.virtual_stage * d.layers_per_chunk);
+    cp.first_layer = d.split.first_layer[static_cast<size_t>(cp.virtual_stage)];
+    const int64_t chunk_layers = d.split.layers[static_cast<size_t>(cp.virtual_stage)];
     if (cp.has_embedding) {
       ci.word = word_embedding(false);
       if (!d.rotary) {
@@ -142,7 +142,7 @@ GptParams::GptParams(const ModelSpec& model, const ParallelConfig& parallel, Ran
       }
     }
     const int64_t fc1_groups = d.swiglu ? 2 : 1;
-    for (int64_t l = 0; l < d.layers_per_chunk; ++l) {
+    for (int64_t l = 0; l < chunk_layers; ++l) {
       const std::string p = fmt::format("layers.{}.", cp.first_layer + l);
       LayerIndices li;
       auto bias = [&](const std::string& name, int64_t rows, bool sharded, int64_t groups = 1) {

@@ -101,7 +101,8 @@ struct GptDims {
   int64_t vocab_local = 0, vocab_begin = 0, vocab_valid_local = 0;
   int64_t qkv_local() const { return (heads_local + 2 * groups_local) * head_dim; }
   int64_t fc1_local() const { return (swiglu ? 2 : 1) * ffn_local; }
-  int64_t layers_per_chunk = 0;
+  // Megatron's layers per virtual stage (even, or uneven: core/parallel_config.h SplitLayers).
+  LayerSplit split;
   int64_t virtual_stages = 1;  // pp * v
 };
 GptDims MakeGptDims(const ModelSpec& model, const ParallelConfig& parallel, int tp_rank);

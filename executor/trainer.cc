@@ -192,8 +192,8 @@ ExecuteResult Execute(const Plan& plan, const ExecuteOptions& options, ProcessGr
   const bool distributed = par.distributed_optimizer && par.dp > 1;
   GptParams params(model_spec, par, coords, options.dtype, backend, distributed ? par.dp : 1);
   params.Initialize(static_cast<uint64_t>(training.seed));
-  GptModel model(params, backend, *groups.tp, {par.sequence_parallel, par.recompute, 1e-5},
-                 recorder);
+  GptModel model(params, backend, *groups.tp,
+                 {par.sequence_parallel, par.recompute, par.recompute_num_layers, 1e-5}, recorder);
   model.set_micro_batch_size(mbs);
   PipelineRunner runner(model, backend, *groups.pp, schedule, recorder);
   TrainingOptimizer optimizer(params, backend, groups, training, distributed, par.sequence_parallel,

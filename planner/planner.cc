@@ -130,6 +130,7 @@ PlanSearchResult SearchPlans(const PlanRequest& req) {
       ref.problem = v.front().message;
     } else {
       RankedPlan r{MakePlan(req, *req.reference), {}};
+      if (req.reference_options) r.plan.options = *req.reference_options;
       r.report = SimulatePlan(r.plan);
       ++res.simulated;
       if (r.report.peak_memory_bytes > limit) {

@@ -32,6 +32,9 @@ struct PlanRequest {
   // A layout to place in the ranking (the user's, the paper's); it need not pass the
   // constraints. Its rank is exact: every candidate that could beat it is simulated.
   std::optional<ParallelConfig> reference;
+  // The software the reference runs with, when it is not PlanOptions' (a pasted command's own
+  // flags).
+  std::optional<CostOptions> reference_options;
   bool keep_points = false;  // record every candidate that fits, for charts
   // For the core stack: run every candidate with --overlap-grad-reduce, and with the
   // distributed optimizer --overlap-param-gather (Megatron-Core's recipes do; they only hide

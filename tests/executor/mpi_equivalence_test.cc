@@ -157,6 +157,31 @@ TEST(Equivalence, Fp64Tp2Dp2ZeroBubbleDistributedOptimizerFullRecompute) {
 // biases) with grouped-query attention: 4 heads in 2 groups, one group per tensor rank.
 constexpr TinyModel kLlama{.llama = true, .groups = 2};
 TEST(Equivalence, LlamaTp2Pp2) { ExpectEquivalent({.tp = 2, .pp = 2}, DType::kF32, kLlama); }
+// Uneven splits: 7 layers as 1 + 2 + 2 + 2 on four stages (Megatron's
+// --decoder-first-pipeline-num-layers 1); 10 layers with the embedding and the loss counted as
+// layers, interleaved over 4 stages x 3 chunks of one layer, so that the first chunk holds only
+// the embedding and the last only the LM head and loss; block recompute of the first layer of
+// each chunk.
+TEST(Equivalence, Pp4UnevenFirstStage) {
+  ExpectEquivalent({.pp = 4, .first_stage_layers = 1}, DType::kF32, {.layers = 7});
+}
+TEST(Equivalence, LlamaPp4InterleavedEmbeddingAndLossInTheSplit) {
+  TinyModel model = kLlama;
+  model.layers = 10;
+  ExpectEquivalent({.pp = 4,
+                    .virtual_stages = 3,
+                    .schedule = Schedule::kInterleaved,
+                    .account_for_embedding = true,
+                    .account_for_loss = true},
+                   DType::kF32, model);
+}
+TEST(Equivalence, Tp2Pp2UnevenLastStageBlockRecompute) {
+  ExpectEquivalent({.tp = 2,
+                    .pp = 2,
+                    .recompute = Recompute::kFull,
+                    .last_stage_layers = 3,
+                    .recompute_num_layers = 2});
+}
 TEST(Equivalence, LlamaTp2Pp2Dp2ZeroBubbleSequenceParallelSelectiveDistributedOptimizer) {
   ExpectEquivalent({.tp = 2,
                     .pp = 2,

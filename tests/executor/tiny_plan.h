@@ -18,6 +18,9 @@ struct TinyLayout {
   bool sequence_parallel = false;
   Recompute recompute = Recompute::kNone;
   bool distributed_optimizer = false;
+  int first_stage_layers = 0, last_stage_layers = 0;  // an uneven split
+  bool account_for_embedding = false, account_for_loss = false;
+  int recompute_num_layers = 0;  // full recompute of the first N layers per chunk
 };
 
 struct TinyModel {
@@ -66,6 +69,11 @@ inline Plan TinyPlan(const TinyLayout& l, const TinyModel& m = {}) {
   p.parallel.sequence_parallel = l.sequence_parallel;
   p.parallel.recompute = l.recompute;
   p.parallel.distributed_optimizer = l.distributed_optimizer;
+  p.parallel.first_stage_layers = l.first_stage_layers;
+  p.parallel.last_stage_layers = l.last_stage_layers;
+  p.parallel.account_for_embedding = l.account_for_embedding;
+  p.parallel.account_for_loss = l.account_for_loss;
+  p.parallel.recompute_num_layers = l.recompute_num_layers;
   return ParsePlanYaml(WritePlanYaml(p), "tiny-plan.yaml");
 }
 
