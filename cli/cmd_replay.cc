@@ -9,6 +9,8 @@
 #include "cli/commands.h"
 #include "cli/output.h"
 #include "core/presets.h"
+#include "core/yaml_io.h"
+#include "validation/bridge.h"
 #include "validation/narayanan2021.h"
 #include "validation/published.h"
 #include "validation/vtrain.h"
@@ -20,11 +22,17 @@ namespace {
 
 void AddReplayOptions(po::options_description& o) {
   o.add_options()("dataset", po::value<std::vector<std::string>>()->composing()->value_name("D"),
-                  "narayanan2021 (Narayanan et al. 2021, Table 1; the default), or a vTrain "
-                  "ground-truth CSV file (repeat for several)")(
+                  "narayanan2021 (Narayanan et al. 2021, Table 1; the default), a vTrain "
+                  "ground-truth CSV file (repeat for several), or the Megatron-Bridge H100 "
+                  "file (results/validation/megatron-bridge/h100_pretrain.csv)")(
       "cluster", po::value<std::string>()->value_name("C"),
       "hardware profile: name or YAML file (default: dgx-a100-80gb for narayanan2021, "
-      "vtrain-a100 for CSV files)")(
+      "vtrain-a100 for vTrain files, dgx-h100 for Megatron-Bridge)")(
+      "fit-releases", po::value<std::string>()->value_name("LIST"),
+      "Megatron-Bridge with --fit: the releases to fit on, comma-separated (default: the "
+      "oldest, 25.09); the others are held out")(
+      "attention-backend", po::value<std::string>()->value_name("A"),
+      "Megatron-Bridge: the attention kernels to simulate, fused (cuDNN, the default) or flash")(
       "plan", po::bool_switch(),
       "narayanan2021: also search each row's best plan and rank the published layout among all "
       "plans")("svg", po::value<std::string>()->value_name("FILE"),
@@ -32,9 +40,9 @@ void AddReplayOptions(po::options_description& o) {
       "worst", po::value<std::string>()->default_value("10")->value_name("N"),
       "CSV datasets: list the N rows with the largest errors, with their breakdown")(
       "fit", po::bool_switch(),
-      "CSV datasets: fit the profile's free constants (memory efficiency, kernel launch cost, "
-      "micro-batch overhead) on the rows, which must all come from single-node files, and print "
-      "them before the replay with the fitted values");
+      "CSV datasets: fit the profile's free constants on part of the rows and replay with them: "
+      "vTrain files, memory efficiency, kernel launch cost and micro-batch overhead on single-"
+      "node files only; Megatron-Bridge, the FP8 GEMM level on --fit-releases");
 }
 
 int ReplayNarayanan(const Flags& flags, std::ostream& out) {
@@ -125,6 +133,68 @@ int ReplayCsv(const Flags& flags, const std::vector<std::string>& files, std::os
   return kExitOk;
 }
 
+int ReplayBridgeFile(const Flags& flags, const std::string& file, std::ostream& out) {
+  const ClusterSpec cluster = ResolveCluster(flags.OptionalString("cluster").value_or("dgx-h100"));
+  const std::vector<BridgeRow> rows = LoadBridgeCsv(file);
+  AttentionBackend attention = AttentionBackend::kFused;
+  if (auto a = flags.OptionalString("attention-backend")) {
+    attention = flags.Enum("attention-backend", kAttentionBackendNames, attention);
+    if (attention == AttentionBackend::kUnfused) {
+      flags.Fail("attention-backend", "Megatron-Bridge's runs use fused or flash attention");
+    }
+  }
+  std::vector<std::string> releases = {rows.empty() ? "" : rows.front().release};
+  for (const BridgeRow& r : rows) releases[0] = std::min(releases[0], r.release);
+  if (auto list = flags.OptionalString("fit-releases")) {
+    if (!flags.Switch("fit")) flags.Fail("fit-releases", "applies with --fit only");
+    releases.clear();
+    size_t start = 0;
+    while (start <= list->size()) {
+      const size_t comma = std::min(list->find(',', start), list->size());
+      const std::string release = list->substr(start, comma - start);
+      if (std::none_of(rows.begin(), rows.end(),
+                       [&](const BridgeRow& r) { return r.release == release; })) {
+        flags.Fail("fit-releases", fmt::format("no row of release \"{}\" in {}", release, file));
+      }
+      releases.push_back(release);
+      start = comma + 1;
+    }
+  }
+  ClusterSpec replayed = cluster;
+  // The fit set: fitted here with --fit, else the releases the shipped H100 / H200 profiles'
+  // FP8 level was fitted on (the same default, the oldest release).
+  const std::vector<std::string> fitted = releases;
+  if (flags.Switch("fit")) {
+    const BridgeFit fit = FitBridge(cluster, rows, releases, attention);
+    out << fmt::format(
+        "Fitted on {} simulated rows of release{} {}: the FP8 GEMM table of {} scaled by {:g} "
+        "(its largest efficiency {:.3f}); mean |error| {:.2f}% on those rows.\n\n",
+        fit.rows, releases.size() > 1 ? "s" : "", fmt::join(releases, ", "), cluster.name,
+        fit.fp8_gemm_scale,
+        [&] {
+          double best = 0;
+          for (const GemmEfficiencyPoint& p : cluster.gpu.gemm_efficiency_fp8) {
+            best = std::max(best, p.efficiency);
+          }
+          return std::min(1.0, best * fit.fp8_gemm_scale);
+        }(),
+        100 * fit.mape);
+    replayed = WithFp8GemmScale(cluster, fit.fp8_gemm_scale);
+  } else {
+    out << fmt::format(
+        "The FP8 GEMM level of dgx-h100 and hgx-h200 was fitted on the rows of release {} "
+        "(marked in-sample); --fit refits it.\n\n",
+        fmt::join(releases, ", "));
+  }
+  const std::vector<BridgeResult> results = ReplayBridge(replayed, rows, attention);
+  out << fmt::format(
+      "Megatron-Bridge's measured Megatron-Core pre-training runs ({}), each row in its layout "
+      "on {}, attention {}:\n\n",
+      file, cluster.name, Name(attention));
+  out << BridgeMarkdown(results, fitted);
+  return kExitOk;
+}
+
 int RunReplay(const Flags& flags, std::ostream& out, std::ostream&) {
   std::vector<std::string> datasets = flags.Strings("dataset");
   if (datasets.empty()) datasets.push_back("narayanan2021");
@@ -144,6 +214,22 @@ int RunReplay(const Flags& flags, std::ostream& out, std::ostream&) {
     return ReplayNarayanan(flags, out);
   }
   if (flags.Switch("plan")) flags.Fail("plan", "applies to --dataset narayanan2021 only");
+  std::vector<std::string> bridge;
+  for (const std::string& d : datasets) {
+    if (IsBridgeCsv(ReadTextFile(d))) bridge.push_back(d);
+  }
+  if (!bridge.empty()) {
+    if (datasets.size() > 1) {
+      flags.Fail("dataset", "replay the Megatron-Bridge file on its own");
+    }
+    for (const char* flag : {"svg"}) {
+      if (flags.Has(flag)) flags.Fail(flag, "applies to vTrain files only");
+    }
+    return ReplayBridgeFile(flags, bridge.front(), out);
+  }
+  for (const char* flag : {"fit-releases", "attention-backend"}) {
+    if (flags.Has(flag)) flags.Fail(flag, "applies to the Megatron-Bridge file only");
+  }
   return ReplayCsv(flags, datasets, out);
 }
 

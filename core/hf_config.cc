@@ -69,6 +69,11 @@ ModelSpec ReadLlama(const YamlMap& map) {
              "ptdp models biases on all linear layers or on none");
   }
   m.add_bias_linear = attention_bias;
+  // Llama-style configs name the attention dropout (0.0 in Meta's and Mistral's) and no
+  // residual dropout; Megatron-Bridge builds them with hidden_dropout 0.
+  m.attention_dropout =
+      map.Has("attention_dropout") ? map.NonNegativeNumber("attention_dropout") : 0;
+  m.hidden_dropout = 0;
   return m;
 }
 
@@ -98,6 +103,8 @@ ModelSpec ReadGpt2(const YamlMap& map) {
   m.position_embedding = PositionEmbedding::kLearned;
   m.tied_embeddings = map.Bool("tie_word_embeddings", true);
   m.add_bias_linear = true;
+  m.hidden_dropout = map.Has("resid_pdrop") ? map.NonNegativeNumber("resid_pdrop") : 0.1;
+  m.attention_dropout = map.Has("attn_pdrop") ? map.NonNegativeNumber("attn_pdrop") : 0.1;
   return m;
 }
 

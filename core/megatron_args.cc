@@ -505,6 +505,16 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
           fmt::format("ptdp models learned_absolute and rope positions, not {}", *pos_type), "");
   }
   m.tied_embeddings = !r.Has("--untie-embeddings-and-output-weights");
+  for (auto [flag, field] : {std::pair{"--hidden-dropout", &m.hidden_dropout},
+                             {"--attention-dropout", &m.attention_dropout}}) {
+    if (auto v = r.Number(flag)) {
+      if (*v < 0 || *v >= 1) {
+        r.Add(Severity::kError, flag, fmt::format("{} must be in [0, 1), got {}", flag, *v), "");
+      } else {
+        *field = *v;
+      }
+    }
+  }
   m.add_bias_linear = !r.Has("--disable-bias-linear");
   m.make_vocab_size_divisible_by = ToInt(r.Int("--make-vocab-size-divisible-by").value_or(128));
   if (auto vocab = r.Int("--vocab-size")) {
@@ -925,6 +935,8 @@ std::vector<std::string> MegatronArgs(const Plan& plan) {
   if (m.position_embedding == PositionEmbedding::kRope) add("--position-embedding-type", "rope");
   if (!m.tied_embeddings) a.push_back("--untie-embeddings-and-output-weights");
   if (!m.add_bias_linear) a.push_back("--disable-bias-linear");
+  if (m.hidden_dropout != 0.1) add("--hidden-dropout", m.hidden_dropout);
+  if (m.attention_dropout != 0.1) add("--attention-dropout", m.attention_dropout);
   if (m.make_vocab_size_divisible_by != 128) {
     add("--make-vocab-size-divisible-by", m.make_vocab_size_divisible_by);
   }

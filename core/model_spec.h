@@ -47,6 +47,11 @@ struct ModelSpec {
   PositionEmbedding position_embedding = PositionEmbedding::kLearned;
   bool tied_embeddings = true;  // output layer shares the word-embedding matrix
   bool add_bias_linear = true;  // biases in QKV, projection and MLP linears (false for Llama)
+  // --hidden-dropout (after the attention projection, the MLP and the embedding) and
+  // --attention-dropout (on the attention probabilities); Megatron's default 0.1 each, 0 for
+  // Llama. At 0 PyTorch's dropout returns its input: no kernel, no mask kept.
+  double hidden_dropout = 0.1;
+  double attention_dropout = 0.1;
 
   bool operator==(const ModelSpec&) const = default;
 };

@@ -140,6 +140,8 @@ void WriteModel(YamlWriter& w, const ModelSpec& m) {
   w.Line("position_embedding", Name(m.position_embedding));
   w.Line("tied_embeddings", Bool(m.tied_embeddings));
   w.Line("add_bias_linear", Bool(m.add_bias_linear));
+  w.Line("hidden_dropout", YamlNumber(m.hidden_dropout));
+  w.Line("attention_dropout", YamlNumber(m.attention_dropout));
 }
 
 void WriteCluster(YamlWriter& w, const ClusterSpec& c) {
@@ -319,6 +321,11 @@ ModelSpec ReadModel(const YamlMap& map, std::string_view default_name) {
       map.Enum("position_embedding", kPositionEmbeddingNames, PositionEmbedding::kLearned);
   m.tied_embeddings = map.Bool("tied_embeddings", true);
   m.add_bias_linear = map.Bool("add_bias_linear", true);
+  for (auto [key, field] : {std::pair{"hidden_dropout", &m.hidden_dropout},
+                            {"attention_dropout", &m.attention_dropout}}) {
+    *field = map.NonNegativeNumber(key, *field);
+    if (*field >= 1) map.Fail(key, fmt::format("must be below 1, got {}", YamlNumber(*field)));
+  }
   map.RejectUnknownKeys();
   return m;
 }

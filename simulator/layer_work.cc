@@ -16,11 +16,13 @@ struct Dims {
   double f_t;          // FFN width per GPU (one branch)
   double fc1_t;        // first MLP linear's output width per GPU (2 f_t with SwiGLU)
   bool bias, swiglu, rope;
-  bool flash;            // the core attention is one flash-style kernel
-  bool fused_softmax;    // unfused attention: Megatron's fused scale-mask-softmax kernel applies
-  bool fp8;              // this layer's linears run in FP8
-  bool current_scaling;  // FP8 casts need an amax pass first (tensorwise, blockwise)
-  bool tp_overlap;       // --tp-comm-overlap (with sequence parallelism)
+  bool flash;              // the core attention is one flash-style kernel
+  bool fused_softmax;      // unfused attention: Megatron's fused scale-mask-softmax kernel applies
+  bool fp8;                // this layer's linears run in FP8
+  bool current_scaling;    // FP8 casts need an amax pass first (tensorwise, blockwise)
+  bool tp_overlap;         // --tp-comm-overlap (with sequence parallelism)
+  double mask;             // bytes of a hidden-dropout mask element: 1, or 0 without dropout
+  bool attention_dropout;  // unfused attention: a dropout kernel and mask on the probabilities
 };
 
 Dims MakeDims(const ModelSpec& m, const ParallelConfig& p, Precision precision,
@@ -56,6 +58,8 @@ Dims MakeDims(const ModelSpec& m, const ParallelConfig& p, Precision precision,
   d.fp8 = fp8_layer;
   d.current_scaling = fp8_layer && recipe != Fp8Recipe::kDelayed;
   d.tp_overlap = options.tp_comm_overlap && d.sp;
+  d.mask = m.hidden_dropout > 0 ? 1 : 0;
+  d.attention_dropout = m.attention_dropout > 0;
   return d;
 }
 
@@ -178,7 +182,7 @@ void AddCoreAttentionForward(PassWork& f, const Dims& d) {
     f.Add(Memory("softmax", 8 * s2));
     f.Add(Memory("softmax output to fp16", s2 * (4 + d.e)));
   }
-  f.Add(Memory("attention dropout", s2 * (2 * d.e + 1)));
+  if (d.attention_dropout) f.Add(Memory("attention dropout", s2 * (2 * d.e + 1)));
   f.Add(Gemm("attention probs x v", d.s, d.d, d.s, heads, d.e));
 }
 
@@ -190,7 +194,7 @@ void AddCoreAttentionBackward(PassWork& b, const Dims& d) {
   const double heads = d.b * d.a_t, s2 = d.s * d.s * heads;
   b.Add(Gemm("attention probs grad", d.s, d.s, d.d, heads, d.e));
   b.Add(Gemm("attention v grad", d.s, d.d, d.s, heads, d.e));
-  b.Add(Memory("attention dropout backward", s2 * (2 * d.e + 1)));
+  if (d.attention_dropout) b.Add(Memory("attention dropout backward", s2 * (2 * d.e + 1)));
   if (d.fused_softmax) {
     b.Add(Memory("softmax backward", 3 * s2 * d.e));
   } else {
@@ -268,7 +272,7 @@ LayerWork TransformerLayerWork(const ModelSpec& m, const ParallelConfig& p, Prec
     OverlapLast(f, f.num_work - 1, d);
   }
   // bias-dropout-add: read the projection output and the residual, write the sum and the mask.
-  f.Add(Memory("bias dropout add 1", d.Tn * d.h * (3 * d.e + 1)));
+  f.Add(Memory("bias dropout add 1", d.Tn * d.h * (3 * d.e + d.mask)));
   AddNormForward(f, "norm 2", d, d.Tn);
   if (separate_input_cast) AddCast(f, "fc1 input cast fp8", d.Tn * d.h, d);
   AddInputAllGather(f, "sp all-gather before fc1", d);
@@ -281,12 +285,12 @@ LayerWork TransformerLayerWork(const ModelSpec& m, const ParallelConfig& p, Prec
     f.Add(CommWork{"tp reduce after fc2", after, act});
     OverlapLast(f, f.num_work - 1, d);
   }
-  f.Add(Memory("bias dropout add 2", d.Tn * d.h * (3 * d.e + 1)));
+  f.Add(Memory("bias dropout add 2", d.Tn * d.h * (3 * d.e + d.mask)));
 
   // ---- Input gradient (B), in backward order. The backward of a reduce-scatter is an
   // all-gather and vice versa; the backward of the forward all-reduce after a row-parallel
   // linear is the identity, the column-parallel linear's input gradient needs an all-reduce.
-  b.Add(Memory("bias dropout add 2 backward", d.Tn * d.h * (2 * d.e + 1)));
+  b.Add(Memory("bias dropout add 2 backward", d.Tn * d.h * (2 * d.e + d.mask)));
   if (d.sp) b.Add(CommWork{"sp all-gather fc2 output grad", Collective::kAllGather, act});
   if (d.fp8) AddCast(b, "fc2 output grad cast fp8", d.T * d.h, d);
   b.Add(Linear("fc2 dgrad", d.T, d.f_t, d.h, d));
@@ -303,7 +307,7 @@ LayerWork TransformerLayerWork(const ModelSpec& m, const ParallelConfig& p, Prec
   }
   AddNormBackward(b, w, "norm 2 backward", d, d.Tn);
   b.Add(Memory("residual grad add", 3 * d.Tn * d.h * d.e));
-  b.Add(Memory("bias dropout add 1 backward", d.Tn * d.h * (2 * d.e + 1)));
+  b.Add(Memory("bias dropout add 1 backward", d.Tn * d.h * (2 * d.e + d.mask)));
   if (d.sp) b.Add(CommWork{"sp all-gather projection output grad", Collective::kAllGather, act});
   if (d.fp8) AddCast(b, "projection output grad cast fp8", d.T * d.h, d);
   b.Add(Linear("attention projection dgrad", d.T, ctx, d.h, d));
@@ -372,9 +376,11 @@ LayerWork EmbeddingWork(const ModelSpec& m, const ParallelConfig& p, Precision p
   if (m.position_embedding == PositionEmbedding::kLearned) {
     lw.forward.Add(Memory("position embedding add", 3 * d.Tn * d.h * d.e));
   }
-  lw.forward.Add(Memory("embedding dropout", d.Tn * d.h * (2 * d.e + 1)));
+  if (d.mask > 0) lw.forward.Add(Memory("embedding dropout", d.Tn * d.h * (2 * d.e + 1)));
 
-  lw.backward_input.Add(Memory("embedding dropout backward", d.Tn * d.h * (2 * d.e + 1)));
+  if (d.mask > 0) {
+    lw.backward_input.Add(Memory("embedding dropout backward", d.Tn * d.h * (2 * d.e + 1)));
+  }
   if (d.sp) {
     lw.backward_input.Add(CommWork{"sp all-gather embedding grad", Collective::kAllGather, act});
   }

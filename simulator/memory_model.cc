@@ -13,7 +13,8 @@ namespace {
 // Per-GPU sizes of one layer, as in the header's formula.
 struct ActDims {
   double s, b, h, e, x, t, a_t, g_t, d, f_t, fc1_t;
-  bool sp, flash, fp8;
+  double mask;  // bytes of a hidden-dropout mask element (0 without dropout)
+  bool sp, flash, fp8, attention_dropout;
 };
 
 ActDims MakeActDims(const ModelSpec& m, const ParallelConfig& p, Precision precision, bool flash,
@@ -31,6 +32,8 @@ ActDims MakeActDims(const ModelSpec& m, const ParallelConfig& p, Precision preci
   d.f_t = static_cast<double>(m.ffn_hidden_size) / p.tp;
   d.fc1_t = m.activation == Activation::kSwiglu ? 2 * d.f_t : d.f_t;
   d.flash = flash;
+  d.mask = m.hidden_dropout > 0 ? 1 : 0;
+  d.attention_dropout = m.attention_dropout > 0;
   return d;
 }
 
@@ -43,8 +46,9 @@ struct LayerParts {
 LayerParts Parts(const ActDims& d) {
   const double sb = d.s * d.b;
   LayerParts parts;
-  // Two norm inputs (e bytes), the QKV and fc1 inputs (x bytes), two dropout masks (1 byte).
-  parts.replicated = sb * d.h * (2 * d.e + 2 * d.x + 2) / (d.sp ? d.t : 1);
+  // Two norm inputs (e bytes), the QKV and fc1 inputs (x bytes), two dropout masks (1 byte,
+  // with dropout).
+  parts.replicated = sb * d.h * (2 * d.e + 2 * d.x + 2 * d.mask) / (d.sp ? d.t : 1);
   const double projection_input = d.flash ? d.e + (d.fp8 ? d.x : 0) : d.x;
   parts.sharded = d.e * sb * d.d * (d.a_t + 2 * d.g_t)      // Q, K, V
                   + projection_input * sb * d.d * d.a_t     // the projection's input
@@ -53,7 +57,8 @@ LayerParts Parts(const ActDims& d) {
     parts.attention = 4 * d.a_t * d.s * d.b;  // fp32 log-sum-exp per query and head
   } else {
     parts.sharded += d.e * sb * d.d * 2 * (d.a_t - d.g_t);  // K, V repeated per head (GQA)
-    parts.attention = (2 * d.e + 1) * d.a_t * d.s * d.s * d.b;
+    // The softmax output, and with dropout its mask and output.
+    parts.attention = (d.attention_dropout ? 2 * d.e + 1 : d.e) * d.a_t * d.s * d.s * d.b;
   }
   return parts;
 }
@@ -112,6 +117,7 @@ double LayerRecomputeTransientBytes(const ModelSpec& m, const ParallelConfig& p,
 }
 
 double EmbeddingActivationBytes(const ModelSpec& m, const ParallelConfig& p) {
+  if (m.hidden_dropout <= 0) return 0;
   const bool sp = p.sequence_parallel && p.tp > 1;
   return static_cast<double>(m.seq_length) * p.micro_batch_size * m.hidden_size / (sp ? p.tp : 1);
 }

@@ -27,12 +27,14 @@ double KorthikantiTable2Bytes(double s, double b, double h, double a, double t,
                               bool sequence_parallel, Recompute recompute);
 
 // The same quantity for any model this project describes, from its parts (per GPU):
-//   e sbh x {2 norm inputs} + x sbh {QKV input, fc1 input} + sbh x {2 dropout masks}
+//   e sbh x {2 norm inputs} + x sbh {QKV input, fc1 input} + sbh x {2 dropout masks, with
+//     hidden dropout}
 //     (divided by t with sequence parallelism, replicated without)
 //   + e sb d (a_t + 2 g_t) (Q, K, V) + (e | x | e + x) sb d a_t (the projection's input: kept
 //     in 16 bits for a flash-style attention's backward, in FP8 for the projection's)
 //   + e sb fc1_t (the activation's input) + x sb f_t (its output, fc2's input)
-//   + attention: unfused (2e + 1) a_t s^2 b (softmax output, dropout mask and output) and
+//   + attention: unfused (2e + 1) a_t s^2 b (softmax output, dropout mask and output; e a_t s^2 b
+//     without attention dropout) and
 //     e sb d 2 (a_t - g_t) (K, V repeated per head); flash-style 4 a_t s b (the fp32 softmax
 //     statistics); selective recompute drops the former, and the statistics of the latter
 // with a_t = a/t heads, g_t = max(g/t, 1) key/value groups, f_t = f/t, fc1_t = 2 f_t with
@@ -56,7 +58,7 @@ double LayerRecomputeTransientBytes(const ModelSpec& model, const ParallelConfig
                                     bool bf16_layer = false);
 
 // Stage 0, per micro-batch: the embedding dropout's mask (Korthikanti et al. 2022, section 4.3),
-// sbh bytes (divided by t with sequence parallelism).
+// sbh bytes (divided by t with sequence parallelism); 0 without hidden dropout.
 double EmbeddingActivationBytes(const ModelSpec& model, const ParallelConfig& parallel);
 // Last stage, per micro-batch: the final norm's and the LM head's inputs (e sbh each, divided by
 // t with sequence parallelism) and the fp32 softmax the vocabulary-parallel cross entropy keeps

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "core/cost_options.h"
 #include "core/plan.h"
 #include "executor/trainer.h"
-#include "core/cost_options.h"
 #include "simulator/simulate.h"
 
 namespace ptdp {
@@ -76,8 +76,8 @@ struct ValidationReport {
 CostOptions ExecutorCostOptions();
 
 // `simulated` is SimulatePlan of `executed` (the plan as run: its cluster the profile, its
-// precision fp32, its options ExecutorCostOptions()). `measured` needs its trace events (keep_trace)
-// for the per-operation rows.
+// precision fp32, its options ExecutorCostOptions()). `measured` needs its trace events
+// (keep_trace) for the per-operation rows.
 ValidationReport CompareRun(const Plan& executed, const ExecuteResult& measured,
                             const SimulationReport& simulated);
 

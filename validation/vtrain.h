@@ -18,10 +18,10 @@
 #include <vector>
 
 #include "core/cluster_spec.h"
+#include "core/cost_options.h"
 #include "core/model_spec.h"
 #include "core/parallel_config.h"
 #include "core/training_spec.h"
-#include "core/cost_options.h"
 #include "simulator/simulate.h"
 
 namespace ptdp {

@@ -1,0 +1,425 @@
+#include "validation/bridge.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cmath>
+
+#include "core/error.h"
+#include "core/megatron_rules.h"
+#include "core/presets.h"
+#include "core/yaml_io.h"
+
+namespace ptdp {
+namespace {
+
+constexpr std::array<std::string_view, 20> kColumns = {"release",
+                                                       "model",
+                                                       "num_gpus",
+                                                       "precision",
+                                                       "gbs",
+                                                       "mbs",
+                                                       "seq_length",
+                                                       "tp",
+                                                       "pp",
+                                                       "cp",
+                                                       "vp",
+                                                       "ep",
+                                                       "etp",
+                                                       "fsdp",
+                                                       "tokens_per_s_per_gpu",
+                                                       "model_tflops_per_gpu",
+                                                       "notes",
+                                                       "flags",
+                                                       "source_commit",
+                                                       "recipe_tag"};
+
+std::string HeaderText() {
+  std::string text;
+  for (std::string_view c : kColumns) text += (text.empty() ? "" : ",") + std::string(c);
+  return text;
+}
+
+// The fields of one CSV line: commas separate, double quotes enclose, "" inside quotes is a
+// quote. Returns false on an unclosed quote.
+bool SplitCsv(std::string_view line, std::vector<std::string>& fields) {
+  fields.assign(1, "");
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+        fields.back() += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        fields.back() += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      fields.emplace_back();
+    } else {
+      fields.back() += c;
+    }
+  }
+  return !quoted;
+}
+
+class Fields {
+ public:
+  Fields(const std::string& source, int line, const std::vector<std::string>& f)
+      : source_(source), line_(line), f_(f) {}
+  const std::string& Text(int column) const { return f_[column]; }
+  // A non-negative integer; "" and "n/a" read as 0.
+  int Int(int column) const {
+    const std::string& t = f_[column];
+    if (t.empty() || t == "n/a") return 0;
+    int64_t value = -1;
+    const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), value);
+    if (ec != std::errc() || end != t.data() + t.size() || value < 0 || value > 1'000'000'000) {
+      Fail(column, fmt::format("expected a non-negative integer or n/a, got \"{}\"", t));
+    }
+    return static_cast<int>(value);
+  }
+  double Number(int column) const {
+    const std::string& t = f_[column];
+    if (t.empty()) return 0;
+    double value = -1;
+    const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), value);
+    if (ec != std::errc() || end != t.data() + t.size() || !(value >= 0) || !std::isfinite(value)) {
+      Fail(column, fmt::format("expected a non-negative number, got \"{}\"", t));
+    }
+    return value;
+  }
+  [[noreturn]] void Fail(int column, std::string message) const {
+    throw InputError({source_, line_, fmt::format("column {} ({})", column + 1, kColumns[column])},
+                     std::move(message));
+  }
+
+ private:
+  const std::string& source_;
+  int line_;
+  const std::vector<std::string>& f_;
+};
+
+bool Contains(std::string_view text, std::string_view what) {
+  return text.find(what) != std::string_view::npos;
+}
+
+// The preset of the row's architecture, or "".
+std::string PresetFor(const std::string& model) {
+  if (model == "Llama3-8B") return "llama3-8b";
+  if (model == "Llama3-70B") return "llama3-70b";
+  if (model == "Llama3.1-405B") return "llama3-405b";
+  return "";
+}
+
+bool IsMoe(const std::string& model) {
+  for (std::string_view m :
+       {"DeepSeek", "Qwen3", "GPT-OSS", "Nemotron-3-Nano", "Mixtral", "Kimi", "Llama4"}) {
+    if (model.starts_with(m)) return true;
+  }
+  return false;
+}
+
+bool InReleases(const std::string& release, const std::vector<std::string>& releases) {
+  return std::find(releases.begin(), releases.end(), release) != releases.end();
+}
+
+}  // namespace
+
+bool IsBridgeCsv(std::string_view text) { return text.starts_with(HeaderText()); }
+
+std::vector<BridgeRow> ParseBridgeCsv(std::string_view text, const std::string& source) {
+  std::vector<BridgeRow> rows;
+  int line = 0;
+  bool header = false;
+  std::vector<std::string> f;
+  while (!text.empty()) {
+    const size_t newline = text.find('\n');
+    std::string_view current = text.substr(0, newline);
+    text.remove_prefix(newline == std::string_view::npos ? text.size() : newline + 1);
+    ++line;
+    if (current.ends_with('\r')) current.remove_suffix(1);
+    if (current.find_first_not_of(" \t") == std::string_view::npos) continue;
+    if (!header) {
+      if (current != HeaderText()) {
+        throw InputError({source, line, ""}, "not the Megatron-Bridge dataset's header",
+                         "the first line must be: " + HeaderText());
+      }
+      header = true;
+      continue;
+    }
+    if (!SplitCsv(current, f)) throw InputError({source, line, ""}, "unclosed quote");
+    if (f.size() != kColumns.size()) {
+      throw InputError({source, line, ""},
+                       fmt::format("expected {} fields, got {}", kColumns.size(), f.size()));
+    }
+    const Fields r(source, line, f);
+    BridgeRow row;
+    row.line = line;
+    row.release = r.Text(0);
+    row.model = r.Text(1);
+    row.num_gpus = r.Int(2);
+    row.precision = r.Text(3);
+    row.gbs = r.Int(4);
+    row.mbs = r.Int(5);
+    row.seq_length = r.Int(6);
+    row.tp = r.Int(7);
+    row.pp = r.Int(8);
+    row.cp = r.Int(9);
+    row.vp = r.Int(10);
+    row.ep = r.Int(11);
+    row.etp = r.Int(12);
+    row.fsdp = r.Int(13);
+    row.tokens_per_s_per_gpu = r.Number(14);
+    row.model_tflops_per_gpu = r.Number(15);
+    row.notes = r.Text(16);
+    row.flags = r.Text(17);
+    for (int c : {2, 4, 5, 6, 7, 8}) {
+      if (r.Int(c) <= 0) r.Fail(c, "must be positive");
+    }
+    rows.push_back(std::move(row));
+  }
+  if (!header) throw InputError({source, 0, ""}, "empty file: no header");
+  return rows;
+}
+
+std::vector<BridgeRow> LoadBridgeCsv(const std::string& path) {
+  return ParseBridgeCsv(ReadTextFile(path), path);
+}
+
+BridgeSetup BridgePlan(const BridgeRow& row, const ClusterSpec& cluster,
+                       AttentionBackend attention) {
+  BridgeSetup s;
+  if (row.tokens_per_s_per_gpu <= 0) {
+    s.unexpressible = "no measured tokens/s in the table";
+    return s;
+  }
+  if (IsMoe(row.model)) {
+    s.unexpressible = "mixture-of-experts (expert parallelism) is not modelled yet";
+    return s;
+  }
+  if (row.cp > 1) {
+    s.unexpressible = fmt::format("context parallelism (cp {}) is not modelled yet", row.cp);
+    return s;
+  }
+  const std::string preset = PresetFor(row.model);
+  if (preset.empty()) {
+    s.unexpressible = "no preset for this architecture";
+    return s;
+  }
+  Plan& plan = s.plan;
+  plan.model = ModelPreset(preset);
+  plan.model.seq_length = row.seq_length;
+  plan.model.max_position_embeddings = std::max(plan.model.max_position_embeddings, row.seq_length);
+  plan.cluster = cluster;
+  plan.num_gpus = row.num_gpus;
+
+  TrainingSpec& t = plan.training;
+  t.global_batch_size = row.gbs;
+  if (row.precision == "bf16") {
+    t.precision = Precision::kBf16;
+  } else if (row.precision == "fp8-cs") {
+    // bf16_with_fp8_current_scaling_mixed (Megatron-Bridge src/megatron/bridge/training/
+    // mixed_precision.py): tensorwise scaling and FP8 primary weights (fp8_param_gather).
+    t.precision = Precision::kFp8, t.fp8_recipe = Fp8Recipe::kTensorwise;
+    t.fp8_param_gather = true;
+  } else if (row.precision == "fp8-ds") {
+    t.precision = Precision::kFp8, t.fp8_recipe = Fp8Recipe::kDelayed;
+  } else if (row.precision == "fp8-blockwise") {
+    t.precision = Precision::kFp8, t.fp8_recipe = Fp8Recipe::kBlockwise;
+  } else {
+    s.unexpressible = fmt::format("precision \"{}\" is not modelled", row.precision);
+    return s;
+  }
+  if (t.precision == Precision::kFp8 && cluster.gpu.peak_fp8_flops <= 0) {
+    s.unexpressible = fmt::format("{} has no FP8 units", cluster.name);
+    return s;
+  }
+  s.settings.push_back(t.precision == Precision::kFp8
+                           ? fmt::format("fp8 {}{}", Name(t.fp8_recipe),
+                                         t.fp8_param_gather ? ", fp8 param gather" : "")
+                           : std::string(Name(t.precision)));
+
+  ParallelConfig& p = plan.parallel;
+  p.tp = row.tp;
+  p.pp = row.pp;
+  const int64_t model = int64_t{row.tp} * row.pp;
+  if (row.num_gpus % model != 0) {
+    s.unexpressible = "tp x pp does not divide the GPUs";
+    return s;
+  }
+  p.dp = static_cast<int>(row.num_gpus / model);
+  p.micro_batch_size = row.mbs;
+  p.virtual_stages = std::max(1, row.vp);
+  p.schedule = p.virtual_stages > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
+  p.sequence_parallel = p.tp > 1;
+  p.distributed_optimizer = true;
+  if (row.fsdp > 0) {
+    p.fsdp = Fsdp::kOptimGradsParams;
+    s.settings.push_back("fsdp optim_grads_params");
+  }
+  const std::string& n = row.notes;
+  if (Contains(n, "account_for_embedding/loss_in_pipeline_split=True") ||
+      Contains(n, "account_for_embedding_in_pipeline_split=True")) {
+    p.account_for_embedding = p.account_for_loss = true;
+    s.settings.push_back("embedding and loss in the split");
+  }
+  if (const size_t at = n.find("recompute=full/block/"); at != std::string::npos) {
+    int layers = 0;
+    const char* begin = n.data() + at + std::string_view("recompute=full/block/").size();
+    std::from_chars(begin, n.data() + n.size(), layers);
+    if (layers > 0) {
+      p.recompute = Recompute::kFull;
+      p.recompute_num_layers = layers;
+      s.settings.push_back(fmt::format("full recompute of {} layers per chunk", layers));
+    }
+  } else if (Contains(n, "recompute=selective")) {
+    p.recompute = Recompute::kSelective;
+    s.settings.push_back("selective recompute");
+  }
+
+  CostOptions& o = plan.options;
+  o = MegatronCoreOptions();
+  o.attention = attention;
+  o.overlap_grad_reduce = !Contains(n, "overlap_grad_reduce=False");
+  o.overlap_param_gather = o.overlap_grad_reduce && p.fsdp == Fsdp::kNone;
+  const bool tp_overlap_on =
+      Contains(n, "TP comm overlap ON") || Contains(n, "tp_comm_overlap=True");
+  o.tp_comm_overlap = tp_overlap_on && p.sequence_parallel;
+  if (o.tp_comm_overlap) s.settings.push_back("tp comm overlap");
+
+  const std::vector<Violation> v = CheckParallelConfig(plan.model, t, p, plan.num_gpus);
+  if (!v.empty()) s.unexpressible = "Megatron's rules as ptdp reads them: " + v.front().message;
+  return s;
+}
+
+std::vector<BridgeResult> ReplayBridge(const ClusterSpec& cluster, std::span<const BridgeRow> rows,
+                                       AttentionBackend attention) {
+  std::vector<BridgeResult> out;
+  for (const BridgeRow& row : rows) {
+    BridgeResult r{.row = row, .setup = BridgePlan(row, cluster, attention)};
+    if (r.setup.unexpressible.empty()) {
+      const SimulationReport report = SimulatePlan(r.setup.plan);
+      r.simulated = true;
+      r.simulated_step_s = report.step_time_s;
+      r.measured_step_s =
+          static_cast<double>(row.gbs) * row.seq_length / (row.tokens_per_s_per_gpu * row.num_gpus);
+      r.simulated_tokens_per_s_per_gpu = report.tokens_per_s / row.num_gpus;
+      r.peak_memory_bytes = report.peak_memory_bytes;
+      r.memory_problem = report.memory_problem;
+      r.breakdown = report.breakdown;
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+double BridgeMape(std::span<const BridgeResult> results, const std::string& release, bool exclude) {
+  double sum = 0;
+  int n = 0;
+  for (const BridgeResult& r : results) {
+    if (!r.simulated) continue;
+    if (!release.empty() && (r.row.release == release) == exclude) continue;
+    sum += std::abs(r.error());
+    ++n;
+  }
+  return n > 0 ? sum / n : 0;
+}
+
+ClusterSpec WithFp8GemmScale(ClusterSpec cluster, double scale) {
+  for (GemmEfficiencyPoint& p : cluster.gpu.gemm_efficiency_fp8) {
+    p.efficiency = std::min(1.0, p.efficiency * scale);
+  }
+  return cluster;
+}
+
+BridgeFit FitBridge(const ClusterSpec& cluster, std::span<const BridgeRow> rows,
+                    const std::vector<std::string>& releases, AttentionBackend attention) {
+  std::vector<BridgeRow> fit_rows;
+  for (const BridgeRow& r : rows) {
+    if (InReleases(r.release, releases)) fit_rows.push_back(r);
+  }
+  const auto mape = [&](double scale) {
+    return BridgeMape(ReplayBridge(WithFp8GemmScale(cluster, scale), fit_rows, attention));
+  };
+  // Golden-section search on [0.5, 1.5] (the error is unimodal in the level).
+  const double phi = (std::sqrt(5.0) - 1) / 2;
+  double lo = 0.5, hi = 1.5;
+  double a = hi - phi * (hi - lo), b = lo + phi * (hi - lo);
+  double fa = mape(a), fb = mape(b);
+  while (hi - lo > 1e-4) {
+    if (fa <= fb) {
+      hi = b, b = a, fb = fa;
+      a = hi - phi * (hi - lo), fa = mape(a);
+    } else {
+      lo = a, a = b, fa = fb;
+      b = lo + phi * (hi - lo), fb = mape(b);
+    }
+  }
+  BridgeFit fit;
+  fit.fp8_gemm_scale = std::round((lo + hi) / 2 * 1000) / 1000;
+  fit.mape = mape(fit.fp8_gemm_scale);
+  for (const BridgeResult& r : ReplayBridge(cluster, fit_rows, attention)) fit.rows += r.simulated;
+  return fit;
+}
+
+std::string BridgeMarkdown(std::span<const BridgeResult> results,
+                           const std::vector<std::string>& fitted) {
+  std::string out =
+      "| release | model | GPUs | precision | layout | measured tokens/s/GPU | simulated | error "
+      "| set | settings read from the notes |\n|---|---|---:|---|---|---:|---:|---:|---|---|\n";
+  double in_sum = 0, out_sum = 0, out_worst = 0;
+  int in_n = 0, out_n = 0, out_within = 0;
+  for (const BridgeResult& r : results) {
+    if (!r.simulated) continue;
+    const bool in = InReleases(r.row.release, fitted);
+    const double e = r.error();
+    (in ? in_sum : out_sum) += std::abs(e);
+    (in ? in_n : out_n)++;
+    if (!in) {
+      out_worst = std::max(out_worst, std::abs(e));
+      out_within += std::abs(e) <= 0.2;
+    }
+    std::string settings;
+    for (const std::string& s : r.setup.settings) settings += (settings.empty() ? "" : ", ") + s;
+    if (!r.memory_problem.empty()) settings += "; DOES NOT FIT: " + r.memory_problem;
+    out += fmt::format("| {} | {} | {} | {} | {} | {:.0f} | {:.0f} | {:+.1f}% | {} | {} |\n",
+                       r.row.release, r.row.model, r.row.num_gpus, r.row.precision,
+                       LayoutLine(r.setup.plan), r.row.tokens_per_s_per_gpu,
+                       r.simulated_tokens_per_s_per_gpu, 100 * e,
+                       in ? "fitted (in-sample)" : "held out", settings);
+  }
+  out += fmt::format(
+      "\nMean |error|: {} ({} rows of the fitted releases, in-sample); {} ({} held-out rows, "
+      "out-of-sample; the worst {:.1f}%, {} of {} within 20%).\n",
+      in_n > 0 ? fmt::format("{:.1f}%", 100 * in_sum / in_n) : "-", in_n,
+      out_n > 0 ? fmt::format("{:.1f}%", 100 * out_sum / out_n) : "-", out_n, 100 * out_worst,
+      out_within, out_n);
+  std::vector<std::pair<std::string, int>> reasons;
+  for (const BridgeResult& r : results) {
+    if (r.simulated) continue;
+    auto it = std::find_if(reasons.begin(), reasons.end(),
+                           [&](const auto& x) { return x.first == r.setup.unexpressible; });
+    if (it == reasons.end()) {
+      reasons.emplace_back(r.setup.unexpressible, 1);
+    } else {
+      ++it->second;
+    }
+  }
+  if (!reasons.empty()) {
+    int total = 0;
+    for (const auto& [why, count] : reasons) total += count;
+    out += fmt::format("\nNot simulated: {} of {} rows.\n\n| reason | rows |\n|---|---:|\n", total,
+                       results.size());
+    for (const auto& [why, count] : reasons) out += fmt::format("| {} | {} |\n", why, count);
+  }
+  return out;
+}
+
+}  // namespace ptdp

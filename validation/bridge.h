@@ -1,0 +1,116 @@
+// Fidelity on today's stack: the Megatron-Core pre-training runs NVIDIA measured on DGX-H100 and
+// published in Megatron-Bridge's performance summaries (results/validation/megatron-bridge/
+// h100_pretrain.csv: 37 runs, NeMo releases 25.09 to 26.06, with layouts, precision and the
+// measured tokens/s per GPU). Each row ptdp can express is simulated in its layout and compared
+// by tokens/s per GPU; the others are counted with why.
+//
+// What a row becomes (BridgePlan), from its columns and the `notes` column (the release's
+// performance recipe, as the dataset's README describes it):
+//  - the model: the preset of the same architecture (models.yaml: Llama3-8B -> llama3-8b,
+//    Llama3-70B -> llama3-70b, Llama3.1-405B -> llama3-405b), at the row's sequence length;
+//  - precision: bf16; fp8-cs -> fp8 with tensorwise (current) scaling and FP8 primary weights
+//    (the recipe bf16_with_fp8_current_scaling_mixed sets fp8_param_gather); fp8-ds -> delayed;
+//    fp8-blockwise -> blockwise; first and last layers in FP8 (the recipes say
+//    first_last_layers_bf16=False);
+//  - layout: tp, pp, dp = GPUs / (tp pp cp), the row's micro-batch and global batch, the
+//    interleaved schedule with vp chunks when vp is given; sequence parallelism when tp > 1
+//    (the recipes' rule); the distributed optimizer (every recipe), or Megatron-FSDP
+//    optim_grads_params when the fsdp column is above 0 (the strategy the recipes name);
+//    --account-for-embedding/loss-in-pipeline-split when the notes say so; recompute as the
+//    notes say ("recompute=full/block/N layers" -> full recompute of N layers per chunk,
+//    "recompute=selective" -> selective), else none;
+//  - software: Megatron-Core with cuDNN's fused attention (Transformer Engine's choice on H100
+//    in these containers; `attention` overrides it), --overlap-grad-reduce and
+//    --overlap-param-gather (the recipes' distributed-optimizer settings), --tp-comm-overlap when
+//    the notes turn it on ("TP comm overlap ON", "tp_comm_overlap=True") and sequence
+//    parallelism is on.
+// Not expressible (yet), each counted with its reason: context parallelism (cp > 1), mixture-
+// of-experts models (expert parallelism, routers), models without a preset, rows without a
+// measured tokens/s, rows whose layout breaks Megatron's rules as ptdp reads them.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/cost_options.h"
+#include "core/plan.h"
+#include "simulator/simulate.h"
+
+namespace ptdp {
+
+// One row of h100_pretrain.csv; 0 for n/a or empty numeric fields.
+struct BridgeRow {
+  int line = 0;  // 1-based line in its file
+  std::string release, model, precision;
+  int num_gpus = 0, gbs = 0, mbs = 0, seq_length = 0;
+  int tp = 0, pp = 0, cp = 0, vp = 0, ep = 0, etp = 0, fsdp = 0;
+  double tokens_per_s_per_gpu = 0;  // measured; 0 when the table gives none
+  double model_tflops_per_gpu = 0;
+  std::string notes, flags;
+
+  bool operator==(const BridgeRow&) const = default;
+};
+
+// Reads the CSV: the dataset's header line exactly, then one row per line (quoted fields with
+// "" escapes, as the file writes its notes). A wrong header, field count or number is an
+// InputError at `source`:line naming the column.
+std::vector<BridgeRow> ParseBridgeCsv(std::string_view text, const std::string& source);
+std::vector<BridgeRow> LoadBridgeCsv(const std::string& path);
+// Whether `text` starts with the dataset's header (to tell the format from vTrain's).
+bool IsBridgeCsv(std::string_view text);
+
+struct BridgeSetup {
+  std::string unexpressible;          // why the row cannot be simulated; "" when it can
+  Plan plan;                          // when it can
+  std::vector<std::string> settings;  // what was read from the notes, for the report
+};
+BridgeSetup BridgePlan(const BridgeRow& row, const ClusterSpec& cluster,
+                       AttentionBackend attention = AttentionBackend::kFused);
+
+struct BridgeResult {
+  BridgeRow row;
+  BridgeSetup setup;
+  bool simulated = false;
+  double simulated_tokens_per_s_per_gpu = 0;
+  double simulated_step_s = 0, measured_step_s = 0;
+  double peak_memory_bytes = 0;
+  std::string memory_problem;
+  StepBreakdown breakdown;
+  // Signed relative error of the simulated tokens/s per GPU.
+  double error() const {
+    return (simulated_tokens_per_s_per_gpu - row.tokens_per_s_per_gpu) / row.tokens_per_s_per_gpu;
+  }
+};
+
+std::vector<BridgeResult> ReplayBridge(const ClusterSpec& cluster, std::span<const BridgeRow> rows,
+                                       AttentionBackend attention = AttentionBackend::kFused);
+
+// Mean |error| over the simulated rows among `results` whose release is (or, with `exclude`, is
+// not) `release`; "" for all. As a fraction.
+double BridgeMape(std::span<const BridgeResult> results, const std::string& release = "",
+                  bool exclude = false);
+
+// ---- Calibration: one free constant, the level of the profile's FP8 GEMM table (its values
+// scaled by `fp8_gemm_scale`), fitted on the rows of the given releases by a golden-section
+// search for the least mean |error| of tokens/s over [0.5, 1.5] (to 1e-4), the result rounded
+// to 0.001.
+struct BridgeFit {
+  double fp8_gemm_scale = 1;
+  double mape = 0;  // on the fitted rows
+  int rows = 0;
+};
+BridgeFit FitBridge(const ClusterSpec& cluster, std::span<const BridgeRow> rows,
+                    const std::vector<std::string>& releases,
+                    AttentionBackend attention = AttentionBackend::kFused);
+// `cluster` with its FP8 GEMM table scaled (values capped at 1).
+ClusterSpec WithFp8GemmScale(ClusterSpec cluster, double scale);
+
+// Markdown: one table row per dataset row (release, model, GPUs, precision, layout, measured
+// and simulated tokens/s per GPU, error, the settings read from the notes), the mean |error|
+// in and out of the fitted releases, and the rows not simulated with their reasons.
+std::string BridgeMarkdown(std::span<const BridgeResult> results,
+                           const std::vector<std::string>& fitted_releases);
+
+}  // namespace ptdp
