@@ -822,7 +822,12 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
   }
 
   if (auto world = r.Int("--world-size")) c.world_size = *world;
-  if (p.tp > 1) {
+  if (p.fsdp != Fsdp::kNone || r.Has("--use-megatron-fsdp")) {
+    r.Add(Severity::kWarning, "--use-megatron-fsdp",
+          "Megatron-FSDP asserts that CUDA_DEVICE_MAX_CONNECTIONS is not 1 (it needs several "
+          "streams)",
+          "leave CUDA_DEVICE_MAX_CONNECTIONS unset (or above 1) when launching");
+  } else if (p.tp > 1) {
     r.Add(Severity::kWarning, "--tensor-model-parallel-size",
           "with tensor parallelism Megatron-LM asserts the environment variable "
           "CUDA_DEVICE_MAX_CONNECTIONS=1 on GPUs before Blackwell",

@@ -14,6 +14,10 @@
 #   calibrate  `ptdp calibrate --quick` over 2 ranks writes a profile the reader accepts, that
 #            round-trips and whose keys say how they were obtained; one rank keeps the
 #            placeholder's node figures; a bad flag is refused naming it, before measuring
+#   uneven   a 126-layer model (Llama 3 405B's depth, tiny width) split unevenly over 4 stages,
+#            as Megatron's account-for options (32 per stage, the embedding and the loss in the
+#            first and last) and as first / last stage counts (30 + 33 + 33 + 30): simulate
+#            and execute accept both, and execute trains 2 steps on 4 ranks
 #   validate `ptdp validate --launch` on (2,1,1) and (1,2,1) plans: JSON and table with measured
 #            and simulated columns, with a calibrated profile; a failing rank makes it exit
 #            non-zero; bad flags are refused naming the flag
@@ -76,6 +80,21 @@ refuse)
   [ "$(grep -c 'parallel.tp: tp 2 larger than num_query_groups 1' err.log)" = 1 ] \
     || fail "the query-group message is missing or repeated"
   grep -q "^step" out.log && fail "a rank trained"
+  ;;
+uneven)
+  "$tool" plan account.yaml pp=4 layers=126 hidden=32 heads=2 seq=16 llama=true embsplit=true \
+    losssplit=true || fail "plan"
+  "$tool" plan firstlast.yaml pp=4 layers=126 hidden=32 heads=2 seq=16 first=30 last=30 \
+    || fail "plan"
+  for plan in account firstlast; do
+    "$ptdp" simulate --plan $plan.yaml >sim-$plan.log 2>&1 || { cat sim-$plan.log; fail "simulate $plan"; }
+    run 4 "$ptdp" execute --plan $plan.yaml --steps 2 --results $plan.json >exec-$plan.log 2>&1 \
+      || { cat exec-$plan.log; fail "execute $plan"; }
+    grep -q "^step 2/2" exec-$plan.log || { cat exec-$plan.log; fail "$plan: step 2 missing"; }
+    cat exec-$plan.log
+  done
+  grep -q "embedding and loss in the split" sim-account.log || fail "simulate: no account-for split"
+  grep -q "layers 30+33x2+30" sim-firstlast.log || fail "simulate: not 30+33x2+30"
   ;;
 launch)
   "$tool" plan plan.yaml tp=2 pp=2 || fail "plan"

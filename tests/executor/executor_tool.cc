@@ -2,8 +2,9 @@
 // Python or jq:
 //   executor_tool plan OUT [key=value ...]       write a tiny plan file (tiny_plan.h) with
 //                                                 overrides: tp pp dp mbs v schedule sp
-//                                                 recompute distopt layers hidden heads seq gbs
-//                                                 lr vocab llama groups name
+//                                                 recompute distopt first last embsplit
+//                                                 losssplit layers hidden heads seq gbs lr
+//                                                 vocab llama groups name
 //   executor_tool same-losses A.json B.json      B's per-step losses equal A's at the same
 //                                                 steps, exactly (results JSON of ptdp execute)
 //   executor_tool check-trace TRACE.json PLAN    the measured trace is valid JSON and every
@@ -180,6 +181,10 @@ int WritePlan(int argc, char** argv) {
       {"recompute",
        [&](const std::string& v) { l.recompute = *ValueOf<Recompute>(kRecomputeNames, v); }},
       {"distopt", flag(&l.distributed_optimizer)},
+      {"first", integer(&l.first_stage_layers)},
+      {"last", integer(&l.last_stage_layers)},
+      {"embsplit", flag(&l.account_for_embedding)},
+      {"losssplit", flag(&l.account_for_loss)},
       {"layers", integer(&m.layers)},
       {"hidden", integer(&m.hidden)},
       {"heads", integer(&m.heads)},
