@@ -24,9 +24,10 @@ std::string SimulationText(const Plan& plan, const SimulationReport& r) {
                   Name(plan.training.precision), LayoutLine(plan));
   out += fmt::format("step time     {}   ({} tokens/s)\n", Seconds(r.step_time_s),
                      GroupThousands(static_cast<int64_t>(r.tokens_per_s)));
-  out +=
-      fmt::format("throughput    {:.1f} TFLOP/s per GPU (model), {:.1f} (hardware); MFU {:.1f}%\n",
-                  r.model_tflops_per_gpu, r.hardware_tflops_per_gpu, 100 * r.mfu);
+  out += fmt::format(
+      "throughput    {:.1f} TFLOP/s per GPU (model), {:.1f} (hardware); MFU {:.1f}%{}\n",
+      r.model_tflops_per_gpu, r.hardware_tflops_per_gpu, 100 * r.mfu,
+      plan.training.precision == Precision::kFp8 ? " of the bf16 peak" : "");
   out += fmt::format("bubble        {:.1f}% of the pipeline phase ({} idle per stage)\n",
                      100 * r.bubble_fraction, Seconds(r.breakdown.bubble_s));
   const double hbm = static_cast<double>(plan.cluster.gpu.hbm_bytes);
@@ -66,10 +67,19 @@ std::string SimulationText(const Plan& plan, const SimulationReport& r) {
   out += t.Render();
   const StepBreakdown& b = r.breakdown;
   out += fmt::format(
-      "\nWhere the time goes (average stage): compute {}, TP comm {}, PP comm {}, DP comm {}, "
+      "\nWhere the time goes (average stage): compute {}, TP comm {}, PP comm {}, DP comm {}{}, "
       "optimizer {}, bubble {}\n",
       Seconds(b.compute_s), Seconds(b.tp_comm_s), Seconds(b.pp_comm_s), Seconds(b.dp_comm_s),
+      b.dp_comm_s > 0 && b.dp_exposed_s < 0.999 * b.dp_comm_s
+          ? fmt::format(" ({} exposed, {} hidden behind the backward and the next forward)",
+                        Seconds(b.dp_exposed_s), Seconds(b.dp_comm_s - b.dp_exposed_s))
+          : "",
       Seconds(b.optimizer_s), Seconds(b.bubble_s));
+  if (plan.training.precision == Precision::kFp8) {
+    out +=
+        "MFU is against the bf16 peak (the FP8 GEMMs' is twice it), so that bf16 and fp8 "
+        "plans compare on one scale.\n";
+  }
   return out;
 }
 

@@ -546,3 +546,126 @@ TEST(CliSimulate, SmallCasesPrintTheTimelineAsText) {
 
 }  // namespace
 }  // namespace ptdp::cli
+
+namespace ptdp::cli {
+namespace {
+
+TEST(CliModern, Fp8NeedsFp8UnitsAndItsFlagsNeedFp8) {
+  const std::vector<std::string> base = {"simulate",  "--model",
+                                         "gpt3-1.3b", "--gpus",
+                                         "8",         "--global-batch",
+                                         "64",        "--tp",
+                                         "1",         "--pp",
+                                         "1",         "--seq-length",
+                                         "2048",      "--distributed-optimizer"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return Cli(args);
+  };
+  Result r = with({"--cluster", "dgx-a100-80gb", "--precision", "fp8"});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_EQ(r.err,
+            "ptdp: error: --precision: dgx-a100-80gb's A100-SXM4-80GB has no FP8 tensor cores "
+            "(its profile gives no peak_fp8_tflops) (hint: use --precision bf16, or a profile of a "
+            "GPU with FP8 units (dgx-h100, hgx-h200))\n");
+  r = with({"--cluster", "dgx-h100", "--fp8-recipe", "tensorwise"});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_NE(r.err.find("--fp8-recipe: applies to --precision fp8 only"), std::string::npos);
+  r = with({"--cluster", "dgx-h100", "--precision", "fp8", "--num-layers-at-start-in-bf16", "1"});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_NE(r.err.find("Delayed scaling does not support first / last layer in BF16."),
+            std::string::npos);
+  r = with({"--cluster", "dgx-h100", "--precision", "fp8", "--fp8-recipe", "tensorwise",
+            "--num-layers-at-start-in-bf16", "1", "--format", "json"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+}
+
+TEST(CliModern, UnevenSplitsAndTheirRefusalsNameTheFlag) {
+  Result r = Cli({"simulate",
+                  "--model",
+                  "llama3-405b",
+                  "--cluster",
+                  "dgx-h100",
+                  "--gpus",
+                  "1024",
+                  "--global-batch",
+                  "512",
+                  "--tp",
+                  "8",
+                  "--pp",
+                  "16",
+                  "--sequence-parallel",
+                  "--decoder-first-pipeline-num-layers",
+                  "7",
+                  "--decoder-last-pipeline-num-layers",
+                  "7",
+                  "--distributed-optimizer",
+                  "--recompute",
+                  "full"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_NE(r.out.find("layers 7+8x14+7"), std::string::npos) << r.out;
+  r = Cli({"simulate", "--model", "llama3-405b", "--cluster", "dgx-h100", "--gpus", "1024",
+           "--global-batch", "512", "--tp", "8", "--pp", "16"});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_NE(r.err.find("--pp: number of layers (126) should be divisible by the "
+                       "pipeline-model-parallel size (16)"),
+            std::string::npos)
+      << r.err;
+  r = Cli({"simulate", "--model", "llama3-405b", "--cluster", "dgx-h100", "--gpus", "1024",
+           "--global-batch", "512", "--tp", "8", "--pp", "16",
+           "--decoder-first-pipeline-num-layers", "8", "--decoder-last-pipeline-num-layers", "7"});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_NE(r.err.find("--decoder-first-pipeline-num-layers: number of layers at middle stage: "
+                       "111 must be divisible"),
+            std::string::npos)
+      << r.err;
+}
+
+TEST(CliModern, OverlapShowsInTheBreakdownAndTheFlags) {
+  const std::vector<std::string> args = {"simulate",
+                                         "--model",
+                                         "llama3-8b",
+                                         "--cluster",
+                                         "dgx-h100",
+                                         "--gpus",
+                                         "16",
+                                         "--global-batch",
+                                         "64",
+                                         "--tp",
+                                         "2",
+                                         "--pp",
+                                         "1",
+                                         "--sequence-parallel",
+                                         "--seq-length",
+                                         "4096",
+                                         "--overlap-grad-reduce",
+                                         "--distributed-optimizer"};
+  const Result r = Cli(args);
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_NE(r.out.find("hidden behind the backward"), std::string::npos) << r.out;
+  // The planner turns the overlaps on for Megatron-Core and writes them; --no-overlap does not.
+  Result plan = Cli({"plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16",
+                     "--global-batch", "64", "--top", "1"});
+  EXPECT_NE(plan.out.find("--overlap-grad-reduce"), std::string::npos);
+  plan = Cli({"plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16",
+              "--global-batch", "64", "--top", "1", "--no-overlap"});
+  EXPECT_EQ(plan.out.find("--overlap-grad-reduce"), std::string::npos);
+}
+
+TEST(CliModern, ReplaysTheMegatronBridgeRuns) {
+  const std::string file = std::string(PTDP_TEST_FIXTURES) +
+                           "/../../results/validation/megatron-bridge/h100_pretrain.csv";
+  Result r = Cli({"replay", "--dataset", file});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_NE(r.out.find("| 26.04.01 | Llama3-70B | 64 | fp8-cs |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Not simulated: 29 of 37 rows."), std::string::npos);
+  r = Cli({"replay", "--dataset", file, "--fit", "--fit-releases", "24.01"});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_NE(r.err.find("--fit-releases: no row of release \"24.01\""), std::string::npos);
+  r = Cli({"replay", "--dataset", file, "--svg", "x.svg"});
+  EXPECT_EQ(r.code, kExitBadInput);
+}
+
+}  // namespace
+}  // namespace ptdp::cli

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "core/error.h"
 #include "core/presets.h"
 
@@ -48,6 +50,60 @@ INSTANTIATE_TEST_SUITE_P(SmallSpaces, Exactness,
                                            Space{"gpt3-1.3b", "dgx-h100", 16, 64},
                                            Space{"llama2-7b", "dgx-a100-40gb", 8, 32}),
                          [](const auto& info) { return std::to_string(info.index); });
+
+TEST(Planner, ExactWithUnevenSplitsShardingAndFp8) {
+  // 22 layers divide no pipeline size above 2: every deeper pipeline needs an uneven split.
+  PlanRequest req = Request("seed-example", "dgx-h100", 16, 64);
+  req.model.num_layers = 22;
+  req.training.precision = Precision::kFp8;
+  req.top_k = 20;
+  const PlanSearchResult fast = SearchPlans(req);
+  const std::vector<RankedPlan> slow = BruteForcePlans(req);
+  ASSERT_EQ(fast.plans.size(), slow.size());
+  for (size_t i = 0; i < slow.size(); ++i) {
+    EXPECT_EQ(fast.plans[i].plan.parallel, slow[i].plan.parallel) << "rank " << i + 1;
+    EXPECT_EQ(fast.plans[i].report.step_time_s, slow[i].report.step_time_s);
+  }
+  // The space holds uneven splits and Megatron-FSDP, and every candidate runs with the
+  // overlaps recommended for Megatron-Core.
+  int uneven = 0, fsdp = 0;
+  Rejections ignored;
+  EnumerateConfigs(req.model, req.training, req.gpus, req.constraints, ignored,
+                   [&](const ParallelConfig& p) {
+                     uneven += UnevenSplit(p);
+                     fsdp += p.fsdp != Fsdp::kNone;
+                   });
+  EXPECT_GT(uneven, 0);
+  EXPECT_GT(fsdp, 0);
+  EXPECT_TRUE(fast.plans.front().plan.options.overlap_grad_reduce);
+  req.recommend_overlap = false;
+  EXPECT_FALSE(SearchPlans(req).plans.front().plan.options.overlap_grad_reduce);
+}
+
+TEST(Planner, PipelineSplitsOfLlama405B) {
+  // 126 layers on 16 stages: the embedding and loss counted as layers (128 / 16: 7 + 8 x 14 + 7
+  // layers), listed once although first = last = 7 places the same layers; other uneven
+  // splits; never the even split, which does not exist.
+  const std::vector<ParallelConfig> splits = PipelineSplits(126, 16);
+  bool accounted = false;
+  std::set<std::vector<int>> placements;
+  for (ParallelConfig s : splits) {
+    accounted |= s.account_for_embedding && s.account_for_loss;
+    EXPECT_FALSE(s.first_stage_layers == 7 && s.last_stage_layers == 7);
+    EXPECT_TRUE(UnevenSplit(s));
+    s.pp = 16;
+    EXPECT_TRUE(placements.insert(SplitLayers(126, s).layers).second);
+  }
+  EXPECT_TRUE(accounted);
+  EXPECT_GT(splits.size(), 1u);
+  // At pp 2, the embedding and loss counted as layers is the even split: listed once.
+  EXPECT_EQ(PipelineSplits(80, 2).front(), ParallelConfig{});
+  int even_like = 0;
+  for (const ParallelConfig& s : PipelineSplits(80, 2)) {
+    even_like += s.first_stage_layers == 0 && s.last_stage_layers == 0;
+  }
+  EXPECT_EQ(even_like, 1);
+}
 
 TEST(Planner, ReferenceRankIsItsPlaceInTheFullRanking) {
   PlanRequest req = Request("seed-example", "dgx-a100-80gb", 8, 128);

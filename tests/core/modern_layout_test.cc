@@ -1,0 +1,279 @@
+// Today's Megatron layouts in the specs: the layer split (uneven first / last stages, the
+// embedding and loss counted as layers) as Megatron computes it, its rules in Megatron's words,
+// the plan file's `options` section and the new fields, and Megatron's flags for all of them,
+// written and read back.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "core/megatron_args.h"
+#include "core/megatron_rules.h"
+#include "core/presets.h"
+#include "core/spec_yaml.h"
+
+namespace ptdp {
+namespace {
+
+std::vector<int> Repeat(int n, int value) { return std::vector<int>(n, value); }
+
+TEST(SplitLayers, EvenUnevenAndAccountedAsMegatronBuildsThem) {
+  // Even: 32 layers on 4 stages x 2 chunks, in model order chunk by chunk.
+  LayerSplit even = SplitLayers(32, {.pp = 4, .virtual_stages = 2});
+  EXPECT_EQ(even.layers, Repeat(8, 4));
+  EXPECT_EQ(even.first_layer, (std::vector<int>{0, 4, 8, 12, 16, 20, 24, 28}));
+  // Llama 3 405B's 126 layers on 16 stages: 7 on the first and last, 8 on the 14 others.
+  const LayerSplit uneven =
+      SplitLayers(126, {.pp = 16, .first_stage_layers = 7, .last_stage_layers = 7});
+  std::vector<int> expected = Repeat(16, 8);
+  expected.front() = expected.back() = 7;
+  EXPECT_EQ(uneven.layers, expected);
+  // Megatron-Bridge's 405B recipe: 126 + embedding + loss = 128 over PP 8 x VP 8, 2 per chunk;
+  // the first chunk builds 1 layer beside the embedding, the last 1 beside the loss.
+  const LayerSplit accounted = SplitLayers(126, {.pp = 8,
+                                                 .virtual_stages = 8,
+                                                 .schedule = Schedule::kInterleaved,
+                                                 .account_for_embedding = true,
+                                                 .account_for_loss = true});
+  ASSERT_EQ(accounted.layers.size(), 64u);
+  EXPECT_EQ(accounted.layers.front(), 1);
+  EXPECT_EQ(accounted.layers.back(), 1);
+  EXPECT_EQ(accounted.layers[1], 2);
+  EXPECT_EQ(accounted.first_layer.back(), 125);
+  // Uneven with chunks: the first stage's 4 layers over its 2 chunks (vs 0 and vs 4).
+  const LayerSplit chunks = SplitLayers(
+      20, {.pp = 4, .virtual_stages = 2, .first_stage_layers = 4, .last_stage_layers = 4});
+  EXPECT_EQ(chunks.layers, (std::vector<int>{2, 3, 3, 2, 2, 3, 3, 2}));
+}
+
+std::vector<Violation> Check(int layers, const ParallelConfig& p, int64_t gbs = 64) {
+  ModelSpec m = ModelPreset("llama3-8b");
+  m.num_layers = layers;
+  TrainingSpec t;
+  t.global_batch_size = gbs;
+  ParallelConfig q = p;
+  q.dp = 1;
+  return CheckParallelConfig(m, t, q, q.world_size());
+}
+
+TEST(SplitRules, InMegatronsWords) {
+  EXPECT_TRUE(Check(126, {.pp = 16, .first_stage_layers = 7, .last_stage_layers = 7}).empty());
+  EXPECT_TRUE(
+      Check(126, {.pp = 16, .account_for_embedding = true, .account_for_loss = true}).empty());
+  std::vector<Violation> v = Check(126, {.pp = 16});
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].rule, Rule::kLayersDivisibleByPp);
+  EXPECT_EQ(v[0].message,
+            "number of layers (126) should be divisible by the pipeline-model-parallel size (16)");
+  v = Check(126, {.pp = 16, .first_stage_layers = 8, .last_stage_layers = 7});
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].message,
+            "number of layers at middle stage: 111 must be divisible by the middle pipeline "
+            "model parallel size 14");
+  v = Check(8, {.pp = 2, .first_stage_layers = 4, .last_stage_layers = 3});
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].message, "Mismatch: 1 middle layers remaining but 0 middle PP stages available.");
+  v = Check(32, {.pp = 4, .first_stage_layers = 6, .account_for_loss = true});
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].rule, Rule::kUnevenStages);
+  v = Check(26, {.pp = 4,
+                 .virtual_stages = 2,
+                 .schedule = Schedule::kInterleaved,
+                 .first_stage_layers = 5,
+                 .last_stage_layers = 5});
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].message,
+            "number of layers at first stage: 5 must be divisible by virtual pipeline parallel "
+            "degree 2");
+  v = Check(32, {.pp = 4, .account_for_embedding = true});
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].message,
+            "number of layers (32 + 1 for the embedding / loss) should be divisible by the "
+            "pipeline-model-parallel size (4)");
+  v = Check(32, {.recompute = Recompute::kSelective, .recompute_num_layers = 2});
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].rule, Rule::kRecomputeNumLayers);
+  v = Check(32, {.fsdp = Fsdp::kOptimGrads});
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].rule, Rule::kFsdpNeedsDistributedOptimizer);
+}
+
+Plan ModernPlan() {
+  Plan p;
+  p.model = ModelPreset("llama3-405b");
+  p.cluster = ClusterPreset("dgx-h100");
+  p.num_gpus = 1024;
+  p.training.global_batch_size = 512;
+  p.training.precision = Precision::kFp8;
+  p.training.fp8_recipe = Fp8Recipe::kTensorwise;
+  p.training.fp8_bf16_layers_at_start = 1;
+  p.training.fp8_bf16_layers_at_end = 2;
+  p.training.fp8_param_gather = true;
+  p.parallel = {.tp = 8,
+                .pp = 16,
+                .dp = 8,
+                .micro_batch_size = 1,
+                .sequence_parallel = true,
+                .recompute = Recompute::kFull,
+                .distributed_optimizer = true,
+                .first_stage_layers = 7,
+                .last_stage_layers = 7,
+                .recompute_num_layers = 3};
+  p.options.attention = AttentionBackend::kFused;
+  p.options.overlap_grad_reduce = p.options.overlap_param_gather = true;
+  p.options.ddp_bucket_size = 50'000'000;
+  p.options.tp_comm_overlap = true;
+  return p;
+}
+
+TEST(PlanFile, NewFieldsAndOptionsRoundTrip) {
+  for (Plan plan : {ModernPlan(), [] {
+                      Plan p = ModernPlan();
+                      p.parallel.first_stage_layers = p.parallel.last_stage_layers = 0;
+                      p.parallel.account_for_embedding = p.parallel.account_for_loss = true;
+                      p.parallel.fsdp = Fsdp::kOptimGradsParams;
+                      p.options = Megatron2021Options();
+                      return p;
+                    }()}) {
+    const std::string text = WritePlanYaml(plan);
+    const Plan back = ParsePlanYaml(text, "plan.yaml");
+    EXPECT_EQ(back, plan);
+    EXPECT_EQ(WritePlanYaml(back), text);
+  }
+}
+
+std::string PlanError(const std::string& text) {
+  try {
+    ParsePlanYaml(text, "p.yaml");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string Replace(std::string text, const std::string& from, const std::string& to) {
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return text.replace(at, from.size(), to);
+}
+
+TEST(PlanFile, OptionsAreAPresetThenOverrides) {
+  std::string text = WritePlanYaml(ModernPlan());
+  // A plan without the section (written before it existed) runs Megatron-Core's defaults.
+  const size_t at = text.find("options:");
+  ASSERT_NE(at, std::string::npos);
+  const Plan old = ParsePlanYaml(text.substr(0, at), "old.yaml");
+  EXPECT_EQ(old.options, MegatronCoreOptions());
+  // Only the preset: its fields.
+  EXPECT_EQ(
+      ParsePlanYaml(text.substr(0, at) + "options:\n  megatron_version: 2021\n", "p.yaml").options,
+      Megatron2021Options());
+  EXPECT_NE(PlanError(Replace(text, "  attention: fused", "  attention: flashy"))
+                .find("options.attention: unknown value \"flashy\" (expected one of: flash, "
+                      "fused, unfused)"),
+            std::string::npos);
+  EXPECT_NE(PlanError(Replace(text, "  overlap_grad_reduce: true", "  overlap_grad_reduce: false"))
+                .find("options.overlap_param_gather: Must use --overlap-param-gather with "
+                      "--overlap-grad-reduce"),
+            std::string::npos);
+  EXPECT_NE(PlanError(Replace(text, "  fp8_recipe: tensorwise", "  fp8_recipe: delayed"))
+                .find("Delayed scaling does not support first / last layer in BF16."),
+            std::string::npos);
+  // FP8 on a GPU without FP8 units is refused at training.precision.
+  Plan a100 = ModernPlan();
+  a100.cluster = ClusterPreset("dgx-a100-80gb");
+  EXPECT_NE(PlanError(WritePlanYaml(a100))
+                .find("training.precision: the cluster's A100-SXM4-80GB has no FP8 tensor cores"),
+            std::string::npos);
+  // fp8 keys with another precision.
+  Plan bf16 = ModernPlan();
+  bf16.training = TrainingSpec{.global_batch_size = 512};
+  EXPECT_NE(PlanError(Replace(WritePlanYaml(bf16), "  precision: bf16",
+                              "  precision: bf16\n  fp8_recipe: delayed"))
+                .find("training.fp8_recipe: applies to precision fp8 only"),
+            std::string::npos);
+}
+
+TEST(MegatronFlags, ModernPlansReadBackToTheSamePlan) {
+  for (Plan plan : {ModernPlan(), [] {
+                      Plan p = ModernPlan();
+                      p.parallel.first_stage_layers = p.parallel.last_stage_layers = 0;
+                      p.parallel.account_for_embedding = p.parallel.account_for_loss = true;
+                      p.parallel.pp = 8;
+                      p.parallel.dp = 16;
+                      p.parallel.virtual_stages = 8;
+                      p.parallel.schedule = Schedule::kInterleaved;
+                      p.parallel.recompute = Recompute::kNone;
+                      p.parallel.recompute_num_layers = 0;
+                      p.parallel.fsdp = Fsdp::kOptimGrads;
+                      p.training.fp8_bf16_layers_at_start = p.training.fp8_bf16_layers_at_end = 0;
+                      p.training.fp8_recipe = Fp8Recipe::kDelayed;
+                      p.options.overlap_param_gather = false;
+                      return p;
+                    }()}) {
+    const std::string line = MegatronArgsLine(plan);
+    MegatronCommand c = ReadMegatronCommand(
+        "torchrun --nproc-per-node 8 --nnodes 128 pretrain_gpt.py " + line + " --vocab-size 128256",
+        "cmd");
+    ResolveWorldSize(c, *c.world_size);
+    for (const MegatronFinding& f : c.findings) {
+      EXPECT_NE(f.severity, MegatronFinding::Severity::kError) << f.flag << ": " << f.message;
+    }
+    EXPECT_EQ(c.parallel, plan.parallel) << line;
+    EXPECT_EQ(c.training.precision, plan.training.precision);
+    EXPECT_EQ(c.training.fp8_recipe, plan.training.fp8_recipe);
+    EXPECT_EQ(c.training.fp8_bf16_layers_at_start, plan.training.fp8_bf16_layers_at_start);
+    EXPECT_EQ(c.training.fp8_bf16_layers_at_end, plan.training.fp8_bf16_layers_at_end);
+    EXPECT_EQ(c.training.fp8_param_gather, plan.training.fp8_param_gather);
+    EXPECT_EQ(c.options, plan.options) << line;
+    EXPECT_EQ(c.model.hidden_dropout, 0);
+    EXPECT_TRUE(CheckParallelConfig(c.model, c.training, c.parallel, 1024).empty());
+  }
+  // With interleaving the uneven split names the chunk count, as Megatron requires.
+  const std::string line = MegatronArgsLine([] {
+    Plan p = ModernPlan();
+    p.parallel.pp = 8, p.parallel.dp = 16, p.parallel.virtual_stages = 2;
+    p.parallel.schedule = Schedule::kInterleaved;
+    p.parallel.first_stage_layers = p.parallel.last_stage_layers = 14;
+    return p;
+  }());
+  EXPECT_NE(line.find("--num-virtual-stages-per-pipeline-rank 2"), std::string::npos);
+  EXPECT_EQ(line.find("--num-layers-per-virtual-pipeline-stage"), std::string::npos);
+}
+
+TEST(MegatronFlags, RefusalsOfTheNewFlags) {
+  const std::string base =
+      "python pretrain_gpt.py --num-layers 32 --hidden-size 4096 --num-attention-heads 32 "
+      "--seq-length 4096 --max-position-embeddings 4096 --micro-batch-size 1 "
+      "--global-batch-size 64 --vocab-size 32000 --bf16 --tensor-model-parallel-size 2 ";
+  const auto first_error = [&](const std::string& extra) -> std::string {
+    const MegatronCommand c = ReadMegatronCommand(base + extra, "cmd");
+    for (const MegatronFinding& f : c.findings) {
+      if (f.severity == MegatronFinding::Severity::kError) return f.flag + ": " + f.message;
+    }
+    return "";
+  };
+  EXPECT_EQ(first_error("--tp-comm-overlap"),
+            "--tp-comm-overlap: Tensor parallel communication/GEMM overlap can happen only when "
+            "sequence parallelism is enabled");
+  EXPECT_EQ(first_error("--overlap-param-gather --use-distributed-optimizer"),
+            "--overlap-param-gather: Must use --overlap-param-gather with --overlap-grad-reduce");
+  EXPECT_EQ(first_error("--fp8-format hybrid --first-last-layers-bf16"),
+            "--first-last-layers-bf16: Delayed scaling does not support first / last layer in "
+            "BF16.");
+  EXPECT_EQ(first_error("--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads"),
+            "--ckpt-format: Megatron-FSDP requires the `fsdp_dtensor` checkpointing format.");
+  EXPECT_EQ(first_error("--attention-backend turbo"),
+            "--attention-backend: argument --attention-backend: invalid choice: 'turbo' (choose "
+            "from 'flash', 'fused', 'unfused', 'local', 'auto')");
+  EXPECT_EQ(first_error("--pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 0"),
+            "--decoder-first-pipeline-num-layers: num_layers_in_first_pipeline_stage must be "
+            "larger than 0");
+  EXPECT_EQ(first_error("--recompute-granularity full --recompute-method block"),
+            "--recompute-num-layers: the block method needs --recompute-num-layers N > 0");
+  const MegatronCommand local =
+      ReadMegatronCommand(base + "--attention-backend local --fp8-format hybrid", "cmd");
+  EXPECT_EQ(local.options.attention, AttentionBackend::kUnfused);
+  EXPECT_EQ(local.training.precision, Precision::kFp8);
+}
+
+}  // namespace
+}  // namespace ptdp

@@ -1,0 +1,113 @@
+// Megatron-Bridge's measured H100 runs: the CSV reader (strict, errors naming the line and
+// column), what rows become, the replay's accuracy on the rows held out of the fit, and that the
+// shipped H100 profile is that fit.
+#include "validation/bridge.h"
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "core/presets.h"
+
+namespace ptdp {
+namespace {
+
+const std::string kFile =
+    std::string(PTDP_SOURCE_DIR) + "/results/validation/megatron-bridge/h100_pretrain.csv";
+
+const std::string kHeader =
+    "release,model,num_gpus,precision,gbs,mbs,seq_length,tp,pp,cp,vp,ep,etp,fsdp,"
+    "tokens_per_s_per_gpu,model_tflops_per_gpu,notes,flags,source_commit,recipe_tag\n";
+
+std::string Error(const std::string& text) {
+  try {
+    ParseBridgeCsv(text, "b.csv");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(BridgeCsv, ReadsQuotedNotesAndRefusesWhatItCannotRead) {
+  const std::vector<BridgeRow> rows = ParseBridgeCsv(
+      kHeader +
+          "25.09,Llama3-70B,64,fp8-cs,128,1,8192,4,8,1,5,1,,0,1619,727,\"a, \"\"b\"\"\",,"
+          "c,d\n",
+      "b.csv");
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].line, 2);
+  EXPECT_EQ(rows[0].notes, "a, \"b\"");
+  EXPECT_EQ(rows[0].vp, 5);
+  EXPECT_EQ(rows[0].etp, 0);
+  EXPECT_DOUBLE_EQ(rows[0].tokens_per_s_per_gpu, 1619);
+  EXPECT_EQ(Error("release,model\n"),
+            "b.csv:1: not the Megatron-Bridge dataset's header (hint: the first line must be: " +
+                kHeader.substr(0, kHeader.size() - 1) + ")");
+  EXPECT_EQ(Error(kHeader + "25.09,Llama3-70B,64\n"), "b.csv:2: expected 20 fields, got 3");
+  EXPECT_EQ(Error(kHeader + "25.09,Llama3-70B,sixty,fp8-cs,128,1,8192,4,8,1,5,1,,0,1,1,,,,\n"),
+            "b.csv:2: column 3 (num_gpus): expected a non-negative integer or n/a, got \"sixty\"");
+  EXPECT_EQ(Error(kHeader + "25.09,Llama3-70B,64,fp8-cs,128,0,8192,4,8,1,5,1,,0,1,1,,,,\n"),
+            "b.csv:2: column 6 (mbs): must be positive");
+  EXPECT_EQ(Error(kHeader + "25.09,Llama3-70B,64,fp8-cs,128,1,8192,4,8,1,5,1,,0,1,1,\"open,,,\n"),
+            "b.csv:2: unclosed quote");
+}
+
+TEST(BridgeCsv, RowsBecomePlansFromTheirColumnsAndNotes) {
+  const std::vector<BridgeRow> rows = LoadBridgeCsv(kFile);
+  ASSERT_EQ(rows.size(), 37u);
+  const ClusterSpec h100 = ClusterPreset("dgx-h100");
+  int simulated = 0, moe = 0, cp = 0, no_tokens = 0;
+  for (const BridgeRow& r : rows) {
+    const BridgeSetup s = BridgePlan(r, h100);
+    simulated += s.unexpressible.empty();
+    moe += s.unexpressible.starts_with("mixture-of-experts");
+    cp += s.unexpressible.starts_with("context parallelism");
+    no_tokens += s.unexpressible.starts_with("no measured");
+    if (r.model == "Llama3-70B") {
+      ASSERT_EQ(s.unexpressible, "") << r.line;
+      EXPECT_EQ(s.plan.parallel.schedule, Schedule::kInterleaved);
+      EXPECT_EQ(s.plan.parallel.virtual_stages, 5);
+      EXPECT_TRUE(s.plan.parallel.sequence_parallel);
+      EXPECT_TRUE(s.plan.options.tp_comm_overlap);
+      EXPECT_EQ(s.plan.training.fp8_recipe, Fp8Recipe::kTensorwise);
+      EXPECT_TRUE(s.plan.training.fp8_param_gather);
+    }
+    if (r.model == "Llama3-8B") {
+      ASSERT_EQ(s.unexpressible, "") << r.line;
+      EXPECT_EQ(s.plan.parallel.fsdp, Fsdp::kOptimGradsParams);
+      EXPECT_EQ(s.plan.parallel.recompute_num_layers, r.release == "25.11" ? 5 : 0);
+    }
+  }
+  // Every Llama 3 8B and 70B row is expressible; the rest need context or expert parallelism.
+  EXPECT_EQ(simulated, 8);
+  EXPECT_EQ(moe, 23);
+  EXPECT_EQ(cp, 5);
+  EXPECT_EQ(no_tokens, 1);
+}
+
+TEST(BridgeReplay, HeldOutRowsWithinTenPercentOnAverageAndTwentyEach) {
+  const std::vector<BridgeRow> rows = LoadBridgeCsv(kFile);
+  const std::vector<BridgeResult> results = ReplayBridge(ClusterPreset("dgx-h100"), rows);
+  int held_out = 0;
+  for (const BridgeResult& r : results) {
+    if (!r.simulated) continue;
+    EXPECT_EQ(r.memory_problem, "") << r.row.line << " " << r.row.model;  // they ran
+    if (r.row.release == "25.09") continue;
+    ++held_out;
+    EXPECT_LT(std::abs(r.error()), 0.2) << r.row.line << " " << r.row.model;
+  }
+  EXPECT_EQ(held_out, 6);
+  EXPECT_LT(BridgeMape(results, "25.09", /*exclude=*/true), 0.10);
+}
+
+TEST(BridgeReplay, TheH100ProfileIsTheFitOnTheOldestRelease) {
+  const std::vector<BridgeRow> rows = LoadBridgeCsv(kFile);
+  const BridgeFit fit = FitBridge(ClusterPreset("dgx-h100"), rows, {"25.09"});
+  EXPECT_EQ(fit.rows, 2);
+  EXPECT_NEAR(fit.fp8_gemm_scale, 1.0, 0.005);
+  // H200's FP8 table is H100's (the same die).
+  EXPECT_EQ(ClusterPreset("hgx-h200").gpu.gemm_efficiency_fp8,
+            ClusterPreset("dgx-h100").gpu.gemm_efficiency_fp8);
+}
+
+}  // namespace
+}  // namespace ptdp
