@@ -18,10 +18,13 @@ struct Case {
   TrainingSpec training;
   ParallelConfig parallel;
   std::vector<int> in_flight;
+  CostOptions options;
 };
 
-Case MakeCase(const char* model, const char* cluster, int64_t batch, ParallelConfig p) {
-  Case c{ModelPreset(model), ClusterPreset(cluster), {}, p, {}};
+Case MakeCase(const char* model, const char* cluster, int64_t batch, ParallelConfig p,
+              Precision precision = Precision::kBf16, CostOptions options = {}) {
+  Case c{ModelPreset(model), ClusterPreset(cluster), {}, p, {}, options};
+  c.training.precision = precision;
   c.training.global_batch_size = batch;
   c.in_flight = InFlightPerStage(MakeSchedule(
       p.schedule, p.pp, static_cast<int>(NumMicrobatches(c.training, p)), p.virtual_stages));
@@ -30,8 +33,9 @@ Case MakeCase(const char* model, const char* cluster, int64_t batch, ParallelCon
 
 void Evaluate(benchmark::State& state, const Case& c) {
   for (auto _ : state) {
-    StepEstimate est = EstimateStep(c.model, c.cluster, c.training, c.parallel);
-    MemoryEstimate mem = EstimateMemory(c.model, c.cluster, c.training, c.parallel, c.in_flight);
+    StepEstimate est = EstimateStep(c.model, c.cluster, c.training, c.parallel, c.options);
+    MemoryEstimate mem =
+        EstimateMemory(c.model, c.cluster, c.training, c.parallel, c.in_flight, c.options);
     benchmark::DoNotOptimize(est);
     benchmark::DoNotOptimize(mem);
   }
@@ -66,6 +70,38 @@ void BM_Megatron_1t_64Stages(benchmark::State& state) {
   Evaluate(state, c);
 }
 BENCHMARK(BM_Megatron_1t_64Stages);
+
+// Today's settings: FP8 with Megatron-Bridge's recipe, an uneven split, TP and DP overlap.
+void BM_Llama3_405b_Fp8Uneven(benchmark::State& state) {
+  CostOptions o;
+  o.overlap_grad_reduce = o.overlap_param_gather = o.tp_comm_overlap = true;
+  static const Case c = MakeCase("llama3-405b", "dgx-h100", 2048,
+                                 {.tp = 8,
+                                  .pp = 16,
+                                  .dp = 128,
+                                  .micro_batch_size = 1,
+                                  .sequence_parallel = true,
+                                  .distributed_optimizer = true,
+                                  .first_stage_layers = 7,
+                                  .last_stage_layers = 7},
+                                 Precision::kFp8, o);
+  Evaluate(state, c);
+}
+BENCHMARK(BM_Llama3_405b_Fp8Uneven);
+
+// Megatron-FSDP with the per-layer gathers, 8B on 8 GPUs.
+void BM_Llama3_8b_Fsdp(benchmark::State& state) {
+  static const Case c = MakeCase("llama3-8b", "dgx-h100", 128,
+                                 {.tp = 1,
+                                  .pp = 1,
+                                  .dp = 8,
+                                  .micro_batch_size = 1,
+                                  .distributed_optimizer = true,
+                                  .fsdp = Fsdp::kOptimGradsParams},
+                                 Precision::kFp8);
+  Evaluate(state, c);
+}
+BENCHMARK(BM_Llama3_8b_Fsdp);
 
 }  // namespace
 }  // namespace ptdp

@@ -16,6 +16,53 @@ bool UnevenSplit(const ParallelConfig& p) {
          p.account_for_loss;
 }
 
+namespace {
+
+// Layers of pipeline rank r over all its chunks (get_num_layers_to_build before the
+// account-for adjustments of the first and last virtual stage).
+int RankLayers(int num_layers, const ParallelConfig& p, int r) {
+  if (p.first_stage_layers > 0 || p.last_stage_layers > 0) {
+    if (r == 0 && p.first_stage_layers > 0) return p.first_stage_layers;
+    if (r == p.pp - 1 && p.last_stage_layers > 0) return p.last_stage_layers;
+    int rest = num_layers, middle = p.pp;
+    if (p.first_stage_layers > 0) rest -= p.first_stage_layers, --middle;
+    if (p.last_stage_layers > 0) rest -= p.last_stage_layers, --middle;
+    return middle > 0 ? rest / middle : 0;
+  }
+  return (num_layers + (p.account_for_embedding ? 1 : 0) + (p.account_for_loss ? 1 : 0)) / p.pp;
+}
+
+}  // namespace
+
+VirtualStages::VirtualStages(int num_layers, const ParallelConfig& p)
+    : pp_(p.pp),
+      last_vs_(p.pp * p.virtual_stages - 1),
+      first_(RankLayers(num_layers, p, 0) / p.virtual_stages),
+      middle_(p.pp > 2 ? RankLayers(num_layers, p, 1) / p.virtual_stages : 0),
+      last_(RankLayers(num_layers, p, p.pp - 1) / p.virtual_stages),
+      embedding_(p.account_for_embedding),
+      loss_(p.account_for_loss) {
+  row_ = p.pp == 1 ? first_ : first_ + (p.pp - 2) * middle_ + last_;
+}
+
+StageSlice VirtualStages::operator()(int vs) const {
+  const int c = vs / pp_, r = vs - c * pp_;
+  StageSlice s;
+  s.layers = r == 0 ? first_ : r == pp_ - 1 ? last_ : middle_;
+  // Layers before vs, in model order: c full rows of chunks, then ranks 0 .. r-1 of row c.
+  s.first_layer = c * row_ + (r > 0 ? first_ + (r - 1) * middle_ : 0);
+  if (embedding_) {
+    if (vs == 0) --s.layers;
+    if (vs > 0) --s.first_layer;
+  }
+  if (loss_ && vs == last_vs_) --s.layers;
+  return s;
+}
+
+StageSlice VirtualStageLayers(int num_layers, const ParallelConfig& p, int vs) {
+  return VirtualStages(num_layers, p)(vs);
+}
+
 LayerSplit SplitLayers(int num_layers, const ParallelConfig& p) {
   const int pp = p.pp, v = p.virtual_stages;
   PTDP_CHECK(pp >= 1 && v >= 1);

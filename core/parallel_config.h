@@ -84,4 +84,26 @@ struct LayerSplit {
 };
 LayerSplit SplitLayers(int num_layers, const ParallelConfig& parallel);
 
+// The same for one virtual stage, without allocating (the cost model's hot path): its layers
+// and the model index of its first layer.
+struct StageSlice {
+  int layers = 0;
+  int first_layer = 0;
+};
+StageSlice VirtualStageLayers(int num_layers, const ParallelConfig& parallel, int virtual_stage);
+
+// VirtualStageLayers for many virtual stages of one configuration: the per-rank counts worked
+// out once.
+class VirtualStages {
+ public:
+  VirtualStages(int num_layers, const ParallelConfig& parallel);
+  StageSlice operator()(int virtual_stage) const;
+
+ private:
+  int pp_ = 1, last_vs_ = 0;
+  int first_ = 0, middle_ = 0, last_ = 0;  // layers per chunk of rank 0, the middle, the last
+  int row_ = 0;                            // layers of one chunk on every rank
+  bool embedding_ = false, loss_ = false;
+};
+
 }  // namespace ptdp

@@ -164,24 +164,19 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
   const GroupPlacement tp = TensorParallelGroup(p, c.gpus_per_node);
   const GroupPlacement dp = DataParallelGroup(p, c.gpus_per_node);
   const KernelTimer timer(c, precision, options);
-  const std::vector<ChunkLayers> kinds = ChunkLayerKinds(m, training, p);
 
-  // One cost per layer kind [fp8][recompute] that occurs.
-  bool used[2][2] = {{false, false}, {false, false}};
-  for (const ChunkLayers& k : kinds) {
-    for (int f = 0; f < 2; ++f) {
-      for (int r = 0; r < 2; ++r) used[f][r] = used[f][r] || k.count[f][r] > 0;
-    }
-  }
+  // One cost per layer kind [fp8][recompute], computed when a chunk first has such layers.
   LayerCost layer[2][2];
-  for (int f = 0; f < 2; ++f) {
-    for (int r = 0; r < 2; ++r) {
-      if (!used[f][r]) continue;
+  bool have[2][2] = {{false, false}, {false, false}};
+  const auto cost_of = [&](int f, int r) -> const LayerCost& {
+    if (!have[f][r]) {
       ParallelConfig q = p;
       if (r == 0) q.recompute = Recompute::kNone;
       layer[f][r] = CostOfLayer(m, c, training, q, options, timer, tp, f == 1);
+      have[f][r] = true;
     }
-  }
+    return layer[f][r];
+  };
 
   const LayerWork emb = EmbeddingWork(m, p, precision, options);
   const LayerWork out = OutputWork(m, p, precision, options);
@@ -199,14 +194,14 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
   std::vector<double> send(pp, 0.0);
   if (pp > 1) {
     const int64_t stage_ranks = int64_t{p.tp} * p.dp;
-    const bool uniform = stage_ranks % c.gpus_per_node == 0 || stage_ranks >= c.gpus_per_node;
+    const bool same_pairs = stage_ranks % c.gpus_per_node == 0 || stage_ranks >= c.gpus_per_node;
     const double uniform_send =
-        uniform ? SendTime(c, m, p, precision, options, PipelinePair(p, 0, c.gpus_per_node), tp)
-                : 0;
+        same_pairs ? SendTime(c, m, p, precision, options, PipelinePair(p, 0, c.gpus_per_node), tp)
+                   : 0;
     for (int r = 0; r < pp - 1; ++r) {
-      send[r] =
-          uniform ? uniform_send
-                  : SendTime(c, m, p, precision, options, PipelinePair(p, r, c.gpus_per_node), tp);
+      send[r] = same_pairs ? uniform_send
+                           : SendTime(c, m, p, precision, options,
+                                      PipelinePair(p, r, c.gpus_per_node), tp);
     }
     send[pp - 1] =
         SendTime(c, m, p, precision, options, PipelinePair(p, pp - 1, c.gpus_per_node), tp);
@@ -232,32 +227,60 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
 
   StepEstimate est;
   est.microbatches = NumMicrobatches(training, p);
-  est.costs.chunks.resize(vstages);
+  est.costs.chunks.reserve(vstages);
   est.stages.assign(pp, StageBreakdown{});
+  // The layers' part of a chunk, the same for every chunk of the same kinds (most of them).
+  struct LayerSums {
+    ChunkLayers kinds;
+    LayerCost sum;
+    double params = 0;
+  } sums;
+  bool have_sums = false;
+  const bool uniform = UniformChunks(training, p);
+  const ChunkKinds chunk_kinds(m, training, p);
+  const auto same = [](const ChunkLayers& a, const ChunkLayers& b) {
+    return a.count[0][0] == b.count[0][0] && a.count[0][1] == b.count[0][1] &&
+           a.count[1][0] == b.count[1][0] && a.count[1][1] == b.count[1][1];
+  };
   for (int chunk = 0, vs = 0; chunk < v; ++chunk) {
     for (int r = 0; r < pp; ++r, ++vs) {
       const bool first = vs == 0, last = vs == vstages - 1;
-      ChunkCosts& ch = est.costs.chunks[vs];
+      ChunkCosts ch;
       StageBreakdown& br = est.stages[r];
-      const ChunkLayers& k = kinds[vs];
-      double chunk_params = 0;
-      for (int f = 0; f < 2; ++f) {
-        for (int rc = 0; rc < 2; ++rc) {
-          const double n = k.count[f][rc];
-          if (n == 0) continue;
-          const LayerCost& l = layer[f][rc];
-          ch.forward_s += n * l.forward;
-          ch.backward_input_s += n * l.backward_input;
-          ch.backward_weight_s += n * l.backward_weight;
-          ch.activation_bytes += n * l.activation_bytes;
-          ch.weight_grad_activation_bytes += n * l.weight_grad_activation_bytes;
-          br.compute_s += n * l.compute;
-          br.overhead_s += n * l.overhead;
-          br.tp_comm_s += n * l.comm;
-          br.recompute_s += n * l.recompute;
-          chunk_params += n * layer_params;
+      const ChunkLayers k = uniform && have_sums ? sums.kinds : chunk_kinds(vs);
+      if (!have_sums || !same(k, sums.kinds)) {
+        sums = LayerSums{.kinds = k};
+        for (int f = 0; f < 2; ++f) {
+          for (int rc = 0; rc < 2; ++rc) {
+            const double n = k.count[f][rc];
+            if (n == 0) continue;
+            const LayerCost& l = cost_of(f, rc);
+            LayerCost& s = sums.sum;
+            s.forward += n * l.forward;
+            s.backward_input += n * l.backward_input;
+            s.backward_weight += n * l.backward_weight;
+            s.activation_bytes += n * l.activation_bytes;
+            s.weight_grad_activation_bytes += n * l.weight_grad_activation_bytes;
+            s.compute += n * l.compute;
+            s.overhead += n * l.overhead;
+            s.comm += n * l.comm;
+            s.recompute += n * l.recompute;
+            sums.params += n * layer_params;
+          }
         }
+        have_sums = true;
       }
+      const LayerCost& s = sums.sum;
+      ch.forward_s = s.forward;
+      ch.backward_input_s = s.backward_input;
+      ch.backward_weight_s = s.backward_weight;
+      ch.activation_bytes = s.activation_bytes;
+      ch.weight_grad_activation_bytes = s.weight_grad_activation_bytes;
+      br.compute_s += s.compute;
+      br.overhead_s += s.overhead;
+      br.tp_comm_s += s.comm;
+      br.recompute_s += s.recompute;
+      double chunk_params = sums.params;
       ch.send_forward_s = last ? 0 : send[r];
       ch.send_backward_s = first ? 0 : send[r == 0 ? pp - 1 : r - 1];
       br.pp_comm_s += ch.send_forward_s + ch.send_backward_s;
@@ -300,6 +323,7 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
         ch.backward_input_s += ch.send_backward_s;
         ch.send_forward_s = ch.send_backward_s = 0;
       }
+      est.costs.chunks.push_back(ch);
     }
   }
 
@@ -313,7 +337,7 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
     StageCosts st;
     double layers = 0, fp8_layers = 0;
     for (int ch = 0; ch < v; ++ch) {
-      const ChunkLayers& k = kinds[static_cast<size_t>(ch) * pp + r];
+      const ChunkLayers k = uniform ? sums.kinds : chunk_kinds(ch * pp + r);
       layers += k.total();
       fp8_layers += k.count[1][0] + k.count[1][1];
     }
@@ -372,19 +396,14 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
     st.static_bytes = params * per_param.total() + static_cast<double>(c.gpu.reserved_bytes);
     return st;
   };
-  // The stages between the first and the last are alike unless the split is uneven (or fp8's
-  // bf16 layers sit there): compute one of them when they are.
-  const bool alike =
-      !UnevenSplit(p) &&
-      (training.precision != Precision::kFp8 ||
-       (training.fp8_bf16_layers_at_start == 0 && training.fp8_bf16_layers_at_end == 0));
-  if (alike) {
+  // The stages between the first and the last are alike when the chunks are: compute one.
+  if (uniform) {
     est.costs.stages.assign(pp, pp > 2 ? stage_costs(1) : StageCosts{});
     est.costs.stages[0] = stage_costs(0);
     est.costs.stages[pp - 1] = stage_costs(pp - 1);
   } else {
-    est.costs.stages.resize(pp);
-    for (int r = 0; r < pp; ++r) est.costs.stages[r] = stage_costs(r);
+    est.costs.stages.reserve(pp);
+    for (int r = 0; r < pp; ++r) est.costs.stages.push_back(stage_costs(r));
   }
 
   est.model_flops = ModelFlopsPerStep(m, training, options);

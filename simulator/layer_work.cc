@@ -434,33 +434,47 @@ LayerWork OutputWork(const ModelSpec& m, const ParallelConfig& p, Precision prec
   return lw;
 }
 
-std::vector<ChunkLayers> ChunkLayerKinds(const ModelSpec& m, const TrainingSpec& training,
-                                         const ParallelConfig& p) {
-  const LayerSplit split = SplitLayers(m.num_layers, p);
-  const bool fp8 = training.precision == Precision::kFp8;
-  const int L = m.num_layers;
-  const int start = fp8 ? std::min(training.fp8_bf16_layers_at_start, L) : 0;
-  const int end = fp8 ? std::max(L - training.fp8_bf16_layers_at_end, start) : L;
+ChunkKinds::ChunkKinds(const ModelSpec& m, const TrainingSpec& training, const ParallelConfig& p)
+    : stages_(m.num_layers, p),
+      fp8_(training.precision == Precision::kFp8),
+      start_(fp8_ ? std::min(training.fp8_bf16_layers_at_start, m.num_layers) : 0),
+      end_(fp8_ ? std::max(m.num_layers - training.fp8_bf16_layers_at_end, start_) : 0),
+      recompute_(p.recompute),
+      recompute_num_layers_(p.recompute_num_layers) {}
+
+ChunkLayers ChunkKinds::operator()(int vs) const {
+  const StageSlice slice = stages_(vs);
   // Layers of [a0, a1) inside [b0, b1).
   const auto overlap = [](int a0, int a1, int b0, int b1) {
     return std::max(0, std::min(a1, b1) - std::max(a0, b0));
   };
-  std::vector<ChunkLayers> out(split.layers.size());
-  for (size_t vs = 0; vs < out.size(); ++vs) {
-    const int first = split.first_layer[vs], n = split.layers[vs];
-    const int recomputed =
-        p.recompute == Recompute::kNone
-            ? 0
-            : (p.recompute_num_layers > 0 ? std::min(n, p.recompute_num_layers) : n);
-    // FP8 layers are [start, end); recomputed ones [first, first + recomputed).
-    const int fp8_layers = fp8 ? overlap(first, first + n, start, end) : 0;
-    const int fp8_recomputed = fp8 ? overlap(first, first + recomputed, start, end) : 0;
-    ChunkLayers& c = out[vs];
-    c.count[1][1] = fp8_recomputed;
-    c.count[1][0] = fp8_layers - fp8_recomputed;
-    c.count[0][1] = recomputed - fp8_recomputed;
-    c.count[0][0] = n - fp8_layers - c.count[0][1];
-  }
+  const int first = slice.first_layer, n = slice.layers;
+  const int recomputed = recompute_ == Recompute::kNone
+                             ? 0
+                             : (recompute_num_layers_ > 0 ? std::min(n, recompute_num_layers_) : n);
+  // FP8 layers are [start, end); recomputed ones [first, first + recomputed).
+  const int fp8_layers = fp8_ ? overlap(first, first + n, start_, end_) : 0;
+  const int fp8_recomputed = fp8_ ? overlap(first, first + recomputed, start_, end_) : 0;
+  ChunkLayers c;
+  c.count[1][1] = fp8_recomputed;
+  c.count[1][0] = fp8_layers - fp8_recomputed;
+  c.count[0][1] = recomputed - fp8_recomputed;
+  c.count[0][0] = n - fp8_layers - c.count[0][1];
+  return c;
+}
+
+bool UniformChunks(const TrainingSpec& training, const ParallelConfig& p) {
+  const bool bf16_layers =
+      training.precision == Precision::kFp8 &&
+      (training.fp8_bf16_layers_at_start > 0 || training.fp8_bf16_layers_at_end > 0);
+  return !UnevenSplit(p) && !bf16_layers && p.recompute_num_layers == 0;
+}
+
+std::vector<ChunkLayers> ChunkLayerKinds(const ModelSpec& m, const TrainingSpec& training,
+                                         const ParallelConfig& p) {
+  const ChunkKinds kinds(m, training, p);
+  std::vector<ChunkLayers> out(static_cast<size_t>(p.pp) * p.virtual_stages);
+  for (size_t vs = 0; vs < out.size(); ++vs) out[vs] = kinds(static_cast<int>(vs));
   return out;
 }
 

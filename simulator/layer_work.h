@@ -153,6 +153,22 @@ struct ChunkLayers {
 };
 std::vector<ChunkLayers> ChunkLayerKinds(const ModelSpec& model, const TrainingSpec& training,
                                          const ParallelConfig& parallel);
+// One virtual stage's, without allocating; the configuration's figures worked out once.
+class ChunkKinds {
+ public:
+  ChunkKinds(const ModelSpec& model, const TrainingSpec& training, const ParallelConfig& parallel);
+  ChunkLayers operator()(int virtual_stage) const;
+
+ private:
+  VirtualStages stages_;
+  bool fp8_;
+  int start_, end_;  // the FP8 layers are [start_, end_)
+  Recompute recompute_;
+  int recompute_num_layers_;
+};
+// Whether every virtual stage has the same layers of the same kinds (an even split, no layers
+// kept in bf16 by fp8 training, no block recompute): then virtual stage 0 speaks for all.
+bool UniformChunks(const TrainingSpec& training, const ParallelConfig& parallel);
 
 // Parameters one GPU of the tensor-parallel group holds: a transformer layer (sharded linears,
 // replicated norms and row-parallel biases), the embedding part (the word-embedding shard and

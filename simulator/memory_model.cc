@@ -157,20 +157,22 @@ MemoryEstimate EstimateMemory(const ModelSpec& m, const ClusterSpec& cluster,
                               std::span<const int> in_flight, const CostOptions& options) {
   PTDP_CHECK(static_cast<int>(in_flight.size()) == p.pp);
   const Precision precision = training.precision;
-  const std::vector<ChunkLayers> chunks = ChunkLayerKinds(m, training, p);
   const BytesPerParameter per_param = BytesPerParam(training, p, options);
   const double layer_params = LayerParameters(m, p.tp);
   const double linear_weights = LayerLinearWeights(m, p.tp);
-  // Per layer kind [fp8][recompute]: activations kept, and what recomputing one holds.
+  // Per layer kind [fp8][recompute]: activations kept, and what recomputing one holds; computed
+  // when a chunk first has such layers.
   double act[2][2], transient[2][2];
-  for (int f = 0; f < 2; ++f) {
-    for (int r = 0; r < 2; ++r) {
+  bool have[2][2] = {{false, false}, {false, false}};
+  const auto kind = [&](int f, int r) {
+    if (!have[f][r]) {
       ParallelConfig q = p;
       if (r == 0) q.recompute = Recompute::kNone;
       act[f][r] = LayerActivationBytes(m, q, precision, options, f == 0);
       transient[f][r] = r == 0 ? 0 : LayerRecomputeTransientBytes(m, q, precision, options, f == 0);
+      have[f][r] = true;
     }
-  }
+  };
   const double embedding_act = EmbeddingActivationBytes(m, p);
   const double output_act = OutputActivationBytes(m, p, precision);
   const double reserved = static_cast<double>(cluster.gpu.reserved_bytes);
@@ -178,52 +180,75 @@ MemoryEstimate EstimateMemory(const ModelSpec& m, const ClusterSpec& cluster,
   const double e = BytesPerElement(precision);
   const double grad_bytes = GradientBytes(precision, options);
 
-  MemoryEstimate est;
-  est.stages.resize(p.pp);
-  for (int r = 0; r < p.pp; ++r) {
-    StageMemory& st = est.stages[r];
-    double layers = 0, fp8_layers = 0, largest_chunk = 0, largest_transient = 0;
+  // A stage's chunks: their layers, FP8 layers, the largest chunk's activations and the
+  // largest recomputation transient. With uniform chunks every stage's are alike.
+  struct Chunks {
+    double layers = 0, fp8_layers = 0, largest = 0, transient = 0;
+  };
+  const bool uniform = UniformChunks(training, p);
+  const ChunkKinds chunk_kinds(m, training, p);
+  const auto chunks_of = [&](int r) {
+    Chunks s;
     for (int c = 0; c < p.virtual_stages; ++c) {
-      const ChunkLayers& k = chunks[static_cast<size_t>(c) * p.pp + r];
+      const ChunkLayers k = chunk_kinds(c * p.pp + r);
       double bytes = 0;
       for (int f = 0; f < 2; ++f) {
         for (int rc = 0; rc < 2; ++rc) {
+          if (k.count[f][rc] == 0) continue;
+          kind(f, rc);
           bytes += k.count[f][rc] * act[f][rc];
-          if (k.count[f][rc] > 0) largest_transient = std::max(largest_transient, transient[f][rc]);
+          s.transient = std::max(s.transient, transient[f][rc]);
         }
       }
-      largest_chunk = std::max(largest_chunk, bytes);
-      layers += k.total();
-      fp8_layers += k.count[1][0] + k.count[1][1];
+      s.largest = std::max(s.largest, bytes);
+      s.layers += k.total();
+      s.fp8_layers += k.count[1][0] + k.count[1][1];
     }
-    st.parameters = layers * layer_params + (r == 0 ? EmbeddingParameters(m, p.tp) : 0) +
+    return s;
+  };
+  // Everything of stage r but what its in-flight count scales and the totals.
+  const auto stage_memory = [&](int r, const Chunks& k) {
+    StageMemory st;
+    st.parameters = k.layers * layer_params + (r == 0 ? EmbeddingParameters(m, p.tp) : 0) +
                     (r == p.pp - 1 ? OutputParameters(m, p) : 0);
     st.weights_bytes = st.parameters * per_param.weights;
-    if (fp8_layers > 0) {
+    if (k.fp8_layers > 0) {
       // Transformer Engine's FP8 copies of the linear weights and their transposes (Hopper's
       // FP8 GEMMs take one operand layout), 2 bytes per weight; with FP8 primary weights
       // (--fp8-param-gather) they replace the 16-bit weights.
-      const double fp8_weights = fp8_layers * linear_weights;
+      const double fp8_weights = k.fp8_layers * linear_weights;
       st.weights_bytes += fp8_weights * (2 - (training.fp8_param_gather ? per_param.weights : 0));
     }
     st.gradients_bytes = st.parameters * per_param.gradients;
     st.optimizer_bytes = st.parameters * per_param.optimizer;
     st.reserved_bytes = reserved;
+    if (p.fsdp == Fsdp::kOptimGradsParams && k.layers > 0) {
+      st.fsdp_buffer_bytes = 2 * layer_params * e + layer_params * grad_bytes;
+    } else if (p.fsdp == Fsdp::kOptimGrads && k.layers > 0) {
+      st.fsdp_buffer_bytes = layer_params * grad_bytes;  // one layer's gradients before the RS
+    }
+    return st;
+  };
+  const Chunks same = uniform ? chunks_of(0) : Chunks{};
+  const StageMemory middle = uniform && p.pp > 2 ? stage_memory(1, same) : StageMemory{};
+
+  MemoryEstimate est;
+  est.stages.reserve(p.pp);
+  double largest = -1;
+  for (int r = 0; r < p.pp; ++r) {
+    const Chunks k = uniform ? same : chunks_of(r);
+    StageMemory st = uniform && r > 0 && r < p.pp - 1 ? middle : stage_memory(r, k);
     st.in_flight = in_flight[r];
     // Every in-flight chunk holds its layers; stage 0's chunk 0 adds the embedding's mask
     // (counted for every in-flight chunk: a bound, off by the few non-first chunks' masks).
-    st.activations_bytes = in_flight[r] * (largest_chunk + (r == 0 ? embedding_act : 0)) +
-                           (r == p.pp - 1 ? output_act : 0) + largest_transient;
-    if (p.fsdp == Fsdp::kOptimGradsParams && layers > 0) {
-      st.fsdp_buffer_bytes = 2 * layer_params * e + layer_params * grad_bytes;
-    } else if (p.fsdp == Fsdp::kOptimGrads && layers > 0) {
-      st.fsdp_buffer_bytes = layer_params * grad_bytes;  // one layer's gradients before the RS
-    }
+    st.activations_bytes = in_flight[r] * (k.largest + (r == 0 ? embedding_act : 0)) +
+                           (r == p.pp - 1 ? output_act : 0) + k.transient;
     const double used = st.weights_bytes + st.gradients_bytes + st.optimizer_bytes +
                         st.activations_bytes + st.fsdp_buffer_bytes;
     st.fragmentation_bytes = used * fragmentation;
     st.peak_bytes = used + st.fragmentation_bytes + st.reserved_bytes;
-    if (st.peak_bytes > est.stages[est.largest_stage].peak_bytes) est.largest_stage = r;
+    if (st.peak_bytes > largest) largest = st.peak_bytes, est.largest_stage = r;
+    est.stages.push_back(st);
   }
   return est;
 }

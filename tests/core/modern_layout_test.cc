@@ -44,6 +44,51 @@ TEST(SplitLayers, EvenUnevenAndAccountedAsMegatronBuildsThem) {
   EXPECT_EQ(chunks.layers, (std::vector<int>{2, 3, 3, 2, 2, 3, 3, 2}));
 }
 
+TEST(SplitLayers, OneVirtualStageAtATimeAgrees) {
+  // VirtualStageLayers (the cost model's allocation-free form) against SplitLayers, over every
+  // split the rules accept for a range of depths, pipelines and chunk counts.
+  ModelSpec m = ModelPreset("seed-example");
+  TrainingSpec t;
+  t.global_batch_size = 64;
+  int checked = 0;
+  for (int L : {7, 12, 22, 24, 126}) {
+    m.num_layers = L;
+    for (int pp : {1, 2, 3, 4, 8}) {
+      for (int v : {1, 2, 3}) {
+        for (int f : {0, 1, 2, 3, 6}) {
+          for (int l : {0, 2, 3, 6}) {
+            for (int acc = 0; acc < 4; ++acc) {
+              ParallelConfig p{.pp = pp,
+                               .micro_batch_size = 1,
+                               .virtual_stages = v,
+                               .schedule = v > 1 ? Schedule::kInterleaved : Schedule::k1F1B,
+                               .first_stage_layers = f,
+                               .last_stage_layers = l,
+                               .account_for_embedding = (acc & 1) != 0,
+                               .account_for_loss = (acc & 2) != 0};
+              p.dp = 1;
+              std::vector<Violation> v_ = CheckParallelConfig(m, t, p, pp);
+              std::erase_if(v_, [](const Violation& x) {
+                return x.rule == Rule::kInterleavedNeedsPp ||
+                       x.rule == Rule::kInterleavedMicrobatches;
+              });
+              if (!v_.empty()) continue;
+              const LayerSplit all = SplitLayers(L, p);
+              for (int vs = 0; vs < pp * v; ++vs) {
+                const StageSlice s = VirtualStageLayers(L, p, vs);
+                ASSERT_EQ(s.layers, all.layers[vs]) << L << " " << pp << " " << v << " " << vs;
+                ASSERT_EQ(s.first_layer, all.first_layer[vs]) << L << " " << pp << " " << vs;
+              }
+              ++checked;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 100);
+}
+
 std::vector<Violation> Check(int layers, const ParallelConfig& p, int64_t gbs = 64) {
   ModelSpec m = ModelPreset("llama3-8b");
   m.num_layers = layers;
