@@ -915,7 +915,8 @@ std::vector<std::string> MegatronArgs(const Plan& plan) {
   // published runs; their flags are not written).
   const CostOptions& o = plan.options;
   if (o.stack == SoftwareStack::kCore) {
-    add("--attention-backend", Name(o.attention));
+    // fp32 has no flash-style kernels: Megatron's default (auto) picks what runs.
+    if (plan.training.precision != Precision::kFp32) add("--attention-backend", Name(o.attention));
     if (o.overlap_grad_reduce) a.push_back("--overlap-grad-reduce");
     if (o.overlap_param_gather) a.push_back("--overlap-param-gather");
     if (o.ddp_bucket_size > 0) add("--ddp-bucket-size", o.ddp_bucket_size);

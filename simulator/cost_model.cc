@@ -192,9 +192,9 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
   // Sends from each stage to the next (index r: r -> r + 1 mod p). The pairs r -> r + 1 share
   // one placement when the ranks between stages fill whole nodes (or more); then time it once.
   std::vector<double> send(pp, 0.0);
+  const int64_t stage_ranks = int64_t{p.tp} * p.dp;
+  const bool same_pairs = stage_ranks % c.gpus_per_node == 0 || stage_ranks >= c.gpus_per_node;
   if (pp > 1) {
-    const int64_t stage_ranks = int64_t{p.tp} * p.dp;
-    const bool same_pairs = stage_ranks % c.gpus_per_node == 0 || stage_ranks >= c.gpus_per_node;
     const double uniform_send =
         same_pairs ? SendTime(c, m, p, precision, options, PipelinePair(p, 0, c.gpus_per_node), tp)
                    : 0;
@@ -396,8 +396,9 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
     st.static_bytes = params * per_param.total() + static_cast<double>(c.gpu.reserved_bytes);
     return st;
   };
-  // The stages between the first and the last are alike when the chunks are: compute one.
-  if (uniform) {
+  // The stages between the first and the last are alike when their layers are (and their
+  // sends, which the overlapped parameter gather's share depends on): compute one.
+  if (same_pairs && MiddleStagesAlike(m, training, p)) {
     est.costs.stages.assign(pp, pp > 2 ? stage_costs(1) : StageCosts{});
     est.costs.stages[0] = stage_costs(0);
     est.costs.stages[pp - 1] = stage_costs(pp - 1);

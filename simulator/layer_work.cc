@@ -470,6 +470,24 @@ bool UniformChunks(const TrainingSpec& training, const ParallelConfig& p) {
   return !UnevenSplit(p) && !bf16_layers && p.recompute_num_layers == 0;
 }
 
+bool MiddleStagesAlike(const ModelSpec& m, const TrainingSpec& training, const ParallelConfig& p) {
+  if (UniformChunks(training, p) || p.pp <= 2) return true;
+  if (training.precision != Precision::kFp8) return true;
+  const VirtualStages stages(m.num_layers, p);
+  int first = 0, last = 0;  // layers of the first and the last pipeline stage
+  for (int c = 0; c < p.virtual_stages; ++c) {
+    first += stages(c * p.pp).layers;
+    last += stages(c * p.pp + p.pp - 1).layers;
+  }
+  // With interleaving a stage's layers are spread over the model: only the first and last
+  // chunks of the model are at its ends.
+  if (p.virtual_stages > 1) {
+    first = stages(0).layers;
+    last = stages(p.pp * p.virtual_stages - 1).layers;
+  }
+  return training.fp8_bf16_layers_at_start <= first && training.fp8_bf16_layers_at_end <= last;
+}
+
 std::vector<ChunkLayers> ChunkLayerKinds(const ModelSpec& m, const TrainingSpec& training,
                                          const ParallelConfig& p) {
   const ChunkKinds kinds(m, training, p);

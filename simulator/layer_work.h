@@ -169,6 +169,11 @@ class ChunkKinds {
 // Whether every virtual stage has the same layers of the same kinds (an even split, no layers
 // kept in bf16 by fp8 training, no block recompute): then virtual stage 0 speaks for all.
 bool UniformChunks(const TrainingSpec& training, const ParallelConfig& parallel);
+// Whether the pipeline stages between the first and the last have the same layers of the same
+// kinds: an uneven split and block recompute differ at the ends only; fp8's bf16 layers do
+// unless they spill past the first or last stage.
+bool MiddleStagesAlike(const ModelSpec& model, const TrainingSpec& training,
+                       const ParallelConfig& parallel);
 
 // Parameters one GPU of the tensor-parallel group holds: a transformer layer (sharded linears,
 // replicated norms and row-parallel biases), the embedding part (the word-embedding shard and

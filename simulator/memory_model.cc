@@ -230,14 +230,18 @@ MemoryEstimate EstimateMemory(const ModelSpec& m, const ClusterSpec& cluster,
     return st;
   };
   const Chunks same = uniform ? chunks_of(0) : Chunks{};
-  const StageMemory middle = uniform && p.pp > 2 ? stage_memory(1, same) : StageMemory{};
+  // The stages between the first and the last are alike when their layers are.
+  const bool alike = MiddleStagesAlike(m, training, p);
+  const Chunks middle_chunks = alike && !uniform && p.pp > 2 ? chunks_of(1) : same;
+  const StageMemory middle = alike && p.pp > 2 ? stage_memory(1, middle_chunks) : StageMemory{};
 
   MemoryEstimate est;
   est.stages.reserve(p.pp);
   double largest = -1;
   for (int r = 0; r < p.pp; ++r) {
-    const Chunks k = uniform ? same : chunks_of(r);
-    StageMemory st = uniform && r > 0 && r < p.pp - 1 ? middle : stage_memory(r, k);
+    const bool inner = alike && r > 0 && r < p.pp - 1;
+    const Chunks k = uniform ? same : inner ? middle_chunks : chunks_of(r);
+    StageMemory st = inner ? middle : stage_memory(r, k);
     st.in_flight = in_flight[r];
     // Every in-flight chunk holds its layers; stage 0's chunk 0 adds the embedding's mask
     // (counted for every in-flight chunk: a bound, off by the few non-first chunks' masks).

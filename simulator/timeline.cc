@@ -207,14 +207,26 @@ std::string TimelineSvg(const PipelineSchedule& s, const SimResult& r, const Tim
       }
     }
   }
-  for (const SimulatedPhase& ph : r.phases) {
+  // Phases; a run of a stage's phases of one name closer than a pixel apart (the buckets of an
+  // overlapped gradient reduction) is one rectangle.
+  for (size_t i = 0; i < r.phases.size();) {
+    const SimulatedPhase& ph = r.phases[i];
+    double end_s = ph.end_s;
+    size_t j = i + 1, parts = 1;
+    for (; j < r.phases.size() && r.phases[j].stage == ph.stage && r.phases[j].name == ph.name &&
+           (r.phases[j].start_s - end_s) * scale < 1;
+         ++j, ++parts) {
+      end_s = r.phases[j].end_s;
+    }
     const bool comm = ph.category == "dp-comm";
     const double y = top + ph.stage * pitch + (comm ? row + 1 : 0);
     svg += fmt::format(
         "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\">"
-        "<title>stage {} {}</title></rect>\n",
-        x(ph.start_s), y, std::max(0.5, (ph.end_s - ph.start_s) * scale), comm ? lane : row,
-        Hex(comm ? kDpComm : kOptimizer), ph.stage, XmlEscape(ph.name));
+        "<title>stage {} {}{}</title></rect>\n",
+        x(ph.start_s), y, std::max(0.5, (end_s - ph.start_s) * scale), comm ? lane : row,
+        Hex(comm ? kDpComm : kOptimizer), ph.stage, XmlEscape(ph.name),
+        parts > 1 ? fmt::format(" ({} buckets)", parts) : "");
+    i = j;
   }
 
   // Time axis.

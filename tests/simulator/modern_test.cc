@@ -172,6 +172,25 @@ TEST(Fp8, LayersKeptInBf16AreCountedPerChunk) {
   EXPECT_EQ(k[3].count[1][0], 4);
 }
 
+TEST(Fp8, Bf16LayersThatSpillPastTheFirstStageMakeTheSecondDiffer) {
+  // 32 layers as 6 + 9 + 9 + 8; the first 7 in bf16: one of them on stage 1.
+  Plan plan = LlamaPlan(4096, 16, 1, 4, 64);
+  plan.training.precision = Precision::kFp8;
+  plan.training.fp8_recipe = Fp8Recipe::kTensorwise;
+  plan.training.fp8_bf16_layers_at_start = 7;
+  plan.parallel.first_stage_layers = 6;
+  plan.parallel.last_stage_layers = 8;
+  EXPECT_FALSE(MiddleStagesAlike(plan.model, plan.training, plan.parallel));
+  const SimulationReport r = SimulatePlan(plan);
+  // Stage 1 has one layer without FP8 weight copies; stage 2 has none in bf16.
+  EXPECT_NEAR(r.memory.stages[2].weights_bytes - r.memory.stages[1].weights_bytes,
+              2 * LayerLinearWeights(plan.model, 1), 1);
+  EXPECT_GT(r.estimate.costs.chunks[1].forward_s, r.estimate.costs.chunks[2].forward_s);
+  EXPECT_NE(r.estimate.costs.stages[1].optimizer_s, r.estimate.costs.stages[2].optimizer_s);
+  plan.training.fp8_bf16_layers_at_start = 6;
+  EXPECT_TRUE(MiddleStagesAlike(plan.model, plan.training, plan.parallel));
+}
+
 TEST(UnevenSplit, ChunksCarryTheirOwnLayers) {
   Plan plan = LlamaPlan(4096, 16, 1, 4, 64);  // 32 layers: 7 + 9 + 9 + 7
   plan.parallel.first_stage_layers = plan.parallel.last_stage_layers = 7;
