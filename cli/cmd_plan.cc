@@ -198,35 +198,6 @@ std::string PlanJson(const PlanRequest& req, const PlanSearchResult& res) {
 
 std::string OnOff(bool b) { return b ? "yes" : "-"; }
 
-std::string ShardingText(const ParallelConfig& p) {
-  switch (p.fsdp) {
-    case Fsdp::kNone:
-      return p.distributed_optimizer ? "dist-opt" : "-";
-    case Fsdp::kOptim:
-      return "fsdp o";
-    case Fsdp::kOptimGrads:
-      return "fsdp o+g";
-    case Fsdp::kOptimGradsParams:
-      return "fsdp o+g+p";
-  }
-  return "?";
-}
-
-// "even", "7+8x14+7", "emb+loss" (in the split), for the table.
-std::string SplitText(const Plan& plan) {
-  const ParallelConfig& p = plan.parallel;
-  if (p.first_stage_layers > 0 || p.last_stage_layers > 0) {
-    const LayerSplit split = SplitLayers(plan.model.num_layers, p);
-    std::vector<int> per_stage(p.pp, 0);
-    for (size_t vs = 0; vs < split.layers.size(); ++vs) per_stage[vs % p.pp] += split.layers[vs];
-    return UnevenSplitText(per_stage);
-  }
-  if (p.account_for_embedding && p.account_for_loss) return "emb+loss";
-  if (p.account_for_embedding) return "emb";
-  if (p.account_for_loss) return "loss";
-  return "even";
-}
-
 std::string PlanTable(const PlanRequest& req, const PlanSearchResult& res) {
   Table t({{"#", Table::Align::kRight},
            {"layout"},

@@ -120,20 +120,23 @@ std::string PlanReportHtml(const PlanRequest& req, const PlanSearchResult& res) 
   } else {
     html +=
         "<h2>Top plans</h2>\n<table><tr><th>#</th><th class=\"l\">layout</th><th>mbs</th>"
-        "<th class=\"l\">schedule</th><th>SP</th><th class=\"l\">recompute</th><th>dist-opt"
-        "</th><th>step (s)</th><th>tokens/s</th><th>TFLOP/s per GPU</th><th>MFU</th><th>"
+        "<th class=\"l\">schedule</th><th>SP</th><th class=\"l\">recompute</th><th "
+        "class=\"l\">sharding</th><th class=\"l\">layers</th><th>step "
+        "(s)</th><th>tokens/s</th><th>TFLOP/s per GPU</th><th>MFU</th><th>"
         "bubble</th><th>peak memory (GB)</th></tr>\n";
     for (size_t i = 0; i < res.plans.size(); ++i) {
       const ParallelConfig& p = res.plans[i].plan.parallel;
       const SimulationReport& r = res.plans[i].report;
       html += fmt::format(
           "<tr><td>{}</td><td class=\"l\">TP {} x PP {} x DP {}</td><td>{}</td><td class=\"l\">"
-          "{}{}</td><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{:.3f}</td><td>{}</td>"
+          "{}{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td "
+          "class=\"l\">{}</td>"
+          "<td>{:.3f}</td><td>{}</td>"
           "<td>{:.1f}</td><td>{:.1f}%</td><td>{:.1f}%</td><td>{:.1f}</td></tr>\n",
           i + 1, p.tp, p.pp, p.dp, p.micro_batch_size, Name(p.schedule),
           p.schedule == Schedule::kInterleaved ? fmt::format(" v={}", p.virtual_stages) : "",
-          p.sequence_parallel ? "yes" : "-", Name(p.recompute),
-          p.distributed_optimizer ? "yes" : "-", r.step_time_s,
+          p.sequence_parallel ? "yes" : "-", Name(p.recompute), ShardingText(p),
+          SplitText(res.plans[i].plan), r.step_time_s,
           GroupThousands(static_cast<int64_t>(r.tokens_per_s)), r.model_tflops_per_gpu, 100 * r.mfu,
           100 * r.bubble_fraction, r.peak_memory_bytes / 1e9);
     }

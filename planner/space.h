@@ -22,6 +22,7 @@
 
 #include "core/model_spec.h"
 #include "core/parallel_config.h"
+#include "core/plan.h"
 #include "core/training_spec.h"
 
 namespace ptdp {
@@ -69,6 +70,11 @@ int64_t EnumerateConfigs(const ModelSpec& model, const TrainingSpec& training, i
 
 // "tp 2 x pp 4 x dp 1, mbs 4, 1f1b, sp, selective recompute, dist-opt": one line for people.
 std::string Describe(const ParallelConfig& p);
+
+// For tables: "-", "dist-opt", "fsdp o+g", "fsdp o+g+p"; and the layer split: "even",
+// "7+8x14+7" (layers per stage), "emb+loss" (counted as layers).
+std::string ShardingText(const ParallelConfig& p);
+std::string SplitText(const Plan& plan);
 
 // Parses one --fix value ("tp=8", "schedule=interleaved", "sp=on") into `c`; an unknown key or
 // bad value throws InputError naming --fix.
