@@ -16,6 +16,7 @@ namespace {
 
 struct PassTimes {
   double compute = 0, comm = 0, overhead = 0;
+  double comm_hidden = 0;  // collective time pipelined away with --tp-comm-overlap
   double total() const { return compute + comm + overhead; }
   // Each kernel's and each collective's own time (the collective's exposed part), for the
   // async overlap below.
@@ -44,7 +45,9 @@ PassTimes Times(const KernelTimer& timer, const ClusterSpec& c, const PassWork& 
   for (int i = 0; i < pass.num_comm; ++i) {
     t.comm_s[i] = CollectiveTime(c, pass.comm[i].collective, pass.comm[i].bytes, tp);
     if (pass.overlap_with[i] >= 0) {
-      t.comm_s[i] = std::max(0.0, t.comm_s[i] - t.work_s[pass.overlap_with[i]]);
+      const double exposed = std::max(0.0, t.comm_s[i] - t.work_s[pass.overlap_with[i]]);
+      t.comm_hidden += t.comm_s[i] - exposed;
+      t.comm_s[i] = exposed;
     }
     t.comm += t.comm_s[i];
   }
@@ -117,6 +120,7 @@ double SendTime(const ClusterSpec& c, const ModelSpec& m, const ParallelConfig& 
 struct LayerCost {
   double forward = 0, backward_input = 0, backward_weight = 0;
   double compute = 0, comm = 0, overhead = 0, recompute = 0;
+  double comm_hidden = 0;  // TP collectives' time hidden by --tp-comm-overlap
   double activation_bytes = 0, weight_grad_activation_bytes = 0;
 };
 
@@ -141,6 +145,7 @@ LayerCost CostOfLayer(const ModelSpec& m, const ClusterSpec& c, const TrainingSp
   k.overhead = lf.overhead + lr.overhead + lb.overhead + lw.overhead;
   k.compute = lf.compute + lr.compute + lb.compute + lw.compute + k.overhead;
   k.comm = lf.comm + lr.comm + lb.comm + lw.comm - async_hidden;
+  k.comm_hidden = lf.comm_hidden + lr.comm_hidden + lb.comm_hidden + lw.comm_hidden;
   k.recompute = lr.total();
   k.activation_bytes = LayerActivationBytes(m, p, precision, options, bf16_layer);
   k.weight_grad_activation_bytes = LayerWeightGradActivationBytes(m, p, precision, bf16_layer);
@@ -265,6 +270,7 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
             s.overhead += n * l.overhead;
             s.comm += n * l.comm;
             s.recompute += n * l.recompute;
+            s.comm_hidden += n * l.comm_hidden;
             sums.params += n * layer_params;
           }
         }
@@ -280,6 +286,7 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
       br.overhead_s += s.overhead;
       br.tp_comm_s += s.comm;
       br.recompute_s += s.recompute;
+      br.tp_comm_hidden_s += s.comm_hidden;
       double chunk_params = sums.params;
       ch.send_forward_s = last ? 0 : send[r];
       ch.send_backward_s = first ? 0 : send[r == 0 ? pp - 1 : r - 1];

@@ -47,13 +47,14 @@ namespace ptdp {
 
 // Per pipeline stage and per micro-batch (all its chunks): where the time of F, B and W goes.
 struct StageBreakdown {
-  double compute_s = 0;     // kernels (GEMMs and memory-bound), including recomputation
-  double tp_comm_s = 0;     // tensor-parallel collectives inside F, B and W (their exposed part)
-  double pp_comm_s = 0;     // sends of activations and gradients (whether or not they block)
-  double recompute_s = 0;   // the part of compute_s + tp_comm_s that recomputation adds
-  double overhead_s = 0;    // the part of compute_s the GPU waits for the host (launch-bound)
-  double dp_comm_s = 0;     // Megatron-FSDP's per-layer gathers and reduce-scatters (busy)
-  double dp_exposed_s = 0;  // the part of them F, B and W wait for
+  double compute_s = 0;  // kernels (GEMMs and memory-bound), including recomputation
+  double tp_comm_s = 0;  // tensor-parallel collectives inside F, B and W (their exposed part)
+  double tp_comm_hidden_s = 0;  // and the part --tp-comm-overlap pipelines behind the GEMMs
+  double pp_comm_s = 0;         // sends of activations and gradients (whether or not they block)
+  double recompute_s = 0;       // the part of compute_s + tp_comm_s that recomputation adds
+  double overhead_s = 0;        // the part of compute_s the GPU waits for the host (launch-bound)
+  double dp_comm_s = 0;         // Megatron-FSDP's per-layer gathers and reduce-scatters (busy)
+  double dp_exposed_s = 0;      // the part of them F, B and W wait for
 };
 
 struct StepEstimate {

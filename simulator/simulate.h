@@ -20,9 +20,10 @@ namespace ptdp {
 // (overlapped sends, an overlapped gradient reduction) is counted too, so the parts can add up
 // to more than the step.
 struct StepBreakdown {
-  double compute_s = 0;     // kernels, recomputation included, all micro-batches
-  double tp_comm_s = 0;     // tensor-parallel collectives inside F, B, W
-  double pp_comm_s = 0;     // pipeline sends
+  double compute_s = 0;         // kernels, recomputation included, all micro-batches
+  double tp_comm_s = 0;         // tensor-parallel collectives inside F, B, W, exposed
+  double tp_comm_hidden_s = 0;  // and what --tp-comm-overlap hides behind their GEMMs
+  double pp_comm_s = 0;         // pipeline sends
   double dp_comm_s = 0;     // gradient reduction, embedding sync, parameter gather (largest stage),
                             // Megatron-FSDP's per-layer gathers and reduce-scatters
   double dp_exposed_s = 0;  // the part of dp_comm_s the step waits for (largest stage); the rest

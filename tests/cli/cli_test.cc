@@ -669,3 +669,35 @@ TEST(CliModern, ReplaysTheMegatronBridgeRuns) {
 
 }  // namespace
 }  // namespace ptdp::cli
+
+namespace ptdp::cli {
+namespace {
+
+// The case: the best Llama 3 70B plans on 64 H100s, in bf16 and in FP8, are written as
+// Megatron flags that `check` accepts (exit 0, no error), and FP8 is the faster.
+TEST(CliModern, TheBestPlansFlagsPassCheck) {
+  double step[2] = {0, 0};
+  int i = 0;
+  for (const char* precision : {"bf16", "fp8"}) {
+    const Result plan =
+        Cli({"plan", "--model", "llama3-70b", "--cluster", "dgx-h100", "--gpus", "64",
+             "--global-batch", "1024", "--precision", precision, "--top", "1", "--format", "json"});
+    ASSERT_EQ(plan.code, kExitOk) << plan.err;
+    const YAML::Node best = YAML::Load(plan.out)["plans"][0];
+    step[i++] = best["step_time_s"].as<double>();
+    if (std::string(precision) == "bf16") EXPECT_GE(best["mfu"].as<double>(), 0.35);
+    const std::string flags = best["megatron_args"].as<std::string>();
+    std::vector<std::string> args = {"check",        "--gpus", "64",     "--cluster",
+                                     "dgx-h100",     "--",     "python", "pretrain_gpt.py",
+                                     "--vocab-size", "128256"};
+    std::istringstream words(flags);
+    for (std::string w; words >> w;) args.push_back(w);
+    const Result check = Cli(args);
+    EXPECT_EQ(check.code, kExitOk) << check.out << check.err;
+    EXPECT_EQ(check.out.find("would refuse"), std::string::npos) << check.out;
+  }
+  EXPECT_LT(step[1], step[0]);
+}
+
+}  // namespace
+}  // namespace ptdp::cli

@@ -265,8 +265,17 @@ TEST(Overlap, TensorParallelCommunicationPipelinedWithItsGemms) {
   plan.options.tp_comm_overlap = true;
   const SimulationReport overlapped = SimulatePlan(plan);
   EXPECT_LT(overlapped.breakdown.tp_comm_s, 0.5 * plain.breakdown.tp_comm_s);
+  EXPECT_EQ(plain.breakdown.tp_comm_hidden_s, 0);
+  // What is exposed plus what is hidden is the collectives' whole time (userbuffers replace
+  // the asynchronous input-gradient reduction, so compare with it off).
+  plan.options.tp_comm_overlap = false;
+  plan.options.async_tensor_parallel_allreduce = false;
+  const SimulationReport blocking = SimulatePlan(plan);
+  EXPECT_NEAR(overlapped.breakdown.tp_comm_s + overlapped.breakdown.tp_comm_hidden_s,
+              blocking.breakdown.tp_comm_s, 1e-9 * blocking.breakdown.tp_comm_s);
   EXPECT_DOUBLE_EQ(overlapped.breakdown.compute_s, plain.breakdown.compute_s);
   // Each of the forward's four collectives is paired with the GEMM next to it.
+  plan.options.tp_comm_overlap = true;
   const LayerWork w =
       TransformerLayerWork(plan.model, plan.parallel, Precision::kBf16, plan.options);
   for (int i = 0; i < w.forward.num_comm; ++i) {
