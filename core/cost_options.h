@@ -138,15 +138,10 @@ inline CostOptions Megatron2022Options() {
 // input-gradient all-reduce is async; the fused softmax takes sk <= 2048
 // (megatron/model/fused_softmax.py).
 inline CostOptions MegatronDeepSpeedOptions() {
-  return {.stack = SoftwareStack::kMegatronDeepSpeed,
-          .attention = AttentionBackend::kUnfused,
-          .overlap_grad_reduce = false,
-          .overlap_p2p_communication = false,
-          .accumulate_allreduce_grads_in_fp32 = false,
-          .gradient_accumulation_fusion = false,
-          .scatter_gather_tensors_in_pipeline = true,
-          .fused_softmax_max_seq_length = 2048,
-          .async_tensor_parallel_allreduce = true};
+  CostOptions o = Megatron2021Options();
+  o.stack = SoftwareStack::kMegatronDeepSpeed;
+  o.async_tensor_parallel_allreduce = true;
+  return o;
 }
 
 // The preset of a stack.
