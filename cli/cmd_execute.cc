@@ -237,6 +237,13 @@ int RunAsRank(std::string_view command, const Plan& plan, const ExecuteOptions& 
         log << fmt::format("note: the CPU path computes in {}, not the plan's {}\n",
                            Name(opts.dtype), Name(plan.training.precision));
       }
+      if (plan.options.attention != AttentionBackend::kUnfused &&
+          plan.training.precision != Precision::kFp32) {
+        log << fmt::format(
+            "note: the CPU path's attention keeps the scores in memory (unfused), not the plan's "
+            "{} kernel; the arithmetic is the same\n",
+            Name(plan.options.attention));
+      }
       if (p.fsdp != Fsdp::kNone) {
         log << fmt::format(
             "note: the CPU path shards only the optimizer state (the distributed optimizer), "

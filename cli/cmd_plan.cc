@@ -106,6 +106,7 @@ ParallelConfig ReadLayout(const Flags& flags, const std::string& text, int64_t g
   p.sequence_parallel = c.sequence_parallel.value_or(false);
   p.recompute = c.recomputes.size() == 1 ? c.recomputes.front() : Recompute::kNone;
   p.distributed_optimizer = c.distributed_optimizer.value_or(false);
+  p.fsdp = c.fsdp.value_or(Fsdp::kNone);
   return p;
 }
 
