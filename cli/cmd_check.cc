@@ -86,8 +86,8 @@ int RunCheck(const Flags& flags, std::ostream& out, std::ostream&) {
 
   const ParallelConfig& p = c.parallel;
   out << fmt::format(
-      "\nLayout: TP {} x PP {} x DP {}, micro-batch {}, global batch {}{}, {}{}{}{}, {}\n", p.tp,
-      p.pp, p.dp, p.micro_batch_size, c.training.global_batch_size,
+      "\nLayout: {}, micro-batch {}, global batch {}{}, {}{}{}{}, {}\n", SizesText(p),
+      p.micro_batch_size, c.training.global_batch_size,
       report.microbatches > 0 ? fmt::format(" (m = {})", report.microbatches) : "",
       Name(p.schedule),
       p.schedule == Schedule::kInterleaved ? fmt::format(" v={}", p.virtual_stages) : "",

@@ -38,10 +38,12 @@ void AddPlanOptions(po::options_description& o) {
       "write a self-contained HTML report (table, chart, timeline, rejections)")(
       "explain", po::bool_switch(), "count the rejections per rule, with an example each")(
       "fix", po::value<std::vector<std::string>>()->composing()->value_name("KEY=VALUE"),
-      "fix a knob (repeatable): tp, pp, dp, mbs, v, schedule, sp, recompute, dist-opt, fsdp "
-      "(none | optim | optim_grads | optim_grads_params), uneven (on | off)")(
-      "max-tp", po::value<std::string>()->value_name("T"), "largest tensor-parallel size")(
+      "fix a knob (repeatable): tp, cp, cp-comm (p2p | a2a | allgather), pp, dp, mbs, v, "
+      "schedule, sp, recompute, dist-opt, fsdp (none | optim | optim_grads | "
+      "optim_grads_params), uneven (on | off)")("max-tp", po::value<std::string>()->value_name("T"),
+                                                "largest tensor-parallel size")(
       "max-pp", po::value<std::string>()->value_name("P"), "largest pipeline-parallel size")(
+      "max-cp", po::value<std::string>()->value_name("C"), "largest context-parallel size")(
       "max-micro-batch", po::value<std::string>()->value_name("b"), "largest micro-batch size")(
       "memory-headroom", po::value<std::string>()->value_name("X"),
       "memory each plan must leave free: a fraction (0.1) or a percentage (10%)")(
@@ -92,10 +94,12 @@ ParallelConfig ReadLayout(const Flags& flags, const std::string& text, int64_t g
     start = comma + 1;
   }
   if (!c.tp || !c.pp) flags.Fail("compare", "needs at least tp= and pp=");
-  ParallelConfig p{.tp = *c.tp, .pp = *c.pp};
-  const int64_t model = int64_t{p.tp} * p.pp;
+  ParallelConfig p{.tp = *c.tp, .pp = *c.pp, .cp = c.cp.value_or(1)};
+  if (c.cp_comms.size() == 1) p.cp_comm = c.cp_comms.front();
+  const int64_t model = int64_t{p.tp} * p.pp * p.cp;
   if (gpus % model != 0) {
-    flags.Fail("compare", fmt::format("tp x pp = {} does not divide the {} GPUs", model, gpus));
+    flags.Fail("compare", fmt::format("tp x pp{} = {} does not divide the {} GPUs",
+                                      p.cp > 1 ? " x cp" : "", model, gpus));
   }
   p.dp = static_cast<int>(gpus / model);
   p.micro_batch_size = c.micro_batch_size.value_or(1);
@@ -116,6 +120,7 @@ PlanRequest ReadRequest(const Flags& flags, std::string& reference_label) {
   for (const std::string& fix : flags.Strings("fix")) ApplyFix(fix, req.constraints);
   req.constraints.max_tp = static_cast<int>(flags.OptionalPositiveInt("max-tp").value_or(0));
   req.constraints.max_pp = static_cast<int>(flags.OptionalPositiveInt("max-pp").value_or(0));
+  req.constraints.max_cp = static_cast<int>(flags.OptionalPositiveInt("max-cp").value_or(0));
   req.constraints.max_micro_batch_size =
       static_cast<int>(flags.OptionalPositiveInt("max-micro-batch").value_or(0));
   if (flags.Switch("no-recompute")) req.constraints.recomputes = {Recompute::kNone};
@@ -152,15 +157,16 @@ PlanRequest ReadRequest(const Flags& flags, std::string& reference_label) {
 std::string PlanJsonEntry(const RankedPlan& r) {
   const ParallelConfig& p = r.plan.parallel;
   return fmt::format(
-      "{{\"tp\": {}, \"pp\": {}, \"dp\": {}, \"micro_batch\": {}, \"schedule\": \"{}\", "
+      "{{\"tp\": {}, \"cp\": {}, \"cp_comm\": \"{}\", \"pp\": {}, \"dp\": {}, \"micro_batch\": {}, "
+      "\"schedule\": \"{}\", "
       "\"virtual_stages\": {}, \"sequence_parallel\": {}, \"recompute\": \"{}\", "
       "\"distributed_optimizer\": {}, \"fsdp\": \"{}\", \"first_stage_layers\": {}, "
       "\"last_stage_layers\": {}, \"account_for_embedding\": {}, \"account_for_loss\": {}, "
       "\"megatron_args\": {},\n   {}}}",
-      p.tp, p.pp, p.dp, p.micro_batch_size, Name(p.schedule), p.virtual_stages, p.sequence_parallel,
-      Name(p.recompute), p.distributed_optimizer, Name(p.fsdp), p.first_stage_layers,
-      p.last_stage_layers, p.account_for_embedding, p.account_for_loss,
-      JsonString(MegatronArgsLine(r.plan)), SimulationJsonMembers(r.report, 3));
+      p.tp, p.cp, Name(p.cp_comm), p.pp, p.dp, p.micro_batch_size, Name(p.schedule),
+      p.virtual_stages, p.sequence_parallel, Name(p.recompute), p.distributed_optimizer,
+      Name(p.fsdp), p.first_stage_layers, p.last_stage_layers, p.account_for_embedding,
+      p.account_for_loss, JsonString(MegatronArgsLine(r.plan)), SimulationJsonMembers(r.report, 3));
 }
 
 std::string PlanJson(const PlanRequest& req, const PlanSearchResult& res) {
@@ -219,8 +225,7 @@ std::string PlanTable(const PlanRequest& req, const PlanSearchResult& res) {
   for (size_t i = 0; i < res.plans.size(); ++i) {
     const ParallelConfig& p = res.plans[i].plan.parallel;
     const SimulationReport& r = res.plans[i].report;
-    t.AddRow({std::to_string(i + 1), fmt::format("TP {} x PP {} x DP {}", p.tp, p.pp, p.dp),
-              std::to_string(p.micro_batch_size),
+    t.AddRow({std::to_string(i + 1), SizesText(p), std::to_string(p.micro_batch_size),
               p.schedule == Schedule::kInterleaved
                   ? fmt::format("interleaved v={}", p.virtual_stages)
                   : std::string(Name(p.schedule)),

@@ -29,6 +29,10 @@ void AddSimulateOptions(po::options_description& o) {
   AddWorkloadOptions(o, /*example_defaults=*/false);
   o.add_options()("tp", po::value<std::string>()->value_name("T"), "tensor-parallel size")(
       "pp", po::value<std::string>()->value_name("P"), "pipeline-parallel size")(
+      "cp", po::value<std::string>()->value_name("C"),
+      "context-parallel size (default 1; Megatron's --context-parallel-size)")(
+      "cp-comm", po::value<std::string>()->value_name("S"),
+      "context parallelism's exchange: p2p (ring attention, the default) | a2a | allgather")(
       "micro-batch", po::value<std::string>()->value_name("b"), "micro-batch size (default 1)")(
       "virtual-stages", po::value<std::string>()->value_name("v"),
       "model chunks per pipeline rank (interleaved)")(
@@ -68,6 +72,8 @@ void AddSimulateOptions(po::options_description& o) {
 std::string_view FlagFor(std::string_view key) {
   if (key == "tp") return "tp";
   if (key == "pp") return "pp";
+  if (key == "cp") return "cp";
+  if (key == "cp_comm") return "cp-comm";
   if (key == "dp") return "gpus";
   if (key == "global_batch_size") return "global-batch";
   if (key == "virtual_stages") return "virtual-stages";
@@ -94,11 +100,15 @@ Plan PlanFromFlags(const Flags& flags) {
   ParallelConfig& p = plan.parallel;
   p.tp = static_cast<int>(flags.PositiveInt("tp"));
   p.pp = static_cast<int>(flags.PositiveInt("pp"));
-  const int64_t model_size = int64_t{p.tp} * p.pp;
+  p.cp = static_cast<int>(flags.OptionalPositiveInt("cp").value_or(1));
+  p.cp_comm = flags.Enum("cp-comm", kCpCommNames, CpComm::kP2p);
+  const int64_t model_size = int64_t{p.tp} * p.pp * p.cp;
   if (w.gpus % model_size != 0) {
-    flags.Fail("gpus", fmt::format("world size ({}) is not divisible by total model size (tp {} "
-                                   "x pp {} = {})",
-                                   w.gpus, p.tp, p.pp, model_size));
+    flags.Fail(
+        "gpus",
+        fmt::format("world size ({}) is not divisible by total_model_size (tp {} x pp {}{} "
+                    "= {})",
+                    w.gpus, p.tp, p.pp, p.cp > 1 ? fmt::format(" x cp {}", p.cp) : "", model_size));
   }
   p.dp = static_cast<int>(w.gpus / model_size);
   p.micro_batch_size = static_cast<int>(flags.OptionalPositiveInt("micro-batch").value_or(1));
@@ -119,7 +129,9 @@ Plan PlanFromFlags(const Flags& flags) {
   p.account_for_embedding = flags.Switch("account-for-embedding-in-pipeline-split");
   p.account_for_loss = flags.Switch("account-for-loss-in-pipeline-split");
   p.recompute_num_layers = layers("recompute-num-layers");
-  const std::vector<Violation> v = CheckParallelConfig(plan.model, plan.training, p, w.gpus);
+  plan.options = ReadCostOptions(flags, plan.options);
+  const std::vector<Violation> v =
+      CheckParallelConfig(plan.model, plan.training, p, w.gpus, plan.options);
   if (!v.empty()) flags.Fail(FlagFor(v.front().key), v.front().message, v.front().hint);
   return plan;
 }
@@ -127,11 +139,26 @@ Plan PlanFromFlags(const Flags& flags) {
 int RunSimulate(const Flags& flags, std::ostream& out, std::ostream&) {
   Plan plan;
   if (auto path = flags.OptionalString("plan")) {
-    for (const char* other :
-         {"model", "cluster", "gpus", "global-batch", "tp", "pp", "micro-batch", "virtual-stages",
-          "schedule", "recompute", "seq-length", "fsdp", "decoder-first-pipeline-num-layers",
-          "decoder-last-pipeline-num-layers", "recompute-num-layers", "fp8-recipe",
-          "num-layers-at-start-in-bf16", "num-layers-at-end-in-bf16"}) {
+    for (const char* other : {"model",
+                              "cluster",
+                              "gpus",
+                              "global-batch",
+                              "tp",
+                              "pp",
+                              "cp",
+                              "cp-comm",
+                              "micro-batch",
+                              "virtual-stages",
+                              "schedule",
+                              "recompute",
+                              "seq-length",
+                              "fsdp",
+                              "decoder-first-pipeline-num-layers",
+                              "decoder-last-pipeline-num-layers",
+                              "recompute-num-layers",
+                              "fp8-recipe",
+                              "num-layers-at-start-in-bf16",
+                              "num-layers-at-end-in-bf16"}) {
       if (flags.Has(other)) flags.Fail(other, "cannot be combined with --plan");
     }
     plan = LoadPlanFile(*path);
@@ -140,6 +167,15 @@ int RunSimulate(const Flags& flags, std::ostream& out, std::ostream&) {
   }
   const Format format = flags.Enum("format", kFormats, Format::kTable);
   plan.options = ReadCostOptions(flags, plan.options);
+  // The options given as flags may break a rule the plan file kept (an attention backend
+  // context parallelism cannot use).
+  if (const std::vector<Violation> v = CheckParallelConfig(plan.model, plan.training, plan.parallel,
+                                                           plan.num_gpus, plan.options);
+      !v.empty()) {
+    flags.Fail(
+        v.front().rule == Rule::kContextParallel ? "attention-backend" : FlagFor(v.front().key),
+        v.front().message, v.front().hint);
+  }
   const SimulationReport report = SimulatePlan(plan);
 
   if (auto path = flags.OptionalString("svg")) {
@@ -182,7 +218,8 @@ const Command kSimulateCommand{
     .summary = "simulate one configuration operation by operation",
     .usage =
         "ptdp simulate --plan plan.yaml | (--model M --cluster C --gpus N --global-batch B\n"
-        "                     --tp T --pp P [--micro-batch b] [--virtual-stages v]\n"
+        "                     --tp T --pp P [--cp C [--cp-comm p2p|a2a|allgather]]\n"
+        "                     [--micro-batch b] [--virtual-stages v]\n"
         "                     [--schedule gpipe|1f1b|interleaved|zb-h1] [--sequence-parallel]\n"
         "                     [--recompute none|selective|full] [--distributed-optimizer])\n"
         "                     [--format table|json] [--trace out.json] [--svg out.svg]",

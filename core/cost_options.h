@@ -165,4 +165,10 @@ inline int GradientBytes(Precision precision, const CostOptions& options) {
   return precision != Precision::kFp16 || options.accumulate_allreduce_grads_in_fp32 ? 4 : 2;
 }
 
+// Whether the core attention runs as a flash-style kernel: the backend is flash or fused and
+// the precision 16-bit (fp32 has no flash kernels; Megatron's auto backend falls back).
+inline bool FlashStyleAttention(Precision precision, const CostOptions& options) {
+  return options.attention != AttentionBackend::kUnfused && precision != Precision::kFp32;
+}
+
 }  // namespace ptdp

@@ -535,6 +535,7 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
   ParallelConfig& p = c.parallel;
   p.tp = ToInt(r.Int("--tensor-model-parallel-size").value_or(1));
   p.pp = ToInt(r.Int("--pipeline-model-parallel-size").value_or(1));
+  p.cp = ToInt(r.Int("--context-parallel-size").value_or(1));
   p.dp = 1;
   if (auto mbs = r.Int("--micro-batch-size")) {
     p.micro_batch_size = ToInt(*mbs);
@@ -544,6 +545,7 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
   }
   for (auto [flag, value] : {std::pair{"--tensor-model-parallel-size", p.tp},
                              {"--pipeline-model-parallel-size", p.pp},
+                             {"--context-parallel-size", p.cp},
                              {"--micro-batch-size", p.micro_batch_size}}) {
     if (value <= 0) {
       r.Add(Severity::kError, flag, fmt::format("{} must be positive, got {}", flag, value), "");
@@ -551,6 +553,50 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
   }
   p.tp = std::max(p.tp, 1);
   p.pp = std::max(p.pp, 1);
+  p.cp = std::max(p.cp, 1);
+  // --cp-comm-type: one type for every layer, or one per layer (ptdp models one for all).
+  if (const auto* a = r.Last("--cp-comm-type"); a != nullptr && !a->values.empty()) {
+    const std::string& first = a->values.front();
+    const bool hierarchical = r.Has("--hierarchical-context-parallel-sizes");
+    for (const std::string& type : a->values) {
+      if (type != "p2p" && type != "a2a" && type != "allgather" && type != "all_gather" &&
+          type != "a2a+p2p") {
+        r.Add(Severity::kError, "--cp-comm-type",
+              fmt::format("cp_comm_type '{}' is not one of p2p, a2a, allgather, a2a+p2p", type),
+              "");
+      } else if (type == "a2a+p2p" && !hierarchical) {
+        r.Add(Severity::kError, "--cp-comm-type",
+              "--hierarchical-context-parallel-sizes must be set when a2a+p2p is used in cp comm",
+              "add --hierarchical-context-parallel-sizes A B with A x B the context-parallel "
+              "size, or use p2p");
+      }
+    }
+    if (a->values.size() > 1 && a->values.size() != static_cast<size_t>(m.num_layers) &&
+        m.num_layers > 0) {
+      r.Add(Severity::kError, "--cp-comm-type",
+            fmt::format("Length of cp_comm_type ({}) should equal to the total number of "
+                        "transformer layers ({})",
+                        a->values.size(), m.num_layers),
+            "give one type for all layers");
+    } else if (std::any_of(a->values.begin(), a->values.end(),
+                           [&](const std::string& t) { return t != first; })) {
+      r.Add(Severity::kWarning, "--cp-comm-type",
+            fmt::format("ptdp models one context-parallel exchange for all layers: simulated "
+                        "with the first layer's ({})",
+                        first),
+            "");
+    }
+    if (first == "a2a") {
+      p.cp_comm = CpComm::kA2a;
+    } else if (first == "allgather" || first == "all_gather") {
+      p.cp_comm = CpComm::kAllGather;
+    } else if (first == "a2a+p2p" && hierarchical) {
+      r.Add(Severity::kWarning, "--cp-comm-type",
+            "ptdp does not model the hierarchical a2a+p2p exchange yet: simulated as p2p over "
+            "the whole context-parallel group",
+            "");
+    }
+  }
   p.micro_batch_size = std::max(p.micro_batch_size, 1);
   const auto per_vstage = r.Int("--num-layers-per-virtual-pipeline-stage");
   const auto vstages = r.Int("--num-virtual-stages-per-pipeline-rank");
@@ -738,7 +784,7 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
           "is enabled",
           "add --sequence-parallel");
   }
-  for (const char* flag : {"--context-parallel-size", "--expert-model-parallel-size"}) {
+  for (const char* flag : {"--expert-model-parallel-size"}) {
     if (r.Int(flag).value_or(1) > 1) {
       r.Add(Severity::kWarning, flag, fmt::format("ptdp does not model {} > 1 yet", flag), "");
     }
@@ -839,7 +885,7 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
 void ResolveWorldSize(MegatronCommand& c, int64_t world) {
   c.world_size = world;
   ParallelConfig& p = c.parallel;
-  const int64_t model = int64_t{p.tp} * p.pp;
+  const int64_t model = int64_t{p.tp} * p.pp * p.cp;
   if (world % model != 0) {
     // CheckParallelConfig reports it, in Megatron's words; dp stays 1 meanwhile.
     if (c.training.global_batch_size == 0) c.training.global_batch_size = p.micro_batch_size;
@@ -878,6 +924,10 @@ std::vector<std::string> MegatronArgs(const Plan& plan) {
   };
   add("--tensor-model-parallel-size", p.tp);
   add("--pipeline-model-parallel-size", p.pp);
+  if (p.cp > 1) {
+    add("--context-parallel-size", p.cp);
+    add("--cp-comm-type", Name(p.cp_comm));
+  }
   if (p.first_stage_layers > 0) add("--decoder-first-pipeline-num-layers", p.first_stage_layers);
   if (p.last_stage_layers > 0) add("--decoder-last-pipeline-num-layers", p.last_stage_layers);
   if (p.account_for_embedding) a.push_back("--account-for-embedding-in-pipeline-split");

@@ -7,10 +7,12 @@
 // counts violations by Rule; `check` and the plan-file reader print their messages.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "core/cost_options.h"
 #include "core/model_spec.h"
 #include "core/parallel_config.h"
 #include "core/training_spec.h"
@@ -18,7 +20,7 @@
 namespace ptdp {
 
 enum class Rule {
-  kWorldSize,                      // tp * pp * dp == number of GPUs
+  kWorldSize,                      // tp * cp * pp * dp == number of GPUs
   kGlobalBatchDivisible,           // GBS % (MBS * DP) == 0
   kHeadsDivisibleByTp,             // num_attention_heads % TP == 0
   kQueryGroupsVsTp,                // num_query_groups % TP == 0 or TP % num_query_groups == 0
@@ -28,11 +30,14 @@ enum class Rule {
   kInterleavedNeedsPp,             // interleaved needs PP > 2
   kInterleavedMicrobatches,        // interleaved needs m >= PP and m % PP == 0
   kSequenceParallelNeedsTp,        // --sequence-parallel needs TP > 1
+  kContextParallel,                // CP > 1: seq % (2 CP), TE attention, a2a's heads % CP
+  kSequenceSplitByTp,              // sequence parallel: (seq / CP) % TP == 0
   kRecomputeNumLayers,             // --recompute-num-layers (block method) needs full recompute
   kFsdpNeedsDistributedOptimizer,  // Megatron-FSDP v1 runs the distributed optimizer
   kFp8Options,                     // --first-last-layers-bf16 counts, --fp8-param-gather
   kScheduleVirtualStages,          // ptdp: interleaved <=> virtual_stages > 1
 };
+inline constexpr int kNumRules = static_cast<int>(Rule::kScheduleVirtualStages) + 1;
 
 // Short stable identifier ("heads-divisible-by-tp"), for JSON output and rejection counts.
 std::string_view RuleId(Rule rule);
@@ -45,8 +50,16 @@ struct Violation {
 };
 
 // All rules the configuration breaks, in the order Megatron checks them. Sizes must already be
-// positive (the parsers guarantee it).
+// positive (the parsers guarantee it). `options` matters for context parallelism only (it
+// needs a flash-style attention backend).
 std::vector<Violation> CheckParallelConfig(const ModelSpec& model, const TrainingSpec& training,
-                                           const ParallelConfig& parallel, int64_t num_gpus);
+                                           const ParallelConfig& parallel, int64_t num_gpus,
+                                           const CostOptions& options = {});
+
+// The first rule CheckParallelConfig would report, without formatting any message (the
+// planner's hot path); nullopt when the configuration is valid.
+std::optional<Rule> FirstBrokenRule(const ModelSpec& model, const TrainingSpec& training,
+                                    const ParallelConfig& parallel, int64_t num_gpus,
+                                    const CostOptions& options = {});
 
 }  // namespace ptdp

@@ -19,6 +19,18 @@ enum class Recompute { kNone, kSelective, kFull };
 // optim_grads_params: and the parameters (all-gathered per layer before its forward and again
 // before its backward, ZeRO-3 / FSDP style).
 enum class Fsdp { kNone, kOptim, kOptimGrads, kOptimGradsParams };
+// Context parallelism's exchange (--cp-comm-type, Transformer Engine's attention with context
+// parallelism): each of the cp ranks holds s / cp tokens of every sequence (two of the 2 cp
+// chunks, i and 2 cp - 1 - i, so that the causal work is balanced), and the attention needs the
+// others' keys and values:
+//  - p2p: ring attention; cp steps, in each the local queries attend to one key/value block
+//    while the next block is passed on around the ring (the backward passes the blocks and
+//    their gradients);
+//  - a2a: all-to-alls over the heads (DeepSpeed-Ulysses): before the attention each rank
+//    trades its tokens of all heads for all tokens of a 1/cp of the heads, and back after;
+//  - allgather: the keys and values are all-gathered before the attention, their gradients
+//    reduce-scattered after its backward.
+enum class CpComm { kP2p, kA2a, kAllGather };
 
 inline constexpr EnumName<Schedule> kScheduleNames[] = {{"gpipe", Schedule::kGpipe},
                                                         {"1f1b", Schedule::k1F1B},
@@ -31,16 +43,22 @@ inline constexpr EnumName<Fsdp> kFsdpNames[] = {{"none", Fsdp::kNone},
                                                 {"optim_grads", Fsdp::kOptimGrads},
                                                 {"optim_grads_params", Fsdp::kOptimGradsParams}};
 
+inline constexpr EnumName<CpComm> kCpCommNames[] = {
+    {"p2p", CpComm::kP2p}, {"a2a", CpComm::kA2a}, {"allgather", CpComm::kAllGather}};
+
 inline std::string_view Name(Schedule s) { return NameOf<Schedule>(kScheduleNames, s); }
 inline std::string_view Name(Recompute r) { return NameOf<Recompute>(kRecomputeNames, r); }
 inline std::string_view Name(Fsdp f) { return NameOf<Fsdp>(kFsdpNames, f); }
+inline std::string_view Name(CpComm c) { return NameOf<CpComm>(kCpCommNames, c); }
 
 struct ParallelConfig {
-  int tp = 1;                // --tensor-model-parallel-size
-  int pp = 1;                // --pipeline-model-parallel-size
-  int dp = 1;                // derived by Megatron as world / (tp * pp)
-  int micro_batch_size = 1;  // --micro-batch-size
-  int virtual_stages = 1;    // model chunks per pipeline rank (v); > 1 only when interleaved
+  int tp = 1;                     // --tensor-model-parallel-size
+  int pp = 1;                     // --pipeline-model-parallel-size
+  int dp = 1;                     // derived by Megatron as world / (tp * cp * pp)
+  int cp = 1;                     // --context-parallel-size
+  CpComm cp_comm = CpComm::kP2p;  // --cp-comm-type (matters only with cp > 1)
+  int micro_batch_size = 1;       // --micro-batch-size
+  int virtual_stages = 1;         // model chunks per pipeline rank (v); > 1 only when interleaved
   Schedule schedule = Schedule::k1F1B;
   bool sequence_parallel = false;          // --sequence-parallel
   Recompute recompute = Recompute::kNone;  // --recompute-granularity
@@ -62,7 +80,11 @@ struct ParallelConfig {
 
   bool operator==(const ParallelConfig&) const = default;
 
-  int64_t world_size() const { return int64_t{tp} * pp * dp; }
+  int64_t world_size() const { return int64_t{tp} * cp * pp * dp; }
+  // The group the gradients are reduced over and the distributed optimizer (or Megatron-FSDP)
+  // shards over: data parallel together with context parallel (each CP rank computes the
+  // gradients of its share of the tokens).
+  int64_t dp_cp() const { return int64_t{dp} * cp; }
 };
 
 // Micro-batches per pipeline per step, m = GBS / (MBS * DP) (Megatron derives it; there is no

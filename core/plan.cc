@@ -19,9 +19,11 @@ std::string UnevenSplitText(const std::vector<int>& per_stage) {
 
 std::string LayoutLine(const Plan& plan) {
   const ParallelConfig& p = plan.parallel;
-  std::string text =
-      fmt::format("TP {} x PP {} x DP {}, micro-batch {} (m = {}), {}", p.tp, p.pp, p.dp,
-                  p.micro_batch_size, NumMicrobatches(plan.training, p), Name(p.schedule));
+  std::string text = p.cp > 1 ? fmt::format("TP {} x CP {} ({}) x PP {} x DP {}", p.tp, p.cp,
+                                            Name(p.cp_comm), p.pp, p.dp)
+                              : fmt::format("TP {} x PP {} x DP {}", p.tp, p.pp, p.dp);
+  text += fmt::format(", micro-batch {} (m = {}), {}", p.micro_batch_size,
+                      NumMicrobatches(plan.training, p), Name(p.schedule));
   if (p.schedule == Schedule::kInterleaved) text += fmt::format(" v={}", p.virtual_stages);
   if (p.first_stage_layers > 0 || p.last_stage_layers > 0) {
     const LayerSplit split = SplitLayers(plan.model.num_layers, p);

@@ -165,4 +165,20 @@ int MaxInFlight(const PipelineSchedule& schedule, int stage) {
   return peak;
 }
 
+int MaxInFlight(Schedule kind, int p, int m, int v, int r) {
+  PTDP_CHECK(r >= 0 && r < p && m >= 1 && v >= 1);
+  switch (kind) {
+    case Schedule::kGpipe:
+      return m;
+    case Schedule::k1F1B:
+      return std::min(p - r, m);
+    case Schedule::kZbH1:
+      return std::min(p, m);
+    case Schedule::kInterleaved:
+      return static_cast<int>(
+          std::min<int64_t>(int64_t{m} * v, int64_t{p - r - 1} * 2 + int64_t{v - 1} * p + 1));
+  }
+  return m;
+}
+
 }  // namespace ptdp

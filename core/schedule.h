@@ -78,4 +78,10 @@ PipelineSchedule MakeSchedule(Schedule kind, int stages, int microbatches, int c
 // not yet released (by B, or by W when the backward is split). 1f1b: min(p - r, m); gpipe: m.
 int MaxInFlight(const PipelineSchedule& schedule, int stage);
 
+// The same without building the schedule (the planner's many (kind, p, m, v)), from the orders
+// above: gpipe m; 1f1b min(p - r, m); zb-h1 min(p, m) (stage r's warm-up min(p - r, m) forwards
+// plus its r deferred weight gradients); interleaved min(m v, (p - r - 1) 2 + (v - 1) p + 1)
+// (the warm-up forwards and the first steady-state one). Requires ScheduleProblem to be "".
+int MaxInFlight(Schedule kind, int stages, int microbatches, int chunks, int stage);
+
 }  // namespace ptdp

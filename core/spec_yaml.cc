@@ -211,6 +211,8 @@ void WriteParallel(YamlWriter& w, const ParallelConfig& p) {
   w.Line("tp", std::to_string(p.tp));
   w.Line("pp", std::to_string(p.pp));
   w.Line("dp", std::to_string(p.dp));
+  w.Line("cp", std::to_string(p.cp), "context parallel");
+  w.Line("cp_comm", Name(p.cp_comm), "p2p (ring), a2a or allgather; with cp > 1");
   w.Line("micro_batch_size", std::to_string(p.micro_batch_size));
   w.Line("virtual_stages", std::to_string(p.virtual_stages));
   w.Line("schedule", Name(p.schedule));
@@ -475,6 +477,8 @@ ParallelConfig ReadParallel(const YamlMap& map) {
   p.tp = PositiveInt32(map, "tp");
   p.pp = PositiveInt32(map, "pp");
   p.dp = PositiveInt32(map, "dp");
+  p.cp = map.Has("cp") ? PositiveInt32(map, "cp") : 1;
+  p.cp_comm = map.Enum("cp_comm", kCpCommNames, p.cp_comm);
   p.micro_batch_size = PositiveInt32(map, "micro_batch_size");
   p.virtual_stages = map.Has("virtual_stages") ? PositiveInt32(map, "virtual_stages") : 1;
   p.schedule = map.Enum("schedule", kScheduleNames, p.schedule);
@@ -525,7 +529,7 @@ Plan ParsePlanYaml(std::string_view text, const std::string& source) {
   map.RejectUnknownKeys();
 
   const std::vector<Violation> violations =
-      CheckParallelConfig(plan.model, plan.training, plan.parallel, plan.num_gpus);
+      CheckParallelConfig(plan.model, plan.training, plan.parallel, plan.num_gpus, plan.options);
   if (!violations.empty()) {
     const Violation& v = violations.front();
     const bool in_training = v.key == "global_batch_size" || v.key.starts_with("fp8_");

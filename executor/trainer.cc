@@ -111,6 +111,12 @@ std::vector<std::string> CheckExecutable(const Plan& plan, const ExecuteOptions&
   std::vector<std::string> out;
   const ModelSpec& m = plan.model;
   const ParallelConfig& p = plan.parallel;
+  if (p.cp > 1) {
+    out.push_back(fmt::format(
+        "parallel.cp: context parallelism (cp {}) is not implemented by the CPU executor yet; "
+        "simulate the plan, or execute it with cp 1",
+        p.cp));
+  }
   if (m.num_query_groups % p.tp != 0) {
     out.push_back(fmt::format(
         "parallel.tp: tp {} larger than num_query_groups {} (key/value heads replicated over "

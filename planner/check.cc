@@ -27,12 +27,13 @@ CheckReport CheckMegatronCommand(std::string_view text, const std::string& sourc
   } else if (c.world_size) {
     report.gpus = *c.world_size;
   } else {
-    report.gpus = int64_t{c.parallel.tp} * c.parallel.pp;
+    report.gpus = int64_t{c.parallel.tp} * c.parallel.pp * c.parallel.cp;
     report.gpus_assumed = true;
   }
   ResolveWorldSize(c, report.gpus);
   if (c.model_complete && c.training.global_batch_size > 0) {
-    report.violations = CheckParallelConfig(c.model, c.training, c.parallel, report.gpus);
+    report.violations =
+        CheckParallelConfig(c.model, c.training, c.parallel, report.gpus, c.options);
     const int64_t per_step = int64_t{c.parallel.micro_batch_size} * c.parallel.dp;
     if (c.parallel.dp > 0 && c.training.global_batch_size % per_step == 0) {
       report.microbatches = c.training.global_batch_size / per_step;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <tuple>
 
 #include "core/megatron_rules.h"
@@ -18,11 +19,11 @@ namespace ptdp {
 namespace {
 
 auto ConfigKey(const ParallelConfig& p) {
-  return std::make_tuple(p.tp, p.pp, p.dp, p.micro_batch_size, static_cast<int>(p.schedule),
-                         p.virtual_stages, p.sequence_parallel, static_cast<int>(p.recompute),
-                         p.distributed_optimizer, static_cast<int>(p.fsdp), p.first_stage_layers,
-                         p.last_stage_layers, p.account_for_embedding, p.account_for_loss,
-                         p.recompute_num_layers);
+  return std::make_tuple(p.tp, p.cp, static_cast<int>(p.cp_comm), p.pp, p.dp, p.micro_batch_size,
+                         static_cast<int>(p.schedule), p.virtual_stages, p.sequence_parallel,
+                         static_cast<int>(p.recompute), p.distributed_optimizer,
+                         static_cast<int>(p.fsdp), p.first_stage_layers, p.last_stage_layers,
+                         p.account_for_embedding, p.account_for_loss, p.recompute_num_layers);
 }
 
 // Best first: step time, then memory, then a fixed order of the knobs (so ties are stable).
@@ -36,15 +37,17 @@ bool Better(const RankedPlan& a, const RankedPlan& b) {
   return ConfigKey(a.plan.parallel) < ConfigKey(b.plan.parallel);
 }
 
-// In-flight micro-batch chunks per stage depend only on (schedule, p, m, v): computed once.
+// In-flight micro-batch chunks per stage depend only on (schedule, p, m, v): computed once (by
+// core MaxInFlight's closed form, which agrees with the generated schedules).
 class InFlightCache {
  public:
   const std::vector<int>& Get(Schedule kind, int p, int64_t m, int v) {
     const auto key = std::make_tuple(static_cast<int>(kind), p, m, v);
     auto it = cache_.find(key);
     if (it == cache_.end()) {
-      it = cache_.emplace(key, InFlightPerStage(MakeSchedule(kind, p, static_cast<int>(m), v)))
-               .first;
+      std::vector<int> held(p);
+      for (int r = 0; r < p; ++r) held[r] = MaxInFlight(kind, p, static_cast<int>(m), v, r);
+      it = cache_.emplace(key, std::move(held)).first;
     }
     return it->second;
   }
@@ -88,6 +91,8 @@ PlanSearchResult SearchPlans(const PlanRequest& req) {
   const double limit = static_cast<double>(req.cluster.gpu.hbm_bytes) * (1.0 - req.memory_headroom);
   res.memory_limit_bytes = limit;
   InFlightCache in_flight;
+  LayerCostCache layer_costs;
+  std::optional<std::pair<ParallelConfig, MemoryEstimate>> last_memory;
   std::vector<CandidatePoint> fitting;
   double closest_ratio = std::numeric_limits<double>::infinity();
 
@@ -96,16 +101,25 @@ PlanSearchResult SearchPlans(const PlanRequest& req) {
       [&](const ParallelConfig& p) {
         ++res.valid;
         const CostOptions options = PlanOptions(req, p);
-        const StepEstimate est = EstimateStep(req.model, req.cluster, req.training, p, options);
-        const std::vector<int>& held =
-            in_flight.Get(p.schedule, p.pp, est.microbatches, p.virtual_stages);
-        const MemoryEstimate mem =
-            EstimateMemory(req.model, req.cluster, req.training, p, held, options);
-        CandidatePoint point{
-            p,
-            StepTimeLowerBound(p.schedule, p.pp, static_cast<int>(est.microbatches),
-                               p.virtual_stages, est.costs),
-            mem.peak_bytes(), mem.peak_bytes() <= limit};
+        // Memory first: most candidates of a large search do not fit, and they need no time.
+        const int64_t m = NumMicrobatches(req.training, p);
+        const std::vector<int>& held = in_flight.Get(p.schedule, p.pp, m, p.virtual_stages);
+        // The exchange of context parallelism changes no memory: the layouts that differ in it
+        // alone (enumerated one after the other) share one estimate.
+        ParallelConfig memory_key = p;
+        memory_key.cp_comm = CpComm::kP2p;
+        if (!last_memory || last_memory->first != memory_key) {
+          last_memory.emplace(memory_key, EstimateMemory(req.model, req.cluster, req.training, p,
+                                                         held, options));
+        }
+        const MemoryEstimate& mem = last_memory->second;
+        CandidatePoint point{p, 0, mem.peak_bytes(), mem.peak_bytes() <= limit};
+        if (point.fits || req.keep_points) {
+          const StepEstimate est =
+              EstimateStep(req.model, req.cluster, req.training, p, options, &layer_costs);
+          point.step_lower_bound_s = StepTimeLowerBound(p.schedule, p.pp, static_cast<int>(m),
+                                                        p.virtual_stages, est.costs);
+        }
         if (req.keep_points) res.points.push_back(point);
         if (point.fits) {
           fitting.push_back(point);
@@ -117,7 +131,8 @@ PlanSearchResult SearchPlans(const PlanRequest& req) {
           res.closest_out_of_memory = point;
           res.closest_out_of_memory_problem = OutOfMemory(point, mem, limit);
         }
-      });
+      },
+      req.options);
   res.fits = static_cast<int64_t>(fitting.size());
 
   // The reference layout: simulated on its own (it may be outside the constraints).
@@ -125,7 +140,8 @@ PlanSearchResult SearchPlans(const PlanRequest& req) {
   if (req.reference) {
     ReferenceResult ref{.parallel = *req.reference};
     const std::vector<Violation> v =
-        CheckParallelConfig(req.model, req.training, *req.reference, req.gpus);
+        CheckParallelConfig(req.model, req.training, *req.reference, req.gpus,
+                            req.reference_options ? *req.reference_options : req.options);
     if (!v.empty()) {
       ref.problem = v.front().message;
     } else {
@@ -180,12 +196,14 @@ std::vector<RankedPlan> BruteForcePlans(const PlanRequest& req) {
   const double limit = static_cast<double>(req.cluster.gpu.hbm_bytes) * (1.0 - req.memory_headroom);
   std::vector<RankedPlan> all;
   Rejections ignored;
-  EnumerateConfigs(req.model, req.training, req.gpus, req.constraints, ignored,
-                   [&](const ParallelConfig& p) {
-                     RankedPlan r{MakePlan(req, p), {}};
-                     r.report = SimulatePlan(r.plan);
-                     if (r.report.peak_memory_bytes <= limit) all.push_back(std::move(r));
-                   });
+  EnumerateConfigs(
+      req.model, req.training, req.gpus, req.constraints, ignored,
+      [&](const ParallelConfig& p) {
+        RankedPlan r{MakePlan(req, p), {}};
+        r.report = SimulatePlan(r.plan);
+        if (r.report.peak_memory_bytes <= limit) all.push_back(std::move(r));
+      },
+      req.options);
   std::sort(all.begin(), all.end(), Better);
   if (static_cast<int>(all.size()) > req.top_k) all.resize(req.top_k);
   return all;

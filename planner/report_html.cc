@@ -128,12 +128,12 @@ std::string PlanReportHtml(const PlanRequest& req, const PlanSearchResult& res) 
       const ParallelConfig& p = res.plans[i].plan.parallel;
       const SimulationReport& r = res.plans[i].report;
       html += fmt::format(
-          "<tr><td>{}</td><td class=\"l\">TP {} x PP {} x DP {}</td><td>{}</td><td class=\"l\">"
+          "<tr><td>{}</td><td class=\"l\">{}</td><td>{}</td><td class=\"l\">"
           "{}{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td "
           "class=\"l\">{}</td>"
           "<td>{:.3f}</td><td>{}</td>"
           "<td>{:.1f}</td><td>{:.1f}%</td><td>{:.1f}%</td><td>{:.1f}</td></tr>\n",
-          i + 1, p.tp, p.pp, p.dp, p.micro_batch_size, Name(p.schedule),
+          i + 1, SizesText(p), p.micro_batch_size, Name(p.schedule),
           p.schedule == Schedule::kInterleaved ? fmt::format(" v={}", p.virtual_stages) : "",
           p.sequence_parallel ? "yes" : "-", Name(p.recompute), ShardingText(p),
           SplitText(res.plans[i].plan), r.step_time_s,
@@ -150,12 +150,11 @@ std::string PlanReportHtml(const PlanRequest& req, const PlanSearchResult& res) 
     if (ref.rank > 0 && !res.plans.empty()) {
       const SimulationReport& r = ref.simulated->report;
       html += fmt::format(
-          "TP {} x PP {} x DP {}, micro-batch {}, {}: {:.3f} s per step, {:.1f} GB, rank {} of "
+          "{}, micro-batch {}, {}: {:.3f} s per step, {:.1f} GB, rank {} of "
           "{} ({:.2f}x the best's step time).",
-          ref.parallel.tp, ref.parallel.pp, ref.parallel.dp, ref.parallel.micro_batch_size,
-          Name(ref.parallel.schedule), r.step_time_s, r.peak_memory_bytes / 1e9,
-          GroupThousands(ref.rank), GroupThousands(res.fits),
-          r.step_time_s / res.plans.front().report.step_time_s);
+          SizesText(ref.parallel), ref.parallel.micro_batch_size, Name(ref.parallel.schedule),
+          r.step_time_s, r.peak_memory_bytes / 1e9, GroupThousands(ref.rank),
+          GroupThousands(res.fits), r.step_time_s / res.plans.front().report.step_time_s);
     } else {
       html += "not a valid plan: " + XmlEscape(ref.problem);
     }

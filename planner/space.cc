@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <charconv>
 #include <numeric>
 #include <set>
@@ -70,9 +71,10 @@ std::vector<ParallelConfig> SplitCandidates(int L, int pp) {
 
 }  // namespace
 
-void Rejections::Add(const std::string& reason, const std::function<std::string()>& example) {
+void Rejections::Add(const std::string& reason, const std::function<std::string()>& example,
+                     int64_t count) {
   auto [it, inserted] = counts.emplace(reason, 0);
-  ++it->second;
+  it->second += count;
   if (inserted) examples[reason] = example();
 }
 
@@ -83,8 +85,11 @@ int64_t Rejections::total() const {
 }
 
 std::string Describe(const ParallelConfig& p) {
-  std::string text = fmt::format("tp {} x pp {} x dp {}, mbs {}, {}", p.tp, p.pp, p.dp,
-                                 p.micro_batch_size, Name(p.schedule));
+  std::string text =
+      p.cp > 1 ? fmt::format("tp {} x cp {} {} x pp {} x dp {}, mbs {}, {}", p.tp, p.cp,
+                             Name(p.cp_comm), p.pp, p.dp, p.micro_batch_size, Name(p.schedule))
+               : fmt::format("tp {} x pp {} x dp {}, mbs {}, {}", p.tp, p.pp, p.dp,
+                             p.micro_batch_size, Name(p.schedule));
   if (p.schedule == Schedule::kInterleaved) text += fmt::format(" v={}", p.virtual_stages);
   if (p.first_stage_layers > 0) text += fmt::format(", first {}", p.first_stage_layers);
   if (p.last_stage_layers > 0) text += fmt::format(", last {}", p.last_stage_layers);
@@ -99,6 +104,12 @@ std::string Describe(const ParallelConfig& p) {
     text += ", dist-opt";
   }
   return text;
+}
+
+std::string SizesText(const ParallelConfig& p) {
+  return p.cp > 1 ? fmt::format("TP {} x CP {} {} x PP {} x DP {}", p.tp, p.cp, Name(p.cp_comm),
+                                p.pp, p.dp)
+                  : fmt::format("TP {} x PP {} x DP {}", p.tp, p.pp, p.dp);
 }
 
 std::string ShardingText(const ParallelConfig& p) {
@@ -184,77 +195,98 @@ constexpr Sharding kShardings[] = {{false, Fsdp::kNone},
 
 int64_t EnumerateConfigs(const ModelSpec& model, const TrainingSpec& training, int64_t num_gpus,
                          const SearchConstraints& c, Rejections& rejected,
-                         const std::function<void(const ParallelConfig&)>& visit) {
+                         const std::function<void(const ParallelConfig&)>& visit,
+                         const CostOptions& options) {
   int64_t examined = 0;
+  std::array<int64_t, kNumRules> broken{};
+  std::array<std::string, kNumRules> examples;
   const int64_t gbs = training.global_batch_size;
   const int L = model.num_layers;
   for (int64_t tp : Divisors(num_gpus)) {
     if (!Allowed(c.tp, tp) || (c.max_tp > 0 && tp > c.max_tp)) continue;
     for (int64_t pp : Divisors(num_gpus / tp)) {
       if (!Allowed(c.pp, pp) || (c.max_pp > 0 && pp > c.max_pp)) continue;
-      const int64_t dp = num_gpus / (tp * pp);
-      if (!Allowed(c.dp, dp)) continue;
-      // Micro-batch sizes: divisors of GBS / dp; if dp does not divide GBS, none can work, and
-      // one candidate (mbs 1) carries the rejection.
-      std::vector<int64_t> mbs_list = gbs % dp == 0 ? Divisors(gbs / dp) : std::vector<int64_t>{1};
-      // The layer splits; with none possible, the even split carries the rejection.
-      std::vector<ParallelConfig> splits;
-      for (const ParallelConfig& s : PipelineSplits(L, static_cast<int>(pp))) {
-        if (!c.uneven || *c.uneven == UnevenSplit(s)) splits.push_back(s);
-      }
-      if (splits.empty() && (!c.uneven || !*c.uneven)) splits.push_back(ParallelConfig{});
-      for (int64_t mbs : mbs_list) {
-        if (!Allowed(c.micro_batch_size, mbs)) continue;
-        if (c.max_micro_batch_size > 0 && mbs > c.max_micro_batch_size) continue;
-        for (const ParallelConfig& split : splits) {
-          const std::vector<int64_t> v_list = ChunkCounts(L, static_cast<int>(pp), split);
-          for (Schedule schedule : c.schedules) {
-            // Without a pipeline, zb-h1 and gpipe run exactly as 1f1b: not distinct candidates.
-            if (pp == 1 && (schedule == Schedule::kZbH1 || schedule == Schedule::kGpipe) &&
-                Contains(c.schedules, Schedule::k1F1B)) {
-              continue;
-            }
-            std::vector<int64_t> vs = {1};
-            if (schedule == Schedule::kInterleaved) {
-              vs = v_list.empty() ? std::vector<int64_t>{2} : v_list;
-            }
-            for (int64_t v : vs) {
-              if (!Allowed(c.virtual_stages, v)) continue;
-              for (int sp = 0; sp < 2; ++sp) {
-                if (c.sequence_parallel && *c.sequence_parallel != (sp == 1)) continue;
-                for (Recompute recompute : c.recomputes) {
-                  for (const Sharding& sh : kShardings) {
-                    if (c.distributed_optimizer &&
-                        *c.distributed_optimizer != sh.distributed_optimizer) {
-                      continue;
+      for (int64_t cp : Divisors(num_gpus / (tp * pp))) {
+        if (!Allowed(c.cp, cp) || (c.max_cp > 0 && cp > c.max_cp)) continue;
+        // Megatron splits each sequence into 2 cp chunks: no other size can pass its rule (one
+        // such size, fixed by the user, is examined to say why).
+        if (cp > 1 && model.seq_length % (2 * cp) != 0 && !c.cp) continue;
+        const int64_t dp = num_gpus / (tp * pp * cp);
+        if (!Allowed(c.dp, dp)) continue;
+        // The exchanges of context parallelism; one (unused) without it.
+        const std::vector<CpComm> comms = cp > 1 ? c.cp_comms : std::vector<CpComm>{CpComm::kP2p};
+        // Micro-batch sizes: divisors of GBS / dp; if dp does not divide GBS, none can work, and
+        // one candidate (mbs 1) carries the rejection.
+        std::vector<int64_t> mbs_list =
+            gbs % dp == 0 ? Divisors(gbs / dp) : std::vector<int64_t>{1};
+        // The layer splits; with none possible, the even split carries the rejection.
+        std::vector<ParallelConfig> splits;
+        for (const ParallelConfig& s : PipelineSplits(L, static_cast<int>(pp))) {
+          if (!c.uneven || *c.uneven == UnevenSplit(s)) splits.push_back(s);
+        }
+        if (splits.empty() && (!c.uneven || !*c.uneven)) splits.push_back(ParallelConfig{});
+        for (int64_t mbs : mbs_list) {
+          if (!Allowed(c.micro_batch_size, mbs)) continue;
+          if (c.max_micro_batch_size > 0 && mbs > c.max_micro_batch_size) continue;
+          for (const ParallelConfig& split : splits) {
+            const std::vector<int64_t> v_list = ChunkCounts(L, static_cast<int>(pp), split);
+            for (Schedule schedule : c.schedules) {
+              // Without a pipeline, zb-h1 and gpipe run exactly as 1f1b: not distinct candidates.
+              if (pp == 1 && (schedule == Schedule::kZbH1 || schedule == Schedule::kGpipe) &&
+                  Contains(c.schedules, Schedule::k1F1B)) {
+                continue;
+              }
+              std::vector<int64_t> vs = {1};
+              if (schedule == Schedule::kInterleaved) {
+                vs = v_list.empty() ? std::vector<int64_t>{2} : v_list;
+              }
+              for (int64_t v : vs) {
+                if (!Allowed(c.virtual_stages, v)) continue;
+                for (int sp = 0; sp < 2; ++sp) {
+                  if (c.sequence_parallel && *c.sequence_parallel != (sp == 1)) continue;
+                  for (Recompute recompute : c.recomputes) {
+                    for (const Sharding& sh : kShardings) {
+                      if (c.distributed_optimizer &&
+                          *c.distributed_optimizer != sh.distributed_optimizer) {
+                        continue;
+                      }
+                      if (c.fsdp ? *c.fsdp != sh.fsdp : false) continue;
+                      // With one data-parallel replica nothing is sharded.
+                      if (dp == 1 && sh.distributed_optimizer && !c.distributed_optimizer &&
+                          !c.fsdp) {
+                        continue;
+                      }
+                      for (CpComm comm : comms) {
+                        ParallelConfig p = split;
+                        p.tp = static_cast<int>(tp);
+                        p.pp = static_cast<int>(pp);
+                        p.dp = static_cast<int>(dp);
+                        p.cp = static_cast<int>(cp);
+                        p.cp_comm = comm;
+                        p.micro_batch_size = static_cast<int>(mbs);
+                        p.virtual_stages = static_cast<int>(v);
+                        p.schedule = schedule;
+                        p.sequence_parallel = sp == 1;
+                        p.recompute = recompute;
+                        p.distributed_optimizer = sh.distributed_optimizer;
+                        p.fsdp = sh.fsdp;
+                        ++examined;
+                        if (const std::optional<Rule> rule =
+                                FirstBrokenRule(model, training, p, num_gpus, options)) {
+                          // Counted per rule here, in the map at the end; the first example met.
+                          const int r = static_cast<int>(*rule);
+                          if (broken[r]++ == 0) {
+                            examples[r] = fmt::format(
+                                "{}: {}", Describe(p),
+                                CheckParallelConfig(model, training, p, num_gpus, options)
+                                    .front()
+                                    .message);
+                          }
+                          continue;
+                        }
+                        visit(p);
+                      }
                     }
-                    if (c.fsdp ? *c.fsdp != sh.fsdp : false) continue;
-                    // With one data-parallel replica nothing is sharded.
-                    if (dp == 1 && sh.distributed_optimizer && !c.distributed_optimizer &&
-                        !c.fsdp) {
-                      continue;
-                    }
-                    ParallelConfig p = split;
-                    p.tp = static_cast<int>(tp);
-                    p.pp = static_cast<int>(pp);
-                    p.dp = static_cast<int>(dp);
-                    p.micro_batch_size = static_cast<int>(mbs);
-                    p.virtual_stages = static_cast<int>(v);
-                    p.schedule = schedule;
-                    p.sequence_parallel = sp == 1;
-                    p.recompute = recompute;
-                    p.distributed_optimizer = sh.distributed_optimizer;
-                    p.fsdp = sh.fsdp;
-                    ++examined;
-                    const std::vector<Violation> violations =
-                        CheckParallelConfig(model, training, p, num_gpus);
-                    if (!violations.empty()) {
-                      rejected.Add(std::string(RuleId(violations.front().rule)), [&] {
-                        return fmt::format("{}: {}", Describe(p), violations.front().message);
-                      });
-                      continue;
-                    }
-                    visit(p);
                   }
                 }
               }
@@ -262,6 +294,12 @@ int64_t EnumerateConfigs(const ModelSpec& model, const TrainingSpec& training, i
           }
         }
       }
+    }
+  }
+  for (int r = 0; r < kNumRules; ++r) {
+    if (broken[r] > 0) {
+      rejected.Add(
+          std::string(RuleId(static_cast<Rule>(r))), [&] { return examples[r]; }, broken[r]);
     }
   }
   return examined;
@@ -272,8 +310,8 @@ void ApplyFix(std::string_view assignment, SearchConstraints& c) {
   auto fail = [&](const std::string& why) {
     throw InputError(
         {"", 0, "--fix"}, fmt::format("\"{}\": {}", assignment, why),
-        "keys: tp, pp, dp, mbs, v, schedule, sp, recompute, dist-opt, fsdp, uneven; e.g. --fix "
-        "tp=8");
+        "keys: tp, cp, cp-comm, pp, dp, mbs, v, schedule, sp, recompute, dist-opt, fsdp, uneven; "
+        "e.g. --fix tp=8");
   };
   if (eq == std::string_view::npos) fail("expected KEY=VALUE");
   const std::string_view key = assignment.substr(0, eq), value = assignment.substr(eq + 1);
@@ -295,7 +333,13 @@ void ApplyFix(std::string_view assignment, SearchConstraints& c) {
     c.tp = number();
   else if (key == "pp")
     c.pp = number();
-  else if (key == "dp")
+  else if (key == "cp")
+    c.cp = number();
+  else if (key == "cp-comm" || key == "cp_comm") {
+    const auto comm = ValueOf<CpComm>(kCpCommNames, value);
+    if (!comm) fail(UnknownValueMessage<CpComm>(kCpCommNames, value));
+    c.cp_comms = {*comm};
+  } else if (key == "dp")
     c.dp = number();
   else if (key == "mbs" || key == "micro-batch")
     c.micro_batch_size = number();

@@ -1,7 +1,9 @@
 // The search space of `ptdp plan`: every PTD-P configuration of a model on N GPUs for a global
 // batch, and the constraints users put on it (--fix tp=8, --max-tp 8, --no-recompute, ...).
 //
-// The space, exactly: tp x pp x dp = N with tp and pp dividing N; micro-batch sizes dividing
+// The space, exactly: tp x cp x pp x dp = N with tp, cp and pp dividing N, and 2 cp dividing the
+// sequence (Megatron's split into 2 cp chunks; no other cp can pass its rules); with cp > 1 each
+// of the exchanges p2p, a2a and allgather; micro-batch sizes dividing
 // GBS / dp (no other size can divide the global batch); the layer splits of each pp
 // (PipelineSplits); schedules 1f1b, zb-h1, and interleaved with every v > 1 dividing each
 // stage's layers; sequence parallelism on or off; recompute none, selective or full; data-
@@ -29,8 +31,11 @@ namespace ptdp {
 
 struct SearchConstraints {
   std::optional<int> tp, pp, dp, micro_batch_size, virtual_stages;  // --fix KEY=VALUE
-  int max_tp = 0;                                                   // 0: no limit
+  std::optional<int> cp;
+  std::vector<CpComm> cp_comms = {CpComm::kP2p, CpComm::kA2a, CpComm::kAllGather};
+  int max_tp = 0;  // 0: no limit
   int max_pp = 0;
+  int max_cp = 0;
   int max_micro_batch_size = 0;
   std::vector<Schedule> schedules = {Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1};
   std::vector<Recompute> recomputes = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
@@ -48,7 +53,8 @@ struct Rejections {
   std::map<std::string, int64_t> counts;
   std::map<std::string, std::string> examples;  // reason id -> "tp 3 pp 4 ...: message"
 
-  void Add(const std::string& reason, const std::function<std::string()>& example);
+  void Add(const std::string& reason, const std::function<std::string()>& example,
+           int64_t count = 1);
   int64_t total() const;
 };
 
@@ -64,9 +70,14 @@ std::vector<ParallelConfig> PipelineSplits(int num_layers, int pp);
 // Calls `visit` with every candidate that passes Megatron's rules and the constraints; counts the
 // others in `rejected` (candidates a constraint excludes are not counted: they are not in the
 // user's space). Returns the number of candidates examined (valid + rejected).
+// `options` are the software the plans run (context parallelism needs a flash-style attention).
 int64_t EnumerateConfigs(const ModelSpec& model, const TrainingSpec& training, int64_t num_gpus,
                          const SearchConstraints& constraints, Rejections& rejected,
-                         const std::function<void(const ParallelConfig&)>& visit);
+                         const std::function<void(const ParallelConfig&)>& visit,
+                         const CostOptions& options = {});
+
+// "TP 2 x PP 4 x DP 1", "TP 8 x CP 2 p2p x PP 8 x DP 8": the sizes, for tables.
+std::string SizesText(const ParallelConfig& p);
 
 // "tp 2 x pp 4 x dp 1, mbs 4, 1f1b, sp, selective recompute, dist-opt": one line for people.
 std::string Describe(const ParallelConfig& p);

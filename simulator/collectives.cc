@@ -15,6 +15,7 @@ double BusBandwidthFactor(Collective collective, int64_t n) {
       return 2.0 * (r - 1) / r;
     case Collective::kAllGather:
     case Collective::kReduceScatter:
+    case Collective::kAllToAll:
       return (r - 1) / r;
     case Collective::kSendRecv:
       return 1.0;
@@ -82,18 +83,33 @@ int64_t Representatives(int64_t groups, int64_t step, int64_t g) {
 
 GroupPlacement TensorParallelGroup(const ParallelConfig& p, int gpus_per_node) {
   // TP groups are consecutive ranks: group k starts at k * tp.
-  const int64_t groups = int64_t{p.dp} * p.pp;
+  const int64_t groups = p.dp_cp() * p.pp;
   return WorstOf(0, p.tp, Representatives(groups, p.tp, gpus_per_node), 1, p.tp, gpus_per_node);
 }
 
 GroupPlacement DataParallelGroup(const ParallelConfig& p, int gpus_per_node) {
-  // DP group (stage s, TP rank i) starts at s * tp * dp + i with stride tp.
-  const int64_t g = gpus_per_node;
-  GroupPlacement worst = PlaceGroup(0, p.tp, p.dp, gpus_per_node);
-  const int64_t stages = Representatives(p.pp, int64_t{p.tp} * p.dp, g);
+  // The dp x cp group of (stage s, TP rank i) starts at s * tp * cp * dp + i with stride tp.
+  const int64_t g = gpus_per_node, n = p.dp_cp(), stage_ranks = p.tp * n;
+  GroupPlacement worst = PlaceGroup(0, p.tp, n, gpus_per_node);
+  const int64_t stages = Representatives(p.pp, stage_ranks, g);
   for (int64_t s = 0; s < stages; ++s) {
     const GroupPlacement w =
-        WorstOf(s * p.tp * p.dp, 1, std::min<int64_t>(p.tp, g), p.tp, p.dp, gpus_per_node);
+        WorstOf(s * stage_ranks, 1, std::min<int64_t>(p.tp, g), p.tp, n, gpus_per_node);
+    if (Worse(w, worst)) worst = w;
+  }
+  return worst;
+}
+
+GroupPlacement ContextParallelGroup(const ParallelConfig& p, int gpus_per_node) {
+  // The CP group of (stage, DP rank j, TP rank i) starts at (j + dp * stage) * tp * cp + i, with
+  // stride tp: blocks of tp * cp ranks, each holding tp groups.
+  if (p.cp == 1) return PlaceGroup(0, 1, 1, gpus_per_node);
+  const int64_t g = gpus_per_node, block = int64_t{p.tp} * p.cp;
+  GroupPlacement worst = PlaceGroup(0, p.tp, p.cp, gpus_per_node);
+  const int64_t blocks = Representatives(int64_t{p.dp} * p.pp, block, g);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const GroupPlacement w =
+        WorstOf(b * block, 1, std::min<int64_t>(p.tp, g), p.tp, p.cp, gpus_per_node);
     if (Worse(w, worst)) worst = w;
   }
   return worst;
@@ -101,18 +117,18 @@ GroupPlacement DataParallelGroup(const ParallelConfig& p, int gpus_per_node) {
 
 GroupPlacement PipelinePair(const ParallelConfig& p, int stage, int gpus_per_node) {
   PTDP_CHECK(stage >= 0 && stage < p.pp);
-  const int64_t stage_stride = int64_t{p.tp} * p.dp;  // ranks between neighbouring stages
+  const int64_t stage_stride = p.tp * p.dp_cp();  // ranks between neighbouring stages
   if (p.pp == 1) return PlaceGroup(0, 1, 1, gpus_per_node);
   const int next = (stage + 1) % p.pp;
   const int64_t lo = stage_stride * std::min(stage, next);
   const int64_t distance = stage_stride * (std::max(stage, next) - std::min(stage, next));
-  // One pair per (TP rank, DP rank) of the stage: ranks lo + x and lo + x + distance.
+  // One pair per (TP, CP, DP rank) of the stage: ranks lo + x and lo + x + distance.
   return WorstOf(lo, 1, std::min<int64_t>(stage_stride, gpus_per_node), distance, 2, gpus_per_node);
 }
 
 GroupPlacement EmbeddingGroup(const ParallelConfig& p, int gpus_per_node) {
   if (p.pp == 1) return PlaceGroup(0, 1, 1, gpus_per_node);
-  const int64_t stage_stride = int64_t{p.tp} * p.dp;
+  const int64_t stage_stride = p.tp * p.dp_cp();
   return WorstOf(0, 1, std::min<int64_t>(stage_stride, gpus_per_node), stage_stride * (p.pp - 1), 2,
                  gpus_per_node);
 }
@@ -135,6 +151,7 @@ double CollectiveTime(const ClusterSpec& c, Collective collective, double bytes,
       break;
     case Collective::kAllGather:
     case Collective::kReduceScatter:
+    case Collective::kAllToAll:
       steps = group.ranks - 1, inter_steps = group.nodes - 1;
       break;
     case Collective::kSendRecv:

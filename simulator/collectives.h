@@ -2,20 +2,23 @@
 // crosses, and how long a collective takes on them.
 //
 // Placement: Megatron's default rank order "tp-cp-ep-dp-pp" (megatron/core/parallel_state.py),
-// first varying fastest; this model has no context or expert parallelism (cp = ep = 1), so
-//   rank = tp_rank + tp * (dp_rank + dp * pp_rank),
-// and rank r lives on node r / gpus_per_node.
+// first varying fastest; without expert parallelism (ep = 1)
+//   rank = tp_rank + tp * (cp_rank + cp * (dp_rank + dp * pp_rank)),
+// and rank r lives on node r / gpus_per_node. The gradients are reduced over data and context
+// parallel together (Megatron's data-parallel group "with context parallel"): cp x dp ranks of
+// stride tp.
 //
 // Time: the nccl-tests convention (NVIDIA/nccl-tests doc/PERFORMANCE.md): for n ranks and a
 // message of S bytes (the full gathered size for all-gather / reduce-scatter),
 //   time = latency + factor(n) * S / busbw,
-// factor 2(n-1)/n for all-reduce, (n-1)/n for all-gather and reduce-scatter, 1 for send/recv.
+// factor 2(n-1)/n for all-reduce, (n-1)/n for all-gather, reduce-scatter and all-to-all (S the
+// bytes each rank holds), 1 for send/recv.
 // busbw is the bus bandwidth the group's slowest link sustains: NVLink's inside one node; across
 // nodes, the NICs of the group's ranks on one node (NCCL runs one ring channel per NIC, so k
 // ranks of the group per node give k NICs' worth), never more than NVLink's.
 // latency is NCCL's own model (src/graph/tuning.cc, ring): base + per step, with 2(n-1) steps
-// for all-reduce and n-1 for all-gather / reduce-scatter, of which 2(nodes-1) resp. nodes-1
-// cross the network.
+// for all-reduce and n-1 for all-gather / reduce-scatter / all-to-all, of which 2(nodes-1)
+// resp. nodes-1 cross the network.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +28,7 @@
 
 namespace ptdp {
 
-enum class Collective { kAllReduce, kAllGather, kReduceScatter, kSendRecv };
+enum class Collective { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kSendRecv };
 
 // nccl-tests bus-bandwidth factor for a collective over n ranks.
 double BusBandwidthFactor(Collective collective, int64_t n);
@@ -47,7 +50,10 @@ GroupPlacement PlaceGroup(int64_t first, int64_t stride, int64_t size, int gpus_
 // most nodes). When the sizes divide the node (tp | g, and so on) every group has the same shape;
 // otherwise, e.g. tp 6 on 8-GPU nodes, some groups straddle two nodes and these say so.
 GroupPlacement TensorParallelGroup(const ParallelConfig& parallel, int gpus_per_node);
+// The gradients' group: data parallel with context parallel (dp x cp ranks; dp without CP).
 GroupPlacement DataParallelGroup(const ParallelConfig& parallel, int gpus_per_node);
+// The context-parallel group: cp ranks of stride tp (one rank when cp is 1).
+GroupPlacement ContextParallelGroup(const ParallelConfig& parallel, int gpus_per_node);
 // Pipeline stage `stage` and the stage after it (stage p-1 wraps to 0: the next model chunk).
 GroupPlacement PipelinePair(const ParallelConfig& parallel, int stage, int gpus_per_node);
 // First and last pipeline stage: the tied-embedding gradient group.

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <optional>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "simulator/collectives.h"
@@ -16,7 +18,8 @@ namespace {
 
 struct PassTimes {
   double compute = 0, comm = 0, overhead = 0;
-  double comm_hidden = 0;  // collective time pipelined away with --tp-comm-overlap
+  double comm_hidden = 0;             // collective time pipelined away with --tp-comm-overlap
+  double cp_comm = 0, cp_hidden = 0;  // the context-parallel part of comm and of comm_hidden
   double total() const { return compute + comm + overhead; }
   // Each kernel's and each collective's own time (the collective's exposed part), for the
   // async overlap below.
@@ -35,21 +38,25 @@ struct PassTimes {
 // A collective pipelined with a GEMM (--tp-comm-overlap, Transformer Engine's userbuffers)
 // exposes only what the GEMM does not cover: max(0, t_comm - t_gemm). The GEMM is taken at its
 // own speed (the few SMs userbuffers' copies use are not modelled).
+// The ring attention's block exchanges (context parallelism, p2p) are pipelined with the
+// attention kernels the same way: each step's exchange against one step's kernel.
 PassTimes Times(const KernelTimer& timer, const ClusterSpec& c, const PassWork& pass,
-                const GroupPlacement& tp) {
+                const GroupPlacements& groups) {
   PassTimes t;
   for (int i = 0; i < pass.num_work; ++i) {
     t.work_s[i] = timer(pass.work[i]);
     t.compute += t.work_s[i];
   }
   for (int i = 0; i < pass.num_comm; ++i) {
-    t.comm_s[i] = CollectiveTime(c, pass.comm[i].collective, pass.comm[i].bytes, tp);
+    t.comm_s[i] = CommTime(c, pass.comm[i], groups);
+    const bool cp = pass.comm[i].group == CommGroup::kCp;
     if (pass.overlap_with[i] >= 0) {
       const double exposed = std::max(0.0, t.comm_s[i] - t.work_s[pass.overlap_with[i]]);
-      t.comm_hidden += t.comm_s[i] - exposed;
+      (cp ? t.cp_hidden : t.comm_hidden) += t.comm_s[i] - exposed;
       t.comm_s[i] = exposed;
     }
     t.comm += t.comm_s[i];
+    if (cp) t.cp_comm += t.comm_s[i];
   }
   const double launch = c.host.kernel_launch_s;
   if (launch <= 0) return t;
@@ -101,7 +108,8 @@ double OptimizerBytesPerParam(const TrainingSpec& training, const CostOptions& o
 double SendTime(const ClusterSpec& c, const ModelSpec& m, const ParallelConfig& p,
                 Precision precision, const CostOptions& options, const GroupPlacement& pair,
                 const GroupPlacement& tp) {
-  const double act = static_cast<double>(m.seq_length) * p.micro_batch_size * m.hidden_size *
+  // Each context-parallel rank sends its s / cp tokens.
+  const double act = static_cast<double>(m.seq_length) / p.cp * p.micro_batch_size * m.hidden_size *
                      BytesPerElement(precision);
   if (p.tp > 1 && p.sequence_parallel) {
     // The activation is already split along the sequence: each GPU sends its 1/t.
@@ -120,22 +128,24 @@ double SendTime(const ClusterSpec& c, const ModelSpec& m, const ParallelConfig& 
 struct LayerCost {
   double forward = 0, backward_input = 0, backward_weight = 0;
   double compute = 0, comm = 0, overhead = 0, recompute = 0;
-  double comm_hidden = 0;  // TP collectives' time hidden by --tp-comm-overlap
+  double comm_hidden = 0;             // TP collectives' time hidden by --tp-comm-overlap
+  double cp_comm = 0, cp_hidden = 0;  // of comm, the context-parallel exchanges; and hidden
   double activation_bytes = 0, weight_grad_activation_bytes = 0;
 };
 
 LayerCost CostOfLayer(const ModelSpec& m, const ClusterSpec& c, const TrainingSpec& training,
                       const ParallelConfig& p, const CostOptions& options, const KernelTimer& timer,
-                      const GroupPlacement& tp, bool fp8_layer) {
+                      const GroupPlacements& groups, bool fp8_layer) {
   const Precision precision = training.precision;
   const bool bf16_layer = precision == Precision::kFp8 && !fp8_layer;
   const LayerWork layer =
       TransformerLayerWork(m, p, precision, options, bf16_layer, training.fp8_recipe);
-  const PassTimes lf = Times(timer, c, layer.forward, tp);
-  const PassTimes lb = Times(timer, c, layer.backward_input, tp);
-  const PassTimes lw = Times(timer, c, layer.backward_weight, tp);
+  const PassTimes lf = Times(timer, c, layer.forward, groups);
+  const PassTimes lb = Times(timer, c, layer.backward_input, groups);
+  const PassTimes lw = Times(timer, c, layer.backward_weight, groups);
   // Full recomputation redoes exactly the forward: reuse its time.
-  const PassTimes lr = p.recompute == Recompute::kFull ? lf : Times(timer, c, layer.recompute, tp);
+  const PassTimes lr =
+      p.recompute == Recompute::kFull ? lf : Times(timer, c, layer.recompute, groups);
   // The async reductions hide behind W only when B and W run as one backward.
   const double async_hidden = p.schedule == Schedule::kZbH1 ? 0 : AsyncOverlapTime(layer, lb, lw);
   LayerCost k;
@@ -146,6 +156,8 @@ LayerCost CostOfLayer(const ModelSpec& m, const ClusterSpec& c, const TrainingSp
   k.compute = lf.compute + lr.compute + lb.compute + lw.compute + k.overhead;
   k.comm = lf.comm + lr.comm + lb.comm + lw.comm - async_hidden;
   k.comm_hidden = lf.comm_hidden + lr.comm_hidden + lb.comm_hidden + lw.comm_hidden;
+  k.cp_comm = lf.cp_comm + lr.cp_comm + lb.cp_comm + lw.cp_comm;
+  k.cp_hidden = lf.cp_hidden + lr.cp_hidden + lb.cp_hidden + lw.cp_hidden;
   k.recompute = lr.total();
   k.activation_bytes = LayerActivationBytes(m, p, precision, options, bf16_layer);
   k.weight_grad_activation_bytes = LayerWeightGradActivationBytes(m, p, precision, bf16_layer);
@@ -156,19 +168,154 @@ LayerCost CostOfLayer(const ModelSpec& m, const ClusterSpec& c, const TrainingSp
 // (megatron/core/distributed/distributed_data_parallel_config.py, training.py).
 double BucketParameters(const ParallelConfig& p, const CostOptions& options) {
   if (options.ddp_bucket_size > 0) return static_cast<double>(options.ddp_bucket_size);
-  return std::max(40e6, 1e6 * p.dp);
+  return std::max(40e6, 1e6 * static_cast<double>(p.dp_cp()));
+}
+
+// The embedding's and the output layer's passes (virtual stages 0 and last) and what they add.
+struct EndParts {
+  PassTimes ef, eb, ew, of, ob, ow;
+  double emb_parameters = 0, out_parameters = 0, emb_act = 0, out_act = 0;
+};
+
+EndParts CostOfEnds(const ModelSpec& m, const ClusterSpec& c, const TrainingSpec& training,
+                    const ParallelConfig& p, const CostOptions& options, const KernelTimer& timer,
+                    const GroupPlacements& groups) {
+  const Precision precision = training.precision;
+  const LayerWork emb = EmbeddingWork(m, p, precision, options);
+  const LayerWork out = OutputWork(m, p, precision, options);
+  EndParts e;
+  e.ef = Times(timer, c, emb.forward, groups);
+  e.eb = Times(timer, c, emb.backward_input, groups);
+  e.ew = Times(timer, c, emb.backward_weight, groups);
+  e.of = Times(timer, c, out.forward, groups);
+  e.ob = Times(timer, c, out.backward_input, groups);
+  e.ow = Times(timer, c, out.backward_weight, groups);
+  e.emb_parameters = emb.parameters;
+  e.out_parameters = out.parameters;
+  e.emb_act = EmbeddingActivationBytes(m, p);
+  e.out_act = OutputActivationBytes(m, p, precision);
+  return e;
+}
+
+// What a layer's (or the ends') costs depend on besides the model, cluster, training and
+// software (LayerCostCache).
+struct PartKey {
+  int tp, cp, cp_comm, micro_batch_size;
+  int part;       // 2 fp8 + recompute for a layer kind; 4: the embedding and output parts
+  int recompute;  // the granularity of a recomputing layer kind
+  bool sequence_parallel, split_backward, tp_overlap, pipelined;
+  GroupPlacement tp_group, cp_group;
+  bool operator==(const PartKey&) const = default;
+};
+
+struct PartKeyHash {
+  size_t operator()(const PartKey& k) const {
+    size_t h = 0;
+    for (int64_t x : {int64_t{k.tp}, int64_t{k.cp}, int64_t{k.cp_comm}, int64_t{k.micro_batch_size},
+                      int64_t{k.part}, int64_t{k.recompute}, int64_t{k.sequence_parallel},
+                      int64_t{k.split_backward}, int64_t{k.tp_overlap}, int64_t{k.pipelined},
+                      k.tp_group.ranks, k.tp_group.nodes, k.tp_group.ranks_per_node,
+                      k.cp_group.ranks, k.cp_group.nodes, k.cp_group.ranks_per_node}) {
+      h = h * 1'000'003 + static_cast<size_t>(x);
+    }
+    return h;
+  }
+};
+
+PartKey KeyOf(const ParallelConfig& p, const CostOptions& options, const GroupPlacements& groups,
+              int part) {
+  return {p.tp,
+          p.cp,
+          static_cast<int>(p.cp_comm),
+          p.micro_batch_size,
+          part,
+          part < 4 ? static_cast<int>(p.recompute) : 0,
+          p.sequence_parallel,
+          p.schedule == Schedule::kZbH1,
+          options.tp_comm_overlap && p.sequence_parallel && p.tp > 1,
+          p.pp > 1,
+          groups.tp,
+          groups.cp};
+}
+
+// The options without the fields a layer's costs do not depend on (or that PartKey holds).
+CostOptions LayerOptions(CostOptions o) {
+  o.overlap_grad_reduce = o.overlap_param_gather = o.tp_comm_overlap = false;
+  o.ddp_bucket_size = 0;
+  return o;
 }
 
 }  // namespace
 
+// Where a layout's groups sit: they depend on its sizes and the node alone.
+struct Placements {
+  GroupPlacement tp, dp, cp, first_pair, last_pair, embedding;
+};
+
+Placements PlacementsOf(const ParallelConfig& p, int gpus_per_node) {
+  Placements placed;
+  placed.tp = TensorParallelGroup(p, gpus_per_node);
+  placed.dp = DataParallelGroup(p, gpus_per_node);
+  placed.cp = ContextParallelGroup(p, gpus_per_node);
+  placed.first_pair = PipelinePair(p, 0, gpus_per_node);
+  placed.last_pair = PipelinePair(p, p.pp - 1, gpus_per_node);
+  placed.embedding = EmbeddingGroup(p, gpus_per_node);
+  return placed;
+}
+
+struct SizesHash {
+  size_t operator()(const std::array<int, 4>& k) const {
+    return ((static_cast<size_t>(k[0]) * 1'000'003 + k[1]) * 1'000'003 + k[2]) * 1'000'003 + k[3];
+  }
+};
+
+struct LayerCostCache::Impl {
+  std::unordered_map<std::array<int, 4>, Placements, SizesHash> placements;  // tp, cp, dp, pp
+  const ModelSpec* model = nullptr;
+  const ClusterSpec* cluster = nullptr;
+  const TrainingSpec* training = nullptr;
+  CostOptions options;
+  std::optional<KernelTimer> timer;
+  std::unordered_map<PartKey, LayerCost, PartKeyHash> layers;
+  std::unordered_map<PartKey, EndParts, PartKeyHash> ends;
+
+  // The timer for this model, cluster, training and software; checks that they do not change.
+  const KernelTimer& Bind(const ModelSpec& m, const ClusterSpec& c, const TrainingSpec& t,
+                          const CostOptions& o) {
+    if (!timer) {
+      model = &m, cluster = &c, training = &t, options = LayerOptions(o);
+      timer.emplace(c, t.precision, o);
+    }
+    PTDP_CHECK(model == &m && cluster == &c && training == &t && options == LayerOptions(o));
+    return *timer;
+  }
+};
+
+LayerCostCache::LayerCostCache() : impl_(std::make_unique<Impl>()) {}
+LayerCostCache::~LayerCostCache() = default;
+
 StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const TrainingSpec& training,
-                          const ParallelConfig& p, const CostOptions& options) {
-  PTDP_CHECK(p.tp >= 1 && p.pp >= 1 && p.dp >= 1 && p.virtual_stages >= 1);
+                          const ParallelConfig& p, const CostOptions& options,
+                          LayerCostCache* cache) {
+  PTDP_CHECK(p.tp >= 1 && p.pp >= 1 && p.dp >= 1 && p.cp >= 1 && p.virtual_stages >= 1);
   const Precision precision = training.precision;
   const int pp = p.pp, v = p.virtual_stages, vstages = pp * v;
-  const GroupPlacement tp = TensorParallelGroup(p, c.gpus_per_node);
-  const GroupPlacement dp = DataParallelGroup(p, c.gpus_per_node);
-  const KernelTimer timer(c, precision, options);
+  LayerCostCache::Impl* shared = cache != nullptr ? &cache->impl() : nullptr;
+  std::optional<Placements> own_placements;
+  const Placements* placed = nullptr;
+  if (shared != nullptr) {
+    const auto [it, inserted] = shared->placements.try_emplace({p.tp, p.cp, p.dp, p.pp});
+    if (inserted) it->second = PlacementsOf(p, c.gpus_per_node);
+    placed = &it->second;
+  } else {
+    placed = &own_placements.emplace(PlacementsOf(p, c.gpus_per_node));
+  }
+  const GroupPlacement& tp = placed->tp;
+  const GroupPlacement& dp = placed->dp;
+  const GroupPlacements groups{tp, placed->cp};
+  std::optional<KernelTimer> own_timer;
+  if (shared == nullptr) own_timer.emplace(c, precision, options);
+  const KernelTimer& timer = shared != nullptr ? shared->Bind(m, c, training, options) : *own_timer;
 
   // One cost per layer kind [fp8][recompute], computed when a chunk first has such layers.
   LayerCost layer[2][2];
@@ -177,39 +324,46 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
     if (!have[f][r]) {
       ParallelConfig q = p;
       if (r == 0) q.recompute = Recompute::kNone;
-      layer[f][r] = CostOfLayer(m, c, training, q, options, timer, tp, f == 1);
+      if (shared != nullptr) {
+        const auto [it, inserted] =
+            shared->layers.try_emplace(KeyOf(q, options, groups, 2 * f + r));
+        if (inserted) it->second = CostOfLayer(m, c, training, q, options, timer, groups, f == 1);
+        layer[f][r] = it->second;
+      } else {
+        layer[f][r] = CostOfLayer(m, c, training, q, options, timer, groups, f == 1);
+      }
       have[f][r] = true;
     }
     return layer[f][r];
   };
 
-  const LayerWork emb = EmbeddingWork(m, p, precision, options);
-  const LayerWork out = OutputWork(m, p, precision, options);
-  const PassTimes ef = Times(timer, c, emb.forward, tp);
-  const PassTimes eb = Times(timer, c, emb.backward_input, tp);
-  const PassTimes ew = Times(timer, c, emb.backward_weight, tp);
-  const PassTimes of = Times(timer, c, out.forward, tp);
-  const PassTimes ob = Times(timer, c, out.backward_input, tp);
-  const PassTimes ow = Times(timer, c, out.backward_weight, tp);
-  const double emb_act = EmbeddingActivationBytes(m, p);
-  const double out_act = OutputActivationBytes(m, p, precision);
+  std::optional<EndParts> own_ends;
+  const EndParts* ends = nullptr;
+  if (shared != nullptr) {
+    const auto [it, inserted] = shared->ends.try_emplace(KeyOf(p, options, groups, 4));
+    if (inserted) it->second = CostOfEnds(m, c, training, p, options, timer, groups);
+    ends = &it->second;
+  } else {
+    ends = &own_ends.emplace(CostOfEnds(m, c, training, p, options, timer, groups));
+  }
+  const PassTimes &ef = ends->ef, &eb = ends->eb, &ew = ends->ew;
+  const PassTimes &of = ends->of, &ob = ends->ob, &ow = ends->ow;
+  const double emb_act = ends->emb_act, out_act = ends->out_act;
 
   // Sends from each stage to the next (index r: r -> r + 1 mod p). The pairs r -> r + 1 share
   // one placement when the ranks between stages fill whole nodes (or more); then time it once.
   std::vector<double> send(pp, 0.0);
-  const int64_t stage_ranks = int64_t{p.tp} * p.dp;
+  const int64_t stage_ranks = p.tp * p.dp_cp();
   const bool same_pairs = stage_ranks % c.gpus_per_node == 0 || stage_ranks >= c.gpus_per_node;
   if (pp > 1) {
     const double uniform_send =
-        same_pairs ? SendTime(c, m, p, precision, options, PipelinePair(p, 0, c.gpus_per_node), tp)
-                   : 0;
+        same_pairs ? SendTime(c, m, p, precision, options, placed->first_pair, tp) : 0;
     for (int r = 0; r < pp - 1; ++r) {
       send[r] = same_pairs ? uniform_send
                            : SendTime(c, m, p, precision, options,
                                       PipelinePair(p, r, c.gpus_per_node), tp);
     }
-    send[pp - 1] =
-        SendTime(c, m, p, precision, options, PipelinePair(p, pp - 1, c.gpus_per_node), tp);
+    send[pp - 1] = SendTime(c, m, p, precision, options, placed->last_pair, tp);
   }
 
   // Megatron-FSDP's per-micro-batch data-parallel traffic of one layer (Megatron-FSDP v1,
@@ -229,6 +383,8 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
   const auto fsdp_scatter = [&](double params) {
     return fsdp_grads ? CollectiveTime(c, Collective::kReduceScatter, params * gbytes, dp) : 0.0;
   };
+  // One layer's gather and reduce-scatter, for the last unit size met (most chunks share it).
+  double fsdp_unit = -1, fsdp_unit_gather = 0, fsdp_unit_scatter = 0;
 
   StepEstimate est;
   est.microbatches = NumMicrobatches(training, p);
@@ -271,6 +427,8 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
             s.comm += n * l.comm;
             s.recompute += n * l.recompute;
             s.comm_hidden += n * l.comm_hidden;
+            s.cp_comm += n * l.cp_comm;
+            s.cp_hidden += n * l.cp_hidden;
             sums.params += n * layer_params;
           }
         }
@@ -284,9 +442,11 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
       ch.weight_grad_activation_bytes = s.weight_grad_activation_bytes;
       br.compute_s += s.compute;
       br.overhead_s += s.overhead;
-      br.tp_comm_s += s.comm;
+      br.tp_comm_s += s.comm - s.cp_comm;
+      br.cp_comm_s += s.cp_comm;
       br.recompute_s += s.recompute;
       br.tp_comm_hidden_s += s.comm_hidden;
+      br.cp_comm_hidden_s += s.cp_hidden;
       double chunk_params = sums.params;
       ch.send_forward_s = last ? 0 : send[r];
       ch.send_backward_s = first ? 0 : send[r == 0 ? pp - 1 : r - 1];
@@ -309,17 +469,21 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
         br.overhead_s += pf.overhead + pb.overhead + pw.overhead;
         br.tp_comm_s += pf.comm + pb.comm + pw.comm;
       };
-      if (first) add_part(ef, eb, ew, emb_act), chunk_params += emb.parameters;
-      if (last) add_part(of, ob, ow, out_act), chunk_params += out.parameters;
+      if (first) add_part(ef, eb, ew, emb_act), chunk_params += ends->emb_parameters;
+      if (last) add_part(of, ob, ow, out_act), chunk_params += ends->out_parameters;
       if (fsdp_grads && chunk_params > 0) {
         // Per layer, as Megatron-FSDP's units; the embedding and output parts as one more.
         const double units = std::max(1, k.total()) + (first || last ? 1 : 0);
         const double unit = chunk_params / units;
-        const double gather = units * fsdp_gather(unit), scatter = units * fsdp_scatter(unit);
+        if (unit != fsdp_unit) {
+          fsdp_unit = unit, fsdp_unit_gather = fsdp_gather(unit);
+          fsdp_unit_scatter = fsdp_scatter(unit);
+        }
+        const double gather = units * fsdp_unit_gather, scatter = units * fsdp_unit_scatter;
         const double forward = ch.forward_s, backward = ch.backward_input_s + ch.backward_weight_s;
-        const double exposed_f = std::max(forward, gather) - forward + fsdp_gather(unit);
+        const double exposed_f = std::max(forward, gather) - forward + fsdp_unit_gather;
         const double exposed_b =
-            std::max(backward, gather + scatter) - backward + fsdp_scatter(unit);
+            std::max(backward, gather + scatter) - backward + fsdp_unit_scatter;
         ch.forward_s += exposed_f;
         ch.backward_weight_s += exposed_b;
         br.dp_comm_s += 2 * gather + scatter;
@@ -348,8 +512,8 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
       layers += k.total();
       fp8_layers += k.count[1][0] + k.count[1][1];
     }
-    const double params =
-        layers * layer_params + (r == 0 ? emb.parameters : 0) + (r == pp - 1 ? out.parameters : 0);
+    const double params = layers * layer_params + (r == 0 ? ends->emb_parameters : 0) +
+                          (r == pp - 1 ? ends->out_parameters : 0);
     // The step's parameter all-gather moves 16-bit weights, or FP8 ones for the FP8 linears
     // with --fp8-param-gather.
     const double gather_bytes =
@@ -369,8 +533,10 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
     } else {
       st.dp_grad_sync_s = CollectiveTime(c, Collective::kAllReduce, params * gbytes, dp);
     }
-    st.optimizer_s = MemoryTime(c.gpu, params / (shard_optimizer ? p.dp : 1) * opt_bytes) +
-                     c.host.optimizer_step_s;
+    st.optimizer_s =
+        MemoryTime(c.gpu,
+                   params / (shard_optimizer ? static_cast<double>(p.dp_cp()) : 1) * opt_bytes) +
+        c.host.optimizer_step_s;
     if (fp8_layers > 0) {
       // The FP8 weight copies and their transposes, cast once per step (read e, write 1 + 1;
       // current scaling reads the weights once more for their amax).
@@ -396,9 +562,8 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
     if (pp > 1 && m.tied_embeddings && (r == 0 || r == pp - 1)) {
       // Megatron's _allreduce_word_embedding_grads over the first and last stage.
       const double vocab_t = static_cast<double>(PaddedVocabSize(m, p.tp)) / p.tp;
-      st.embedding_sync_s =
-          CollectiveTime(c, Collective::kAllReduce, vocab_t * m.hidden_size * gbytes,
-                         EmbeddingGroup(p, c.gpus_per_node));
+      st.embedding_sync_s = CollectiveTime(c, Collective::kAllReduce,
+                                           vocab_t * m.hidden_size * gbytes, placed->embedding);
     }
     st.static_bytes = params * per_param.total() + static_cast<double>(c.gpu.reserved_bytes);
     return st;

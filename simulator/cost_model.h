@@ -34,6 +34,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/cluster_spec.h"
@@ -50,6 +51,8 @@ struct StageBreakdown {
   double compute_s = 0;  // kernels (GEMMs and memory-bound), including recomputation
   double tp_comm_s = 0;  // tensor-parallel collectives inside F, B and W (their exposed part)
   double tp_comm_hidden_s = 0;  // and the part --tp-comm-overlap pipelines behind the GEMMs
+  double cp_comm_s = 0;  // context-parallel exchanges of the attention inside F and B (exposed)
+  double cp_comm_hidden_s = 0;  // and the part ring attention hides behind its kernels
   double pp_comm_s = 0;         // sends of activations and gradients (whether or not they block)
   double recompute_s = 0;       // the part of compute_s + tp_comm_s that recomputation adds
   double overhead_s = 0;        // the part of compute_s the GPU waits for the host (launch-bound)
@@ -65,11 +68,34 @@ struct StepEstimate {
   double hardware_flops = 0;           // per step, all GPUs, with recomputation
 };
 
+// What EstimateStep works out for a transformer layer of each kind, and for the embedding and
+// output parts, depends on fewer knobs than the whole configuration: tp, cp and its exchange,
+// the micro-batch, sequence parallelism, recompute, whether the backward is split (zb-h1), TP
+// communication overlap, whether pp > 1 (the output layer's copy of a tied embedding) and where
+// the TP and CP groups sit. A search over many configurations of one model, cluster, training
+// and software passes one cache to share them (and the prepared efficiency tables); the results
+// are the same as without it. Not thread-safe.
+class LayerCostCache {
+ public:
+  LayerCostCache();
+  ~LayerCostCache();
+  LayerCostCache(const LayerCostCache&) = delete;
+  LayerCostCache& operator=(const LayerCostCache&) = delete;
+
+  struct Impl;
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
 // Requires a configuration that passes CheckParallelConfig (core/megatron_rules.h) and a cluster
-// with a GEMM efficiency table; violations are InternalErrors.
+// with a GEMM efficiency table; violations are InternalErrors. A cache, when given, must only
+// ever see one model, cluster and training (and options differing only in the data-parallel
+// overlap flags and bucket size).
 StepEstimate EstimateStep(const ModelSpec& model, const ClusterSpec& cluster,
                           const TrainingSpec& training, const ParallelConfig& parallel,
-                          const CostOptions& options = {});
+                          const CostOptions& options = {}, LayerCostCache* cache = nullptr);
 
 // Closed-form step time, to compare with the event simulation. With T_r the time of one
 // micro-batch through every chunk of stage r (F + B + W, blocking sends included), W_r its

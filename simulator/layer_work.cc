@@ -11,6 +11,8 @@ namespace {
 struct Dims {
   double s, b, h, T, Tn, e, g_bytes;  // g_bytes: bytes of a main-gradient element
   int64_t t;
+  int cp;  // context-parallel size (s is the local s / cp)
+  CpComm cp_comm;
   bool sp;
   double a_t, g_t, d;  // query heads, key/value groups per GPU, kv_channels
   double f_t;          // FFN width per GPU (one branch)
@@ -30,8 +32,10 @@ Dims MakeDims(const ModelSpec& m, const ParallelConfig& p, Precision precision,
   PTDP_CHECK(p.tp >= 1 && m.num_attention_heads % p.tp == 0);
   Dims d{};
   d.t = p.tp;
+  d.cp = p.cp;
+  d.cp_comm = p.cp_comm;
   d.sp = p.sequence_parallel && p.tp > 1;
-  d.s = m.seq_length;
+  d.s = static_cast<double>(m.seq_length) / p.cp;
   d.b = p.micro_batch_size;
   d.h = m.hidden_size;
   d.T = d.s * d.b;
@@ -139,29 +143,87 @@ void OverlapLast(PassWork& pass, int work, const Dims& d) {
 // Flash-style attention kernels (forward; backward with the recomputed scores). FLOPs as the
 // kernels' benchmarks count them: 4 s^2 d per head forward, halved by the causal mask; the
 // backward 2.5 x. Bytes: Q, K, V (grouped, not repeated), the output and the fp32 softmax
-// statistics; the backward also reads the output gradient and writes dQ, dK, dV.
+// statistics; the backward also reads the output gradient and writes dQ, dK, dV. `seq` is the
+// queries' (and keys') length, `heads` the heads per GPU, `share` the part of the causal s x s
+// work the kernel does (1 / cp per step of ring attention), `calls` its launches.
+Work FlashKernel(const Dims& d, bool backward, double seq, double heads_per_gpu, double groups,
+                 double share, const char* name) {
+  const double heads = d.b * heads_per_gpu, tokens = seq * d.b;
+  const double qkv = d.e * tokens * d.d * (heads_per_gpu + 2 * groups);
+  const double out = d.e * tokens * d.d * heads_per_gpu;
+  Work w{name,
+         backward ? WorkKind::kAttentionBackward : WorkKind::kAttentionForward,
+         false,
+         {I(seq), I(seq), I(d.d), I(heads)},
+         2 * seq * seq * d.d * heads * share * (backward ? 2.5 : 1),
+         qkv + out + 4 * heads * seq};
+  if (backward) w.bytes = 2 * w.bytes + out;  // read Q K V O dO stats, write dQ dK dV
+  return w;
+}
+
 Work FlashForward(const Dims& d) {
-  const double heads = d.b * d.a_t;
-  const double qkv = d.e * d.T * d.d * (d.a_t + 2 * d.g_t), out = d.e * d.T * d.d * d.a_t;
-  return {"flash attention",
-          WorkKind::kAttentionForward,
-          false,
-          {I(d.s), I(d.s), I(d.d), I(heads)},
-          2 * d.s * d.s * d.d * heads,
-          qkv + out + 4 * heads * d.s};
+  return FlashKernel(d, false, d.s, d.a_t, d.g_t, 1, "flash attention");
 }
 Work FlashBackward(const Dims& d) {
-  Work w = FlashForward(d);
-  w.name = "flash attention backward";
-  w.kind = WorkKind::kAttentionBackward;
-  w.flops *= 2.5;
-  w.bytes = 2 * w.bytes + d.e * d.T * d.d * d.a_t;  // read Q K V O dO stats, write dQ dK dV
-  return w;
+  return FlashKernel(d, true, d.s, d.a_t, d.g_t, 1, "flash attention backward");
+}
+
+// The core attention of a context-parallel layer (the header's list), forward or backward.
+void AddContextParallelAttention(PassWork& pass, const Dims& d, bool backward) {
+  const double cp = d.cp;
+  const double kv = 2 * d.T * d.g_t * d.d * d.e;  // the local K and V
+  const double qkv = d.T * d.d * (d.a_t + 2 * d.g_t) * d.e, out = d.T * d.d * d.a_t * d.e;
+  switch (d.cp_comm) {
+    case CpComm::kP2p: {
+      // cp steps of 2 (s/cp)^2 d FLOPs per head (d.s is s / cp here): the diagonal block with
+      // the causal mask, or, thanks to the 2 cp chunks, half of an off-diagonal block; in all
+      // the causal total over cp.
+      Work steps = FlashKernel(d, backward, d.s, d.a_t, d.g_t, 1,
+                               backward ? "ring attention backward steps" : "ring attention steps");
+      Work last = steps;
+      last.name = backward ? "ring attention backward last step" : "ring attention last step";
+      steps.flops *= cp - 1;
+      steps.bytes *= cp - 1;
+      pass.Add(steps);
+      pass.Add(CommWork{backward ? "cp ring k v and their grads" : "cp ring k v",
+                        Collective::kSendRecv, backward ? 2 * kv : kv, CommGroup::kCp,
+                        static_cast<int>(cp) - 1});
+      pass.overlap_with[pass.num_comm - 1] = static_cast<int8_t>(pass.num_work - 1);
+      pass.Add(last);
+      // Each step's partial output (and statistics) merged into the fp32 running output.
+      if (!backward)
+        pass.Add(Memory("ring attention output correction", cp * out / d.e * (d.e + 8)));
+      return;
+    }
+    case CpComm::kA2a:
+      // Trade s / cp tokens of a_t heads for s tokens of a_t / cp heads, and back.
+      pass.Add(CommWork{backward ? "cp all-to-all output grad" : "cp all-to-all q k v",
+                        Collective::kAllToAll, backward ? out : qkv, CommGroup::kCp});
+      pass.Add(FlashKernel(d, backward, d.s * cp, d.a_t / cp, d.g_t / cp, 1,
+                           backward ? "flash attention backward" : "flash attention"));
+      pass.Add(CommWork{backward ? "cp all-to-all q k v grads" : "cp all-to-all output",
+                        Collective::kAllToAll, backward ? qkv : out, CommGroup::kCp});
+      return;
+    case CpComm::kAllGather:
+      pass.Add(CommWork{"cp all-gather k v", Collective::kAllGather, kv * cp, CommGroup::kCp});
+      pass.Add(FlashKernel(d, backward, d.s, d.a_t, d.g_t, cp,
+                           backward ? "flash attention backward" : "flash attention"));
+      if (backward) {
+        pass.Add(CommWork{"cp reduce-scatter k v grads", Collective::kReduceScatter, kv * cp,
+                          CommGroup::kCp});
+      }
+      return;
+  }
 }
 
 // The core attention forward for one micro-batch: the flash-style kernel, or Megatron's unfused
 // path (Q K^T, softmax, dropout, x V).
 void AddCoreAttentionForward(PassWork& f, const Dims& d) {
+  if (d.cp > 1) {
+    PTDP_CHECK(d.flash);  // the rules refuse context parallelism without it
+    AddContextParallelAttention(f, d, false);
+    return;
+  }
   if (d.flash) {
     f.Add(FlashForward(d));
     return;
@@ -187,6 +249,11 @@ void AddCoreAttentionForward(PassWork& f, const Dims& d) {
 }
 
 void AddCoreAttentionBackward(PassWork& b, const Dims& d) {
+  if (d.cp > 1) {
+    PTDP_CHECK(d.flash);
+    AddContextParallelAttention(b, d, true);
+    return;
+  }
   if (d.flash) {
     b.Add(FlashBackward(d));
     return;
@@ -213,7 +280,7 @@ void AddCoreAttentionBackward(PassWork& b, const Dims& d) {
 }  // namespace
 
 bool FlashAttention(Precision precision, const CostOptions& options) {
-  return options.attention != AttentionBackend::kUnfused && precision != Precision::kFp32;
+  return FlashStyleAttention(precision, options);
 }
 
 void PassWork::Append(const PassWork& other) {
@@ -568,19 +635,21 @@ double PassComputeTime(const KernelTimer& timer, const PassWork& pass) {
   return t;
 }
 
+double CommTime(const ClusterSpec& cluster, const CommWork& comm, const GroupPlacements& groups) {
+  return comm.repeat * CollectiveTime(cluster, comm.collective, comm.bytes, groups[comm.group]);
+}
+
 double PassCommTime(const ClusterSpec& cluster, const PassWork& pass,
-                    const GroupPlacement& tp_group) {
+                    const GroupPlacements& groups) {
   double t = 0;
-  for (int i = 0; i < pass.num_comm; ++i) {
-    t += CollectiveTime(cluster, pass.comm[i].collective, pass.comm[i].bytes, tp_group);
-  }
+  for (int i = 0; i < pass.num_comm; ++i) t += CommTime(cluster, pass.comm[i], groups);
   return t;
 }
 
 double PassTime(const ClusterSpec& cluster, Precision precision, const CostOptions& options,
-                const PassWork& pass, const GroupPlacement& tp_group) {
+                const PassWork& pass, const GroupPlacements& groups) {
   return PassComputeTime(KernelTimer(cluster, precision, options), pass) +
-         PassCommTime(cluster, pass, tp_group);
+         PassCommTime(cluster, pass, groups);
 }
 
 }  // namespace ptdp

@@ -28,9 +28,25 @@
 // tensor twice (amax, then cast). Sequence-parallel all-gathers of those inputs move FP8 bytes.
 // The weights' FP8 copies are cast once per step (cost_model.h, with the optimizer).
 //
-// Sizes (per GPU, one micro-batch): s sequence, b micro-batch, h hidden, T = s b tokens,
-// T_n = T / t in the sequence-parallel regions (T without sequence parallelism), e bytes per
-// element of the training precision (2 for fp8 training), masks 1 byte per element.
+// Context parallelism (cp > 1; Megatron-Core with Transformer Engine's attention, which the
+// rules require): each GPU holds s / cp tokens of every sequence, so everything outside the core
+// attention works on s b / cp tokens; the core attention's work is the causal total over cp,
+// balanced by the split into 2 cp chunks, and its exchange (core/parallel_config.h CpComm) runs
+// over the CP group:
+//  - p2p (ring): cp kernels per pass, each of the local s / cp queries against one key/value
+//    block (2 (s/cp)^2 d FLOPs per head forward, causal or half-masked), with the block for
+//    the next step passed around the ring meanwhile: cp - 1 send/recv steps of the local K and
+//    V (backward: K, V and their gradients), each hidden behind one kernel when it is shorter;
+//    the partial outputs are rescaled and summed in fp32 after each step;
+//  - a2a: all-to-alls of Q, K, V before the kernel and of the output after it (backward: the
+//    output gradient before, dQ, dK, dV after), the kernel on all s tokens of a_t / cp heads;
+//  - allgather: K and V all-gathered before the kernel (again in the backward) and their
+//    gradients reduce-scattered after its backward; the kernel on the local queries.
+//
+// Sizes (per GPU, one micro-batch): s sequence (s / cp with context parallelism), b micro-batch,
+// h hidden, T = s b tokens, T_n = T / t in the sequence-parallel regions (T without sequence
+// parallelism), e bytes per element of the training precision (2 for fp8 training), masks 1
+// byte per element.
 #pragma once
 
 #include <array>
@@ -61,11 +77,24 @@ struct Work {
   double bytes;    // HBM bytes read plus written
 };
 
-// One tensor-parallel collective; bytes is the full (gathered) size, the nccl-tests S.
+// The group a collective runs over: tensor parallel, or context parallel (the keys and values
+// of the attention).
+enum class CommGroup : uint8_t { kTp, kCp };
+
+// Where the groups of one configuration sit (collectives.h).
+struct GroupPlacements {
+  GroupPlacement tp, cp;
+  const GroupPlacement& operator[](CommGroup g) const { return g == CommGroup::kCp ? cp : tp; }
+};
+
+// One collective; bytes is the full (gathered) size, the nccl-tests S (all-to-all: what each
+// rank holds); `repeat` times one after the other (the steps of ring attention).
 struct CommWork {
   const char* name;
   Collective collective;
   double bytes;
+  CommGroup group = CommGroup::kTp;
+  int repeat = 1;
 };
 
 // The kernels and collectives of one pass, in order: work[0, num_work), comm[0, num_comm).
@@ -201,12 +230,14 @@ class KernelTimer {
   AttentionTable attention_;
 };
 
-// Time of a pass on one GPU: its kernels plus its tensor-parallel collectives over `tp_group`,
-// one after the other.
+// Time of a pass on one GPU: its kernels plus its collectives over their groups, one after the
+// other.
 double PassComputeTime(const KernelTimer& timer, const PassWork& pass);
+// One collective (all its repeats) over its group.
+double CommTime(const ClusterSpec& cluster, const CommWork& comm, const GroupPlacements& groups);
 double PassCommTime(const ClusterSpec& cluster, const PassWork& pass,
-                    const GroupPlacement& tp_group);
+                    const GroupPlacements& groups);
 double PassTime(const ClusterSpec& cluster, Precision precision, const CostOptions& options,
-                const PassWork& pass, const GroupPlacement& tp_group);
+                const PassWork& pass, const GroupPlacements& groups);
 
 }  // namespace ptdp

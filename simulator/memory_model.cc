@@ -20,7 +20,8 @@ struct ActDims {
 ActDims MakeActDims(const ModelSpec& m, const ParallelConfig& p, Precision precision, bool flash,
                     bool bf16_layer) {
   ActDims d{};
-  d.s = m.seq_length, d.b = p.micro_batch_size, d.h = m.hidden_size;
+  // With context parallelism each GPU holds s / cp tokens of every sequence.
+  d.s = static_cast<double>(m.seq_length) / p.cp, d.b = p.micro_batch_size, d.h = m.hidden_size;
   d.e = BytesPerElement(precision);
   d.fp8 = precision == Precision::kFp8 && !bf16_layer;
   d.x = d.fp8 ? 1 : d.e;
@@ -119,12 +120,13 @@ double LayerRecomputeTransientBytes(const ModelSpec& m, const ParallelConfig& p,
 double EmbeddingActivationBytes(const ModelSpec& m, const ParallelConfig& p) {
   if (m.hidden_dropout <= 0) return 0;
   const bool sp = p.sequence_parallel && p.tp > 1;
-  return static_cast<double>(m.seq_length) * p.micro_batch_size * m.hidden_size / (sp ? p.tp : 1);
+  return static_cast<double>(m.seq_length) / p.cp * p.micro_batch_size * m.hidden_size /
+         (sp ? p.tp : 1);
 }
 
 double OutputActivationBytes(const ModelSpec& m, const ParallelConfig& p, Precision precision) {
   const bool sp = p.sequence_parallel && p.tp > 1;
-  const double sb = static_cast<double>(m.seq_length) * p.micro_batch_size;
+  const double sb = static_cast<double>(m.seq_length) / p.cp * p.micro_batch_size;
   const double vocab_t = static_cast<double>(PaddedVocabSize(m, p.tp)) / p.tp;
   return 2.0 * BytesPerElement(precision) * sb * m.hidden_size / (sp ? p.tp : 1) + 4 * sb * vocab_t;
 }
@@ -133,7 +135,7 @@ BytesPerParameter BytesPerParam(const TrainingSpec& training, const ParallelConf
                                 const CostOptions& options) {
   BytesPerParameter b;
   const bool fp32 = training.precision == Precision::kFp32;
-  const double dp = parallel.dp;
+  const double dp = static_cast<double>(parallel.dp_cp());  // the sharding group
   const bool shard_grads =
       parallel.fsdp == Fsdp::kOptimGrads || parallel.fsdp == Fsdp::kOptimGradsParams;
   const bool shard_params = parallel.fsdp == Fsdp::kOptimGradsParams;

@@ -40,6 +40,8 @@ double KorthikantiTable2Bytes(double s, double b, double h, double a, double t,
 // with a_t = a/t heads, g_t = max(g/t, 1) key/value groups, f_t = f/t, fc1_t = 2 f_t with
 // SwiGLU, e bytes per element, x the linears' saved inputs (e, or 1 in an FP8 layer).
 // Full recompute keeps only the layer's input, e sbh (divided by t with sequence parallelism).
+// With context parallelism s is each GPU's s / cp tokens (ring attention keeps only the local
+// keys and values: the others' blocks are passed around again in the backward).
 // For 16-bit GPT with unfused attention it equals KorthikantiTable2Bytes. `bf16_layer`: a layer
 // kept in bf16 in fp8 training.
 double LayerActivationBytes(const ModelSpec& model, const ParallelConfig& parallel,

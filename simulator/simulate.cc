@@ -39,6 +39,8 @@ SimulationReport SimulatePlan(const Plan& plan) {
     b.compute_s += m * st.compute_s / p.pp;
     b.tp_comm_s += m * st.tp_comm_s / p.pp;
     b.tp_comm_hidden_s += m * st.tp_comm_hidden_s / p.pp;
+    b.cp_comm_s += m * st.cp_comm_s / p.pp;
+    b.cp_comm_hidden_s += m * st.cp_comm_hidden_s / p.pp;
     b.pp_comm_s += m * st.pp_comm_s / p.pp;
   }
   for (int s = 0; s < p.pp; ++s) {
@@ -91,15 +93,17 @@ std::string SimulationJsonMembers(const SimulationReport& r, int indent) {
       "\"peak_memory_bytes\": {}, \"fits\": {}, \"memory_problem\": {}, \"microbatches\": {},\n"
       "{} \"stages\": [\n{}\n{} ],\n"
       "{} \"breakdown\": {{\"compute_s\": {}, \"tp_comm_s\": {}, \"tp_comm_hidden_s\": {}, "
-      "\"pp_comm_s\": {}, \"dp_comm_s\": {}, \"dp_exposed_s\": {}, \"optimizer_s\": {}, "
+      "\"cp_comm_s\": {}, \"cp_comm_hidden_s\": {}, \"pp_comm_s\": {}, \"dp_comm_s\": {}, "
+      "\"dp_exposed_s\": {}, \"optimizer_s\": {}, "
       "\"bubble_s\": {}}}",
       JsonNumber(r.step_time_s), JsonNumber(r.tokens_per_s), JsonNumber(r.model_tflops_per_gpu),
       JsonNumber(r.hardware_tflops_per_gpu), JsonNumber(r.mfu), JsonNumber(r.bubble_fraction),
       JsonNumber(r.peak_memory_bytes), r.memory_problem.empty() ? "true" : "false",
       JsonString(r.memory_problem), r.estimate.microbatches, pad, stages, pad, pad,
       JsonNumber(b.compute_s), JsonNumber(b.tp_comm_s), JsonNumber(b.tp_comm_hidden_s),
-      JsonNumber(b.pp_comm_s), JsonNumber(b.dp_comm_s), JsonNumber(b.dp_exposed_s),
-      JsonNumber(b.optimizer_s), JsonNumber(b.bubble_s));
+      JsonNumber(b.cp_comm_s), JsonNumber(b.cp_comm_hidden_s), JsonNumber(b.pp_comm_s),
+      JsonNumber(b.dp_comm_s), JsonNumber(b.dp_exposed_s), JsonNumber(b.optimizer_s),
+      JsonNumber(b.bubble_s));
 }
 
 }  // namespace ptdp

@@ -23,6 +23,8 @@ struct StepBreakdown {
   double compute_s = 0;         // kernels, recomputation included, all micro-batches
   double tp_comm_s = 0;         // tensor-parallel collectives inside F, B, W, exposed
   double tp_comm_hidden_s = 0;  // and what --tp-comm-overlap hides behind their GEMMs
+  double cp_comm_s = 0;         // context-parallel exchanges of the attention, exposed
+  double cp_comm_hidden_s = 0;  // and what ring attention hides behind its kernels
   double pp_comm_s = 0;         // pipeline sends
   double dp_comm_s = 0;     // gradient reduction, embedding sync, parameter gather (largest stage),
                             // Megatron-FSDP's per-layer gathers and reduce-scatters
@@ -55,8 +57,8 @@ SimulationReport SimulatePlan(const Plan& plan);
 // DESIGN.md's `simulate --format json` object: step_time_s, tokens_per_s, model_tflops_per_gpu,
 // hardware_tflops_per_gpu, mfu, bubble_fraction, peak_memory_bytes, fits, stages[] (forward_s,
 // backward_s, weights_bytes, gradients_bytes, optimizer_bytes, activations_bytes, peak_bytes,
-// bubble_fraction, ...), breakdown{compute_s, tp_comm_s, pp_comm_s, dp_comm_s, optimizer_s,
-// bubble_s}; `indent` spaces before each line after the first.
+// bubble_fraction, ...), breakdown{compute_s, tp_comm_s, cp_comm_s, pp_comm_s, dp_comm_s,
+// optimizer_s, bubble_s, ...}; `indent` spaces before each line after the first.
 std::string SimulationJson(const SimulationReport& report, int indent = 0);
 // The same members without the enclosing braces, to merge into a larger object.
 std::string SimulationJsonMembers(const SimulationReport& report, int indent = 0);

@@ -154,8 +154,8 @@ TEST(Cli, PlanConstraintFlags) {
             "ptdp: error: --memory-headroom: expected a fraction below 1 or a percentage below "
             "100%, got \"120%\" (hint: see `ptdp plan --help`)\n");
   EXPECT_EQ(Cli({"plan", "--fix", "tq=2"}).err,
-            "ptdp: error: --fix: \"tq=2\": unknown key (hint: keys: tp, pp, dp, mbs, v, schedule, "
-            "sp, recompute, dist-opt, fsdp, uneven; e.g. --fix tp=8)\n");
+            "ptdp: error: --fix: \"tq=2\": unknown key (hint: keys: tp, cp, cp-comm, pp, dp, mbs, v, "
+            "schedule, sp, recompute, dist-opt, fsdp, uneven; e.g. --fix tp=8)\n");
   EXPECT_EQ(Cli({"plan", "--schedules", "1f1b,2f2b"}).err,
             "ptdp: error: --schedules: unknown value \"2f2b\" (expected one of: gpipe, 1f1b, "
             "interleaved, zb-h1) (hint: see `ptdp plan --help`)\n");
@@ -390,7 +390,7 @@ TEST(CliSimulate, RefusesWhatMegatronRefusesNamingTheFlag) {
   std::vector<std::string> bad = kSeedSimulate;
   bad[10] = "3";  // --tp 3 on 8 GPUs
   EXPECT_EQ(Cli(bad).err,
-            "ptdp: error: --gpus: world size (8) is not divisible by total model size (tp 3 x pp "
+            "ptdp: error: --gpus: world size (8) is not divisible by total_model_size (tp 3 x pp "
             "4 = 12) (hint: see `ptdp simulate --help`)\n");
   EXPECT_EQ(Cli(With(kSeedSimulate, {"--virtual-stages", "4"})).err,
             "ptdp: error: --virtual-stages: number of layers per pipeline stage (6) must be "
@@ -515,7 +515,7 @@ TEST(CliCheck, BrokenLayoutRulesExitOne) {
                         "--vocab-size",
                         "50257"});
   EXPECT_EQ(r.code, kExitFailed);
-  EXPECT_NE(r.out.find("world size (8) is not divisible by total model size (tp 1 x pp 5 = 5)"),
+  EXPECT_NE(r.out.find("world size (8) is not divisible by total_model_size (tp 1 x pp 5 = 5)"),
             std::string::npos);
   EXPECT_EQ(Cli({"check"}).err,
             "ptdp: error: --file: no command to check (hint: ptdp check -- python "

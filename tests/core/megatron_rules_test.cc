@@ -37,7 +37,7 @@ TEST(MegatronRules, WorldSize) {
   c.gpus = 12;  // 12 % (2 * 4) != 0
   EXPECT_EQ(c.Ids(), Ids{"world-size"});
   EXPECT_EQ(c.FirstMessage(),
-            "world size (12) is not divisible by total model size (tp 2 x pp 4 = 8)");
+            "world size (12) is not divisible by total_model_size (tp 2 x pp 4 = 8)");
   c.gpus = 16;
   EXPECT_EQ(c.FirstMessage(),
             "data-parallel size must be world size / (tp x pp) = 16 / 8 = 2, got 1");

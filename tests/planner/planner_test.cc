@@ -188,6 +188,7 @@ TEST(Planner, NoPlanIsAnAnswerWithHints) {
   odd.model.num_query_groups = 3;
   odd.model.num_layers = 5;
   odd.constraints.uneven = false;  // an uneven split would put 5 layers on 2 stages
+  odd.constraints.cp = 1;          // context parallelism would split the sequence instead
   const PlanSearchResult none = SearchPlans(odd);
   EXPECT_EQ(none.valid, 0);
   const std::vector<std::string> why = UnblockHints(odd, none);
