@@ -167,7 +167,8 @@ int ReplayBridgeFile(const Flags& flags, const std::string& file, std::ostream& 
   if (flags.Switch("fit")) {
     const BridgeFit fit = FitBridge(cluster, rows, releases, attention);
     out << fmt::format(
-        "Fitted on {} simulated rows of release{} {}: the FP8 GEMM table of {} scaled by {:g} "
+        "Fitted on {} simulated rows of release{} {} (dense, without context parallelism): the "
+        "FP8 GEMM table of {} scaled by {:g} "
         "(its largest efficiency {:.3f}); mean |error| {:.2f}% on those rows.\n\n",
         fit.rows, releases.size() > 1 ? "s" : "", fmt::join(releases, ", "), cluster.name,
         fit.fp8_gemm_scale,
@@ -182,8 +183,9 @@ int ReplayBridgeFile(const Flags& flags, const std::string& file, std::ostream& 
     replayed = WithFp8GemmScale(cluster, fit.fp8_gemm_scale);
   } else {
     out << fmt::format(
-        "The FP8 GEMM level of dgx-h100 and hgx-h200 was fitted on the rows of release {} "
-        "(marked in-sample); --fit refits it.\n\n",
+        "The FP8 GEMM level of dgx-h100 and hgx-h200 was fitted on the dense rows without "
+        "context parallelism of release {} (marked in-sample; the rows ptdp could express then); "
+        "--fit refits it.\n\n",
         fmt::join(releases, ", "));
   }
   const std::vector<BridgeResult> results = ReplayBridge(replayed, rows, attention);

@@ -67,12 +67,19 @@ std::string SimulationText(const Plan& plan, const SimulationReport& r) {
   out += t.Render();
   const StepBreakdown& b = r.breakdown;
   out += fmt::format(
-      "\nWhere the time goes (average stage): compute {}, TP comm {}{}, PP comm {}, DP comm {}{}, "
-      "optimizer {}, bubble {}\n",
+      "\nWhere the time goes (average stage): compute {}, TP comm {}{}{}, PP comm {}, DP comm "
+      "{}{}, optimizer {}, bubble {}\n",
       Seconds(b.compute_s), Seconds(b.tp_comm_s),
       b.tp_comm_hidden_s > 0 ? fmt::format(" (and {} hidden behind the GEMMs by --tp-comm-overlap)",
                                            Seconds(b.tp_comm_hidden_s))
                              : "",
+      plan.parallel.cp > 1
+          ? fmt::format(", CP comm {}{}", Seconds(b.cp_comm_s),
+                        b.cp_comm_hidden_s > 0
+                            ? fmt::format(" (and {} hidden behind the ring's attention blocks)",
+                                          Seconds(b.cp_comm_hidden_s))
+                            : "")
+          : "",
       Seconds(b.pp_comm_s), Seconds(b.dp_comm_s),
       b.dp_comm_s > 0 && b.dp_exposed_s < 0.999 * b.dp_comm_s
           ? fmt::format(" ({} exposed, {} hidden behind the backward and the next forward)",

@@ -204,10 +204,6 @@ BridgeSetup BridgePlan(const BridgeRow& row, const ClusterSpec& cluster,
     s.unexpressible = "mixture-of-experts (expert parallelism) is not modelled yet";
     return s;
   }
-  if (row.cp > 1) {
-    s.unexpressible = fmt::format("context parallelism (cp {}) is not modelled yet", row.cp);
-    return s;
-  }
   const std::string preset = PresetFor(row.model);
   if (preset.empty()) {
     s.unexpressible = "no preset for this architecture";
@@ -249,9 +245,12 @@ BridgeSetup BridgePlan(const BridgeRow& row, const ClusterSpec& cluster,
   ParallelConfig& p = plan.parallel;
   p.tp = row.tp;
   p.pp = row.pp;
-  const int64_t model = int64_t{row.tp} * row.pp;
+  // Context parallelism with Megatron's default exchange (p2p ring attention): the Llama
+  // recipes do not set cp_comm_type.
+  p.cp = std::max(1, row.cp);
+  const int64_t model = int64_t{row.tp} * row.pp * p.cp;
   if (row.num_gpus % model != 0) {
-    s.unexpressible = "tp x pp does not divide the GPUs";
+    s.unexpressible = "tp x pp x cp does not divide the GPUs";
     return s;
   }
   p.dp = static_cast<int>(row.num_gpus / model);
@@ -294,7 +293,7 @@ BridgeSetup BridgePlan(const BridgeRow& row, const ClusterSpec& cluster,
   o.tp_comm_overlap = tp_overlap_on && p.sequence_parallel;
   if (o.tp_comm_overlap) s.settings.push_back("tp comm overlap");
 
-  const std::vector<Violation> v = CheckParallelConfig(plan.model, t, p, plan.num_gpus);
+  const std::vector<Violation> v = CheckParallelConfig(plan.model, t, p, plan.num_gpus, o);
   if (!v.empty()) s.unexpressible = "Megatron's rules as ptdp reads them: " + v.front().message;
   return s;
 }
@@ -320,6 +319,10 @@ std::vector<BridgeResult> ReplayBridge(const ClusterSpec& cluster, std::span<con
   return out;
 }
 
+bool InBridgeFit(const BridgeRow& row, const std::vector<std::string>& releases) {
+  return InReleases(row.release, releases) && row.cp <= 1 && !IsMoe(row.model);
+}
+
 double BridgeMape(std::span<const BridgeResult> results, const std::string& release, bool exclude) {
   double sum = 0;
   int n = 0;
@@ -343,7 +346,7 @@ BridgeFit FitBridge(const ClusterSpec& cluster, std::span<const BridgeRow> rows,
                     const std::vector<std::string>& releases, AttentionBackend attention) {
   std::vector<BridgeRow> fit_rows;
   for (const BridgeRow& r : rows) {
-    if (InReleases(r.release, releases)) fit_rows.push_back(r);
+    if (InBridgeFit(r, releases)) fit_rows.push_back(r);
   }
   const auto mape = [&](double scale) {
     return BridgeMape(ReplayBridge(WithFp8GemmScale(cluster, scale), fit_rows, attention));
@@ -378,7 +381,7 @@ std::string BridgeMarkdown(std::span<const BridgeResult> results,
   int in_n = 0, out_n = 0, out_within = 0;
   for (const BridgeResult& r : results) {
     if (!r.simulated) continue;
-    const bool in = InReleases(r.row.release, fitted);
+    const bool in = InBridgeFit(r.row, fitted);
     const double e = r.error();
     (in ? in_sum : out_sum) += std::abs(e);
     (in ? in_n : out_n)++;
@@ -396,7 +399,7 @@ std::string BridgeMarkdown(std::span<const BridgeResult> results,
                        in ? "fitted (in-sample)" : "held out", settings);
   }
   out += fmt::format(
-      "\nMean |error|: {} ({} rows of the fitted releases, in-sample); {} ({} held-out rows, "
+      "\nMean |error|: {} ({} fitted rows, in-sample); {} ({} held-out rows, "
       "out-of-sample; the worst {:.1f}%, {} of {} within 20%).\n",
       in_n > 0 ? fmt::format("{:.1f}%", 100 * in_sum / in_n) : "-", in_n,
       out_n > 0 ? fmt::format("{:.1f}%", 100 * out_sum / out_n) : "-", out_n, 100 * out_worst,

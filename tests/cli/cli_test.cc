@@ -153,9 +153,10 @@ TEST(Cli, PlanConstraintFlags) {
   EXPECT_EQ(Cli({"plan", "--memory-headroom", "120%"}).err,
             "ptdp: error: --memory-headroom: expected a fraction below 1 or a percentage below "
             "100%, got \"120%\" (hint: see `ptdp plan --help`)\n");
-  EXPECT_EQ(Cli({"plan", "--fix", "tq=2"}).err,
-            "ptdp: error: --fix: \"tq=2\": unknown key (hint: keys: tp, cp, cp-comm, pp, dp, mbs, v, "
-            "schedule, sp, recompute, dist-opt, fsdp, uneven; e.g. --fix tp=8)\n");
+  EXPECT_EQ(
+      Cli({"plan", "--fix", "tq=2"}).err,
+      "ptdp: error: --fix: \"tq=2\": unknown key (hint: keys: tp, cp, cp-comm, pp, dp, mbs, v, "
+      "schedule, sp, recompute, dist-opt, fsdp, uneven; e.g. --fix tp=8)\n");
   EXPECT_EQ(Cli({"plan", "--schedules", "1f1b,2f2b"}).err,
             "ptdp: error: --schedules: unknown value \"2f2b\" (expected one of: gpipe, 1f1b, "
             "interleaved, zb-h1) (hint: see `ptdp plan --help`)\n");
@@ -659,7 +660,9 @@ TEST(CliModern, ReplaysTheMegatronBridgeRuns) {
   Result r = Cli({"replay", "--dataset", file});
   EXPECT_EQ(r.code, kExitOk) << r.err;
   EXPECT_NE(r.out.find("| 26.04.01 | Llama3-70B | 64 | fp8-cs |"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("Not simulated: 29 of 37 rows."), std::string::npos);
+  EXPECT_NE(r.out.find("Not simulated: 24 of 37 rows."), std::string::npos);
+  EXPECT_NE(r.out.find("| 25.09 | Llama3.1-405B | 1024 | fp8-cs | TP 8 x CP 2 (p2p) x PP 8 x DP 8"),
+            std::string::npos);
   r = Cli({"replay", "--dataset", file, "--fit", "--fit-releases", "24.01"});
   EXPECT_EQ(r.code, kExitBadInput);
   EXPECT_NE(r.err.find("--fit-releases: no row of release \"24.01\""), std::string::npos);
@@ -674,6 +677,103 @@ namespace ptdp::cli {
 namespace {
 
 // The case: the best Llama 3 70B plans on 64 H100s, in bf16 and in FP8, are written as
+TEST(CliModern, ContextParallelSimulatedCheckedAndRefusedByTheExecutor) {
+  const std::vector<std::string> base = {"simulate",
+                                         "--model",
+                                         "llama3-8b",
+                                         "--cluster",
+                                         "dgx-h100",
+                                         "--gpus",
+                                         "16",
+                                         "--global-batch",
+                                         "16",
+                                         "--seq-length",
+                                         "32768",
+                                         "--tp",
+                                         "2",
+                                         "--pp",
+                                         "1",
+                                         "--sequence-parallel",
+                                         "--distributed-optimizer"};
+  std::vector<std::string> args = base;
+  args.insert(args.end(), {"--cp", "4"});
+  Result r = Cli(args);
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_NE(r.out.find("TP 2 x CP 4 (p2p) x PP 1 x DP 2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(", CP comm "), std::string::npos) << r.out;
+  // Megatron's rules, naming the flag.
+  args = base;
+  args.insert(args.end(), {"--cp", "3"});
+  r = Cli(args);
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_NE(r.err.find("--gpus: world size (16) is not divisible by total_model_size"),
+            std::string::npos)
+      << r.err;
+  args = base;
+  args.insert(args.end(), {"--cp", "2", "--attention-backend", "unfused"});
+  r = Cli(args);
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_NE(r.err.find("--cp: Context parallelism is only supported by TEDotProductAttention!"),
+            std::string::npos)
+      << r.err;
+  args = base;
+  args.insert(args.end(), {"--cp", "2", "--cp-comm", "ring"});
+  r = Cli(args);
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_NE(r.err.find("--cp-comm"), std::string::npos) << r.err;
+  // check reads the flags.
+  r = Cli({"check",
+           "--gpus",
+           "16",
+           "--cluster",
+           "dgx-h100",
+           "--",
+           "python",
+           "pretrain_gpt.py",
+           "--num-layers",
+           "32",
+           "--hidden-size",
+           "4096",
+           "--num-attention-heads",
+           "32",
+           "--group-query-attention",
+           "--num-query-groups",
+           "8",
+           "--seq-length",
+           "32768",
+           "--max-position-embeddings",
+           "32768",
+           "--micro-batch-size",
+           "1",
+           "--global-batch-size",
+           "16",
+           "--vocab-size",
+           "128256",
+           "--bf16",
+           "--tensor-model-parallel-size",
+           "2",
+           "--sequence-parallel",
+           "--context-parallel-size",
+           "4",
+           "--cp-comm-type",
+           "a2a"});
+  EXPECT_NE(r.out.find("Layout: TP 2 x CP 4 a2a x PP 1 x DP 2"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("would refuse"), std::string::npos) << r.out;
+  // A plan with cp > 1 simulates, and the CPU executor says it cannot run it yet.
+  const std::string path = testing::TempDir() + "/cp-plan.yaml";
+  args = {"plan", "--model",        "llama3-8b", "--cluster",    "dgx-h100", "--gpus",
+          "16",   "--global-batch", "16",        "--seq-length", "65536",    "--fix",
+          "cp=2", "--top",          "1",         "--out",        path};
+  r = Cli(args);
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  r = Cli({"execute", "--plan", path, "--steps", "1"});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_NE(r.err.find("parallel.cp: context parallelism (cp 2) is not implemented by the CPU "
+                       "executor yet"),
+            std::string::npos)
+      << r.err;
+}
+
 // Megatron flags that `check` accepts (exit 0, no error), and FP8 is the faster.
 TEST(CliModern, TheBestPlansFlagsPassCheck) {
   double step[2] = {0, 0};

@@ -320,5 +320,78 @@ TEST(MegatronFlags, RefusalsOfTheNewFlags) {
   EXPECT_EQ(local.training.precision, Precision::kFp8);
 }
 
+TEST(ContextParallelFlags, WrittenReadAndCheckedAsMegatronDoes) {
+  Plan plan = ModernPlan();
+  plan.parallel.tp = 4;  // a2a needs the TP rank's 2 query groups to split over CP
+  plan.parallel.cp = 2;
+  for (CpComm comm : {CpComm::kP2p, CpComm::kA2a, CpComm::kAllGather}) {
+    plan.parallel.cp_comm = comm;
+    // The plan file.
+    const std::string text = WritePlanYaml(plan);
+    EXPECT_NE(text.find("  cp: 2"), std::string::npos);
+    EXPECT_EQ(ParsePlanYaml(text, "plan.yaml"), plan);
+    // The flags, and back.
+    const std::string line = MegatronArgsLine(plan);
+    EXPECT_NE(line.find(std::string("--context-parallel-size 2 --cp-comm-type ") +
+                        std::string(Name(comm))),
+              std::string::npos)
+        << line;
+    MegatronCommand c = ReadMegatronCommand(
+        "torchrun --nproc-per-node 8 --nnodes 128 pretrain_gpt.py " + line + " --vocab-size 128256",
+        "cmd");
+    ResolveWorldSize(c, *c.world_size);
+    for (const MegatronFinding& f : c.findings) {
+      EXPECT_NE(f.severity, MegatronFinding::Severity::kError) << f.flag << ": " << f.message;
+    }
+    EXPECT_EQ(c.parallel, plan.parallel) << line;
+  }
+  // Without --context-parallel-size nothing is written.
+  EXPECT_EQ(MegatronArgsLine(ModernPlan()).find("context-parallel"), std::string::npos);
+  // A plan file's bad exchange names its key.
+  const std::string text = WritePlanYaml(plan);
+  EXPECT_NE(PlanError(Replace(text, "  cp_comm: allgather", "  cp_comm: ring"))
+                .find("parallel.cp_comm: unknown value \"ring\" (expected one of: p2p, a2a, "
+                      "allgather)"),
+            std::string::npos);
+  // A plan whose sequence CP cannot split is refused at parallel.cp.
+  EXPECT_NE(PlanError(Replace(text, "  cp: 2", "  cp: 3")).find("parallel."), std::string::npos);
+}
+
+TEST(ContextParallelFlags, RefusalsInMegatronsWords) {
+  const std::string base =
+      "python pretrain_gpt.py --num-layers 32 --hidden-size 4096 --num-attention-heads 32 "
+      "--seq-length 4096 --max-position-embeddings 4096 --micro-batch-size 1 "
+      "--global-batch-size 64 --vocab-size 32000 --bf16 --tensor-model-parallel-size 2 "
+      "--context-parallel-size 2 ";
+  const auto findings = [&](const std::string& extra) {
+    std::string out;
+    for (const MegatronFinding& f : ReadMegatronCommand(base + extra, "cmd").findings) {
+      out += std::string(f.severity == MegatronFinding::Severity::kError ? "error " : "warning ") +
+             f.flag + ": " + f.message + "\n";
+    }
+    return out;
+  };
+  EXPECT_NE(findings("--cp-comm-type a2a+p2p")
+                .find("error --cp-comm-type: --hierarchical-context-parallel-sizes must be set "
+                      "when a2a+p2p is used in cp comm"),
+            std::string::npos);
+  EXPECT_NE(findings("--cp-comm-type ring").find("error --cp-comm-type: cp_comm_type 'ring'"),
+            std::string::npos);
+  EXPECT_NE(findings("--cp-comm-type p2p a2a")
+                .find("error --cp-comm-type: Length of cp_comm_type (2) should equal to the total "
+                      "number of transformer layers (32)"),
+            std::string::npos);
+  EXPECT_NE(findings("--cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 2 1")
+                .find("warning --cp-comm-type: ptdp does not model the hierarchical a2a+p2p"),
+            std::string::npos);
+  EXPECT_NE(findings("--context-parallel-size 0").find("error --context-parallel-size"),
+            std::string::npos);
+  // The world is tp x pp x cp x dp.
+  MegatronCommand c = ReadMegatronCommand(base, "cmd");
+  ResolveWorldSize(c, 16);
+  EXPECT_EQ(c.parallel.dp, 4);
+  EXPECT_EQ(c.parallel.cp, 2);
+}
+
 }  // namespace
 }  // namespace ptdp

@@ -80,6 +80,41 @@ TEST(Planner, ExactWithUnevenSplitsShardingAndFp8) {
   EXPECT_FALSE(SearchPlans(req).plans.front().plan.options.overlap_grad_reduce);
 }
 
+TEST(Planner, ContextParallelIsSearchedExactlyAndWinsOnLongSequences) {
+  // Llama 3 8B at 64k tokens per sequence on 16 H100s: a sequence's activations fill the GPU
+  // unless it is split; the search covers cp (and each exchange) and agrees with brute force.
+  PlanRequest req = Request("llama3-8b", "dgx-h100", 16, 16);
+  req.model.seq_length = req.model.max_position_embeddings = 65536;
+  req.constraints.recomputes = {Recompute::kNone};
+  req.top_k = 10;
+  const PlanSearchResult fast = SearchPlans(req);
+  const std::vector<RankedPlan> slow = BruteForcePlans(req);
+  ASSERT_EQ(fast.plans.size(), slow.size());
+  ASSERT_FALSE(slow.empty());
+  for (size_t i = 0; i < slow.size(); ++i) {
+    EXPECT_EQ(fast.plans[i].plan.parallel, slow[i].plan.parallel) << "rank " << i + 1;
+  }
+  EXPECT_GT(fast.plans.front().plan.parallel.cp, 1);
+  int comms[3] = {0, 0, 0};
+  Rejections rejected;
+  EnumerateConfigs(req.model, req.training, req.gpus, req.constraints, rejected,
+                   [&](const ParallelConfig& p) {
+                     if (p.cp > 1) ++comms[static_cast<int>(p.cp_comm)];
+                   });
+  EXPECT_GT(comms[0], 0);
+  EXPECT_GT(comms[1], 0);
+  EXPECT_GT(comms[2], 0);
+  // a2a at cp 16 cannot split 8 query groups: counted under Megatron's rule.
+  EXPECT_GT(rejected.counts.at("context-parallel"), 0);
+  // --fix cp=4 cp-comm=a2a.
+  ApplyFix("cp=4", req.constraints);
+  ApplyFix("cp-comm=a2a", req.constraints);
+  for (const RankedPlan& r : SearchPlans(req).plans) {
+    EXPECT_EQ(r.plan.parallel.cp, 4);
+    EXPECT_EQ(r.plan.parallel.cp_comm, CpComm::kA2a);
+  }
+}
+
 TEST(Planner, PipelineSplitsOfLlama405B) {
   // 126 layers on 16 stages: the embedding and loss counted as layers (128 / 16: 7 + 8 x 14 + 7
   // layers), listed once although first = last = 7 places the same layers; other uneven

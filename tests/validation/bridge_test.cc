@@ -77,26 +77,30 @@ TEST(BridgeCsv, RowsBecomePlansFromTheirColumnsAndNotes) {
       EXPECT_EQ(s.plan.parallel.recompute_num_layers, r.release == "25.11" ? 5 : 0);
     }
   }
-  // Every Llama 3 8B and 70B row is expressible; the rest need context or expert parallelism.
-  EXPECT_EQ(simulated, 8);
+  // Every Llama 3 row is expressible (405B with context parallelism); the rest need expert
+  // parallelism.
+  EXPECT_EQ(simulated, 13);
   EXPECT_EQ(moe, 23);
-  EXPECT_EQ(cp, 5);
+  EXPECT_EQ(cp, 0);
   EXPECT_EQ(no_tokens, 1);
 }
 
-TEST(BridgeReplay, HeldOutRowsWithinTenPercentOnAverageAndTwentyEach) {
+// Issue 12's bar: the held-out rows within 10% on average and 25% each.
+TEST(BridgeReplay, HeldOutRowsWithinTenPercentOnAverageAndTwentyFiveEach) {
   const std::vector<BridgeRow> rows = LoadBridgeCsv(kFile);
   const std::vector<BridgeResult> results = ReplayBridge(ClusterPreset("dgx-h100"), rows);
   int held_out = 0;
+  double sum = 0;
   for (const BridgeResult& r : results) {
     if (!r.simulated) continue;
     EXPECT_EQ(r.memory_problem, "") << r.row.line << " " << r.row.model;  // they ran
-    if (r.row.release == "25.09") continue;
+    if (InBridgeFit(r.row, {"25.09"})) continue;
     ++held_out;
-    EXPECT_LT(std::abs(r.error()), 0.2) << r.row.line << " " << r.row.model;
+    sum += std::abs(r.error());
+    EXPECT_LT(std::abs(r.error()), 0.25) << r.row.line << " " << r.row.model;
   }
-  EXPECT_EQ(held_out, 6);
-  EXPECT_LT(BridgeMape(results, "25.09", /*exclude=*/true), 0.10);
+  EXPECT_EQ(held_out, 11);
+  EXPECT_LT(sum / held_out, 0.10);
 }
 
 TEST(BridgeReplay, TheH100ProfileIsTheFitOnTheOldestRelease) {
