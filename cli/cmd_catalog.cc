@@ -34,7 +34,9 @@ int RunModels(const Flags& flags, std::ostream& out, std::ostream&) {
                {"vocab", Table::Align::kRight},
                {"seq", Table::Align::kRight},
                {"mlp"},
-               {"parameters", Table::Align::kRight}});
+               {"experts", Table::Align::kRight},
+               {"parameters", Table::Align::kRight},
+               {"active", Table::Align::kRight}});
   std::vector<std::string> json;
   for (const PresetFile& file : ModelPresetFiles()) {
     const ModelSpec m = ModelPreset(file.name);
@@ -43,21 +45,27 @@ int RunModels(const Flags& flags, std::ostream& out, std::ostream&) {
                   std::to_string(m.num_attention_heads), std::to_string(m.num_query_groups),
                   std::to_string(m.ffn_hidden_size), std::to_string(m.vocab_size),
                   std::to_string(m.seq_length), std::string(Name(m.activation)),
-                  HumanCount(static_cast<double>(params.total))});
+                  m.moe() ? fmt::format("{} of {}", m.moe_router_topk, m.num_experts) : "-",
+                  HumanCount(static_cast<double>(params.total)),
+                  HumanCount(static_cast<double>(params.active))});
     json.push_back(fmt::format(
         "{{\"name\": {}, \"num_layers\": {}, \"hidden_size\": {}, \"num_attention_heads\": {}, "
         "\"num_query_groups\": {}, \"ffn_hidden_size\": {}, \"vocab_size\": {}, "
         "\"seq_length\": {}, \"activation\": \"{}\", \"normalization\": \"{}\", "
-        "\"position_embedding\": \"{}\", \"tied_embeddings\": {}, \"parameters\": {}}}",
+        "\"position_embedding\": \"{}\", \"tied_embeddings\": {}, \"num_experts\": {}, "
+        "\"moe_router_topk\": {}, \"parameters\": {}, \"active_parameters\": {}}}",
         JsonString(m.name), m.num_layers, m.hidden_size, m.num_attention_heads, m.num_query_groups,
         m.ffn_hidden_size, m.vocab_size, m.seq_length, Name(m.activation), Name(m.normalization),
-        Name(m.position_embedding), m.tied_embeddings, params.total));
+        Name(m.position_embedding), m.tied_embeddings, m.num_experts,
+        m.moe() ? m.moe_router_topk : 0, params.total, params.active));
   }
   if (format == Format::kJson) {
     out << "{\"models\": [\n  " << fmt::format("{}", fmt::join(json, ",\n  ")) << "\n]}\n";
   } else {
     out << table.Render()
-        << "\nParameters: one full replica, vocabulary padded to a multiple of 128 (Megatron).\n"
+        << "\nParameters: one full replica, vocabulary padded to a multiple of 128 (Megatron); "
+           "active: what one\ntoken goes through (a mixture of experts routes each token to k "
+           "of its experts).\n"
            "Use a preset with --model NAME; a model YAML or a Hugging Face config.json path "
            "works too.\n";
   }

@@ -33,6 +33,16 @@ enum class SoftwareStack { kCore, k2022, k2021, kMegatronDeepSpeed };
 // is unfused here.
 enum class AttentionBackend { kFlash, kFused, kUnfused };
 
+// How a MoE layer moves tokens to their experts' ranks and back (--moe-token-dispatcher-type,
+// megatron/core/transformer/moe/token_dispatcher.py):
+//  - allgather: every rank of the expert tensor x expert parallel group all-gathers all their
+//    tokens, keeps those routed to its experts, and reduce-scatters the outputs back;
+//  - alltoall: each token's hidden state goes to the ranks of its top-k experts in one
+//    all-to-all over the EP group (all-gathered over the expert TP group when etp > 1), and
+//    comes back in another;
+//  - flex: DeepEP's fused dispatch and combine kernels, timed here as the all-to-all.
+enum class MoeDispatcher { kAllGather, kAllToAll, kFlex };
+
 inline constexpr EnumName<SoftwareStack> kSoftwareStackNames[] = {
     {"core", SoftwareStack::kCore},
     {"2022", SoftwareStack::k2022},
@@ -43,6 +53,14 @@ inline constexpr EnumName<AttentionBackend> kAttentionBackendNames[] = {
     {"fused", AttentionBackend::kFused},
     {"unfused", AttentionBackend::kUnfused}};
 
+inline constexpr EnumName<MoeDispatcher> kMoeDispatcherNames[] = {
+    {"allgather", MoeDispatcher::kAllGather},
+    {"alltoall", MoeDispatcher::kAllToAll},
+    {"flex", MoeDispatcher::kFlex}};
+
+inline std::string_view Name(MoeDispatcher d) {
+  return NameOf<MoeDispatcher>(kMoeDispatcherNames, d);
+}
 inline std::string_view Name(SoftwareStack s) {
   return NameOf<SoftwareStack>(kSoftwareStackNames, s);
 }
@@ -95,6 +113,14 @@ struct CostOptions {
   // column-parallel linear's input-gradient all-reduce (reduce-scatter with sequence parallelism)
   // runs beside its weight-gradient GEMM (layer_work.h AsyncOverlap).
   bool async_tensor_parallel_allreduce = true;
+  // --moe-token-dispatcher-type (Megatron's default: allgather).
+  MoeDispatcher moe_token_dispatcher = MoeDispatcher::kAllGather;
+  // The experts' load balance, an assumption rather than a setting: the tokens of the busiest
+  // expert-parallel rank over the mean. The step waits for the busiest rank in every MoE layer,
+  // so its experts' GEMMs (and its share of the dispatch) are stretched by this factor. 1: the
+  // router balances perfectly (as with Megatron's --moe-router-force-load-balancing, or a
+  // well-converged auxiliary loss); measured runs early in training see 1.1-1.5.
+  double moe_load_imbalance = 1.0;
 
   bool operator==(const CostOptions&) const = default;
 };

@@ -295,6 +295,153 @@ int ToInt(int64_t v) {
   return static_cast<int>(std::clamp<int64_t>(v, -1'000'000'000, 1'000'000'000));
 }
 
+// Megatron's --moe-layer-freq list form (moe_freq_type evaluates a Python expression such as
+// "([0]*3+[1]*58)" or "[1,0,1,0]"): the terms "[a,b,...]" and "[a]*n" joined by '+'. Empty on
+// anything else.
+std::vector<int> LayerPattern(std::string_view text) {
+  std::string t;
+  for (char c : text) {
+    if (c != ' ' && c != '(' && c != ')') t += c;
+  }
+  std::vector<int> out;
+  size_t at = 0;
+  while (at < t.size()) {
+    if (t[at] != '[') return {};
+    const size_t close = t.find(']', at);
+    if (close == std::string::npos) return {};
+    std::vector<int> items;
+    for (size_t i = at + 1; i < close;) {
+      const size_t comma = std::min(t.find(',', i), close);
+      int v = 0;
+      const auto [p, ec] = std::from_chars(t.data() + i, t.data() + comma, v);
+      if (ec != std::errc() || p != t.data() + comma || (v != 0 && v != 1)) return {};
+      items.push_back(v);
+      i = comma + 1;
+    }
+    at = close + 1;
+    int times = 1;
+    if (at < t.size() && t[at] == '*') {
+      const size_t end = std::min(t.find('+', at), t.size());
+      const auto [p, ec] = std::from_chars(t.data() + at + 1, t.data() + end, times);
+      if (ec != std::errc() || p != t.data() + end || times < 0) return {};
+      at = end;
+    }
+    for (int k = 0; k < times; ++k) out.insert(out.end(), items.begin(), items.end());
+    if (at < t.size()) {
+      if (t[at] != '+') return {};
+      ++at;
+    }
+  }
+  return out;
+}
+
+// The MoE and multi-latent attention flags (arguments.py's moe and mla groups; the rest of the
+// MoE options in megatron/training/config).
+void ReadMoeFlags(Reader& r, ModelSpec& m) {
+  if (r.Has("--qk-layernorm")) m.qk_layernorm = true;
+  if (r.Has("--multi-latent-attention")) {
+    m.multi_latent_attention = true;
+    m.q_lora_rank = ToInt(r.Int("--q-lora-rank").value_or(0));
+    m.kv_lora_rank = ToInt(r.Int("--kv-lora-rank").value_or(32));
+    m.qk_head_dim = ToInt(r.Int("--qk-head-dim").value_or(128));
+    m.qk_pos_emb_head_dim = ToInt(r.Int("--qk-pos-emb-head-dim").value_or(64));
+    m.v_head_dim = ToInt(r.Int("--v-head-dim").value_or(128));
+  } else {
+    for (const char* flag : {"--q-lora-rank", "--kv-lora-rank", "--qk-head-dim",
+                             "--qk-pos-emb-head-dim", "--v-head-dim"}) {
+      if (r.Has(flag)) {
+        r.Add(Severity::kWarning, flag, "has no effect without --multi-latent-attention",
+              "add --multi-latent-attention");
+      }
+    }
+  }
+  const auto experts = r.Int("--num-experts");
+  if (!experts || *experts == 0) {
+    for (const char* flag :
+         {"--moe-router-topk", "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size",
+          "--moe-layer-freq", "--moe-expert-capacity-factor"}) {
+      if (r.Has(flag)) {
+        r.Add(Severity::kWarning, flag, "has no effect without --num-experts", "");
+      }
+    }
+    return;
+  }
+  if (*experts < 0) {
+    r.Add(Severity::kError, "--num-experts", "num_moe_experts must be non-negative.", "");
+    return;
+  }
+  m.num_experts = ToInt(*experts);
+  m.moe_router_topk = ToInt(r.Int("--moe-router-topk").value_or(2));
+  if (m.moe_router_topk < 1 || m.moe_router_topk > m.num_experts) {
+    r.Add(Severity::kError, "--moe-router-topk",
+          fmt::format("moe_router_topk ({}) must be between 1 and num_experts ({})",
+                      m.moe_router_topk, m.num_experts),
+          "");
+    m.moe_router_topk = std::clamp(m.moe_router_topk, 1, m.num_experts);
+  }
+  if (auto f = r.Int("--moe-ffn-hidden-size")) {
+    m.moe_ffn_hidden_size = ToInt(*f);
+  } else {
+    m.moe_ffn_hidden_size = m.ffn_hidden_size;
+    r.Add(Severity::kWarning, "--num-experts",
+          "moe_ffn_hidden_size is not set, using ffn_hidden_size for MoE instead.",
+          "add --moe-ffn-hidden-size");
+  }
+  m.moe_shared_expert_intermediate_size =
+      ToInt(r.Int("--moe-shared-expert-intermediate-size").value_or(0));
+  if (auto freq = r.String("--moe-layer-freq")) {
+    int n = 0;
+    const auto [p, ec] = std::from_chars(freq->data(), freq->data() + freq->size(), n);
+    if (ec == std::errc() && p == freq->data() + freq->size()) {
+      if (n < 1) {
+        r.Add(Severity::kError, "--moe-layer-freq", "the MoE layer frequency must be positive", "");
+      } else {
+        m.moe_layer_freq = n;
+      }
+    } else {
+      const std::vector<int> pattern = LayerPattern(*freq);
+      const int first =
+          static_cast<int>(std::find(pattern.begin(), pattern.end(), 1) - pattern.begin());
+      bool found = false;
+      for (int f = 1; f <= static_cast<int>(pattern.size()) && !found; ++f) {
+        bool match = first < static_cast<int>(pattern.size());
+        for (int i = 0; i < static_cast<int>(pattern.size()) && match; ++i) {
+          match = pattern[i] == (i >= first && i % f == 0 ? 1 : 0);
+        }
+        if (match) m.moe_first_dense_layers = first, m.moe_layer_freq = f, found = true;
+      }
+      if (pattern.empty()) {
+        r.Add(Severity::kError, "--moe-layer-freq",
+              fmt::format("cannot read \"{}\": expected an integer or a list such as "
+                          "([0]*3+[1]*58)",
+                          *freq),
+              "");
+      } else if (m.num_layers > 0 && static_cast<int>(pattern.size()) != m.num_layers) {
+        r.Add(Severity::kError, "--moe-layer-freq",
+              fmt::format("Invalid length of moe_layer_pattern: {}, expected {}, current moe layer "
+                          "pattern: {}",
+                          pattern.size(), m.num_layers, *freq),
+              "");
+      } else if (!found) {
+        r.Add(Severity::kError, "--moe-layer-freq",
+              "ptdp models MoE layer patterns of some dense layers first, then every n-th layer",
+              "");
+      }
+    }
+  }
+  if (auto type = r.String("--moe-router-load-balancing-type")) {
+    if (auto b = ValueOf<MoeLoadBalancing>(kMoeLoadBalancingNames, *type)) {
+      m.moe_router_load_balancing_type = *b;
+    } else {
+      r.Add(Severity::kError, "--moe-router-load-balancing-type",
+            UnknownValueMessage<MoeLoadBalancing>(kMoeLoadBalancingNames, *type), "");
+    }
+  }
+  if (auto cf = r.Number("--moe-expert-capacity-factor")) {
+    m.moe_expert_capacity_factor = std::max(0.0, *cf);
+  }
+}
+
 }  // namespace
 
 std::span<const KnownFlag> MegatronFlags() { return kMegatronFlags; }
@@ -526,6 +673,7 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
           "50257 tokens",
           "pass --vocab-size to Megatron (or to this check) for exact figures");
   }
+  ReadMoeFlags(r, m);
   c.model_complete = m.num_layers > 0 && m.hidden_size > 0 && m.num_attention_heads > 0 &&
                      m.seq_length > 0 && m.kv_channels > 0 && m.ffn_hidden_size > 0 &&
                      m.num_query_groups > 0 && m.num_attention_heads % m.num_query_groups == 0 &&
@@ -536,6 +684,8 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
   p.tp = ToInt(r.Int("--tensor-model-parallel-size").value_or(1));
   p.pp = ToInt(r.Int("--pipeline-model-parallel-size").value_or(1));
   p.cp = ToInt(r.Int("--context-parallel-size").value_or(1));
+  p.ep = ToInt(r.Int("--expert-model-parallel-size").value_or(1));
+  p.etp = ToInt(r.Int("--expert-tensor-parallel-size").value_or(0));
   p.dp = 1;
   if (auto mbs = r.Int("--micro-batch-size")) {
     p.micro_batch_size = ToInt(*mbs);
@@ -546,6 +696,7 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
   for (auto [flag, value] : {std::pair{"--tensor-model-parallel-size", p.tp},
                              {"--pipeline-model-parallel-size", p.pp},
                              {"--context-parallel-size", p.cp},
+                             {"--expert-model-parallel-size", p.ep},
                              {"--micro-batch-size", p.micro_batch_size}}) {
     if (value <= 0) {
       r.Add(Severity::kError, flag, fmt::format("{} must be positive, got {}", flag, value), "");
@@ -554,6 +705,12 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
   p.tp = std::max(p.tp, 1);
   p.pp = std::max(p.pp, 1);
   p.cp = std::max(p.cp, 1);
+  p.ep = std::max(p.ep, 1);
+  if (r.Has("--expert-tensor-parallel-size") && p.etp <= 0) {
+    r.Add(Severity::kError, "--expert-tensor-parallel-size",
+          fmt::format("--expert-tensor-parallel-size must be positive, got {}", p.etp), "");
+  }
+  p.etp = std::max(p.etp, 0);
   // --cp-comm-type: one type for every layer, or one per layer (ptdp models one for all).
   if (const auto* a = r.Last("--cp-comm-type"); a != nullptr && !a->values.empty()) {
     const std::string& first = a->values.front();
@@ -760,6 +917,17 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
             "");
     }
   }
+  if (auto d = r.String("--moe-token-dispatcher-type")) {
+    if (auto v = ValueOf<MoeDispatcher>(kMoeDispatcherNames, *d)) {
+      o.moe_token_dispatcher = *v;
+    } else {
+      r.Add(Severity::kError, "--moe-token-dispatcher-type",
+            fmt::format("argument --moe-token-dispatcher-type: invalid choice: '{}' (choose from "
+                        "'allgather', 'alltoall', 'flex')",
+                        *d),
+            "");
+    }
+  }
   o.overlap_grad_reduce = r.Has("--overlap-grad-reduce");
   o.overlap_param_gather = r.Has("--overlap-param-gather");
   o.tp_comm_overlap = r.Has("--tp-comm-overlap");
@@ -783,11 +951,6 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
           "Tensor parallel communication/GEMM overlap can happen only when sequence parallelism "
           "is enabled",
           "add --sequence-parallel");
-  }
-  for (const char* flag : {"--expert-model-parallel-size"}) {
-    if (r.Int(flag).value_or(1) > 1) {
-      r.Add(Severity::kWarning, flag, fmt::format("ptdp does not model {} > 1 yet", flag), "");
-    }
   }
 
   // Training.
@@ -928,6 +1091,10 @@ std::vector<std::string> MegatronArgs(const Plan& plan) {
     add("--context-parallel-size", p.cp);
     add("--cp-comm-type", Name(p.cp_comm));
   }
+  if (m.moe()) {
+    add("--expert-model-parallel-size", p.ep);
+    add("--expert-tensor-parallel-size", p.expert_tp());
+  }
   if (p.first_stage_layers > 0) add("--decoder-first-pipeline-num-layers", p.first_stage_layers);
   if (p.last_stage_layers > 0) add("--decoder-last-pipeline-num-layers", p.last_stage_layers);
   if (p.account_for_embedding) a.push_back("--account-for-embedding-in-pipeline-split");
@@ -995,6 +1162,42 @@ std::vector<std::string> MegatronArgs(const Plan& plan) {
   if (m.attention_dropout != 0.1) add("--attention-dropout", m.attention_dropout);
   if (m.make_vocab_size_divisible_by != 128) {
     add("--make-vocab-size-divisible-by", m.make_vocab_size_divisible_by);
+  }
+  if (m.qk_layernorm) a.push_back("--qk-layernorm");
+  if (m.multi_latent_attention) {
+    a.push_back("--multi-latent-attention");
+    if (m.q_lora_rank > 0) add("--q-lora-rank", m.q_lora_rank);
+    add("--kv-lora-rank", m.kv_lora_rank);
+    add("--qk-head-dim", m.qk_head_dim);
+    add("--qk-pos-emb-head-dim", m.qk_pos_emb_head_dim);
+    add("--v-head-dim", m.v_head_dim);
+  }
+  if (m.moe()) {
+    add("--num-experts", m.num_experts);
+    add("--moe-router-topk", m.moe_router_topk);
+    add("--moe-ffn-hidden-size", m.moe_ffn_hidden_size);
+    if (m.moe_shared_expert_intermediate_size > 0) {
+      add("--moe-shared-expert-intermediate-size", m.moe_shared_expert_intermediate_size);
+    }
+    if (m.moe_first_dense_layers > 0) {
+      // The list form, quoted for the shell: the dense layers, then every layer or the pattern.
+      std::string rest;
+      for (int l = m.moe_first_dense_layers; l < m.num_layers; ++l) {
+        rest += fmt::format("{}{}", rest.empty() ? "" : ",", m.IsMoeLayer(l) ? 1 : 0);
+      }
+      add("--moe-layer-freq", m.moe_layer_freq == 1
+                                  ? fmt::format("'([0]*{}+[1]*{})'", m.moe_first_dense_layers,
+                                                m.num_layers - m.moe_first_dense_layers)
+                                  : fmt::format("'([0]*{}+[{}])'", m.moe_first_dense_layers, rest));
+    } else if (m.moe_layer_freq != 1) {
+      add("--moe-layer-freq", m.moe_layer_freq);
+    }
+    add("--moe-router-load-balancing-type", Name(m.moe_router_load_balancing_type));
+    if (m.moe_expert_capacity_factor > 0) {
+      add("--moe-expert-capacity-factor", m.moe_expert_capacity_factor);
+    }
+    a.push_back("--moe-grouped-gemm");
+    add("--moe-token-dispatcher-type", Name(plan.options.moe_token_dispatcher));
   }
   const TrainingSpec& t = plan.training;
   if (t.precision == Precision::kBf16 || t.precision == Precision::kFp8) a.push_back("--bf16");

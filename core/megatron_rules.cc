@@ -32,6 +32,8 @@ std::string_view RuleId(Rule rule) {
       return "context-parallel";
     case Rule::kSequenceSplitByTp:
       return "sequence-split-by-tp";
+    case Rule::kExpertParallel:
+      return "expert-parallel";
     case Rule::kRecomputeNumLayers:
       return "recompute-num-layers";
     case Rule::kFsdpNeedsDistributedOptimizer:
@@ -364,6 +366,45 @@ void CheckRules(const ModelSpec& model, const TrainingSpec& training, const Para
           return std::string(
               "use a tensor-parallel size dividing the tokens per rank, or drop sequence_parallel");
         });
+  }
+  // Expert parallelism (arguments.py validate_args; parallel_state.py initialize_model_parallel
+  // builds the expert grid etp x ep x edp x pp; ColumnParallelLinear's ensure_divisibility).
+  const int etp = p.expert_tp();
+  if (p.ep > 1 && !model.moe()) {
+    add(
+        Rule::kExpertParallel, "ep",
+        [] { return std::string("num_experts must be non None to use expert model parallelism"); },
+        [] { return std::string("use ep 1 for a dense model"); });
+  } else if (model.moe() && model.num_experts % p.ep != 0) {
+    add(
+        Rule::kExpertParallel, "ep",
+        [&] {
+          return fmt::format(
+              "Number of experts should be a multiple of expert model parallel_size ({} experts, "
+              "ep {})",
+              model.num_experts, p.ep);
+        },
+        [] { return std::string("use an expert-parallel size dividing the experts"); });
+  } else if (model.moe() && num_gpus % (int64_t{etp} * p.ep * p.pp) != 0) {
+    add(
+        Rule::kExpertParallel, "ep",
+        [&] {
+          return fmt::format(
+              "world_size ({}) is not divisible by expert_tensor_model_pipeline_parallel size "
+              "({} = etp {} x ep {} x pp {})",
+              num_gpus, int64_t{etp} * p.ep * p.pp, etp, p.ep, p.pp);
+        },
+        [] { return std::string("choose etp x ep dividing the GPUs of a pipeline stage"); });
+  } else if (model.moe() && model.moe_ffn_hidden_size % etp != 0) {
+    add(
+        Rule::kExpertParallel, "etp",
+        [&] {
+          return fmt::format(
+              "{} is not divisible by {} (moe_ffn_hidden_size over "
+              "expert_tensor_parallel_size)",
+              model.moe_ffn_hidden_size, etp);
+        },
+        [] { return std::string("use an expert tensor-parallel size dividing the expert width"); });
   }
   if (p.recompute_num_layers > 0 && p.recompute != Recompute::kFull) {
     add(

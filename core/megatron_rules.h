@@ -32,6 +32,7 @@ enum class Rule {
   kSequenceParallelNeedsTp,        // --sequence-parallel needs TP > 1
   kContextParallel,                // CP > 1: seq % (2 CP), TE attention, a2a's heads % CP
   kSequenceSplitByTp,              // sequence parallel: (seq / CP) % TP == 0
+  kExpertParallel,                 // EP needs experts dividing it; the expert grid fits the world
   kRecomputeNumLayers,             // --recompute-num-layers (block method) needs full recompute
   kFsdpNeedsDistributedOptimizer,  // Megatron-FSDP v1 runs the distributed optimizer
   kFp8Options,                     // --first-last-layers-bf16 counts, --fp8-param-gather

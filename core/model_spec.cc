@@ -34,19 +34,48 @@ int64_t PaddedVocabSize(const ModelSpec& model, int tensor_parallel) {
   return (model.vocab_size + multiple - 1) / multiple * multiple;
 }
 
-ParameterCounts CountParameters(const ModelSpec& m, int tensor_parallel) {
-  const int64_t h = m.hidden_size;
-  const int64_t query_width = int64_t{m.num_attention_heads} * m.kv_channels;
+int ModelSpec::NumMoeLayers() const {
+  int n = 0;
+  for (int i = 0; i < num_layers; ++i) n += IsMoeLayer(i);
+  return n;
+}
+
+int64_t AttentionParameters(const ModelSpec& m) {
+  const int64_t h = m.hidden_size, a = m.num_attention_heads;
+  const int64_t bias = m.add_bias_linear ? 1 : 0;
+  const int64_t norm = m.normalization == Normalization::kLayerNorm ? 2 : 1;  // per element
+  if (m.multi_latent_attention) {
+    // megatron/core/transformer/multi_latent_attention.py MLASelfAttention: q down / up (or one
+    // q projection), kv down to the latent plus the shared rotary key, kv up, the latents' norms,
+    // the output projection.
+    const int64_t qk = m.qk_head_dim + m.qk_pos_emb_head_dim;
+    const int64_t q = m.q_lora_rank > 0 ? h * m.q_lora_rank + int64_t{m.q_lora_rank} * a * qk +
+                                              norm * m.q_lora_rank
+                                        : h * a * qk;
+    const int64_t kv = h * (int64_t{m.kv_lora_rank} + m.qk_pos_emb_head_dim) +
+                       int64_t{m.kv_lora_rank} * a * (m.qk_head_dim + m.v_head_dim) +
+                       norm * m.kv_lora_rank;
+    return q + kv + a * m.v_head_dim * h + bias * h;
+  }
+  const int64_t query_width = a * m.kv_channels;
   const int64_t kv_width = int64_t{m.num_query_groups} * m.kv_channels;
   const int64_t qkv_out = query_width + 2 * kv_width;
-  // SwiGLU's first linear produces both the gate and the up projection.
-  const int64_t fc1_out =
-      int64_t{m.ffn_hidden_size} * (m.activation == Activation::kSwiglu ? 2 : 1);
-  const int64_t norm = m.normalization == Normalization::kLayerNorm ? 2 * h : h;
-  const int64_t bias = m.add_bias_linear ? 1 : 0;
+  const int64_t qk_norms = m.qk_layernorm ? 2 * norm * m.kv_channels : 0;
+  return h * qkv_out + bias * qkv_out + query_width * h + bias * h + qk_norms;
+}
 
-  const int64_t attention = h * qkv_out + bias * qkv_out + query_width * h + bias * h;
-  const int64_t mlp = h * fc1_out + bias * fc1_out + int64_t{m.ffn_hidden_size} * h + bias * h;
+int64_t MlpParameters(const ModelSpec& m, int64_t width) {
+  // SwiGLU's first linear produces both the gate and the up projection.
+  const int64_t h = m.hidden_size, bias = m.add_bias_linear ? 1 : 0;
+  const int64_t fc1_out = width * (m.activation == Activation::kSwiglu ? 2 : 1);
+  return h * fc1_out + bias * fc1_out + width * h + bias * h;
+}
+
+ParameterCounts CountParameters(const ModelSpec& m, int tensor_parallel) {
+  const int64_t h = m.hidden_size;
+  const int64_t norm = m.normalization == Normalization::kLayerNorm ? 2 * h : h;
+  const int64_t attention = AttentionParameters(m);
+  const int64_t mlp = MlpParameters(m, m.ffn_hidden_size);
 
   ParameterCounts c;
   const int64_t vocab = PaddedVocabSize(m, tensor_parallel);
@@ -55,10 +84,22 @@ ParameterCounts CountParameters(const ModelSpec& m, int tensor_parallel) {
                              ? int64_t{m.max_position_embeddings} * h
                              : 0;
   c.per_layer = attention + mlp + 2 * norm;
-  c.transformer = c.per_layer * m.num_layers;
+  const int moe_layers = m.NumMoeLayers();
+  if (moe_layers > 0) {
+    // The router (h x E, no bias), the experts, the shared experts.
+    const int64_t expert = MlpParameters(m, m.moe_ffn_hidden_size);
+    const int64_t shared = m.moe_shared_expert_intermediate_size > 0
+                               ? MlpParameters(m, m.moe_shared_expert_intermediate_size)
+                               : 0;
+    const int64_t common = attention + 2 * norm + h * m.num_experts + shared;
+    c.per_moe_layer = common + int64_t{m.num_experts} * expert;
+    c.per_moe_layer_active = common + int64_t{m.moe_router_topk} * expert;
+  }
+  c.transformer = c.per_layer * (m.num_layers - moe_layers) + c.per_moe_layer * moe_layers;
   c.final_norm = norm;
   c.output_layer = m.tied_embeddings ? 0 : vocab * h;
   c.total = c.word_embedding + c.position_embedding + c.transformer + c.final_norm + c.output_layer;
+  c.active = c.total - int64_t{moe_layers} * (c.per_moe_layer - c.per_moe_layer_active);
   return c;
 }
 

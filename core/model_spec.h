@@ -12,6 +12,9 @@ namespace ptdp {
 enum class Activation { kGelu, kSwiglu };
 enum class Normalization { kLayerNorm, kRmsNorm };
 enum class PositionEmbedding { kLearned, kRope };
+// --moe-router-load-balancing-type: how the router is kept balanced (its cost is the router's
+// small extra work; the balance itself is CostOptions::moe_load_imbalance).
+enum class MoeLoadBalancing { kAuxLoss, kSeqAuxLoss, kSinkhorn, kNone };
 
 inline constexpr EnumName<Activation> kActivationNames[] = {{"gelu", Activation::kGelu},
                                                             {"swiglu", Activation::kSwiglu}};
@@ -20,12 +23,21 @@ inline constexpr EnumName<Normalization> kNormalizationNames[] = {
 inline constexpr EnumName<PositionEmbedding> kPositionEmbeddingNames[] = {
     {"learned", PositionEmbedding::kLearned}, {"rope", PositionEmbedding::kRope}};
 
+inline constexpr EnumName<MoeLoadBalancing> kMoeLoadBalancingNames[] = {
+    {"aux_loss", MoeLoadBalancing::kAuxLoss},
+    {"seq_aux_loss", MoeLoadBalancing::kSeqAuxLoss},
+    {"sinkhorn", MoeLoadBalancing::kSinkhorn},
+    {"none", MoeLoadBalancing::kNone}};
+
 inline std::string_view Name(Activation a) { return NameOf<Activation>(kActivationNames, a); }
 inline std::string_view Name(Normalization n) {
   return NameOf<Normalization>(kNormalizationNames, n);
 }
 inline std::string_view Name(PositionEmbedding p) {
   return NameOf<PositionEmbedding>(kPositionEmbeddingNames, p);
+}
+inline std::string_view Name(MoeLoadBalancing b) {
+  return NameOf<MoeLoadBalancing>(kMoeLoadBalancingNames, b);
 }
 
 // One decoder-only transformer. Every field is resolved (no "default" markers): parsers fill
@@ -52,8 +64,45 @@ struct ModelSpec {
   // Llama. At 0 PyTorch's dropout returns its input: no kernel, no mask kept.
   double hidden_dropout = 0.1;
   double attention_dropout = 0.1;
+  // --qk-layernorm: a norm on each head's query and key (Qwen3, DeepSeek's latents).
+  bool qk_layernorm = false;
+
+  // Mixture of experts (--num-experts, --moe-*): 0 experts is a dense model. A MoE layer's MLP
+  // is a router choosing moe_router_topk of num_experts experts (SwiGLU or GeLU MLPs of
+  // moe_ffn_hidden_size each) for every token, plus shared experts every token goes through
+  // (moe_shared_expert_intermediate_size wide in all; 0: none). Layers 0 .. first_dense - 1 are
+  // dense (ffn_hidden_size), and of the rest every moe_layer_freq-th (counted from layer 0, as
+  // Megatron's --moe-layer-freq N) is MoE; Megatron's list form ([0]*3+[1]*58) is the same pair.
+  int num_experts = 0;
+  int moe_router_topk = 2;
+  int moe_ffn_hidden_size = 0;
+  int moe_shared_expert_intermediate_size = 0;
+  int moe_layer_freq = 1;
+  int moe_first_dense_layers = 0;
+  MoeLoadBalancing moe_router_load_balancing_type = MoeLoadBalancing::kAuxLoss;
+  // --moe-expert-capacity-factor: each expert takes at most this times its even share of the
+  // tokens (the rest dropped); 0: dropless (Megatron's default, None).
+  double moe_expert_capacity_factor = 0;
+
+  // Multi-head latent attention (DeepSeek-V2/V3, --multi-latent-attention): queries through a
+  // q_lora_rank-wide latent (0: projected directly), keys and values through a kv_lora_rank-wide
+  // latent; per head qk_head_dim + qk_pos_emb_head_dim for queries and keys (the second part
+  // rotary, its key shared by all heads), v_head_dim for values.
+  bool multi_latent_attention = false;
+  int q_lora_rank = 0;
+  int kv_lora_rank = 0;
+  int qk_head_dim = 0;
+  int qk_pos_emb_head_dim = 0;
+  int v_head_dim = 0;
 
   bool operator==(const ModelSpec&) const = default;
+
+  bool moe() const { return num_experts > 0; }
+  // Whether transformer layer `layer` (0-based, in model order) has MoE experts.
+  bool IsMoeLayer(int layer) const {
+    return num_experts > 0 && layer >= moe_first_dense_layers && layer % moe_layer_freq == 0;
+  }
+  int NumMoeLayers() const;
 };
 
 // A GPT as Megatron builds it by default (and as GPT-2/3 and Narayanan et al. 2021 define it):
@@ -75,13 +124,22 @@ int64_t PaddedVocabSize(const ModelSpec& model, int tensor_parallel = 1);
 struct ParameterCounts {
   int64_t word_embedding = 0;      // V_padded * h
   int64_t position_embedding = 0;  // max_position_embeddings * h with learned positions, else 0
-  int64_t per_layer = 0;           // one transformer layer, weights and biases and norms
-  int64_t transformer = 0;         // num_layers * per_layer
+  int64_t per_layer = 0;           // one dense transformer layer, weights and biases and norms
+  int64_t per_moe_layer = 0;       // one MoE layer (all its experts); 0 for a dense model
+  // Of a MoE layer, the parameters one token goes through: attention, router, top-k experts,
+  // shared experts, norms.
+  int64_t per_moe_layer_active = 0;
+  int64_t transformer = 0;  // the dense layers' per_layer plus the MoE layers' per_moe_layer
   int64_t final_norm = 0;
   int64_t output_layer = 0;  // V_padded * h when embeddings are untied, else 0
   int64_t total = 0;
+  int64_t active = 0;  // what one token goes through (total for a dense model)
 };
 ParameterCounts CountParameters(const ModelSpec& model, int tensor_parallel = 1);
+// One layer's attention (QKV or MLA projections, output projection, their biases, qk norms) and
+// one MLP (or expert) of `width`, unsharded.
+int64_t AttentionParameters(const ModelSpec& model);
+int64_t MlpParameters(const ModelSpec& model, int64_t width);
 
 // Narayanan et al. 2021 (SC'21), Eq. 2: P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)), for
 // GPT with a 4h GeLU MLP, biases, LayerNorm, tied embeddings and learned positions. It leaves

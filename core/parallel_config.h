@@ -57,8 +57,15 @@ struct ParallelConfig {
   int dp = 1;                     // derived by Megatron as world / (tp * cp * pp)
   int cp = 1;                     // --context-parallel-size
   CpComm cp_comm = CpComm::kP2p;  // --cp-comm-type (matters only with cp > 1)
-  int micro_batch_size = 1;       // --micro-batch-size
-  int virtual_stages = 1;         // model chunks per pipeline rank (v); > 1 only when interleaved
+  // Expert parallelism (MoE models): the experts of a MoE layer split over ep ranks
+  // (--expert-model-parallel-size), each expert's linears over etp ranks
+  // (--expert-tensor-parallel-size; 0: tp, Megatron's default). Megatron lays the experts out
+  // on their own grid, etp-ep-edp-pp (parallel_state.py expert_decoder_rank_generator): the
+  // expert data-parallel size edp = world / (etp x ep x pp).
+  int ep = 1;
+  int etp = 0;
+  int micro_batch_size = 1;  // --micro-batch-size
+  int virtual_stages = 1;    // model chunks per pipeline rank (v); > 1 only when interleaved
   Schedule schedule = Schedule::k1F1B;
   bool sequence_parallel = false;          // --sequence-parallel
   Recompute recompute = Recompute::kNone;  // --recompute-granularity
@@ -85,6 +92,10 @@ struct ParallelConfig {
   // shards over: data parallel together with context parallel (each CP rank computes the
   // gradients of its share of the tokens).
   int64_t dp_cp() const { return int64_t{dp} * cp; }
+  int expert_tp() const { return etp > 0 ? etp : tp; }
+  // The expert data-parallel size: the group the experts' gradients are reduced over (and the
+  // distributed optimizer shards their state over).
+  int64_t expert_dp() const { return int64_t{tp} * cp * dp / (int64_t{expert_tp()} * ep); }
 };
 
 // Micro-batches per pipeline per step, m = GBS / (MBS * DP) (Megatron derives it; there is no

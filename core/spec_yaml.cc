@@ -142,6 +142,26 @@ void WriteModel(YamlWriter& w, const ModelSpec& m) {
   w.Line("add_bias_linear", Bool(m.add_bias_linear));
   w.Line("hidden_dropout", YamlNumber(m.hidden_dropout));
   w.Line("attention_dropout", YamlNumber(m.attention_dropout));
+  if (m.qk_layernorm) w.Line("qk_layernorm", "true");
+  if (m.moe()) {
+    w.Line("num_experts", std::to_string(m.num_experts));
+    w.Line("moe_router_topk", std::to_string(m.moe_router_topk));
+    w.Line("moe_ffn_hidden_size", std::to_string(m.moe_ffn_hidden_size), "per expert");
+    w.Line("moe_shared_expert_intermediate_size",
+           std::to_string(m.moe_shared_expert_intermediate_size), "all shared experts; 0: none");
+    w.Line("moe_layer_freq", std::to_string(m.moe_layer_freq));
+    w.Line("moe_first_dense_layers", std::to_string(m.moe_first_dense_layers));
+    w.Line("moe_router_load_balancing_type", Name(m.moe_router_load_balancing_type));
+    w.Line("moe_expert_capacity_factor", YamlNumber(m.moe_expert_capacity_factor), "0: dropless");
+  }
+  if (m.multi_latent_attention) {
+    w.Line("multi_latent_attention", "true");
+    w.Line("q_lora_rank", std::to_string(m.q_lora_rank), "0: queries projected directly");
+    w.Line("kv_lora_rank", std::to_string(m.kv_lora_rank));
+    w.Line("qk_head_dim", std::to_string(m.qk_head_dim));
+    w.Line("qk_pos_emb_head_dim", std::to_string(m.qk_pos_emb_head_dim));
+    w.Line("v_head_dim", std::to_string(m.v_head_dim));
+  }
 }
 
 void WriteCluster(YamlWriter& w, const ClusterSpec& c) {
@@ -213,6 +233,8 @@ void WriteParallel(YamlWriter& w, const ParallelConfig& p) {
   w.Line("dp", std::to_string(p.dp));
   w.Line("cp", std::to_string(p.cp), "context parallel");
   w.Line("cp_comm", Name(p.cp_comm), "p2p (ring), a2a or allgather; with cp > 1");
+  w.Line("ep", std::to_string(p.ep), "expert parallel (MoE models)");
+  w.Line("etp", std::to_string(p.etp), "expert tensor parallel; 0: tp");
   w.Line("micro_batch_size", std::to_string(p.micro_batch_size));
   w.Line("virtual_stages", std::to_string(p.virtual_stages));
   w.Line("schedule", Name(p.schedule));
@@ -241,6 +263,9 @@ void WriteOptions(YamlWriter& w, const CostOptions& o) {
   w.Line("scatter_gather_tensors_in_pipeline", Bool(o.scatter_gather_tensors_in_pipeline));
   w.Line("fused_softmax_max_seq_length", std::to_string(o.fused_softmax_max_seq_length));
   w.Line("async_tensor_parallel_allreduce", Bool(o.async_tensor_parallel_allreduce));
+  w.Line("moe_token_dispatcher", Name(o.moe_token_dispatcher), "MoE models");
+  w.Line("moe_load_imbalance", YamlNumber(o.moe_load_imbalance),
+         "busiest expert-parallel rank's tokens over the mean; 1: balanced");
 }
 
 }  // namespace
@@ -270,12 +295,85 @@ CostOptions ReadOptions(const YamlMap& map) {
   if (map.Has("fused_softmax_max_seq_length")) {
     o.fused_softmax_max_seq_length = PositiveInt32(map, "fused_softmax_max_seq_length");
   }
+  o.moe_token_dispatcher =
+      map.Enum("moe_token_dispatcher", kMoeDispatcherNames, o.moe_token_dispatcher);
+  if (map.Has("moe_load_imbalance")) {
+    o.moe_load_imbalance = map.PositiveNumber("moe_load_imbalance");
+    if (o.moe_load_imbalance < 1) {
+      map.Fail("moe_load_imbalance",
+               fmt::format("the busiest rank holds at least the mean: must be 1 or more, got {}",
+                           YamlNumber(o.moe_load_imbalance)));
+    }
+  }
   if (o.overlap_param_gather && !o.overlap_grad_reduce) {
     map.Fail("overlap_param_gather", "Must use --overlap-param-gather with --overlap-grad-reduce",
              "set overlap_grad_reduce: true, or overlap_param_gather: false");
   }
   map.RejectUnknownKeys();
   return o;
+}
+
+// A non-negative int key, `fallback` when absent.
+int CountOr(const YamlMap& map, std::string_view key, int fallback) {
+  if (!map.Has(key)) return fallback;
+  const int64_t n = map.Int(key);
+  if (n < 0) map.Fail(key, fmt::format("must be 0 or more, got {}", n));
+  return ToInt(map, key, n);
+}
+
+void ReadMoe(const YamlMap& map, ModelSpec& m) {
+  m.num_experts = CountOr(map, "num_experts", 0);
+  if (m.num_experts == 0) {
+    for (const char* key :
+         {"moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
+          "moe_layer_freq", "moe_first_dense_layers", "moe_router_load_balancing_type",
+          "moe_expert_capacity_factor"}) {
+      if (map.Has(key))
+        map.Fail(key, "applies to mixture-of-experts models only (num_experts > 0)");
+    }
+    return;
+  }
+  m.moe_router_topk = map.Has("moe_router_topk") ? PositiveInt32(map, "moe_router_topk") : 2;
+  if (m.moe_router_topk > m.num_experts) {
+    map.Fail("moe_router_topk", fmt::format("moe_router_topk ({}) exceeds num_experts ({})",
+                                            m.moe_router_topk, m.num_experts));
+  }
+  // Megatron: "moe_ffn_hidden_size is not set, using ffn_hidden_size for MoE instead."
+  m.moe_ffn_hidden_size = map.Has("moe_ffn_hidden_size") ? PositiveInt32(map, "moe_ffn_hidden_size")
+                                                         : m.ffn_hidden_size;
+  m.moe_shared_expert_intermediate_size = CountOr(map, "moe_shared_expert_intermediate_size", 0);
+  m.moe_layer_freq = map.Has("moe_layer_freq") ? PositiveInt32(map, "moe_layer_freq") : 1;
+  m.moe_first_dense_layers = CountOr(map, "moe_first_dense_layers", 0);
+  if (m.moe_first_dense_layers >= m.num_layers) {
+    map.Fail("moe_first_dense_layers",
+             fmt::format("leaves no MoE layer among the {} layers", m.num_layers));
+  }
+  m.moe_router_load_balancing_type = map.Enum("moe_router_load_balancing_type",
+                                              kMoeLoadBalancingNames, MoeLoadBalancing::kAuxLoss);
+  m.moe_expert_capacity_factor = map.NonNegativeNumber("moe_expert_capacity_factor", 0);
+}
+
+void ReadMla(const YamlMap& map, ModelSpec& m) {
+  m.multi_latent_attention = map.Bool("multi_latent_attention", false);
+  if (!m.multi_latent_attention) {
+    for (const char* key :
+         {"q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"}) {
+      if (map.Has(key)) {
+        map.Fail(key, "applies to multi-latent attention only", "add multi_latent_attention: true");
+      }
+    }
+    return;
+  }
+  // Megatron's defaults (arguments.py, the mla group): no q latent, kv 32, 128 + 64, v 128.
+  m.q_lora_rank = CountOr(map, "q_lora_rank", 0);
+  m.kv_lora_rank = map.Has("kv_lora_rank") ? PositiveInt32(map, "kv_lora_rank") : 32;
+  m.qk_head_dim = map.Has("qk_head_dim") ? PositiveInt32(map, "qk_head_dim") : 128;
+  m.qk_pos_emb_head_dim = CountOr(map, "qk_pos_emb_head_dim", 64);
+  m.v_head_dim = map.Has("v_head_dim") ? PositiveInt32(map, "v_head_dim") : 128;
+  if (m.num_query_groups != m.num_attention_heads) {
+    map.Fail("num_query_groups", "multi-latent attention has no grouped-query attention",
+             "leave num_query_groups out (it is num_attention_heads)");
+  }
 }
 
 ModelSpec ReadModel(const YamlMap& map, std::string_view default_name) {
@@ -328,6 +426,9 @@ ModelSpec ReadModel(const YamlMap& map, std::string_view default_name) {
     *field = map.NonNegativeNumber(key, *field);
     if (*field >= 1) map.Fail(key, fmt::format("must be below 1, got {}", YamlNumber(*field)));
   }
+  m.qk_layernorm = map.Bool("qk_layernorm", false);
+  ReadMoe(map, m);
+  ReadMla(map, m);
   map.RejectUnknownKeys();
   return m;
 }
@@ -479,6 +580,8 @@ ParallelConfig ReadParallel(const YamlMap& map) {
   p.dp = PositiveInt32(map, "dp");
   p.cp = map.Has("cp") ? PositiveInt32(map, "cp") : 1;
   p.cp_comm = map.Enum("cp_comm", kCpCommNames, p.cp_comm);
+  p.ep = map.Has("ep") ? PositiveInt32(map, "ep") : 1;
+  p.etp = CountOr(map, "etp", 0);
   p.micro_batch_size = PositiveInt32(map, "micro_batch_size");
   p.virtual_stages = map.Has("virtual_stages") ? PositiveInt32(map, "virtual_stages") : 1;
   p.schedule = map.Enum("schedule", kScheduleNames, p.schedule);

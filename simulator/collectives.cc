@@ -79,40 +79,62 @@ int64_t Representatives(int64_t groups, int64_t step, int64_t g) {
   return std::min(groups, g / std::gcd(step % g == 0 ? g : step % g, g));
 }
 
+// Groups of `size` ranks of stride `stride` inside blocks of stride x size consecutive ranks
+// (`blocks` of them): the worst placed.
+GroupPlacement StridedGroups(int64_t stride, int64_t size, int64_t blocks, int gpus_per_node) {
+  if (size == 1) return PlaceGroup(0, 1, 1, gpus_per_node);
+  const int64_t g = gpus_per_node, block = stride * size;
+  GroupPlacement worst = PlaceGroup(0, stride, size, gpus_per_node);
+  const int64_t reps = Representatives(blocks, block, g);
+  for (int64_t b = 0; b < reps; ++b) {
+    const GroupPlacement w =
+        WorstOf(b * block, 1, std::min<int64_t>(stride, g), stride, size, gpus_per_node);
+    if (Worse(w, worst)) worst = w;
+  }
+  return worst;
+}
+
+// Groups of `size` consecutive ranks, `count` of them: the worst placed.
+GroupPlacement ConsecutiveGroups(int64_t size, int64_t count, int gpus_per_node) {
+  return WorstOf(0, size, Representatives(count, size, gpus_per_node), 1, size, gpus_per_node);
+}
+
 }  // namespace
 
 GroupPlacement TensorParallelGroup(const ParallelConfig& p, int gpus_per_node) {
   // TP groups are consecutive ranks: group k starts at k * tp.
-  const int64_t groups = p.dp_cp() * p.pp;
-  return WorstOf(0, p.tp, Representatives(groups, p.tp, gpus_per_node), 1, p.tp, gpus_per_node);
+  return ConsecutiveGroups(p.tp, p.dp_cp() * p.pp, gpus_per_node);
 }
 
 GroupPlacement DataParallelGroup(const ParallelConfig& p, int gpus_per_node) {
   // The dp x cp group of (stage s, TP rank i) starts at s * tp * cp * dp + i with stride tp.
-  const int64_t g = gpus_per_node, n = p.dp_cp(), stage_ranks = p.tp * n;
-  GroupPlacement worst = PlaceGroup(0, p.tp, n, gpus_per_node);
-  const int64_t stages = Representatives(p.pp, stage_ranks, g);
-  for (int64_t s = 0; s < stages; ++s) {
-    const GroupPlacement w =
-        WorstOf(s * stage_ranks, 1, std::min<int64_t>(p.tp, g), p.tp, n, gpus_per_node);
-    if (Worse(w, worst)) worst = w;
-  }
-  return worst;
+  return StridedGroups(p.tp, p.dp_cp(), p.pp, gpus_per_node);
 }
 
 GroupPlacement ContextParallelGroup(const ParallelConfig& p, int gpus_per_node) {
   // The CP group of (stage, DP rank j, TP rank i) starts at (j + dp * stage) * tp * cp + i, with
-  // stride tp: blocks of tp * cp ranks, each holding tp groups.
-  if (p.cp == 1) return PlaceGroup(0, 1, 1, gpus_per_node);
-  const int64_t g = gpus_per_node, block = int64_t{p.tp} * p.cp;
-  GroupPlacement worst = PlaceGroup(0, p.tp, p.cp, gpus_per_node);
-  const int64_t blocks = Representatives(int64_t{p.dp} * p.pp, block, g);
-  for (int64_t b = 0; b < blocks; ++b) {
-    const GroupPlacement w =
-        WorstOf(b * block, 1, std::min<int64_t>(p.tp, g), p.tp, p.cp, gpus_per_node);
-    if (Worse(w, worst)) worst = w;
-  }
-  return worst;
+  // stride tp.
+  return StridedGroups(p.tp, p.cp, int64_t{p.dp} * p.pp, gpus_per_node);
+}
+
+GroupPlacement ExpertTensorParallelGroup(const ParallelConfig& p, int gpus_per_node) {
+  const int64_t etp = p.expert_tp();
+  return ConsecutiveGroups(etp, p.world_size() / etp, gpus_per_node);
+}
+
+GroupPlacement ExpertParallelGroup(const ParallelConfig& p, int gpus_per_node) {
+  const int64_t etp = p.expert_tp();
+  return StridedGroups(etp, p.ep, p.world_size() / (etp * p.ep), gpus_per_node);
+}
+
+GroupPlacement ExpertGroup(const ParallelConfig& p, int gpus_per_node) {
+  const int64_t size = int64_t{p.expert_tp()} * p.ep;
+  return ConsecutiveGroups(size, p.world_size() / size, gpus_per_node);
+}
+
+GroupPlacement ExpertDataParallelGroup(const ParallelConfig& p, int gpus_per_node) {
+  const int64_t model = int64_t{p.expert_tp()} * p.ep;
+  return StridedGroups(model, p.expert_dp(), p.pp, gpus_per_node);
 }
 
 GroupPlacement PipelinePair(const ParallelConfig& p, int stage, int gpus_per_node) {

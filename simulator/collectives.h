@@ -54,6 +54,15 @@ GroupPlacement TensorParallelGroup(const ParallelConfig& parallel, int gpus_per_
 GroupPlacement DataParallelGroup(const ParallelConfig& parallel, int gpus_per_node);
 // The context-parallel group: cp ranks of stride tp (one rank when cp is 1).
 GroupPlacement ContextParallelGroup(const ParallelConfig& parallel, int gpus_per_node);
+// The expert grid (Megatron's expert rank generator, order etp-ep-edp-pp):
+//   rank = etp_rank + etp * (ep_rank + ep * (edp_rank + edp * pp_rank)).
+// Expert tensor parallel: etp consecutive ranks; expert parallel: ep ranks of stride etp; both
+// together (the all-gather dispatcher's group): ep x etp consecutive ranks; expert data
+// parallel (the experts' gradients): edp ranks of stride etp x ep.
+GroupPlacement ExpertTensorParallelGroup(const ParallelConfig& parallel, int gpus_per_node);
+GroupPlacement ExpertParallelGroup(const ParallelConfig& parallel, int gpus_per_node);
+GroupPlacement ExpertGroup(const ParallelConfig& parallel, int gpus_per_node);
+GroupPlacement ExpertDataParallelGroup(const ParallelConfig& parallel, int gpus_per_node);
 // Pipeline stage `stage` and the stage after it (stage p-1 wraps to 0: the next model chunk).
 GroupPlacement PipelinePair(const ParallelConfig& parallel, int stage, int gpus_per_node);
 // First and last pipeline stage: the tied-embedding gradient group.

@@ -20,6 +20,7 @@ struct PassTimes {
   double compute = 0, comm = 0, overhead = 0;
   double comm_hidden = 0;             // collective time pipelined away with --tp-comm-overlap
   double cp_comm = 0, cp_hidden = 0;  // the context-parallel part of comm and of comm_hidden
+  double ep_comm = 0;                 // the MoE dispatch and combine part of comm
   double total() const { return compute + comm + overhead; }
   // Each kernel's and each collective's own time (the collective's exposed part), for the
   // async overlap below.
@@ -57,6 +58,7 @@ PassTimes Times(const KernelTimer& timer, const ClusterSpec& c, const PassWork& 
     }
     t.comm += t.comm_s[i];
     if (cp) t.cp_comm += t.comm_s[i];
+    if (pass.comm[i].group >= CommGroup::kEp) t.ep_comm += t.comm_s[i];
   }
   const double launch = c.host.kernel_launch_s;
   if (launch <= 0) return t;
@@ -130,16 +132,17 @@ struct LayerCost {
   double compute = 0, comm = 0, overhead = 0, recompute = 0;
   double comm_hidden = 0;             // TP collectives' time hidden by --tp-comm-overlap
   double cp_comm = 0, cp_hidden = 0;  // of comm, the context-parallel exchanges; and hidden
+  double ep_comm = 0;                 // of comm, the MoE token dispatch and combine
   double activation_bytes = 0, weight_grad_activation_bytes = 0;
 };
 
 LayerCost CostOfLayer(const ModelSpec& m, const ClusterSpec& c, const TrainingSpec& training,
                       const ParallelConfig& p, const CostOptions& options, const KernelTimer& timer,
-                      const GroupPlacements& groups, bool fp8_layer) {
+                      const GroupPlacements& groups, bool fp8_layer, bool moe_layer) {
   const Precision precision = training.precision;
   const bool bf16_layer = precision == Precision::kFp8 && !fp8_layer;
   const LayerWork layer =
-      TransformerLayerWork(m, p, precision, options, bf16_layer, training.fp8_recipe);
+      TransformerLayerWork(m, p, precision, options, bf16_layer, training.fp8_recipe, moe_layer);
   const PassTimes lf = Times(timer, c, layer.forward, groups);
   const PassTimes lb = Times(timer, c, layer.backward_input, groups);
   const PassTimes lw = Times(timer, c, layer.backward_weight, groups);
@@ -158,9 +161,11 @@ LayerCost CostOfLayer(const ModelSpec& m, const ClusterSpec& c, const TrainingSp
   k.comm_hidden = lf.comm_hidden + lr.comm_hidden + lb.comm_hidden + lw.comm_hidden;
   k.cp_comm = lf.cp_comm + lr.cp_comm + lb.cp_comm + lw.cp_comm;
   k.cp_hidden = lf.cp_hidden + lr.cp_hidden + lb.cp_hidden + lw.cp_hidden;
+  k.ep_comm = lf.ep_comm + lr.ep_comm + lb.ep_comm + lw.ep_comm;
   k.recompute = lr.total();
-  k.activation_bytes = LayerActivationBytes(m, p, precision, options, bf16_layer);
-  k.weight_grad_activation_bytes = LayerWeightGradActivationBytes(m, p, precision, bf16_layer);
+  k.activation_bytes = LayerActivationBytes(m, p, precision, options, bf16_layer, moe_layer);
+  k.weight_grad_activation_bytes =
+      LayerWeightGradActivationBytes(m, p, precision, bf16_layer, moe_layer);
   return k;
 }
 
@@ -250,6 +255,7 @@ CostOptions LayerOptions(CostOptions o) {
 // Where a layout's groups sit: they depend on its sizes and the node alone.
 struct Placements {
   GroupPlacement tp, dp, cp, first_pair, last_pair, embedding;
+  GroupPlacement ep, etp, ep_etp, edp;  // the expert grid's groups
 };
 
 Placements PlacementsOf(const ParallelConfig& p, int gpus_per_node) {
@@ -260,17 +266,24 @@ Placements PlacementsOf(const ParallelConfig& p, int gpus_per_node) {
   placed.first_pair = PipelinePair(p, 0, gpus_per_node);
   placed.last_pair = PipelinePair(p, p.pp - 1, gpus_per_node);
   placed.embedding = EmbeddingGroup(p, gpus_per_node);
+  placed.ep = ExpertParallelGroup(p, gpus_per_node);
+  placed.etp = ExpertTensorParallelGroup(p, gpus_per_node);
+  placed.ep_etp = ExpertGroup(p, gpus_per_node);
+  placed.edp = ExpertDataParallelGroup(p, gpus_per_node);
   return placed;
 }
 
 struct SizesHash {
-  size_t operator()(const std::array<int, 4>& k) const {
-    return ((static_cast<size_t>(k[0]) * 1'000'003 + k[1]) * 1'000'003 + k[2]) * 1'000'003 + k[3];
+  size_t operator()(const std::array<int, 6>& k) const {
+    size_t h = 0;
+    for (int x : k) h = h * 1'000'003 + static_cast<size_t>(x);
+    return h;
   }
 };
 
 struct LayerCostCache::Impl {
-  std::unordered_map<std::array<int, 4>, Placements, SizesHash> placements;  // tp, cp, dp, pp
+  // tp, cp, dp, pp, ep, etp
+  std::unordered_map<std::array<int, 6>, Placements, SizesHash> placements;
   const ModelSpec* model = nullptr;
   const ClusterSpec* cluster = nullptr;
   const TrainingSpec* training = nullptr;
@@ -304,7 +317,8 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
   std::optional<Placements> own_placements;
   const Placements* placed = nullptr;
   if (shared != nullptr) {
-    const auto [it, inserted] = shared->placements.try_emplace({p.tp, p.cp, p.dp, p.pp});
+    const auto [it, inserted] =
+        shared->placements.try_emplace({p.tp, p.cp, p.dp, p.pp, p.ep, p.expert_tp()});
     if (inserted) it->second = PlacementsOf(p, c.gpus_per_node);
     placed = &it->second;
   } else {
@@ -312,29 +326,31 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
   }
   const GroupPlacement& tp = placed->tp;
   const GroupPlacement& dp = placed->dp;
-  const GroupPlacements groups{tp, placed->cp};
+  const GroupPlacements groups{tp, placed->cp, placed->ep, placed->etp, placed->ep_etp};
   std::optional<KernelTimer> own_timer;
   if (shared == nullptr) own_timer.emplace(c, precision, options);
   const KernelTimer& timer = shared != nullptr ? shared->Bind(m, c, training, options) : *own_timer;
 
-  // One cost per layer kind [fp8][recompute], computed when a chunk first has such layers.
-  LayerCost layer[2][2];
-  bool have[2][2] = {{false, false}, {false, false}};
-  const auto cost_of = [&](int f, int r) -> const LayerCost& {
-    if (!have[f][r]) {
+  // One cost per layer kind [moe][fp8][recompute], computed when a chunk first has such layers.
+  LayerCost layer[2][2][2];
+  bool have[2][2][2] = {};
+  const auto cost_of = [&](int e, int f, int r) -> const LayerCost& {
+    if (!have[e][f][r]) {
       ParallelConfig q = p;
       if (r == 0) q.recompute = Recompute::kNone;
       if (shared != nullptr) {
         const auto [it, inserted] =
-            shared->layers.try_emplace(KeyOf(q, options, groups, 2 * f + r));
-        if (inserted) it->second = CostOfLayer(m, c, training, q, options, timer, groups, f == 1);
-        layer[f][r] = it->second;
+            shared->layers.try_emplace(KeyOf(q, options, groups, 4 * e + 2 * f + r));
+        if (inserted) {
+          it->second = CostOfLayer(m, c, training, q, options, timer, groups, f == 1, e == 1);
+        }
+        layer[e][f][r] = it->second;
       } else {
-        layer[f][r] = CostOfLayer(m, c, training, q, options, timer, groups, f == 1);
+        layer[e][f][r] = CostOfLayer(m, c, training, q, options, timer, groups, f == 1, e == 1);
       }
-      have[f][r] = true;
+      have[e][f][r] = true;
     }
-    return layer[f][r];
+    return layer[e][f][r];
   };
 
   std::optional<EndParts> own_ends;
@@ -377,6 +393,8 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
   const double gbytes = GradientBytes(precision, options);
   const double ebytes = BytesPerElement(precision);
   const double layer_params = LayerParameters(m, p.tp);
+  const MoeLayerParams moe_params = m.moe() ? MoeLayerParameters(m, p) : MoeLayerParams{};
+  const double moe_layer_params = moe_params.dense + moe_params.experts;
   const auto fsdp_gather = [&](double params) {
     return fsdp_params ? CollectiveTime(c, Collective::kAllGather, params * ebytes, dp) : 0.0;
   };
@@ -397,12 +415,9 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
     double params = 0;
   } sums;
   bool have_sums = false;
-  const bool uniform = UniformChunks(training, p);
+  const bool uniform = UniformChunks(m, training, p);
   const ChunkKinds chunk_kinds(m, training, p);
-  const auto same = [](const ChunkLayers& a, const ChunkLayers& b) {
-    return a.count[0][0] == b.count[0][0] && a.count[0][1] == b.count[0][1] &&
-           a.count[1][0] == b.count[1][0] && a.count[1][1] == b.count[1][1];
-  };
+  const auto same = [](const ChunkLayers& a, const ChunkLayers& b) { return a == b; };
   for (int chunk = 0, vs = 0; chunk < v; ++chunk) {
     for (int r = 0; r < pp; ++r, ++vs) {
       const bool first = vs == 0, last = vs == vstages - 1;
@@ -411,11 +426,12 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
       const ChunkLayers k = uniform && have_sums ? sums.kinds : chunk_kinds(vs);
       if (!have_sums || !same(k, sums.kinds)) {
         sums = LayerSums{.kinds = k};
-        for (int f = 0; f < 2; ++f) {
-          for (int rc = 0; rc < 2; ++rc) {
-            const double n = k.count[f][rc];
+        for (int kind = 0; kind < 8; ++kind) {
+          const int e = kind / 4, f = kind / 2 % 2, rc = kind % 2;
+          {
+            const double n = k.count[e][f][rc];
             if (n == 0) continue;
-            const LayerCost& l = cost_of(f, rc);
+            const LayerCost& l = cost_of(e, f, rc);
             LayerCost& s = sums.sum;
             s.forward += n * l.forward;
             s.backward_input += n * l.backward_input;
@@ -429,7 +445,8 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
             s.comm_hidden += n * l.comm_hidden;
             s.cp_comm += n * l.cp_comm;
             s.cp_hidden += n * l.cp_hidden;
-            sums.params += n * layer_params;
+            s.ep_comm += n * l.ep_comm;
+            sums.params += n * (e == 1 ? moe_layer_params : layer_params);
           }
         }
         have_sums = true;
@@ -442,11 +459,12 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
       ch.weight_grad_activation_bytes = s.weight_grad_activation_bytes;
       br.compute_s += s.compute;
       br.overhead_s += s.overhead;
-      br.tp_comm_s += s.comm - s.cp_comm;
+      br.tp_comm_s += s.comm - s.cp_comm - s.ep_comm;
       br.cp_comm_s += s.cp_comm;
       br.recompute_s += s.recompute;
       br.tp_comm_hidden_s += s.comm_hidden;
       br.cp_comm_hidden_s += s.cp_hidden;
+      br.ep_comm_s += s.ep_comm;
       double chunk_params = sums.params;
       ch.send_forward_s = last ? 0 : send[r];
       ch.send_backward_s = first ? 0 : send[r == 0 ? pp - 1 : r - 1];
@@ -504,48 +522,64 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
   const double linear_weights = LayerLinearWeights(m, p.tp);
   const bool shard_optimizer = p.distributed_optimizer || p.fsdp != Fsdp::kNone;
   const double bucket = BucketParameters(p, options);
+  const BytesPerParameter expert_per_param =
+      m.moe() ? BytesPerParam(training, p, options, p.expert_dp()) : BytesPerParameter{};
   const auto stage_costs = [&](int r) {
     StageCosts st;
-    double layers = 0, fp8_layers = 0;
+    // The stage's layers by kind: dense and MoE, and of them in FP8.
+    double dense = 0, moe = 0, fp8_dense = 0, fp8_moe = 0;
     for (int ch = 0; ch < v; ++ch) {
       const ChunkLayers k = uniform ? sums.kinds : chunk_kinds(ch * pp + r);
-      layers += k.total();
-      fp8_layers += k.count[1][0] + k.count[1][1];
+      moe += k.moe();
+      dense += k.total() - k.moe();
+      fp8_moe += k.count[1][1][0] + k.count[1][1][1];
+      fp8_dense += k.count[0][1][0] + k.count[0][1][1];
     }
-    const double params = layers * layer_params + (r == 0 ? ends->emb_parameters : 0) +
+    // Parameters reduced over dp x cp (dense) and over the expert data-parallel group (experts).
+    const double params = dense * layer_params + moe * moe_params.dense +
+                          (r == 0 ? ends->emb_parameters : 0) +
                           (r == pp - 1 ? ends->out_parameters : 0);
+    const double experts = moe * moe_params.experts;
+    const double fp8_weights = fp8_dense * linear_weights + fp8_moe * moe_params.linear_weights;
+    const double fp8_experts = fp8_moe * moe_params.experts;
     // The step's parameter all-gather moves 16-bit weights, or FP8 ones for the FP8 linears
     // with --fp8-param-gather.
-    const double gather_bytes =
-        params * ebytes - (training.fp8_param_gather ? fp8_layers * linear_weights : 0);
+    const double fp8_gathered = training.fp8_param_gather ? 1 : 0;
+    const double gather_bytes = params * ebytes - fp8_gathered * (fp8_weights - fp8_experts);
+    const double expert_gather_bytes = experts * ebytes - fp8_gathered * fp8_experts;
+    // Each group's collectives, one after the other (Megatron's expert buckets are their own).
+    const auto both = [&](Collective collective, double dense_bytes, double expert_bytes) {
+      return CollectiveTime(c, collective, dense_bytes, dp) +
+             (experts > 0 ? CollectiveTime(c, collective, expert_bytes, placed->edp) : 0.0);
+    };
     if (fsdp_grads) {
       // Gradients were reduce-scattered in the backward; optim_grads all-gathers the updated
       // parameters after the step, optim_grads_params leaves them sharded (gathered per layer).
       if (!fsdp_params) {
-        st.dp_param_gather_s = CollectiveTime(c, Collective::kAllGather, gather_bytes, dp);
+        st.dp_param_gather_s = both(Collective::kAllGather, gather_bytes, expert_gather_bytes);
       }
     } else if (shard_optimizer) {
       // Rajbhandari et al. 2020 (ZeRO-1), Megatron's distributed optimizer (and Megatron-FSDP
       // optim): reduce-scatter the gradients, update the 1/dp shard, all-gather the updated
       // 16-bit weights.
-      st.dp_grad_sync_s = CollectiveTime(c, Collective::kReduceScatter, params * gbytes, dp);
-      st.dp_param_gather_s = CollectiveTime(c, Collective::kAllGather, gather_bytes, dp);
+      st.dp_grad_sync_s = both(Collective::kReduceScatter, params * gbytes, experts * gbytes);
+      st.dp_param_gather_s = both(Collective::kAllGather, gather_bytes, expert_gather_bytes);
     } else {
-      st.dp_grad_sync_s = CollectiveTime(c, Collective::kAllReduce, params * gbytes, dp);
+      st.dp_grad_sync_s = both(Collective::kAllReduce, params * gbytes, experts * gbytes);
     }
-    st.optimizer_s =
-        MemoryTime(c.gpu,
-                   params / (shard_optimizer ? static_cast<double>(p.dp_cp()) : 1) * opt_bytes) +
-        c.host.optimizer_step_s;
-    if (fp8_layers > 0) {
+    const double shard = shard_optimizer ? static_cast<double>(p.dp_cp()) : 1;
+    const double expert_shard = shard_optimizer ? static_cast<double>(p.expert_dp()) : 1;
+    st.optimizer_s = MemoryTime(c.gpu, (params / shard + experts / expert_shard) * opt_bytes) +
+                     c.host.optimizer_step_s;
+    if (fp8_weights > 0) {
       // The FP8 weight copies and their transposes, cast once per step (read e, write 1 + 1;
       // current scaling reads the weights once more for their amax).
       const double passes = training.fp8_recipe == Fp8Recipe::kDelayed ? 1 : 2;
-      st.optimizer_s += MemoryTime(c.gpu, fp8_layers * linear_weights * (passes * ebytes + 2));
+      st.optimizer_s += MemoryTime(c.gpu, fp8_weights * (passes * ebytes + 2));
     }
     st.overlap_grad_sync = options.overlap_grad_reduce && st.dp_grad_sync_s > 0;
     if (st.overlap_grad_sync) {
-      st.dp_buckets = std::max(1, static_cast<int>(std::ceil(params / v / bucket)));
+      st.dp_buckets = std::max(1, static_cast<int>(std::ceil((params + experts) / v / bucket)));
     }
     if (options.overlap_param_gather && st.dp_param_gather_s > 0) {
       // Bucket by bucket during the next forward: each bucket is waited for just before its
@@ -553,7 +587,7 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
       // hidden; the first bucket never is.
       double first_forward = 0;
       for (int ch = 0; ch < v; ++ch) first_forward += est.costs.chunks[ch * pp + r].forward_s;
-      const int buckets = std::max(1, static_cast<int>(std::ceil(params / bucket)));
+      const int buckets = std::max(1, static_cast<int>(std::ceil((params + experts) / bucket)));
       const double exposed =
           std::max(st.dp_param_gather_s / buckets, st.dp_param_gather_s - first_forward);
       st.dp_param_gather_hidden_s = st.dp_param_gather_s - exposed;
@@ -565,7 +599,8 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
       st.embedding_sync_s = CollectiveTime(c, Collective::kAllReduce,
                                            vocab_t * m.hidden_size * gbytes, placed->embedding);
     }
-    st.static_bytes = params * per_param.total() + static_cast<double>(c.gpu.reserved_bytes);
+    st.static_bytes = params * per_param.total() + experts * expert_per_param.total() +
+                      static_cast<double>(c.gpu.reserved_bytes);
     return st;
   };
   // The stages between the first and the last are alike when their layers are (and their

@@ -53,6 +53,7 @@ struct StageBreakdown {
   double tp_comm_hidden_s = 0;  // and the part --tp-comm-overlap pipelines behind the GEMMs
   double cp_comm_s = 0;  // context-parallel exchanges of the attention inside F and B (exposed)
   double cp_comm_hidden_s = 0;  // and the part ring attention hides behind its kernels
+  double ep_comm_s = 0;         // MoE token dispatch and combine (expert-parallel groups)
   double pp_comm_s = 0;         // sends of activations and gradients (whether or not they block)
   double recompute_s = 0;       // the part of compute_s + tp_comm_s that recomputation adds
   double overhead_s = 0;        // the part of compute_s the GPU waits for the host (launch-bound)

@@ -28,7 +28,9 @@ double NarayananEq3Flops(const ModelSpec& model, int64_t global_batch_size);
 // 2 s a d h, MLP 2 s h f x (3 with SwiGLU, else 2)), one of its two core-attention GEMMs
 // (2 s^2 a d), the LM head 2 s h V. They equal the sums of the GEMMs in layer_work.h at tp = 1
 // (a test checks it).
-double LayerForwardFlops(const ModelSpec& model);
+// `moe_layer`: one of a MoE model's MoE layers (router, top-k experts, shared experts).
+double LayerForwardFlops(const ModelSpec& model, bool moe_layer = false);
+double AttentionForwardFlops(const ModelSpec& model);  // projections and core attention
 double CoreAttentionForwardFlops(const ModelSpec& model);
 double OutputForwardFlops(const ModelSpec& model);
 

@@ -25,10 +25,18 @@ struct Dims {
   bool tp_overlap;         // --tp-comm-overlap (with sequence parallelism)
   double mask;             // bytes of a hidden-dropout mask element: 1, or 0 without dropout
   bool attention_dropout;  // unfused attention: a dropout kernel and mask on the probabilities
+  // A MoE layer (MakeDims' moe_layer): experts per GPU, top-k, an expert's width per GPU
+  // (and its fc1's), the tokens the GPU's experts take (the busiest rank's: with the load
+  // imbalance, capped by the capacity factor), per expert, the shared experts' width per GPU.
+  bool moe;
+  double E_l, k, f_e, fc1_e, R, m_e, f_s, fc1_s, imbalance;
+  int ep, etp;
+  MoeDispatcher dispatcher;
 };
 
 Dims MakeDims(const ModelSpec& m, const ParallelConfig& p, Precision precision,
-              const CostOptions& options, bool fp8_layer, Fp8Recipe recipe = Fp8Recipe::kDelayed) {
+              const CostOptions& options, bool fp8_layer, Fp8Recipe recipe = Fp8Recipe::kDelayed,
+              bool moe_layer = false) {
   PTDP_CHECK(p.tp >= 1 && m.num_attention_heads % p.tp == 0);
   Dims d{};
   d.t = p.tp;
@@ -64,6 +72,25 @@ Dims MakeDims(const ModelSpec& m, const ParallelConfig& p, Precision precision,
   d.tp_overlap = options.tp_comm_overlap && d.sp;
   d.mask = m.hidden_dropout > 0 ? 1 : 0;
   d.attention_dropout = m.attention_dropout > 0;
+  d.moe = moe_layer && m.moe();
+  if (d.moe) {
+    d.ep = p.ep;
+    d.etp = p.expert_tp();
+    d.E_l = static_cast<double>(m.num_experts) / p.ep;
+    d.k = m.moe_router_topk;
+    d.f_e = static_cast<double>(m.moe_ffn_hidden_size) / d.etp;
+    d.fc1_e = d.swiglu ? 2 * d.f_e : d.f_e;
+    d.imbalance = options.moe_load_imbalance;
+    if (m.moe_expert_capacity_factor > 0) {
+      d.imbalance = std::min(d.imbalance, m.moe_expert_capacity_factor);
+    }
+    // Each GPU routes its T_n tokens; the expert tensor-parallel group gathers its ranks'.
+    d.R = d.Tn * d.k * d.etp * d.imbalance;
+    d.m_e = d.R / d.E_l;
+    d.f_s = static_cast<double>(m.moe_shared_expert_intermediate_size) / p.tp;
+    d.fc1_s = d.swiglu ? 2 * d.f_s : d.f_s;
+    d.dispatcher = options.moe_token_dispatcher;
+  }
   return d;
 }
 
@@ -277,6 +304,179 @@ void AddCoreAttentionBackward(PassWork& b, const Dims& d) {
   if (d.a_t != d.g_t) b.Add(Memory("gqa reduce k v grads", 2 * d.T * d.d * (d.g_t + d.a_t) * d.e));
 }
 
+// The experts' grouped GEMM: `groups` GEMMs of m x n x k, FP8 operands in an FP8 layer.
+Work GroupedLinear(const char* name, double m, double n, double k, double groups, const Dims& d) {
+  Work w = Gemm(name, m, n, k, groups, d.fp8 ? 1 : d.e, d.e, d.fp8);
+  w.kind = WorkKind::kGroupedGemm;
+  return w;
+}
+
+// A dense MLP of f_t (its fc1 fc1_t) per GPU on the T tokens, with its sequence-parallel gather
+// and tensor-parallel reduction: a dense layer's MLP, or a MoE layer's shared experts (`shared`).
+void AddDenseMlpForward(PassWork& f, const Dims& d, double f_t, double fc1_t, bool shared) {
+  const double act = d.T * d.h * d.e;
+  if (d.fp8 && d.current_scaling) {
+    AddCast(f, shared ? "shared fc1 input cast fp8" : "fc1 input cast fp8", d.Tn * d.h, d);
+  }
+  AddInputAllGather(f, shared ? "sp all-gather before shared fc1" : "sp all-gather before fc1", d);
+  f.Add(Linear(shared ? "shared fc1" : "fc1", d.T, fc1_t, d.h, d));
+  OverlapLast(f, f.num_work - 1, d);
+  f.Add(Memory(shared     ? "shared experts activation"
+               : d.swiglu ? "swiglu"
+                          : "bias gelu",
+               (fc1_t + f_t) * d.T * d.e));
+  if (d.fp8) AddCast(f, shared ? "shared fc2 input cast fp8" : "fc2 input cast fp8", d.T * f_t, d);
+  f.Add(Linear(shared ? "shared fc2" : "fc2", d.T, d.h, f_t, d));
+  if (d.t > 1) {
+    f.Add(CommWork{shared ? "tp reduce after shared fc2" : "tp reduce after fc2",
+                   d.sp ? Collective::kReduceScatter : Collective::kAllReduce, act});
+    OverlapLast(f, f.num_work - 1, d);
+  }
+}
+
+// Its input gradient; returns the index of fc1's input-gradient reduction in b.comm (-1: none).
+int AddDenseMlpBackward(PassWork& b, const Dims& d, double f_t, double fc1_t, bool shared) {
+  const double act = d.T * d.h * d.e;
+  if (d.sp) {
+    b.Add(
+        CommWork{shared ? "sp all-gather shared fc2 output grad" : "sp all-gather fc2 output grad",
+                 Collective::kAllGather, act});
+  }
+  if (d.fp8)
+    AddCast(b, shared ? "shared fc2 output grad cast fp8" : "fc2 output grad cast fp8", d.T * d.h,
+            d);
+  b.Add(Linear(shared ? "shared fc2 dgrad" : "fc2 dgrad", d.T, f_t, d.h, d));
+  if (d.sp) OverlapLast(b, b.num_work - 1, d);
+  b.Add(Memory(shared     ? "shared experts activation backward"
+               : d.swiglu ? "swiglu backward"
+                          : "bias gelu backward",
+               (f_t + 2 * fc1_t) * d.T * d.e));
+  if (d.fp8)
+    AddCast(b, shared ? "shared fc1 output grad cast fp8" : "fc1 output grad cast fp8", d.T * fc1_t,
+            d);
+  b.Add(Linear(shared ? "shared fc1 dgrad" : "fc1 dgrad", d.T, d.h, fc1_t, d));
+  if (d.t == 1) return -1;
+  const int comm = b.num_comm;
+  b.Add(CommWork{shared ? "tp reduce shared fc1 input grad" : "tp reduce fc1 input grad",
+                 d.sp ? Collective::kReduceScatter : Collective::kAllReduce, act});
+  OverlapLast(b, b.num_work - 1, d);
+  return comm;
+}
+
+// Its weight gradients; returns [begin, end) of fc1's weight-gradient kernels in w.work.
+std::pair<int, int> AddDenseMlpWeightGrad(PassWork& w, const Dims& d, double f_t, double fc1_t,
+                                          bool shared, const CostOptions& options) {
+  AddWeightGrad(w, shared ? "shared fc2 wgrad" : "fc2 wgrad", d.h, f_t, d.T, d, options);
+  AddBiasGrad(w, "fc2 bias grad", d.Tn, d.h, d);
+  const int begin = w.num_work;
+  AddWeightGrad(w, shared ? "shared fc1 wgrad" : "fc1 wgrad", fc1_t, d.h, d.T, d, options);
+  const int end = w.num_work;
+  AddBiasGrad(w, "fc1 bias grad", d.T, fc1_t, d);
+  return {begin, end};
+}
+
+// A MoE layer's routed experts (Megatron's MoELayer with the token dispatcher of
+// options.moe_token_dispatcher), on the GPU's T_n tokens after the second norm: the router (a
+// replicated h x E linear, then softmax / top-k on fp32 scores), the dispatch of each token's k
+// copies to its experts' ranks, the experts' grouped GEMMs on the R tokens the busiest rank
+// takes, and the combine back with the routing weights. All-to-all bytes are what one GPU
+// sends (its T_n k copies, the busiest rank receiving `imbalance` times the mean).
+void AddMoeForward(PassWork& f, const Dims& d) {
+  const double tok = d.Tn * d.k, experts = d.E_l * d.ep;
+  const bool shuffle = d.ep > 1 || d.etp > 1;
+  f.Add(Gemm("router", d.Tn, experts, d.h, 1, d.e));
+  f.Add(Memory("router softmax top-k", d.Tn * experts * (d.e + 8) + tok * 8));
+  if (d.dispatcher == MoeDispatcher::kAllGather) {
+    // Every token of the ep x etp group to every rank, each keeping its experts' copies.
+    f.Add(CommWork{"moe all-gather tokens", Collective::kAllGather, d.Tn * d.h * d.e * d.ep * d.etp,
+                   CommGroup::kEpEtp});
+    f.Add(
+        Memory("select local experts' tokens", d.Tn * d.ep * d.etp * d.h * d.e + d.R * d.h * d.e));
+  } else {
+    f.Add(Memory("permute tokens", 2 * tok * d.h * d.e));
+    f.Add(CommWork{"ep all-to-all dispatch", Collective::kAllToAll, tok * d.h * d.e * d.imbalance,
+                   CommGroup::kEp});
+    if (d.etp > 1) {
+      f.Add(CommWork{"etp all-gather dispatched tokens", Collective::kAllGather,
+                     tok * d.etp * d.h * d.e * d.imbalance, CommGroup::kEtp});
+    }
+    if (shuffle) f.Add(Memory("sort tokens by expert", 2 * d.R * d.h * d.e));
+  }
+  if (d.fp8) AddCast(f, "experts fc1 input cast fp8", d.R * d.h, d);
+  f.Add(GroupedLinear("experts fc1", d.m_e, d.fc1_e, d.h, d.E_l, d));
+  f.Add(Memory("experts activation", (d.fc1_e + d.f_e) * d.R * d.e));
+  if (d.fp8) AddCast(f, "experts fc2 input cast fp8", d.R * d.f_e, d);
+  f.Add(GroupedLinear("experts fc2", d.m_e, d.h, d.f_e, d.E_l, d));
+  if (d.dispatcher == MoeDispatcher::kAllGather) {
+    f.Add(CommWork{"moe reduce-scatter outputs", Collective::kReduceScatter,
+                   d.Tn * d.h * d.e * d.ep * d.etp, CommGroup::kEpEtp});
+  } else {
+    if (shuffle) f.Add(Memory("unsort tokens", 2 * d.R * d.h * d.e));
+    if (d.etp > 1) {
+      f.Add(CommWork{"etp reduce-scatter expert outputs", Collective::kReduceScatter,
+                     tok * d.etp * d.h * d.e * d.imbalance, CommGroup::kEtp});
+    }
+    f.Add(CommWork{"ep all-to-all combine", Collective::kAllToAll, tok * d.h * d.e * d.imbalance,
+                   CommGroup::kEp});
+  }
+  f.Add(Memory("unpermute and weight", tok * d.h * d.e + d.Tn * d.h * d.e + tok * 4));
+}
+
+void AddMoeBackward(PassWork& b, const Dims& d) {
+  const double tok = d.Tn * d.k, experts = d.E_l * d.ep;
+  const bool shuffle = d.ep > 1 || d.etp > 1;
+  b.Add(Memory("unpermute backward", tok * d.h * d.e + d.Tn * d.h * d.e + tok * 4));
+  if (d.dispatcher == MoeDispatcher::kAllGather) {
+    b.Add(CommWork{"moe all-gather output grads", Collective::kAllGather,
+                   d.Tn * d.h * d.e * d.ep * d.etp, CommGroup::kEpEtp});
+  } else {
+    b.Add(CommWork{"ep all-to-all combine backward", Collective::kAllToAll,
+                   tok * d.h * d.e * d.imbalance, CommGroup::kEp});
+    if (d.etp > 1) {
+      b.Add(CommWork{"etp all-gather output grads", Collective::kAllGather,
+                     tok * d.etp * d.h * d.e * d.imbalance, CommGroup::kEtp});
+    }
+    if (shuffle) b.Add(Memory("sort output grads by expert", 2 * d.R * d.h * d.e));
+  }
+  if (d.fp8) AddCast(b, "experts fc2 output grad cast fp8", d.R * d.h, d);
+  b.Add(GroupedLinear("experts fc2 dgrad", d.m_e, d.f_e, d.h, d.E_l, d));
+  b.Add(Memory("experts activation backward", (d.f_e + 2 * d.fc1_e) * d.R * d.e));
+  if (d.fp8) AddCast(b, "experts fc1 output grad cast fp8", d.R * d.fc1_e, d);
+  b.Add(GroupedLinear("experts fc1 dgrad", d.m_e, d.h, d.fc1_e, d.E_l, d));
+  if (d.dispatcher == MoeDispatcher::kAllGather) {
+    b.Add(CommWork{"moe reduce-scatter input grads", Collective::kReduceScatter,
+                   d.Tn * d.h * d.e * d.ep * d.etp, CommGroup::kEpEtp});
+  } else {
+    if (shuffle) b.Add(Memory("unsort input grads", 2 * d.R * d.h * d.e));
+    if (d.etp > 1) {
+      b.Add(CommWork{"etp reduce-scatter input grads", Collective::kReduceScatter,
+                     tok * d.etp * d.h * d.e * d.imbalance, CommGroup::kEtp});
+    }
+    b.Add(CommWork{"ep all-to-all dispatch backward", Collective::kAllToAll,
+                   tok * d.h * d.e * d.imbalance, CommGroup::kEp});
+    b.Add(Memory("permute backward", 2 * tok * d.h * d.e));
+  }
+  b.Add(Memory("router softmax top-k backward", d.Tn * experts * (d.e + 8)));
+  b.Add(Gemm("router dgrad", d.Tn, d.h, experts, 1, d.e));
+}
+
+void AddMoeWeightGrad(PassWork& w, const Dims& d, const CostOptions& options) {
+  const double experts = d.E_l * d.ep;
+  // dW of each expert over its m_e tokens, accumulated into the main gradients as the dense
+  // linears' are.
+  const double accumulate =
+      options.gradient_accumulation_fusion ? 2 * d.g_bytes - d.e : d.e + 2 * d.g_bytes;
+  Work fc2 = GroupedLinear("experts fc2 wgrad", d.h, d.f_e, d.m_e, d.E_l, d);
+  fc2.bytes += d.E_l * d.h * d.f_e * accumulate;
+  w.Add(fc2);
+  Work fc1 = GroupedLinear("experts fc1 wgrad", d.fc1_e, d.h, d.m_e, d.E_l, d);
+  fc1.bytes += d.E_l * d.fc1_e * d.h * accumulate;
+  w.Add(fc1);
+  Work router = Gemm("router wgrad", experts, d.h, d.Tn, 1, d.e);
+  router.bytes += experts * d.h * accumulate;
+  w.Add(router);
+}
+
 }  // namespace
 
 bool FlashAttention(Precision precision, const CostOptions& options) {
@@ -308,9 +508,10 @@ double PassWork::bytes() const {
 }
 
 LayerWork TransformerLayerWork(const ModelSpec& m, const ParallelConfig& p, Precision precision,
-                               const CostOptions& options, bool bf16_layer, Fp8Recipe fp8_recipe) {
+                               const CostOptions& options, bool bf16_layer, Fp8Recipe fp8_recipe,
+                               bool moe_layer) {
   const bool fp8 = precision == Precision::kFp8 && !bf16_layer;
-  const Dims d = MakeDims(m, p, precision, options, fp8, fp8_recipe);
+  const Dims d = MakeDims(m, p, precision, options, fp8, fp8_recipe, moe_layer);
   LayerWork lw;
   PassWork& f = lw.forward;
   PassWork& b = lw.backward_input;
@@ -341,16 +542,11 @@ LayerWork TransformerLayerWork(const ModelSpec& m, const ParallelConfig& p, Prec
   // bias-dropout-add: read the projection output and the residual, write the sum and the mask.
   f.Add(Memory("bias dropout add 1", d.Tn * d.h * (3 * d.e + d.mask)));
   AddNormForward(f, "norm 2", d, d.Tn);
-  if (separate_input_cast) AddCast(f, "fc1 input cast fp8", d.Tn * d.h, d);
-  AddInputAllGather(f, "sp all-gather before fc1", d);
-  f.Add(Linear("fc1", d.T, d.fc1_t, d.h, d));
-  OverlapLast(f, f.num_work - 1, d);
-  f.Add(Memory(d.swiglu ? "swiglu" : "bias gelu", (d.fc1_t + d.f_t) * d.T * d.e));
-  if (d.fp8) AddCast(f, "fc2 input cast fp8", d.T * d.f_t, d);
-  f.Add(Linear("fc2", d.T, d.h, d.f_t, d));
-  if (d.t > 1) {
-    f.Add(CommWork{"tp reduce after fc2", after, act});
-    OverlapLast(f, f.num_work - 1, d);
+  if (d.moe) {
+    AddMoeForward(f, d);
+    if (d.f_s > 0) AddDenseMlpForward(f, d, d.f_s, d.fc1_s, /*shared=*/true);
+  } else {
+    AddDenseMlpForward(f, d, d.f_t, d.fc1_t, /*shared=*/false);
   }
   f.Add(Memory("bias dropout add 2", d.Tn * d.h * (3 * d.e + d.mask)));
 
@@ -358,19 +554,13 @@ LayerWork TransformerLayerWork(const ModelSpec& m, const ParallelConfig& p, Prec
   // all-gather and vice versa; the backward of the forward all-reduce after a row-parallel
   // linear is the identity, the column-parallel linear's input gradient needs an all-reduce.
   b.Add(Memory("bias dropout add 2 backward", d.Tn * d.h * (2 * d.e + d.mask)));
-  if (d.sp) b.Add(CommWork{"sp all-gather fc2 output grad", Collective::kAllGather, act});
-  if (d.fp8) AddCast(b, "fc2 output grad cast fp8", d.T * d.h, d);
-  b.Add(Linear("fc2 dgrad", d.T, d.f_t, d.h, d));
-  if (d.sp) OverlapLast(b, b.num_work - 1, d);
-  b.Add(Memory(d.swiglu ? "swiglu backward" : "bias gelu backward",
-               (d.f_t + 2 * d.fc1_t) * d.T * d.e));
-  if (d.fp8) AddCast(b, "fc1 output grad cast fp8", d.T * d.fc1_t, d);
-  b.Add(Linear("fc1 dgrad", d.T, d.h, d.fc1_t, d));
-  const int fc1_input_grad_comm = b.num_comm;
-  if (d.t > 1) {
-    b.Add(CommWork{"tp reduce fc1 input grad",
-                   d.sp ? Collective::kReduceScatter : Collective::kAllReduce, act});
-    OverlapLast(b, b.num_work - 1, d);
+  int fc1_input_grad_comm = -1;
+  if (d.moe) {
+    if (d.f_s > 0) fc1_input_grad_comm = AddDenseMlpBackward(b, d, d.f_s, d.fc1_s, true);
+    AddMoeBackward(b, d);
+    if (d.f_s > 0) b.Add(Memory("shared and routed input grads add", 3 * d.Tn * d.h * d.e));
+  } else {
+    fc1_input_grad_comm = AddDenseMlpBackward(b, d, d.f_t, d.fc1_t, false);
   }
   AddNormBackward(b, w, "norm 2 backward", d, d.Tn);
   b.Add(Memory("residual grad add", 3 * d.Tn * d.h * d.e));
@@ -396,12 +586,13 @@ LayerWork TransformerLayerWork(const ModelSpec& m, const ParallelConfig& p, Prec
   // ---- Weight gradient (W). With sequence parallelism Megatron all-gathers the norm outputs
   // again for the QKV and fc1 weight gradients, asynchronously during the input-gradient GEMM;
   // that traffic is taken as hidden and not timed.
-  AddWeightGrad(w, "fc2 wgrad", d.h, d.f_t, d.T, d, options);
-  AddBiasGrad(w, "fc2 bias grad", d.Tn, d.h, d);
-  const int fc1_wgrad = w.num_work;
-  AddWeightGrad(w, "fc1 wgrad", d.fc1_t, d.h, d.T, d, options);
-  const int fc1_wgrad_end = w.num_work;
-  AddBiasGrad(w, "fc1 bias grad", d.T, d.fc1_t, d);
+  std::pair<int, int> fc1_wgrad{0, 0};
+  if (d.moe) {
+    AddMoeWeightGrad(w, d, options);
+    if (d.f_s > 0) fc1_wgrad = AddDenseMlpWeightGrad(w, d, d.f_s, d.fc1_s, true, options);
+  } else {
+    fc1_wgrad = AddDenseMlpWeightGrad(w, d, d.f_t, d.fc1_t, false, options);
+  }
   AddWeightGrad(w, "attention projection wgrad", d.h, ctx, d.T, d, options);
   AddBiasGrad(w, "projection bias grad", d.Tn, d.h, d);
   const int qkv_wgrad = w.num_work;
@@ -409,9 +600,11 @@ LayerWork TransformerLayerWork(const ModelSpec& m, const ParallelConfig& p, Prec
   const int qkv_wgrad_end = w.num_work;
   AddBiasGrad(w, "qkv bias grad", d.T, qkv_n, d);
   if (d.t > 1 && options.async_tensor_parallel_allreduce && !d.tp_overlap) {
-    lw.async_overlap[0] = {fc1_input_grad_comm, fc1_wgrad, fc1_wgrad_end};
-    lw.async_overlap[1] = {qkv_input_grad_comm, qkv_wgrad, qkv_wgrad_end};
-    lw.num_async_overlap = 2;
+    if (fc1_input_grad_comm >= 0) {
+      lw.async_overlap[lw.num_async_overlap++] = {fc1_input_grad_comm, fc1_wgrad.first,
+                                                  fc1_wgrad.second};
+    }
+    lw.async_overlap[lw.num_async_overlap++] = {qkv_input_grad_comm, qkv_wgrad, qkv_wgrad_end};
   }
 
   // ---- Recomputation (Korthikanti et al. 2022, section 5).
@@ -421,8 +614,14 @@ LayerWork TransformerLayerWork(const ModelSpec& m, const ParallelConfig& p, Prec
     AddCoreAttentionForward(lw.recompute, d);
   }
 
-  lw.parameters = LayerParameters(m, p.tp);
-  lw.fp8_parameters = fp8 ? LayerLinearWeights(m, p.tp) : 0;
+  if (d.moe) {
+    const MoeLayerParams moe = MoeLayerParameters(m, p);
+    lw.parameters = moe.dense + moe.experts;
+    lw.fp8_parameters = fp8 ? moe.linear_weights : 0;
+  } else {
+    lw.parameters = LayerParameters(m, p.tp);
+    lw.fp8_parameters = fp8 ? LayerLinearWeights(m, p.tp) : 0;
+  }
   return lw;
 }
 
@@ -507,39 +706,64 @@ ChunkKinds::ChunkKinds(const ModelSpec& m, const TrainingSpec& training, const P
       start_(fp8_ ? std::min(training.fp8_bf16_layers_at_start, m.num_layers) : 0),
       end_(fp8_ ? std::max(m.num_layers - training.fp8_bf16_layers_at_end, start_) : 0),
       recompute_(p.recompute),
-      recompute_num_layers_(p.recompute_num_layers) {}
+      recompute_num_layers_(p.recompute_num_layers),
+      moe_(m.moe()),
+      moe_first_(m.moe_first_dense_layers),
+      moe_freq_(std::max(1, m.moe_layer_freq)) {}
+
+int ChunkKinds::MoeIn(int a, int b) const {
+  if (!moe_) return 0;
+  a = std::max(a, moe_first_);
+  if (b <= a) return 0;
+  // Multiples of moe_freq_ in [a, b).
+  const auto below = [&](int x) { return (x + moe_freq_ - 1) / moe_freq_; };  // in [0, x)
+  return below(b) - below(a);
+}
 
 ChunkLayers ChunkKinds::operator()(int vs) const {
   const StageSlice slice = stages_(vs);
-  // Layers of [a0, a1) inside [b0, b1).
-  const auto overlap = [](int a0, int a1, int b0, int b1) {
-    return std::max(0, std::min(a1, b1) - std::max(a0, b0));
-  };
   const int first = slice.first_layer, n = slice.layers;
   const int recomputed = recompute_ == Recompute::kNone
                              ? 0
                              : (recompute_num_layers_ > 0 ? std::min(n, recompute_num_layers_) : n);
-  // FP8 layers are [start, end); recomputed ones [first, first + recomputed).
-  const int fp8_layers = fp8_ ? overlap(first, first + n, start_, end_) : 0;
-  const int fp8_recomputed = fp8_ ? overlap(first, first + recomputed, start_, end_) : 0;
+  // The chunk [first, first + n); its recomputed prefix [first, first + recomputed); the FP8
+  // layers [start, end). Each pair's intersection is an interval: count its layers and MoE
+  // layers, then the four (fp8, recompute) kinds by inclusion and exclusion.
+  const auto clip = [](int a0, int a1, int b0, int b1) {
+    return std::pair{std::max(a0, b0), std::max(std::max(a0, b0), std::min(a1, b1))};
+  };
+  const std::pair<int, int> all{first, first + n}, rc{first, first + recomputed};
+  const std::pair<int, int> f8 = fp8_ ? clip(first, first + n, start_, end_) : std::pair{0, 0};
+  const std::pair<int, int> f8rc =
+      fp8_ ? clip(first, first + recomputed, start_, end_) : std::pair{0, 0};
   ChunkLayers c;
-  c.count[1][1] = fp8_recomputed;
-  c.count[1][0] = fp8_layers - fp8_recomputed;
-  c.count[0][1] = recomputed - fp8_recomputed;
-  c.count[0][0] = n - fp8_layers - c.count[0][1];
+  for (int moe = 0; moe < 2; ++moe) {
+    const auto count = [&](std::pair<int, int> r) {
+      const int layers = r.second - r.first, in_moe = MoeIn(r.first, r.second);
+      return moe == 1 ? in_moe : layers - in_moe;
+    };
+    const int n_all = count(all), n_rc = count(rc), n_f = count(f8), n_frc = count(f8rc);
+    c.count[moe][1][1] = n_frc;
+    c.count[moe][1][0] = n_f - n_frc;
+    c.count[moe][0][1] = n_rc - n_frc;
+    c.count[moe][0][0] = n_all - n_f - n_rc + n_frc;
+  }
   return c;
 }
 
-bool UniformChunks(const TrainingSpec& training, const ParallelConfig& p) {
+bool UniformChunks(const ModelSpec& m, const TrainingSpec& training, const ParallelConfig& p) {
   const bool bf16_layers =
       training.precision == Precision::kFp8 &&
       (training.fp8_bf16_layers_at_start > 0 || training.fp8_bf16_layers_at_end > 0);
-  return !UnevenSplit(p) && !bf16_layers && p.recompute_num_layers == 0;
+  const bool mixed_moe = m.moe() && (m.moe_first_dense_layers > 0 || m.moe_layer_freq > 1);
+  return !UnevenSplit(p) && !bf16_layers && p.recompute_num_layers == 0 && !mixed_moe;
 }
 
 bool MiddleStagesAlike(const ModelSpec& m, const TrainingSpec& training, const ParallelConfig& p) {
-  if (UniformChunks(training, p) || p.pp <= 2) return true;
-  if (training.precision != Precision::kFp8) return true;
+  if (UniformChunks(m, training, p) || p.pp <= 2) return true;
+  if (m.moe() && m.moe_layer_freq > 1) return false;
+  const bool fp8 = training.precision == Precision::kFp8;
+  if (!fp8 && m.moe_first_dense_layers == 0) return true;
   const VirtualStages stages(m.num_layers, p);
   int first = 0, last = 0;  // layers of the first and the last pipeline stage
   for (int c = 0; c < p.virtual_stages; ++c) {
@@ -552,7 +776,9 @@ bool MiddleStagesAlike(const ModelSpec& m, const TrainingSpec& training, const P
     first = stages(0).layers;
     last = stages(p.pp * p.virtual_stages - 1).layers;
   }
-  return training.fp8_bf16_layers_at_start <= first && training.fp8_bf16_layers_at_end <= last;
+  const int at_start =
+      std::max(fp8 ? training.fp8_bf16_layers_at_start : 0, m.moe() ? m.moe_first_dense_layers : 0);
+  return at_start <= first && (fp8 ? training.fp8_bf16_layers_at_end : 0) <= last;
 }
 
 std::vector<ChunkLayers> ChunkLayerKinds(const ModelSpec& m, const TrainingSpec& training,
@@ -582,6 +808,26 @@ double LayerParameters(const ModelSpec& m, int tp) {
   const double qkv_n = (a_t + 2 * g_t) * d;
   const double norm = m.normalization == Normalization::kLayerNorm ? 2 * h : h;
   return LayerLinearWeights(m, tp) + 2 * norm + (m.add_bias_linear ? qkv_n + h + fc1_t + h : 0);
+}
+
+MoeLayerParams MoeLayerParameters(const ModelSpec& m, const ParallelConfig& p) {
+  PTDP_CHECK(m.moe());
+  const double h = m.hidden_size;
+  const double swiglu = m.activation == Activation::kSwiglu ? 2 : 1;
+  // Attention and norms (a dense layer's without its MLP: no fc1, fc2 or fc2 bias), router,
+  // shared experts (TP-split).
+  ModelSpec attention_only = m;
+  attention_only.ffn_hidden_size = 0;
+  const double attention = LayerParameters(attention_only, p.tp) - (m.add_bias_linear ? h : 0);
+  const double shared_t = static_cast<double>(m.moe_shared_expert_intermediate_size) / p.tp;
+  const double shared = shared_t * h * (swiglu + 1);
+  const double f_e = static_cast<double>(m.moe_ffn_hidden_size) / p.expert_tp();
+  const double expert = f_e * h * (swiglu + 1);
+  MoeLayerParams out;
+  out.dense = attention + shared + h * m.num_experts;
+  out.experts = static_cast<double>(m.num_experts) / p.ep * expert;
+  out.linear_weights = LayerLinearWeights(attention_only, p.tp) + shared + out.experts;
+  return out;
 }
 
 double EmbeddingParameters(const ModelSpec& m, int tp) {
@@ -619,6 +865,9 @@ double KernelTimer::operator()(const Work& w) const {
     case WorkKind::kGemm:
       return w.fp8 ? GemmTime(*fp8_, *gpu_, Precision::kFp8, w.gemm, w.bytes)
                    : GemmTime(gemm_, *gpu_, gemm_precision_, w.gemm, w.bytes);
+    case WorkKind::kGroupedGemm:
+      return w.fp8 ? GroupedGemmTime(*fp8_, *gpu_, Precision::kFp8, w.gemm, w.bytes)
+                   : GroupedGemmTime(gemm_, *gpu_, gemm_precision_, w.gemm, w.bytes);
     case WorkKind::kMemory:
       return MemoryTime(*gpu_, w.bytes);
     case WorkKind::kAttentionForward:

@@ -64,7 +64,13 @@
 
 namespace ptdp {
 
-enum class WorkKind : uint8_t { kGemm, kMemory, kAttentionForward, kAttentionBackward };
+enum class WorkKind : uint8_t {
+  kGemm,
+  kGroupedGemm,  // MoE experts: `gemm.batch` groups of m rows each (op_time.h GroupedGemmTime)
+  kMemory,
+  kAttentionForward,
+  kAttentionBackward
+};
 
 // One kernel. (No default member initializers: PassWork's unused slots stay uninitialised, so
 // building a pass costs only what it holds; every field is set when a kernel is added.)
@@ -77,14 +83,29 @@ struct Work {
   double bytes;    // HBM bytes read plus written
 };
 
-// The group a collective runs over: tensor parallel, or context parallel (the keys and values
-// of the attention).
-enum class CommGroup : uint8_t { kTp, kCp };
+// The group a collective runs over: tensor parallel, context parallel (the keys and values of
+// the attention), expert parallel (the MoE token dispatch), expert tensor parallel, or both
+// expert groups together (the all-gather dispatcher).
+enum class CommGroup : uint8_t { kTp, kCp, kEp, kEtp, kEpEtp };
 
 // Where the groups of one configuration sit (collectives.h).
 struct GroupPlacements {
-  GroupPlacement tp, cp;
-  const GroupPlacement& operator[](CommGroup g) const { return g == CommGroup::kCp ? cp : tp; }
+  GroupPlacement tp, cp, ep, etp, ep_etp;
+  const GroupPlacement& operator[](CommGroup g) const {
+    switch (g) {
+      case CommGroup::kCp:
+        return cp;
+      case CommGroup::kEp:
+        return ep;
+      case CommGroup::kEtp:
+        return etp;
+      case CommGroup::kEpEtp:
+        return ep_etp;
+      case CommGroup::kTp:
+        break;
+    }
+    return tp;
+  }
 };
 
 // One collective; bytes is the full (gathered) size, the nccl-tests S (all-to-all: what each
@@ -100,8 +121,8 @@ struct CommWork {
 // The kernels and collectives of one pass, in order: work[0, num_work), comm[0, num_comm).
 // Fixed capacity, no allocation.
 struct PassWork {
-  static constexpr int kMaxWork = 32;
-  static constexpr int kMaxComm = 6;
+  static constexpr int kMaxWork = 48;
+  static constexpr int kMaxComm = 12;
   std::array<Work, kMaxWork> work;
   std::array<CommWork, kMaxComm> comm;
   std::array<int8_t, kMaxComm> comm_position;  // kernels of the pass issued before comm[i]
@@ -155,9 +176,12 @@ bool FlashAttention(Precision precision, const CostOptions& options);
 // selective redoes the core attention (Korthikanti et al. 2022; with a flash-style kernel, its
 // forward). In fp8 training, `bf16_layer` says the layer is one Megatron keeps in bf16
 // (--first-last-layers-bf16) and `fp8_recipe` how its FP8 tensors are scaled.
+// `moe_layer`: the layer is one of a MoE model's MoE layers (ModelSpec::IsMoeLayer), its MLP the
+// routed experts (and shared experts) instead of the dense one.
 LayerWork TransformerLayerWork(const ModelSpec& model, const ParallelConfig& parallel,
                                Precision precision, const CostOptions& options,
-                               bool bf16_layer = false, Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed);
+                               bool bf16_layer = false, Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed,
+                               bool moe_layer = false);
 
 // Before the first layer (virtual stage 0): vocabulary-parallel word-embedding lookup with its
 // tensor-parallel reduction, learned position embedding, embedding dropout; the backward
@@ -172,13 +196,21 @@ LayerWork EmbeddingWork(const ModelSpec& model, const ParallelConfig& parallel, 
 LayerWork OutputWork(const ModelSpec& model, const ParallelConfig& parallel, Precision precision,
                      const CostOptions& options);
 
-// The transformer layers of each virtual stage (core SplitLayers) by kind, count[fp8][recompute]:
-// whether their linears run in FP8 (fp8 training, outside the first / last layers kept in bf16)
-// and whether they recompute (the configuration's recompute granularity; with the block method,
-// only the first recompute_num_layers of each chunk).
+// The transformer layers of each virtual stage (core SplitLayers) by kind,
+// count[moe][fp8][recompute]: whether the layer is one of a MoE model's MoE layers, whether its
+// linears run in FP8 (fp8 training, outside the first / last layers kept in bf16) and whether
+// it recomputes (the configuration's recompute granularity; with the block method, only the
+// first recompute_num_layers of each chunk).
 struct ChunkLayers {
-  int count[2][2] = {{0, 0}, {0, 0}};
-  int total() const { return count[0][0] + count[0][1] + count[1][0] + count[1][1]; }
+  int count[2][2][2] = {{{0, 0}, {0, 0}}, {{0, 0}, {0, 0}}};
+  int total() const {
+    int n = 0;
+    for (int k = 0; k < 8; ++k) n += count[k / 4][k / 2 % 2][k % 2];
+    return n;
+  }
+  int fp8() const { return count[0][1][0] + count[0][1][1] + count[1][1][0] + count[1][1][1]; }
+  int moe() const { return count[1][0][0] + count[1][0][1] + count[1][1][0] + count[1][1][1]; }
+  bool operator==(const ChunkLayers&) const = default;
 };
 std::vector<ChunkLayers> ChunkLayerKinds(const ModelSpec& model, const TrainingSpec& training,
                                          const ParallelConfig& parallel);
@@ -189,18 +221,25 @@ class ChunkKinds {
   ChunkLayers operator()(int virtual_stage) const;
 
  private:
+  // Layers in [a, b) and, of them, MoE layers.
+  int MoeIn(int a, int b) const;
   VirtualStages stages_;
   bool fp8_;
   int start_, end_;  // the FP8 layers are [start_, end_)
   Recompute recompute_;
   int recompute_num_layers_;
+  bool moe_;
+  int moe_first_, moe_freq_;  // MoE layers: i >= moe_first_ with i % moe_freq_ == 0
 };
 // Whether every virtual stage has the same layers of the same kinds (an even split, no layers
-// kept in bf16 by fp8 training, no block recompute): then virtual stage 0 speaks for all.
-bool UniformChunks(const TrainingSpec& training, const ParallelConfig& parallel);
+// kept in bf16 by fp8 training, no block recompute, and in a MoE model every layer MoE): then
+// virtual stage 0 speaks for all.
+bool UniformChunks(const ModelSpec& model, const TrainingSpec& training,
+                   const ParallelConfig& parallel);
 // Whether the pipeline stages between the first and the last have the same layers of the same
-// kinds: an uneven split and block recompute differ at the ends only; fp8's bf16 layers do
-// unless they spill past the first or last stage.
+// kinds: an uneven split and block recompute differ at the ends only; fp8's bf16 layers and a
+// MoE model's first dense layers do unless they spill past the first or last stage; MoE layers
+// every n-th layer (n > 1) are not taken to be alike.
 bool MiddleStagesAlike(const ModelSpec& model, const TrainingSpec& training,
                        const ParallelConfig& parallel);
 
@@ -211,6 +250,14 @@ bool MiddleStagesAlike(const ModelSpec& model, const TrainingSpec& training,
 double LayerParameters(const ModelSpec& model, int tp);
 double LayerLinearWeights(const ModelSpec& model, int tp);  // the four linears' weights only
 double EmbeddingParameters(const ModelSpec& model, int tp);
+// A MoE layer's parameters on one GPU: `dense` (attention, router, shared experts, norms: the
+// tensor-parallel part, reduced over dp x cp), `experts` (its num_experts / ep experts, each
+// split over etp: reduced over the expert data-parallel group), and the linears' weights (the
+// FP8 ones in fp8 training).
+struct MoeLayerParams {
+  double dense = 0, experts = 0, linear_weights = 0;
+};
+MoeLayerParams MoeLayerParameters(const ModelSpec& model, const ParallelConfig& parallel);
 double OutputParameters(const ModelSpec& model, const ParallelConfig& parallel);
 
 // Times kernels on one GPU: GEMMs at the training precision's peak (16-bit for fp8 training)

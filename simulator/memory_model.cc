@@ -15,10 +15,14 @@ struct ActDims {
   double s, b, h, e, x, t, a_t, g_t, d, f_t, fc1_t;
   double mask;  // bytes of a hidden-dropout mask element (0 without dropout)
   bool sp, flash, fp8, attention_dropout;
+  // A MoE layer: its routed tokens R, an expert's width per GPU (and its fc1's), the experts,
+  // the shared experts' width per GPU (and its fc1's).
+  bool moe;
+  double R, f_e, fc1_e, experts, f_s, fc1_s;
 };
 
 ActDims MakeActDims(const ModelSpec& m, const ParallelConfig& p, Precision precision, bool flash,
-                    bool bf16_layer) {
+                    bool bf16_layer, bool moe_layer = false, double imbalance = 1) {
   ActDims d{};
   // With context parallelism each GPU holds s / cp tokens of every sequence.
   d.s = static_cast<double>(m.seq_length) / p.cp, d.b = p.micro_batch_size, d.h = m.hidden_size;
@@ -35,6 +39,20 @@ ActDims MakeActDims(const ModelSpec& m, const ParallelConfig& p, Precision preci
   d.flash = flash;
   d.mask = m.hidden_dropout > 0 ? 1 : 0;
   d.attention_dropout = m.attention_dropout > 0;
+  d.moe = moe_layer && m.moe();
+  if (d.moe) {
+    const double swiglu = m.activation == Activation::kSwiglu ? 2 : 1;
+    const double tokens = d.s * d.b / (d.sp ? d.t : 1);  // routed by this GPU
+    const double cap = m.moe_expert_capacity_factor > 0
+                           ? std::min(imbalance, m.moe_expert_capacity_factor)
+                           : imbalance;
+    d.R = tokens * m.moe_router_topk * p.expert_tp() * cap;
+    d.f_e = static_cast<double>(m.moe_ffn_hidden_size) / p.expert_tp();
+    d.fc1_e = swiglu * d.f_e;
+    d.experts = m.num_experts;
+    d.f_s = static_cast<double>(m.moe_shared_expert_intermediate_size) / p.tp;
+    d.fc1_s = swiglu * d.f_s;
+  }
   return d;
 }
 
@@ -51,9 +69,15 @@ LayerParts Parts(const ActDims& d) {
   // with dropout).
   parts.replicated = sb * d.h * (2 * d.e + 2 * d.x + 2 * d.mask) / (d.sp ? d.t : 1);
   const double projection_input = d.flash ? d.e + (d.fp8 ? d.x : 0) : d.x;
-  parts.sharded = d.e * sb * d.d * (d.a_t + 2 * d.g_t)      // Q, K, V
-                  + projection_input * sb * d.d * d.a_t     // the projection's input
-                  + d.e * sb * d.fc1_t + d.x * sb * d.f_t;  // the activation's input, output
+  parts.sharded = d.e * sb * d.d * (d.a_t + 2 * d.g_t)    // Q, K, V
+                  + projection_input * sb * d.d * d.a_t;  // the projection's input
+  if (d.moe) {
+    parts.sharded += 4 * sb / (d.sp ? d.t : 1) * d.experts                          // router scores
+                     + d.R * (d.x * d.h + d.e * d.fc1_e + d.x * d.f_e + d.e * d.h)  // experts
+                     + d.e * sb * d.fc1_s + d.x * sb * d.f_s;  // shared experts
+  } else {
+    parts.sharded += d.e * sb * d.fc1_t + d.x * sb * d.f_t;  // the activation's input, output
+  }
   if (d.flash) {
     parts.attention = 4 * d.a_t * d.s * d.b;  // fp32 log-sum-exp per query and head
   } else {
@@ -82,8 +106,9 @@ double KorthikantiTable2Bytes(double s, double b, double h, double a, double t,
 }
 
 double LayerActivationBytes(const ModelSpec& m, const ParallelConfig& p, Precision precision,
-                            const CostOptions& options, bool bf16_layer) {
-  const ActDims d = MakeActDims(m, p, precision, FlashAttention(precision, options), bf16_layer);
+                            const CostOptions& options, bool bf16_layer, bool moe_layer) {
+  const ActDims d = MakeActDims(m, p, precision, FlashAttention(precision, options), bf16_layer,
+                                moe_layer, options.moe_load_imbalance);
   if (p.recompute == Recompute::kFull) {
     return d.e * d.s * d.b * d.h / (d.sp ? d.t : 1);
   }
@@ -93,19 +118,21 @@ double LayerActivationBytes(const ModelSpec& m, const ParallelConfig& p, Precisi
 }
 
 double LayerWeightGradActivationBytes(const ModelSpec& m, const ParallelConfig& p,
-                                      Precision precision, bool bf16_layer) {
-  const ActDims d = MakeActDims(m, p, precision, false, bf16_layer);
+                                      Precision precision, bool bf16_layer, bool moe_layer) {
+  const ActDims d = MakeActDims(m, p, precision, false, bf16_layer, moe_layer);
   const double sb = d.s * d.b;
   // Inputs of QKV and fc1 (the norm outputs; sharded with sequence parallelism and gathered
-  // again for W), of the projection (the context) and of fc2 (the activation's output).
-  return d.x * sb * (2 * d.h / (d.sp ? d.t : 1) + d.d * d.a_t + d.f_t);
+  // again for W), of the projection (the context) and of fc2 (the activation's output); in a
+  // MoE layer the experts' fc1 and fc2 inputs and the shared experts' fc2 input instead.
+  const double mlp = d.moe ? d.R * (d.h + d.f_e) / sb + d.f_s : d.f_t;
+  return d.x * sb * (2 * d.h / (d.sp ? d.t : 1) + d.d * d.a_t + mlp);
 }
 
 double LayerRecomputeTransientBytes(const ModelSpec& m, const ParallelConfig& p,
                                     Precision precision, const CostOptions& options,
-                                    bool bf16_layer) {
-  const LayerParts parts =
-      Parts(MakeActDims(m, p, precision, FlashAttention(precision, options), bf16_layer));
+                                    bool bf16_layer, bool moe_layer) {
+  const LayerParts parts = Parts(MakeActDims(m, p, precision, FlashAttention(precision, options),
+                                             bf16_layer, moe_layer, options.moe_load_imbalance));
   switch (p.recompute) {
     case Recompute::kFull:
       return parts.replicated + parts.sharded + parts.attention;
@@ -132,10 +159,10 @@ double OutputActivationBytes(const ModelSpec& m, const ParallelConfig& p, Precis
 }
 
 BytesPerParameter BytesPerParam(const TrainingSpec& training, const ParallelConfig& parallel,
-                                const CostOptions& options) {
+                                const CostOptions& options, int64_t shard_group) {
   BytesPerParameter b;
   const bool fp32 = training.precision == Precision::kFp32;
-  const double dp = static_cast<double>(parallel.dp_cp());  // the sharding group
+  const double dp = static_cast<double>(shard_group > 0 ? shard_group : parallel.dp_cp());
   const bool shard_grads =
       parallel.fsdp == Fsdp::kOptimGrads || parallel.fsdp == Fsdp::kOptimGradsParams;
   const bool shard_params = parallel.fsdp == Fsdp::kOptimGradsParams;
@@ -162,17 +189,21 @@ MemoryEstimate EstimateMemory(const ModelSpec& m, const ClusterSpec& cluster,
   const BytesPerParameter per_param = BytesPerParam(training, p, options);
   const double layer_params = LayerParameters(m, p.tp);
   const double linear_weights = LayerLinearWeights(m, p.tp);
-  // Per layer kind [fp8][recompute]: activations kept, and what recomputing one holds; computed
-  // when a chunk first has such layers.
-  double act[2][2], transient[2][2];
-  bool have[2][2] = {{false, false}, {false, false}};
-  const auto kind = [&](int f, int r) {
-    if (!have[f][r]) {
+  const MoeLayerParams moe = m.moe() ? MoeLayerParameters(m, p) : MoeLayerParams{};
+  const BytesPerParameter expert_per_param =
+      m.moe() ? BytesPerParam(training, p, options, p.expert_dp()) : BytesPerParameter{};
+  // Per layer kind [moe][fp8][recompute]: activations kept, and what recomputing one holds;
+  // computed when a chunk first has such layers.
+  double act[2][2][2], transient[2][2][2];
+  bool have[2][2][2] = {};
+  const auto kind = [&](int e, int f, int r) {
+    if (!have[e][f][r]) {
       ParallelConfig q = p;
       if (r == 0) q.recompute = Recompute::kNone;
-      act[f][r] = LayerActivationBytes(m, q, precision, options, f == 0);
-      transient[f][r] = r == 0 ? 0 : LayerRecomputeTransientBytes(m, q, precision, options, f == 0);
-      have[f][r] = true;
+      act[e][f][r] = LayerActivationBytes(m, q, precision, options, f == 0, e == 1);
+      transient[e][f][r] =
+          r == 0 ? 0 : LayerRecomputeTransientBytes(m, q, precision, options, f == 0, e == 1);
+      have[e][f][r] = true;
     }
   };
   const double embedding_act = EmbeddingActivationBytes(m, p);
@@ -185,44 +216,48 @@ MemoryEstimate EstimateMemory(const ModelSpec& m, const ClusterSpec& cluster,
   // A stage's chunks: their layers, FP8 layers, the largest chunk's activations and the
   // largest recomputation transient. With uniform chunks every stage's are alike.
   struct Chunks {
-    double layers = 0, fp8_layers = 0, largest = 0, transient = 0;
+    double layers = 0, moe_layers = 0, fp8_weights = 0, largest = 0, transient = 0;
   };
-  const bool uniform = UniformChunks(training, p);
+  const bool uniform = UniformChunks(m, training, p);
   const ChunkKinds chunk_kinds(m, training, p);
   const auto chunks_of = [&](int r) {
     Chunks s;
     for (int c = 0; c < p.virtual_stages; ++c) {
       const ChunkLayers k = chunk_kinds(c * p.pp + r);
       double bytes = 0;
-      for (int f = 0; f < 2; ++f) {
-        for (int rc = 0; rc < 2; ++rc) {
-          if (k.count[f][rc] == 0) continue;
-          kind(f, rc);
-          bytes += k.count[f][rc] * act[f][rc];
-          s.transient = std::max(s.transient, transient[f][rc]);
-        }
+      for (int i = 0; i < 8; ++i) {
+        const int e = i / 4, f = i / 2 % 2, rc = i % 2;
+        if (k.count[e][f][rc] == 0) continue;
+        kind(e, f, rc);
+        bytes += k.count[e][f][rc] * act[e][f][rc];
+        s.transient = std::max(s.transient, transient[e][f][rc]);
       }
       s.largest = std::max(s.largest, bytes);
       s.layers += k.total();
-      s.fp8_layers += k.count[1][0] + k.count[1][1];
+      s.moe_layers += k.moe();
+      s.fp8_weights += (k.count[0][1][0] + k.count[0][1][1]) * linear_weights +
+                       (k.count[1][1][0] + k.count[1][1][1]) * moe.linear_weights;
     }
     return s;
   };
   // Everything of stage r but what its in-flight count scales and the totals.
   const auto stage_memory = [&](int r, const Chunks& k) {
     StageMemory st;
-    st.parameters = k.layers * layer_params + (r == 0 ? EmbeddingParameters(m, p.tp) : 0) +
-                    (r == p.pp - 1 ? OutputParameters(m, p) : 0);
-    st.weights_bytes = st.parameters * per_param.weights;
-    if (k.fp8_layers > 0) {
+    // Dense parameters (sharded over dp x cp) and experts (over the expert data-parallel group).
+    const double dense = (k.layers - k.moe_layers) * layer_params + k.moe_layers * moe.dense +
+                         (r == 0 ? EmbeddingParameters(m, p.tp) : 0) +
+                         (r == p.pp - 1 ? OutputParameters(m, p) : 0);
+    const double experts = k.moe_layers * moe.experts;
+    st.parameters = dense + experts;
+    st.weights_bytes = dense * per_param.weights + experts * expert_per_param.weights;
+    if (k.fp8_weights > 0) {
       // Transformer Engine's FP8 copies of the linear weights and their transposes (Hopper's
       // FP8 GEMMs take one operand layout), 2 bytes per weight; with FP8 primary weights
       // (--fp8-param-gather) they replace the 16-bit weights.
-      const double fp8_weights = k.fp8_layers * linear_weights;
-      st.weights_bytes += fp8_weights * (2 - (training.fp8_param_gather ? per_param.weights : 0));
+      st.weights_bytes += k.fp8_weights * (2 - (training.fp8_param_gather ? per_param.weights : 0));
     }
-    st.gradients_bytes = st.parameters * per_param.gradients;
-    st.optimizer_bytes = st.parameters * per_param.optimizer;
+    st.gradients_bytes = dense * per_param.gradients + experts * expert_per_param.gradients;
+    st.optimizer_bytes = dense * per_param.optimizer + experts * expert_per_param.optimizer;
     st.reserved_bytes = reserved;
     if (p.fsdp == Fsdp::kOptimGradsParams && k.layers > 0) {
       st.fsdp_buffer_bytes = 2 * layer_params * e + layer_params * grad_bytes;

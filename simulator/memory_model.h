@@ -43,21 +43,26 @@ double KorthikantiTable2Bytes(double s, double b, double h, double a, double t,
 // With context parallelism s is each GPU's s / cp tokens (ring attention keeps only the local
 // keys and values: the others' blocks are passed around again in the backward).
 // For 16-bit GPT with unfused attention it equals KorthikantiTable2Bytes. `bf16_layer`: a layer
-// kept in bf16 in fp8 training.
+// kept in bf16 in fp8 training. `moe_layer`: a MoE layer, whose MLP part is instead the
+// router's fp32 scores 4 s b E (s b / t tokens with sequence parallelism), for the R tokens its
+// experts take (layer_work.h) their fc1 input x R h, fc1 output e R fc1_e, activation output
+// x R f_e and output e R h (the combine's backward needs it), and the shared experts' as a
+// dense MLP of their width.
 double LayerActivationBytes(const ModelSpec& model, const ParallelConfig& parallel,
                             Precision precision, const CostOptions& options,
-                            bool bf16_layer = false);
+                            bool bf16_layer = false, bool moe_layer = false);
 
 // What the weight-gradient pass (W) still needs once the input gradient (B) is done: the inputs
 // of the four linears of a layer (Qi et al. 2023's split of the backward).
 double LayerWeightGradActivationBytes(const ModelSpec& model, const ParallelConfig& parallel,
-                                      Precision precision, bool bf16_layer = false);
+                                      Precision precision, bool bf16_layer = false,
+                                      bool moe_layer = false);
 
 // What one layer's recomputation holds while its backward runs (one micro-batch): the whole
 // layer's activations with full recompute, the attention's with selective, 0 without.
 double LayerRecomputeTransientBytes(const ModelSpec& model, const ParallelConfig& parallel,
                                     Precision precision, const CostOptions& options,
-                                    bool bf16_layer = false);
+                                    bool bf16_layer = false, bool moe_layer = false);
 
 // Stage 0, per micro-batch: the embedding dropout's mask (Korthikanti et al. 2022, section 4.3),
 // sbh bytes (divided by t with sequence parallelism); 0 without hidden dropout.
@@ -82,8 +87,10 @@ struct BytesPerParameter {
   double optimizer = 0;
   double total() const { return weights + gradients + optimizer; }
 };
+// `shard_group`: the ranks the sharded states divide over; 0: dp x cp (the dense parameters'
+// group); a MoE model's experts pass the expert data-parallel size.
 BytesPerParameter BytesPerParam(const TrainingSpec& training, const ParallelConfig& parallel,
-                                const CostOptions& options);
+                                const CostOptions& options, int64_t shard_group = 0);
 
 struct StageMemory {
   double parameters = 0;     // on this GPU

@@ -143,6 +143,12 @@ double GemmTime(const GemmTable& table, const GpuSpec& gpu, Precision precision,
   return std::max(compute_s, MemoryTime(gpu, bytes));
 }
 
+double GroupedGemmTime(const GemmTable& table, const GpuSpec& gpu, Precision precision,
+                       const GemmShape& s, double bytes) {
+  const double efficiency = table.Efficiency(s.m, s.n, s.k);
+  return std::max(s.flops() / (PeakFlops(gpu, precision) * efficiency), MemoryTime(gpu, bytes));
+}
+
 double MemoryTime(const GpuSpec& gpu, double bytes) {
   return bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency);
 }

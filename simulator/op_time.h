@@ -80,6 +80,10 @@ struct GemmShape {
 double GemmTime(const GpuSpec& gpu, Precision precision, const GemmShape& shape, double bytes);
 double GemmTime(const GemmTable& table, const GpuSpec& gpu, Precision precision,
                 const GemmShape& shape, double bytes);
+// A grouped GEMM (the experts of a MoE layer: `batch` GEMMs of their own m, run as one kernel):
+// each group's efficiency is the table's at its own shape (m rows, not m x batch).
+double GroupedGemmTime(const GemmTable& table, const GpuSpec& gpu, Precision precision,
+                       const GemmShape& shape, double bytes);
 
 // Time of a memory-bound kernel moving `bytes` (reads plus writes) through HBM.
 double MemoryTime(const GpuSpec& gpu, double bytes);

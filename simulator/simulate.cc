@@ -41,6 +41,7 @@ SimulationReport SimulatePlan(const Plan& plan) {
     b.tp_comm_hidden_s += m * st.tp_comm_hidden_s / p.pp;
     b.cp_comm_s += m * st.cp_comm_s / p.pp;
     b.cp_comm_hidden_s += m * st.cp_comm_hidden_s / p.pp;
+    b.ep_comm_s += m * st.ep_comm_s / p.pp;
     b.pp_comm_s += m * st.pp_comm_s / p.pp;
   }
   for (int s = 0; s < p.pp; ++s) {
@@ -93,7 +94,8 @@ std::string SimulationJsonMembers(const SimulationReport& r, int indent) {
       "\"peak_memory_bytes\": {}, \"fits\": {}, \"memory_problem\": {}, \"microbatches\": {},\n"
       "{} \"stages\": [\n{}\n{} ],\n"
       "{} \"breakdown\": {{\"compute_s\": {}, \"tp_comm_s\": {}, \"tp_comm_hidden_s\": {}, "
-      "\"cp_comm_s\": {}, \"cp_comm_hidden_s\": {}, \"pp_comm_s\": {}, \"dp_comm_s\": {}, "
+      "\"cp_comm_s\": {}, \"cp_comm_hidden_s\": {}, \"ep_comm_s\": {}, \"pp_comm_s\": {}, "
+      "\"dp_comm_s\": {}, "
       "\"dp_exposed_s\": {}, \"optimizer_s\": {}, "
       "\"bubble_s\": {}}}",
       JsonNumber(r.step_time_s), JsonNumber(r.tokens_per_s), JsonNumber(r.model_tflops_per_gpu),
@@ -101,9 +103,9 @@ std::string SimulationJsonMembers(const SimulationReport& r, int indent) {
       JsonNumber(r.peak_memory_bytes), r.memory_problem.empty() ? "true" : "false",
       JsonString(r.memory_problem), r.estimate.microbatches, pad, stages, pad, pad,
       JsonNumber(b.compute_s), JsonNumber(b.tp_comm_s), JsonNumber(b.tp_comm_hidden_s),
-      JsonNumber(b.cp_comm_s), JsonNumber(b.cp_comm_hidden_s), JsonNumber(b.pp_comm_s),
-      JsonNumber(b.dp_comm_s), JsonNumber(b.dp_exposed_s), JsonNumber(b.optimizer_s),
-      JsonNumber(b.bubble_s));
+      JsonNumber(b.cp_comm_s), JsonNumber(b.cp_comm_hidden_s), JsonNumber(b.ep_comm_s),
+      JsonNumber(b.pp_comm_s), JsonNumber(b.dp_comm_s), JsonNumber(b.dp_exposed_s),
+      JsonNumber(b.optimizer_s), JsonNumber(b.bubble_s));
 }
 
 }  // namespace ptdp

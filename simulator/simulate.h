@@ -25,6 +25,7 @@ struct StepBreakdown {
   double tp_comm_hidden_s = 0;  // and what --tp-comm-overlap hides behind their GEMMs
   double cp_comm_s = 0;         // context-parallel exchanges of the attention, exposed
   double cp_comm_hidden_s = 0;  // and what ring attention hides behind its kernels
+  double ep_comm_s = 0;         // MoE token dispatch and combine all-to-alls (or gathers)
   double pp_comm_s = 0;         // pipeline sends
   double dp_comm_s = 0;     // gradient reduction, embedding sync, parameter gather (largest stage),
                             // Megatron-FSDP's per-layer gathers and reduce-scatters

@@ -165,11 +165,11 @@ TEST(Fp8, LayersKeptInBf16AreCountedPerChunk) {
   const ParallelConfig p{.pp = 4, .virtual_stages = 2, .schedule = Schedule::kInterleaved};
   const std::vector<ChunkLayers> k = ChunkLayerKinds(m, t, p);
   ASSERT_EQ(k.size(), 8u);
-  EXPECT_EQ(k[0].count[0][0], 2);  // layers 0-3: two in bf16
-  EXPECT_EQ(k[0].count[1][0], 2);
-  EXPECT_EQ(k[7].count[0][0], 1);  // layers 28-31: the last in bf16
-  EXPECT_EQ(k[7].count[1][0], 3);
-  EXPECT_EQ(k[3].count[1][0], 4);
+  EXPECT_EQ(k[0].count[0][0][0], 2);  // layers 0-3: two in bf16
+  EXPECT_EQ(k[0].count[0][1][0], 2);
+  EXPECT_EQ(k[7].count[0][0][0], 1);  // layers 28-31: the last in bf16
+  EXPECT_EQ(k[7].count[0][1][0], 3);
+  EXPECT_EQ(k[3].count[0][1][0], 4);
 }
 
 TEST(Fp8, Bf16LayersThatSpillPastTheFirstStageMakeTheSecondDiffer) {
