@@ -33,6 +33,10 @@ void AddSimulateOptions(po::options_description& o) {
       "context-parallel size (default 1; Megatron's --context-parallel-size)")(
       "cp-comm", po::value<std::string>()->value_name("S"),
       "context parallelism's exchange: p2p (ring attention, the default) | a2a | allgather")(
+      "ep", po::value<std::string>()->value_name("E"),
+      "expert-parallel size (MoE models; Megatron's --expert-model-parallel-size)")(
+      "etp", po::value<std::string>()->value_name("T"),
+      "expert tensor-parallel size (default: --tp; Megatron's --expert-tensor-parallel-size)")(
       "micro-batch", po::value<std::string>()->value_name("b"), "micro-batch size (default 1)")(
       "virtual-stages", po::value<std::string>()->value_name("v"),
       "model chunks per pipeline rank (interleaved)")(
@@ -74,6 +78,8 @@ std::string_view FlagFor(std::string_view key) {
   if (key == "pp") return "pp";
   if (key == "cp") return "cp";
   if (key == "cp_comm") return "cp-comm";
+  if (key == "ep") return "ep";
+  if (key == "etp") return "etp";
   if (key == "dp") return "gpus";
   if (key == "global_batch_size") return "global-batch";
   if (key == "virtual_stages") return "virtual-stages";
@@ -102,6 +108,8 @@ Plan PlanFromFlags(const Flags& flags) {
   p.pp = static_cast<int>(flags.PositiveInt("pp"));
   p.cp = static_cast<int>(flags.OptionalPositiveInt("cp").value_or(1));
   p.cp_comm = flags.Enum("cp-comm", kCpCommNames, CpComm::kP2p);
+  p.ep = static_cast<int>(flags.OptionalPositiveInt("ep").value_or(1));
+  p.etp = static_cast<int>(flags.OptionalPositiveInt("etp").value_or(0));
   const int64_t model_size = int64_t{p.tp} * p.pp * p.cp;
   if (w.gpus % model_size != 0) {
     flags.Fail(
@@ -147,6 +155,8 @@ int RunSimulate(const Flags& flags, std::ostream& out, std::ostream&) {
                               "pp",
                               "cp",
                               "cp-comm",
+                              "ep",
+                              "etp",
                               "micro-batch",
                               "virtual-stages",
                               "schedule",

@@ -67,7 +67,7 @@ std::string SimulationText(const Plan& plan, const SimulationReport& r) {
   out += t.Render();
   const StepBreakdown& b = r.breakdown;
   out += fmt::format(
-      "\nWhere the time goes (average stage): compute {}, TP comm {}{}{}, PP comm {}, DP comm "
+      "\nWhere the time goes (average stage): compute {}, TP comm {}{}{}{}, PP comm {}, DP comm "
       "{}{}, optimizer {}, bubble {}\n",
       Seconds(b.compute_s), Seconds(b.tp_comm_s),
       b.tp_comm_hidden_s > 0 ? fmt::format(" (and {} hidden behind the GEMMs by --tp-comm-overlap)",
@@ -80,6 +80,7 @@ std::string SimulationText(const Plan& plan, const SimulationReport& r) {
                                           Seconds(b.cp_comm_hidden_s))
                             : "")
           : "",
+      plan.model.moe() ? fmt::format(", EP comm {}", Seconds(b.ep_comm_s)) : "",
       Seconds(b.pp_comm_s), Seconds(b.dp_comm_s),
       b.dp_comm_s > 0 && b.dp_exposed_s < 0.999 * b.dp_comm_s
           ? fmt::format(" ({} exposed, {} hidden behind the backward and the next forward)",

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
+
 #include "core/presets.h"
 
 namespace po = boost::program_options;
@@ -114,7 +116,13 @@ void AddCostOptions(po::options_description& o) {
       "Megatron's --tp-comm-overlap: tensor-parallel all-gathers and reduce-scatters pipelined "
       "with their GEMMs (needs --sequence-parallel)")(
       "overlap-p2p-communication", po::bool_switch(),
-      "Megatron's --overlap-p2p-communication: pipeline sends run beside compute");
+      "Megatron's --overlap-p2p-communication: pipeline sends run beside compute")(
+      "moe-token-dispatcher", po::value<std::string>()->value_name("D"),
+      "MoE models: Megatron's --moe-token-dispatcher-type: allgather (Megatron's default) | "
+      "alltoall | flex (DeepEP)")(
+      "moe-load-imbalance", po::value<std::string>()->value_name("X"),
+      "MoE models: the busiest expert-parallel rank's tokens over the mean (default 1: "
+      "balanced)");
 }
 
 CostOptions ReadCostOptions(const Flags& flags, const CostOptions& base) {
@@ -137,6 +145,21 @@ CostOptions ReadCostOptions(const Flags& flags, const CostOptions& base) {
   o.tp_comm_overlap = o.tp_comm_overlap || flags.Switch("tp-comm-overlap");
   o.overlap_p2p_communication =
       o.overlap_p2p_communication || flags.Switch("overlap-p2p-communication");
+  if (flags.Has("moe-token-dispatcher")) {
+    o.moe_token_dispatcher =
+        flags.Enum("moe-token-dispatcher", kMoeDispatcherNames, o.moe_token_dispatcher);
+  }
+  if (auto text = flags.OptionalString("moe-load-imbalance")) {
+    double x = 0;
+    const auto [ptr, ec] = std::from_chars(text->data(), text->data() + text->size(), x);
+    if (ec != std::errc() || ptr != text->data() + text->size() || !(x >= 1)) {
+      flags.Fail("moe-load-imbalance",
+                 fmt::format("expected a number of at least 1 (the busiest rank over the mean), "
+                             "got \"{}\"",
+                             *text));
+    }
+    o.moe_load_imbalance = x;
+  }
   if (o.overlap_param_gather && !o.overlap_grad_reduce) {
     flags.Fail("overlap-param-gather", "Must use --overlap-param-gather with --overlap-grad-reduce",
                "add --overlap-grad-reduce");

@@ -814,11 +814,6 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
     }
   }
   p.schedule = p.virtual_stages > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
-  if (p.virtual_stages > 1 && r.Has("--overlap-p2p-communication") && p.pp == 2) {
-    // Megatron allows p > 1 with p2p overlap; ptdp's rules use the stricter p > 2.
-    r.Add(Severity::kWarning, "--overlap-p2p-communication",
-          "ptdp models interleaving with pp > 2 only; pp 2 with p2p overlap is not simulated", "");
-  }
   p.sequence_parallel = r.Has("--sequence-parallel");
   if (p.sequence_parallel && p.tp == 1) {
     r.Add(Severity::kWarning, "--sequence-parallel",

@@ -260,16 +260,28 @@ void CheckRules(const ModelSpec& model, const TrainingSpec& training, const Para
         });
   }
   if (interleaved) {
-    if (p.pp <= 2) {
+    // arguments.py: pp > 1 with --overlap-p2p-communication, else pp > 2.
+    if (options.overlap_p2p_communication ? p.pp <= 1 : p.pp <= 2) {
       add(
           Rule::kInterleavedNeedsPp, "pp",
           [&] {
-            return std::string(fmt::format(
-                "pipeline-model-parallel size should be greater than 2 with interleaved "
-                "schedule, got {}",
-                p.pp));
+            return options.overlap_p2p_communication
+                       ? fmt::format(
+                             "When interleaved schedule is used, pipeline-model-parallel "
+                             "size should be greater than 1, got {}",
+                             p.pp)
+                       : fmt::format(
+                             "pipeline-model-parallel size should be greater than 2 with "
+                             "interleaved schedule (without p2p communication overlap), "
+                             "got {}",
+                             p.pp);
           },
-          [&] { return std::string("use pp >= 3, or the 1f1b schedule"); });
+          [&] {
+            return std::string(options.overlap_p2p_communication
+                                   ? "use pp >= 2, or the 1f1b schedule"
+                                   : "use pp >= 3, --overlap-p2p-communication, or the 1f1b "
+                                     "schedule");
+          });
     }
     if (batch_ok) {
       const int64_t m = training.global_batch_size / per_step;

@@ -182,6 +182,18 @@ double CollectiveTime(const ClusterSpec& c, Collective collective, double bytes,
   const double latency = c.collective_base_latency_s +
                          static_cast<double>(steps - inter_steps) * c.nvlink_step_latency_s +
                          static_cast<double>(inter_steps) * c.nic_step_latency_s;
+  if (collective == Collective::kAllToAll && group.crosses_nodes()) {
+    // Each rank sends 1/n of its bytes to every other rank at once: the part for its node's
+    // peers over NVLink, the rest through the NICs of its node, which all its node's ranks of
+    // the group use at the same time (no ring to spread it: nccl-tests' alltoall busbw is bounded
+    // by the NICs across nodes). The slower of the two sets the time.
+    const double n = static_cast<double>(group.ranks),
+                 local = static_cast<double>(group.ranks_per_node);
+    const double nics = local * c.nics_per_node / c.gpus_per_node;
+    const double intra = bytes * (local - 1) / n / c.nvlink_busbw_bytes_per_s;
+    const double inter = bytes * (n - local) / n * local / (nics * c.nic_busbw_bytes_per_s);
+    return latency + std::max(intra, inter);
+  }
   return latency +
          BusBandwidthFactor(collective, group.ranks) * bytes / GroupBusBandwidth(c, group);
 }

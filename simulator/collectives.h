@@ -12,7 +12,9 @@
 // message of S bytes (the full gathered size for all-gather / reduce-scatter),
 //   time = latency + factor(n) * S / busbw,
 // factor 2(n-1)/n for all-reduce, (n-1)/n for all-gather, reduce-scatter and all-to-all (S the
-// bytes each rank holds), 1 for send/recv.
+// bytes each rank holds), 1 for send/recv. An all-to-all across nodes instead sends the part of
+// S for other nodes, (n - k)/n with k of the group's ranks on the node, through the NICs its
+// node's k ranks share, at the same time as the (k - 1)/n for its node's peers over NVLink.
 // busbw is the bus bandwidth the group's slowest link sustains: NVLink's inside one node; across
 // nodes, the NICs of the group's ranks on one node (NCCL runs one ring channel per NIC, so k
 // ranks of the group per node give k NICs' worth), never more than NVLink's.

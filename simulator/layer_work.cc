@@ -30,6 +30,11 @@ struct Dims {
   // imbalance, capped by the capacity factor), per expert, the shared experts' width per GPU.
   bool moe;
   double E_l, k, f_e, fc1_e, R, m_e, f_s, fc1_s, imbalance;
+  // Multi-head latent attention: the query latent (0: none), the key/value latent, per head the
+  // query / key width without and with the rotary part, the value width. Then d is the mean of
+  // the query/key and value head widths (the attention kernel's FLOPs and bytes) and g_t = a_t.
+  bool mla;
+  double q_lora, kv_lora, qk, rope_d, v_d;
   int ep, etp;
   MoeDispatcher dispatcher;
 };
@@ -72,6 +77,16 @@ Dims MakeDims(const ModelSpec& m, const ParallelConfig& p, Precision precision,
   d.tp_overlap = options.tp_comm_overlap && d.sp;
   d.mask = m.hidden_dropout > 0 ? 1 : 0;
   d.attention_dropout = m.attention_dropout > 0;
+  d.mla = m.multi_latent_attention;
+  if (d.mla) {
+    d.q_lora = m.q_lora_rank;
+    d.kv_lora = m.kv_lora_rank;
+    d.qk = m.qk_head_dim;
+    d.rope_d = m.qk_pos_emb_head_dim;
+    d.v_d = m.v_head_dim;
+    d.d = (d.qk + d.rope_d + d.v_d) / 2;
+    d.g_t = d.a_t;
+  }
   d.moe = moe_layer && m.moe();
   if (d.moe) {
     d.ep = p.ep;
@@ -477,6 +492,73 @@ void AddMoeWeightGrad(PassWork& w, const Dims& d, const CostOptions& options) {
   w.Add(router);
 }
 
+// Multi-head latent attention's projections (Megatron's MLASelfAttention with Transformer
+// Engine): the down projections (to the query latent, and to the key/value latent with the
+// shared rotary key) are replicated over TP and run on the GPU's T_n tokens, each latent
+// normed; with sequence parallelism the latents (not the h-wide input) are all-gathered before
+// the column-parallel up projections (a_t heads each); the rotary parts rotated.
+void AddMlaForward(PassWork& f, const Dims& d) {
+  const double q_width = d.a_t * (d.qk + d.rope_d);
+  if (d.fp8 && d.current_scaling) AddCast(f, "mla down input cast fp8", d.Tn * d.h, d);
+  if (d.q_lora > 0) {
+    f.Add(Linear("q down", d.Tn, d.q_lora, d.h, d));
+    f.Add(Memory("q latent norm", 2 * d.Tn * d.q_lora * d.e));
+  }
+  f.Add(Linear("kv down", d.Tn, d.kv_lora + d.rope_d, d.h, d));
+  f.Add(Memory("kv latent norm", 2 * d.Tn * d.kv_lora * d.e));
+  if (d.sp) {
+    f.Add(CommWork{"sp all-gather q latent", Collective::kAllGather,
+                   d.T * (d.q_lora > 0 ? d.q_lora : d.h) * d.e});
+    f.Add(CommWork{"sp all-gather kv latent", Collective::kAllGather,
+                   d.T * (d.kv_lora + d.rope_d) * d.e});
+  }
+  f.Add(Linear(d.q_lora > 0 ? "q up" : "q", d.T, q_width, d.q_lora > 0 ? d.q_lora : d.h, d));
+  f.Add(Linear("kv up", d.T, d.a_t * (d.qk + d.v_d), d.kv_lora, d));
+  if (d.rope) f.Add(Memory("rotary q k", 2 * d.T * (d.a_t + 1) * d.rope_d * d.e));
+  // The rotary key broadcast to every head and joined to the keys.
+  f.Add(Memory("mla key concat", 2 * d.T * d.a_t * (d.qk + d.rope_d) * d.e));
+}
+
+// Its input gradient; returns the index of the latents' first input-gradient reduction
+// (-1: none).
+int AddMlaBackward(PassWork& b, const Dims& d) {
+  const double q_width = d.a_t * (d.qk + d.rope_d);
+  b.Add(Memory("mla key concat backward", 2 * d.T * d.a_t * (d.qk + d.rope_d) * d.e));
+  if (d.rope) b.Add(Memory("rotary backward", 2 * d.T * (d.a_t + 1) * d.rope_d * d.e));
+  b.Add(Linear("kv up dgrad", d.T, d.kv_lora, d.a_t * (d.qk + d.v_d), d));
+  b.Add(Linear(d.q_lora > 0 ? "q up dgrad" : "q dgrad", d.T, d.q_lora > 0 ? d.q_lora : d.h, q_width,
+               d));
+  // The up projections' input gradients are partial over the heads: reduce-scattered back to
+  // the sequence shards (all-reduced without sequence parallelism).
+  int comm = -1;
+  if (d.t > 1) {
+    const Collective c = d.sp ? Collective::kReduceScatter : Collective::kAllReduce;
+    comm = b.num_comm;
+    b.Add(CommWork{"tp reduce q latent grad", c, d.T * (d.q_lora > 0 ? d.q_lora : d.h) * d.e});
+    b.Add(CommWork{"tp reduce kv latent grad", c, d.T * (d.kv_lora + d.rope_d) * d.e});
+  }
+  b.Add(Memory("kv latent norm backward", 3 * d.Tn * d.kv_lora * d.e));
+  b.Add(Linear("kv down dgrad", d.Tn, d.h, d.kv_lora + d.rope_d, d));
+  if (d.q_lora > 0) {
+    b.Add(Memory("q latent norm backward", 3 * d.Tn * d.q_lora * d.e));
+    b.Add(Linear("q down dgrad", d.Tn, d.h, d.q_lora, d));
+    b.Add(Memory("mla input grads add", 3 * d.Tn * d.h * d.e));
+  }
+  return comm;
+}
+
+// Its weight gradients; returns [begin, end) of the up projections' kernels.
+std::pair<int, int> AddMlaWeightGrad(PassWork& w, const Dims& d, const CostOptions& options) {
+  const int begin = w.num_work;
+  AddWeightGrad(w, "kv up wgrad", d.a_t * (d.qk + d.v_d), d.kv_lora, d.T, d, options);
+  AddWeightGrad(w, d.q_lora > 0 ? "q up wgrad" : "q wgrad", d.a_t * (d.qk + d.rope_d),
+                d.q_lora > 0 ? d.q_lora : d.h, d.T, d, options);
+  const int end = w.num_work;
+  AddWeightGrad(w, "kv down wgrad", d.kv_lora + d.rope_d, d.h, d.Tn, d, options);
+  if (d.q_lora > 0) AddWeightGrad(w, "q down wgrad", d.q_lora, d.h, d.Tn, d, options);
+  return {begin, end};
+}
+
 }  // namespace
 
 bool FlashAttention(Precision precision, const CostOptions& options) {
@@ -516,8 +598,8 @@ LayerWork TransformerLayerWork(const ModelSpec& m, const ParallelConfig& p, Prec
   PassWork& f = lw.forward;
   PassWork& b = lw.backward_input;
   PassWork& w = lw.backward_weight;
-  const double qkv_n = (d.a_t + 2 * d.g_t) * d.d;  // QKV output width per GPU
-  const double ctx = d.a_t * d.d;                  // attention context width per GPU
+  const double qkv_n = (d.a_t + 2 * d.g_t) * d.d;    // QKV output width per GPU
+  const double ctx = d.a_t * (d.mla ? d.v_d : d.d);  // attention context width per GPU
   const double act = d.T * d.h * d.e;  // one full activation [T, h], for the collectives
   // Sequence parallelism turns each all-reduce into an all-gather before the column-parallel
   // linear and a reduce-scatter after the row-parallel one (Korthikanti et al. 2022, Fig. 5).
@@ -526,11 +608,15 @@ LayerWork TransformerLayerWork(const ModelSpec& m, const ParallelConfig& p, Prec
 
   // ---- Forward (F).
   AddNormForward(f, "norm 1", d, d.Tn);
-  if (separate_input_cast) AddCast(f, "qkv input cast fp8", d.Tn * d.h, d);
-  AddInputAllGather(f, "sp all-gather before qkv", d);
-  f.Add(Linear("qkv", d.T, qkv_n, d.h, d));
-  OverlapLast(f, f.num_work - 1, d);
-  if (d.rope) f.Add(Memory("rotary q k", 2 * d.T * (d.a_t + d.g_t) * d.d * d.e));
+  if (d.mla) {
+    AddMlaForward(f, d);
+  } else {
+    if (separate_input_cast) AddCast(f, "qkv input cast fp8", d.Tn * d.h, d);
+    AddInputAllGather(f, "sp all-gather before qkv", d);
+    f.Add(Linear("qkv", d.T, qkv_n, d.h, d));
+    OverlapLast(f, f.num_work - 1, d);
+    if (d.rope) f.Add(Memory("rotary q k", 2 * d.T * (d.a_t + d.g_t) * d.d * d.e));
+  }
   AddCoreAttentionForward(f, d);
   if (!d.flash) f.Add(Memory("context permute", 2 * d.T * ctx * d.e));
   if (d.fp8) AddCast(f, "projection input cast fp8", d.T * ctx, d);
@@ -571,14 +657,19 @@ LayerWork TransformerLayerWork(const ModelSpec& m, const ParallelConfig& p, Prec
   if (d.sp) OverlapLast(b, b.num_work - 1, d);
   if (!d.flash) b.Add(Memory("context permute backward", 2 * d.T * ctx * d.e));
   AddCoreAttentionBackward(b, d);
-  if (d.rope) b.Add(Memory("rotary backward", 2 * d.T * (d.a_t + d.g_t) * d.d * d.e));
-  if (d.fp8) AddCast(b, "qkv output grad cast fp8", d.T * qkv_n, d);
-  b.Add(Linear("qkv dgrad", d.T, d.h, qkv_n, d));
-  const int qkv_input_grad_comm = b.num_comm;
-  if (d.t > 1) {
-    b.Add(CommWork{"tp reduce qkv input grad",
-                   d.sp ? Collective::kReduceScatter : Collective::kAllReduce, act});
-    OverlapLast(b, b.num_work - 1, d);
+  int qkv_input_grad_comm = -1;
+  if (d.mla) {
+    qkv_input_grad_comm = AddMlaBackward(b, d);
+  } else {
+    if (d.rope) b.Add(Memory("rotary backward", 2 * d.T * (d.a_t + d.g_t) * d.d * d.e));
+    if (d.fp8) AddCast(b, "qkv output grad cast fp8", d.T * qkv_n, d);
+    b.Add(Linear("qkv dgrad", d.T, d.h, qkv_n, d));
+    if (d.t > 1) {
+      qkv_input_grad_comm = b.num_comm;
+      b.Add(CommWork{"tp reduce qkv input grad",
+                     d.sp ? Collective::kReduceScatter : Collective::kAllReduce, act});
+      OverlapLast(b, b.num_work - 1, d);
+    }
   }
   AddNormBackward(b, w, "norm 1 backward", d, d.Tn);
   b.Add(Memory("residual grad add", 3 * d.Tn * d.h * d.e));
@@ -595,16 +686,24 @@ LayerWork TransformerLayerWork(const ModelSpec& m, const ParallelConfig& p, Prec
   }
   AddWeightGrad(w, "attention projection wgrad", d.h, ctx, d.T, d, options);
   AddBiasGrad(w, "projection bias grad", d.Tn, d.h, d);
-  const int qkv_wgrad = w.num_work;
-  AddWeightGrad(w, "qkv wgrad", qkv_n, d.h, d.T, d, options);
-  const int qkv_wgrad_end = w.num_work;
-  AddBiasGrad(w, "qkv bias grad", d.T, qkv_n, d);
+  std::pair<int, int> qkv_wgrad;
+  if (d.mla) {
+    qkv_wgrad = AddMlaWeightGrad(w, d, options);
+  } else {
+    qkv_wgrad.first = w.num_work;
+    AddWeightGrad(w, "qkv wgrad", qkv_n, d.h, d.T, d, options);
+    qkv_wgrad.second = w.num_work;
+    AddBiasGrad(w, "qkv bias grad", d.T, qkv_n, d);
+  }
   if (d.t > 1 && options.async_tensor_parallel_allreduce && !d.tp_overlap) {
     if (fc1_input_grad_comm >= 0) {
       lw.async_overlap[lw.num_async_overlap++] = {fc1_input_grad_comm, fc1_wgrad.first,
                                                   fc1_wgrad.second};
     }
-    lw.async_overlap[lw.num_async_overlap++] = {qkv_input_grad_comm, qkv_wgrad, qkv_wgrad_end};
+    if (qkv_input_grad_comm >= 0) {
+      lw.async_overlap[lw.num_async_overlap++] = {qkv_input_grad_comm, qkv_wgrad.first,
+                                                  qkv_wgrad.second};
+    }
   }
 
   // ---- Recomputation (Korthikanti et al. 2022, section 5).
@@ -795,8 +894,19 @@ double LayerLinearWeights(const ModelSpec& m, int tp) {
   const double g_t = std::max(1.0, static_cast<double>(m.num_query_groups) / tp);
   const double f_t = static_cast<double>(m.ffn_hidden_size) / tp;
   const double fc1_t = m.activation == Activation::kSwiglu ? 2 * f_t : f_t;
+  const double mlp = h * fc1_t + f_t * h;
+  if (m.multi_latent_attention) {
+    // Down projections replicated, up projections and the output projection split by heads.
+    const double qk = m.qk_head_dim + m.qk_pos_emb_head_dim;
+    const double q = m.q_lora_rank > 0
+                         ? h * m.q_lora_rank + static_cast<double>(m.q_lora_rank) * a_t * qk
+                         : h * a_t * qk;
+    const double kv = h * (m.kv_lora_rank + m.qk_pos_emb_head_dim) +
+                      static_cast<double>(m.kv_lora_rank) * a_t * (m.qk_head_dim + m.v_head_dim);
+    return q + kv + a_t * m.v_head_dim * h + mlp;
+  }
   const double qkv_n = (a_t + 2 * g_t) * d, ctx = a_t * d;
-  return h * qkv_n + ctx * h + h * fc1_t + f_t * h;
+  return h * qkv_n + ctx * h + mlp;
 }
 
 double LayerParameters(const ModelSpec& m, int tp) {
@@ -807,7 +917,11 @@ double LayerParameters(const ModelSpec& m, int tp) {
   const double fc1_t = m.activation == Activation::kSwiglu ? 2 * f_t : f_t;
   const double qkv_n = (a_t + 2 * g_t) * d;
   const double norm = m.normalization == Normalization::kLayerNorm ? 2 * h : h;
-  return LayerLinearWeights(m, tp) + 2 * norm + (m.add_bias_linear ? qkv_n + h + fc1_t + h : 0);
+  const double norm_per = m.normalization == Normalization::kLayerNorm ? 2 : 1;
+  const double latent_norms =
+      m.multi_latent_attention ? norm_per * (m.q_lora_rank + m.kv_lora_rank) : 0;
+  return LayerLinearWeights(m, tp) + 2 * norm + latent_norms +
+         (m.add_bias_linear ? qkv_n + h + fc1_t + h : 0);
 }
 
 MoeLayerParams MoeLayerParameters(const ModelSpec& m, const ParallelConfig& p) {

@@ -39,6 +39,11 @@ ActDims MakeActDims(const ModelSpec& m, const ParallelConfig& p, Precision preci
   d.flash = flash;
   d.mask = m.hidden_dropout > 0 ? 1 : 0;
   d.attention_dropout = m.attention_dropout > 0;
+  if (m.multi_latent_attention) {
+    // Q, K and V of mean head width (the value head is narrower), one per head.
+    d.d = (m.qk_head_dim + m.qk_pos_emb_head_dim + m.v_head_dim) / 2.0;
+    d.g_t = d.a_t;
+  }
   d.moe = moe_layer && m.moe();
   if (d.moe) {
     const double swiglu = m.activation == Activation::kSwiglu ? 2 : 1;

@@ -115,6 +115,10 @@ std::string PresetFor(const std::string& model) {
   if (model == "Llama3-8B") return "llama3-8b";
   if (model == "Llama3-70B") return "llama3-70b";
   if (model == "Llama3.1-405B") return "llama3-405b";
+  if (model == "Qwen3-30B-A3B") return "qwen3-30b-a3b";
+  if (model == "Qwen3-235B-A22B") return "qwen3-235b-a22b";
+  if (model == "GPT-OSS-120B") return "gpt-oss-120b";
+  if (model == "DeepSeek-V3") return "deepseek-v3";
   return "";
 }
 
@@ -200,8 +204,12 @@ BridgeSetup BridgePlan(const BridgeRow& row, const ClusterSpec& cluster,
     s.unexpressible = "no measured tokens/s in the table";
     return s;
   }
-  if (IsMoe(row.model)) {
-    s.unexpressible = "mixture-of-experts (expert parallelism) is not modelled yet";
+  if (row.model.starts_with("Nemotron")) {
+    s.unexpressible = "hybrid Mamba-2 layers (Nemotron-H) are not modelled";
+    return s;
+  }
+  if (Contains(row.notes, "pipeline layout")) {
+    s.unexpressible = "a --pipeline-model-parallel-layout string is not modelled yet";
     return s;
   }
   const std::string preset = PresetFor(row.model);
@@ -248,6 +256,14 @@ BridgeSetup BridgePlan(const BridgeRow& row, const ClusterSpec& cluster,
   // Context parallelism with Megatron's default exchange (p2p ring attention): the Llama
   // recipes do not set cp_comm_type.
   p.cp = std::max(1, row.cp);
+  // Expert parallelism: the row's ep; the expert tensor-parallel size from the etp column or
+  // the notes' "etp=1" (the recipes'), else Megatron's default (tp).
+  p.ep = std::max(1, row.ep);
+  if (row.etp > 0) {
+    p.etp = row.etp;
+  } else if (Contains(row.notes, "etp=1")) {
+    p.etp = 1;
+  }
   const int64_t model = int64_t{row.tp} * row.pp * p.cp;
   if (row.num_gpus % model != 0) {
     s.unexpressible = "tp x pp x cp does not divide the GPUs";
@@ -278,9 +294,21 @@ BridgeSetup BridgePlan(const BridgeRow& row, const ClusterSpec& cluster,
       p.recompute_num_layers = layers;
       s.settings.push_back(fmt::format("full recompute of {} layers per chunk", layers));
     }
+  } else if (Contains(n, "recompute=selective[")) {
+    // --recompute-modules (layernorm, moe_act, ...): small recomputations, not the core
+    // attention's; simulated without.
+    s.settings.push_back("recompute of some modules (not modelled)");
   } else if (Contains(n, "recompute=selective")) {
     p.recompute = Recompute::kSelective;
     s.settings.push_back("selective recompute");
+  }
+  if (plan.model.moe()) {
+    // Capacity-limited ("token drop") rows pad every expert to its even share; the dropless
+    // rows are force-balanced: both are a load imbalance of 1, the default.
+    if (Contains(n, "capacity factor 1.0")) {
+      plan.model.moe_expert_capacity_factor = 1.0;
+      s.settings.push_back("capacity factor 1");
+    }
   }
 
   CostOptions& o = plan.options;
@@ -291,7 +319,19 @@ BridgeSetup BridgePlan(const BridgeRow& row, const ClusterSpec& cluster,
   const bool tp_overlap_on =
       Contains(n, "TP comm overlap ON") || Contains(n, "tp_comm_overlap=True");
   o.tp_comm_overlap = tp_overlap_on && p.sequence_parallel;
+  // Megatron-Bridge's CommOverlapConfig: overlapped (unbatched) p2p with interleaving, batched
+  // p2p without (training/comm_overlap.py).
+  o.overlap_p2p_communication = p.virtual_stages > 1 && p.pp > 1;
   if (o.tp_comm_overlap) s.settings.push_back("tp comm overlap");
+  if (plan.model.moe()) {
+    // The recipes' dispatcher: DeepEP / HybridEP where the notes say flex, else all-to-all.
+    o.moe_token_dispatcher =
+        Contains(n, "moe_dispatcher=flex") ? MoeDispatcher::kFlex : MoeDispatcher::kAllToAll;
+    s.settings.push_back(fmt::format("{} dispatcher", Name(o.moe_token_dispatcher)));
+    if (Contains(n, "moe_ep_a2a_overlap=yes")) {
+      s.settings.push_back("EP all-to-all overlap (not modelled)");
+    }
+  }
 
   const std::vector<Violation> v = CheckParallelConfig(plan.model, t, p, plan.num_gpus, o);
   if (!v.empty()) s.unexpressible = "Megatron's rules as ptdp reads them: " + v.front().message;

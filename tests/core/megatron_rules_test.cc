@@ -124,8 +124,13 @@ TEST(MegatronRules, Interleaving) {
                   .schedule = Schedule::kInterleaved};
   EXPECT_EQ(two.Ids(), Ids{"interleaved-needs-pp"});
   EXPECT_EQ(two.FirstMessage(),
-            "pipeline-model-parallel size should be greater than 2 with interleaved schedule, "
-            "got 2");
+            "pipeline-model-parallel size should be greater than 2 with interleaved schedule "
+            "(without p2p communication overlap), got 2");
+  // With --overlap-p2p-communication Megatron takes pp 2.
+  CostOptions overlap;
+  overlap.overlap_p2p_communication = true;
+  EXPECT_TRUE(
+      CheckParallelConfig(two.model, two.training, two.parallel, two.gpus, overlap).empty());
 }
 
 TEST(MegatronRules, ScheduleAndVirtualStagesAgree) {

@@ -11,18 +11,21 @@ namespace {
 
 TEST(Presets, TheContractsPresetsExist) {
   for (const char* name :
-       {"seed-example",   "megatron-1.7b",  "megatron-3.6b",   "megatron-7.5b",   "megatron-18.4b",
-        "megatron-39.1b", "megatron-76.1b", "megatron-145.6b", "megatron-310.1b", "megatron-529.6b",
-        "megatron-1t",    "gpt3-125m",      "gpt3-350m",       "gpt3-1.3b",       "gpt3-2.7b",
-        "gpt3-6.7b",      "gpt3-13b",       "gpt3-175b",       "llama2-7b",       "llama2-13b",
-        "llama2-70b",     "llama3-8b",      "llama3-70b",      "llama3-405b"}) {
+       {"seed-example",    "megatron-1.7b",   "megatron-3.6b",   "megatron-7.5b",
+        "megatron-18.4b",  "megatron-39.1b",  "megatron-76.1b",  "megatron-145.6b",
+        "megatron-310.1b", "megatron-529.6b", "megatron-1t",     "gpt3-125m",
+        "gpt3-350m",       "gpt3-1.3b",       "gpt3-2.7b",       "gpt3-6.7b",
+        "gpt3-13b",        "gpt3-175b",       "llama2-7b",       "llama2-13b",
+        "llama2-70b",      "llama3-8b",       "llama3-70b",      "llama3-405b",
+        "mixtral-8x7b",    "qwen3-30b-a3b",   "qwen3-235b-a22b", "gpt-oss-120b",
+        "deepseek-v3"}) {
     EXPECT_NO_THROW(ModelPreset(name)) << name;
   }
   for (const char* name :
        {"dgx-a100-80gb", "dgx-a100-40gb", "vtrain-a100", "dgx-h100", "hgx-h200", "cpu-local"}) {
     EXPECT_NO_THROW(ClusterPreset(name)) << name;
   }
-  EXPECT_EQ(ModelPresetFiles().size(), 24u);
+  EXPECT_EQ(ModelPresetFiles().size(), 29u);
   EXPECT_EQ(ClusterPresetFiles().size(), 6u);
 }
 
@@ -30,7 +33,8 @@ TEST(Presets, EveryModelPresetIsNamedAfterItsFileAndRoundTrips) {
   for (const PresetFile& file : ModelPresetFiles()) {
     const ModelSpec m = ModelPreset(file.name);
     EXPECT_EQ(m.name, file.name);
-    EXPECT_EQ(m.kv_channels * m.num_attention_heads, m.hidden_size) << file.name;
+    // Heads of hidden / heads each, except the models whose cards say otherwise.
+    if (!m.moe()) EXPECT_EQ(m.kv_channels * m.num_attention_heads, m.hidden_size) << file.name;
     EXPECT_EQ(ParseModelYaml(WriteModelYaml(m)), m) << file.name;
   }
 }
@@ -53,6 +57,29 @@ TEST(Presets, ModernModelsUseTheirOwnArchitecture) {
   EXPECT_FALSE(llama.add_bias_linear);
   EXPECT_EQ(llama.vocab_size, 128256);
   EXPECT_EQ(ModelPreset("llama2-7b").vocab_size, 32000);
+}
+
+// The mixture-of-experts presets against their published totals and active parameters
+// (model cards: Mixtral 46.7B / 12.9B, Qwen3 30.5B / 3.3B and 235B / 22B, DeepSeek-V3 671B /
+// 37B without its MTP layer, GPT-OSS-120B 117B).
+TEST(Presets, MixturesOfExpertsCountAsTheirCardsSay) {
+  const auto billions = [](const char* name) {
+    const ParameterCounts c = CountParameters(ModelPreset(name));
+    return std::pair{c.total / 1e9, c.active / 1e9};
+  };
+  EXPECT_NEAR(billions("mixtral-8x7b").first, 46.7, 0.1);
+  EXPECT_NEAR(billions("mixtral-8x7b").second, 12.9, 0.1);
+  EXPECT_NEAR(billions("qwen3-30b-a3b").first, 30.5, 0.1);
+  EXPECT_NEAR(billions("qwen3-30b-a3b").second, 3.3, 0.1);
+  EXPECT_NEAR(billions("qwen3-235b-a22b").first, 235, 0.5);
+  EXPECT_NEAR(billions("qwen3-235b-a22b").second, 22, 0.5);
+  EXPECT_NEAR(billions("deepseek-v3").first, 671, 1);
+  EXPECT_NEAR(billions("deepseek-v3").second, 37.5, 1);
+  EXPECT_NEAR(billions("gpt-oss-120b").first, 117, 1);
+  const ModelSpec ds = ModelPreset("deepseek-v3");
+  EXPECT_EQ(ds.NumMoeLayers(), 58);
+  EXPECT_FALSE(ds.IsMoeLayer(2));
+  EXPECT_TRUE(ds.IsMoeLayer(3));
 }
 
 TEST(Presets, SeedExampleIsTheFoundingDocumentsModel) {

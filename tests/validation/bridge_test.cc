@@ -55,13 +55,29 @@ TEST(BridgeCsv, RowsBecomePlansFromTheirColumnsAndNotes) {
   const std::vector<BridgeRow> rows = LoadBridgeCsv(kFile);
   ASSERT_EQ(rows.size(), 37u);
   const ClusterSpec h100 = ClusterPreset("dgx-h100");
-  int simulated = 0, moe = 0, cp = 0, no_tokens = 0;
+  int simulated = 0, mamba = 0, layout = 0, no_tokens = 0;
   for (const BridgeRow& r : rows) {
     const BridgeSetup s = BridgePlan(r, h100);
     simulated += s.unexpressible.empty();
-    moe += s.unexpressible.starts_with("mixture-of-experts");
-    cp += s.unexpressible.starts_with("context parallelism");
+    mamba += s.unexpressible.starts_with("hybrid Mamba-2");
+    layout += s.unexpressible.starts_with("a --pipeline-model-parallel-layout");
     no_tokens += s.unexpressible.starts_with("no measured");
+    if (r.model == "Qwen3-235B-A22B") {
+      ASSERT_EQ(s.unexpressible, "") << r.line;
+      EXPECT_EQ(s.plan.parallel.ep, 32);
+      EXPECT_EQ(s.plan.parallel.etp, 1);
+      EXPECT_TRUE(s.plan.parallel.account_for_embedding && s.plan.parallel.account_for_loss);
+      EXPECT_EQ(s.plan.options.moe_token_dispatcher,
+                r.notes.find("moe_dispatcher=flex") != std::string::npos
+                    ? MoeDispatcher::kFlex
+                    : MoeDispatcher::kAllToAll);
+    }
+    if (r.model == "Qwen3-30B-A3B" && r.release == "25.09") {
+      ASSERT_EQ(s.unexpressible, "") << r.line;
+      // PP 2 interleaved: Megatron-Bridge overlaps the p2p sends, which Megatron requires.
+      EXPECT_TRUE(s.plan.options.overlap_p2p_communication);
+      EXPECT_EQ(s.plan.model.moe_expert_capacity_factor, 1.0);  // token drop, padded
+    }
     if (r.model == "Llama3-70B") {
       ASSERT_EQ(s.unexpressible, "") << r.line;
       EXPECT_EQ(s.plan.parallel.schedule, Schedule::kInterleaved);
@@ -77,22 +93,24 @@ TEST(BridgeCsv, RowsBecomePlansFromTheirColumnsAndNotes) {
       EXPECT_EQ(s.plan.parallel.recompute_num_layers, r.release == "25.11" ? 5 : 0);
     }
   }
-  // Every Llama 3 row is expressible (405B with context parallelism); the rest need expert
-  // parallelism.
-  EXPECT_EQ(simulated, 13);
-  EXPECT_EQ(moe, 23);
-  EXPECT_EQ(cp, 0);
+  // Every row is expressible but the hybrid Mamba model's, DeepSeek-V3's (its pipeline layout
+  // string) and the one without a measured throughput.
+  EXPECT_EQ(simulated, 31);
+  EXPECT_EQ(mamba, 4);
+  EXPECT_EQ(layout, 1);
   EXPECT_EQ(no_tokens, 1);
 }
 
-// Issue 12's bar: the held-out rows within 10% on average and 25% each.
-TEST(BridgeReplay, HeldOutRowsWithinTenPercentOnAverageAndTwentyFiveEach) {
+// Issue 12's bar, on the dense rows (the Llama 3 runs, 405B with context parallelism): the held-
+// out rows within 10% on average and 25% each. The mixture-of-experts rows do not meet it yet
+// (results/validation/megatron-bridge.md).
+TEST(BridgeReplay, HeldOutDenseRowsWithinTenPercentOnAverageAndTwentyFiveEach) {
   const std::vector<BridgeRow> rows = LoadBridgeCsv(kFile);
   const std::vector<BridgeResult> results = ReplayBridge(ClusterPreset("dgx-h100"), rows);
   int held_out = 0;
   double sum = 0;
   for (const BridgeResult& r : results) {
-    if (!r.simulated) continue;
+    if (!r.simulated || r.setup.plan.model.moe()) continue;
     EXPECT_EQ(r.memory_problem, "") << r.row.line << " " << r.row.model;  // they ran
     if (InBridgeFit(r.row, {"25.09"})) continue;
     ++held_out;
