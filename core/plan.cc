@@ -22,6 +22,7 @@ std::string LayoutLine(const Plan& plan) {
   std::string text = p.cp > 1 ? fmt::format("TP {} x CP {} ({}) x PP {} x DP {}", p.tp, p.cp,
                                             Name(p.cp_comm), p.pp, p.dp)
                               : fmt::format("TP {} x PP {} x DP {}", p.tp, p.pp, p.dp);
+  if (plan.model.moe()) text += fmt::format(", EP {} (ETP {})", p.ep, p.expert_tp());
   text += fmt::format(", micro-batch {} (m = {}), {}", p.micro_batch_size,
                       NumMicrobatches(plan.training, p), Name(p.schedule));
   if (p.schedule == Schedule::kInterleaved) text += fmt::format(" v={}", p.virtual_stages);

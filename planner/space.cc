@@ -91,6 +91,7 @@ std::string Describe(const ParallelConfig& p) {
                : fmt::format("tp {} x pp {} x dp {}, mbs {}, {}", p.tp, p.pp, p.dp,
                              p.micro_batch_size, Name(p.schedule));
   if (p.schedule == Schedule::kInterleaved) text += fmt::format(" v={}", p.virtual_stages);
+  if (p.ep > 1 || p.etp > 0) text += fmt::format(", ep {} etp {}", p.ep, p.expert_tp());
   if (p.first_stage_layers > 0) text += fmt::format(", first {}", p.first_stage_layers);
   if (p.last_stage_layers > 0) text += fmt::format(", last {}", p.last_stage_layers);
   if (p.account_for_embedding) text += ", emb-in-split";
@@ -107,9 +108,11 @@ std::string Describe(const ParallelConfig& p) {
 }
 
 std::string SizesText(const ParallelConfig& p) {
-  return p.cp > 1 ? fmt::format("TP {} x CP {} {} x PP {} x DP {}", p.tp, p.cp, Name(p.cp_comm),
-                                p.pp, p.dp)
-                  : fmt::format("TP {} x PP {} x DP {}", p.tp, p.pp, p.dp);
+  std::string text = p.cp > 1 ? fmt::format("TP {} x CP {} {} x PP {} x DP {}", p.tp, p.cp,
+                                            Name(p.cp_comm), p.pp, p.dp)
+                              : fmt::format("TP {} x PP {} x DP {}", p.tp, p.pp, p.dp);
+  if (p.ep > 1 || p.etp > 0) text += fmt::format(", EP {} ETP {}", p.ep, p.expert_tp());
+  return text;
 }
 
 std::string ShardingText(const ParallelConfig& p) {
