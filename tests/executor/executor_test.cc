@@ -207,14 +207,14 @@ TEST(CpuBackend, RotaryAndSwiGluAgainstHandValues) {
   // first frequency turns by 1 rad: rotate-half pairs element 0 with element 2.
   Tensor qkv = Make(*b, {2, 12}, {1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0,  //
                                   1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0});
-  b->Rotary(qkv.span(), 2, 1, 1, 1, 4, 10000, false);
+  b->Rotary(qkv.span(), 2, 1, 1, 1, 4, 10000, 0, false);
   const auto r = Host(*b, qkv.span());
   EXPECT_EQ(r[0], 1.0f);  // position 0 is not rotated
   EXPECT_NEAR(r[12], std::cos(1.0), 1e-6);
   EXPECT_NEAR(r[14], std::sin(1.0), 1e-6);
   EXPECT_NEAR(r[16], std::cos(1.0), 1e-6);  // k too
   EXPECT_EQ(r[20], 0.0f);                   // v untouched
-  b->Rotary(qkv.span(), 2, 1, 1, 1, 4, 10000, true);
+  b->Rotary(qkv.span(), 2, 1, 1, 1, 4, 10000, 0, true);
   EXPECT_NEAR(Host(*b, qkv.span())[12], 1.0, 1e-6);
   Tensor in = Make(*b, {1, 2}, {1, 2}), out = Make(*b, {1, 1}, {});
   b->SwiGlu(out.span(), in.span(), 1, 1);
