@@ -239,8 +239,9 @@ int RunAsRank(std::string_view command, const Plan& plan, const ExecuteOptions& 
         log << fmt::format("note: the CPU path computes in {}, not the plan's {}\n",
                            Name(opts.dtype), Name(plan.training.precision));
       }
+      // With cp > 1 the CPU path's attention is flash-style too (context_parallel.h).
       if (plan.options.attention != AttentionBackend::kUnfused &&
-          plan.training.precision != Precision::kFp32) {
+          plan.training.precision != Precision::kFp32 && p.cp == 1) {
         log << fmt::format(
             "note: the CPU path's attention keeps the scores in memory (unfused), not the plan's "
             "{} kernel; the arithmetic is the same\n",

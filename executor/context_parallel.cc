@@ -104,23 +104,14 @@ void ContextAttention::UnpackKv(Span dqkv, Span dkv, const AttentionShape& s) {
   }
 }
 
-void ContextAttention::RowsToSequenceOrder(Span full, Span local, int r, int64_t cols,
-                                           int64_t batch) {
+void ContextAttention::SequenceOrderRows(Span full, Span local, int r, int64_t cols, int64_t batch,
+                                         bool into_full) {
   const SequenceShard shard{full_seq_, cp_.size(), r};
   const int64_t row = batch * cols;  // elements of one sequence position
   for (const PositionRun& run : PositionRuns(shard, 0, shard.local())) {
-    backend_.Copy(full.Slice(run.position_begin * row, run.length * row),
-                  local.Slice(run.local_begin * row, run.length * row));
-  }
-}
-
-void ContextAttention::RowsFromSequenceOrder(Span local, Span full, int r, int64_t cols,
-                                             int64_t batch) {
-  const SequenceShard shard{full_seq_, cp_.size(), r};
-  const int64_t row = batch * cols;
-  for (const PositionRun& run : PositionRuns(shard, 0, shard.local())) {
-    backend_.Copy(local.Slice(run.local_begin * row, run.length * row),
-                  full.Slice(run.position_begin * row, run.length * row));
+    const Span in_full = full.Slice(run.position_begin * row, run.length * row);
+    const Span in_local = local.Slice(run.local_begin * row, run.length * row);
+    into_full ? backend_.Copy(in_full, in_local) : backend_.Copy(in_local, in_full);
   }
 }
 
@@ -134,9 +125,17 @@ Tensor ContextAttention::GatherKv(Span qkv, const AttentionShape& s) {
   recorder_.Add("cp all-gather k v", "cp-comm", t0, recorder_.Now());
   Tensor full = New(qkv.dtype, {n * s.rows(), wkv}, MemCategory::kCommBuffers);
   for (int r = 0; r < n; ++r) {
-    RowsToSequenceOrder(full.span(), by_rank.span().Slice(r * local, local), r, wkv, s.batch);
+    SequenceOrderRows(full.span(), by_rank.span().Slice(r * local, local), r, wkv, s.batch, true);
   }
   return full;
+}
+
+Tensor ContextAttention::AllToAll(const Tensor& send) {
+  Tensor recv = New(send.dtype(), {send.numel()}, MemCategory::kCommBuffers);
+  const double t0 = recorder_.Now();
+  cp_.AllToAll(send.span(), recv.span());
+  recorder_.Add("cp all-to-all", "cp-comm", t0, recorder_.Now());
+  return recv;
 }
 
 Tensor ContextAttention::ToHeads(Span local, int64_t cols, int64_t rows_local, int64_t batch) {
@@ -147,13 +146,10 @@ Tensor ContextAttention::ToHeads(Span local, int64_t cols, int64_t rows_local, i
     backend_.Copy2D(send.span().Slice(c * block, block), part,
                     local.Slice(c * part, local.numel - c * part), cols, rows_local, part);
   }
-  Tensor recv = New(local.dtype, {n * block}, MemCategory::kCommBuffers);
-  const double t0 = recorder_.Now();
-  cp_.AllToAll(send.span(), recv.span());
-  recorder_.Add("cp all-to-all", "cp-comm", t0, recorder_.Now());
+  const Tensor recv = AllToAll(send);
   Tensor out = New(local.dtype, {n * rows_local, part}, MemCategory::kCommBuffers);
   for (int r = 0; r < n; ++r) {
-    RowsToSequenceOrder(out.span(), recv.span().Slice(r * block, block), r, part, batch);
+    SequenceOrderRows(out.span(), recv.span().Slice(r * block, block), r, part, batch, true);
   }
   return out;
 }
@@ -163,12 +159,9 @@ Tensor ContextAttention::FromHeads(Span heads, int64_t cols, int64_t rows_local,
   const int64_t part = cols / n, block = rows_local * part;
   Tensor send = New(heads.dtype, {n * block}, MemCategory::kCommBuffers);
   for (int r = 0; r < n; ++r) {
-    RowsFromSequenceOrder(send.span().Slice(r * block, block), heads, r, part, batch);
+    SequenceOrderRows(heads, send.span().Slice(r * block, block), r, part, batch, false);
   }
-  Tensor recv = New(heads.dtype, {n * block}, MemCategory::kCommBuffers);
-  const double t0 = recorder_.Now();
-  cp_.AllToAll(send.span(), recv.span());
-  recorder_.Add("cp all-to-all", "cp-comm", t0, recorder_.Now());
+  const Tensor recv = AllToAll(send);
   Tensor out = New(heads.dtype, {rows_local, cols}, MemCategory::kWorkspace);
   for (int c = 0; c < n; ++c) {
     backend_.Copy2D(out.span().Slice(c * part, out.numel() - c * part), cols,
@@ -304,7 +297,7 @@ void ContextAttention::AllGatherBackward(Span dqkv, Span dctx, Span ctx, Span ls
   // Back to rank order, and each rank's share summed over the ranks that attended it.
   Tensor by_rank = New(qkv.dtype, {n * s.rows(), wkv}, MemCategory::kCommBuffers);
   for (int r = 0; r < n; ++r) {
-    RowsFromSequenceOrder(by_rank.span().Slice(r * local, local), dkv.span(), r, wkv, s.batch);
+    SequenceOrderRows(dkv.span(), by_rank.span().Slice(r * local, local), r, wkv, s.batch, false);
   }
   Tensor mine = New(qkv.dtype, {s.rows(), wkv}, MemCategory::kCommBuffers);
   const double t0 = recorder_.Now();

@@ -109,10 +109,10 @@ class ContextAttention {
   // sequence order; and back.
   Tensor ToHeads(Span local, int64_t cols, int64_t rows_local, int64_t batch);
   Tensor FromHeads(Span heads, int64_t cols, int64_t rows_local, int64_t batch);
-  // Copies the rows of the tokens of CP rank r (T rows, in its local order) from / to their
-  // places in a (S * B, C) tensor in sequence order.
-  void RowsToSequenceOrder(Span full, Span local, int r, int64_t cols, int64_t batch);
-  void RowsFromSequenceOrder(Span local, Span full, int r, int64_t cols, int64_t batch);
+  Tensor AllToAll(const Tensor& send);  // timed
+  // Copies the rows of CP rank r's tokens (T rows of C, in its local order) into their places
+  // in `full`, (S * B, C) in sequence order (into_full), or back out of them.
+  void SequenceOrderRows(Span full, Span local, int r, int64_t cols, int64_t batch, bool into_full);
   Tensor New(DType dtype, std::vector<int64_t> shape, MemCategory category);
 
   Backend& backend_;

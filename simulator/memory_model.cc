@@ -83,7 +83,7 @@ double KorthikantiTable2Bytes(double s, double b, double h, double a, double t,
 
 double LayerActivationBytes(const ModelSpec& m, const ParallelConfig& p, Precision precision,
                             const CostOptions& options, bool bf16_layer) {
-  const ActDims d = MakeActDims(m, p, precision, FlashAttention(precision, options), bf16_layer);
+  const ActDims d = MakeActDims(m, p, precision, FlashAttention(precision, options, p), bf16_layer);
   if (p.recompute == Recompute::kFull) {
     return d.e * d.s * d.b * d.h / (d.sp ? d.t : 1);
   }
@@ -105,7 +105,7 @@ double LayerRecomputeTransientBytes(const ModelSpec& m, const ParallelConfig& p,
                                     Precision precision, const CostOptions& options,
                                     bool bf16_layer) {
   const LayerParts parts =
-      Parts(MakeActDims(m, p, precision, FlashAttention(precision, options), bf16_layer));
+      Parts(MakeActDims(m, p, precision, FlashAttention(precision, options, p), bf16_layer));
   switch (p.recompute) {
     case Recompute::kFull:
       return parts.replicated + parts.sharded + parts.attention;

@@ -260,7 +260,7 @@ int CheckTrace(const std::string& trace_path, const std::string& plan_path) {
     return 1;
   }
   for (auto& [rank, list] : ops) {
-    const int stage = rank / (p.tp * p.dp);
+    const int stage = rank / (p.tp * p.cp * p.dp);  // Megatron's order: pp varies slowest
     std::vector<std::string> expected;
     for (const PipelineOp& op : schedule.ops[static_cast<size_t>(stage)]) {
       std::string s = fmt::format("{}{}", Letter(op.kind), op.microbatch);
