@@ -214,6 +214,11 @@ TEST(Equivalence, Cp2AllGather) {
 TEST(Equivalence, LlamaCp2AllToAll) {
   ExpectEquivalent({.micro_batch = 2, .cp = 2, .cp_comm = CpComm::kA2a}, DType::kF32, kLlama);
 }
+// cp 4: chunks of 4 tokens; the ring takes 4 steps, every rank sees blocks from both earlier and
+// later ranks, and each block's gradients travel 4 hops back to their owner.
+TEST(Equivalence, Cp4) { ExpectEquivalent({.micro_batch = 2, .cp = 4}); }
+TEST(Equivalence, Cp4AllGather) { ExpectEquivalent({.cp = 4, .cp_comm = CpComm::kAllGather}); }
+TEST(Equivalence, Cp4AllToAll) { ExpectEquivalent({.cp = 4, .cp_comm = CpComm::kA2a}); }
 // Sequence parallelism splits each CP rank's 16 tokens over TP; selective recompute re-runs the
 // ring in the backward.
 TEST(Equivalence, LlamaTp2Cp2SequenceParallelSelective) {
