@@ -199,11 +199,12 @@ int RunAsRank(std::string_view command, const Plan& plan, const ExecuteOptions& 
   if (session.world_size() != plan.parallel.world_size()) {
     if (root) {
       err << fmt::format(
-          "ptdp: error: this plan needs {} ranks (tp {} x pp {} x dp {}), but {} started: run "
+          "ptdp: error: this plan needs {} ranks (tp {}{} x pp {} x dp {}), but {} started: run "
           "`mpirun -np {} ptdp {} --plan {}`, or `ptdp {} --plan {} --launch`\n",
-          plan.parallel.world_size(), plan.parallel.tp, plan.parallel.pp, plan.parallel.dp,
-          session.world_size(), plan.parallel.world_size(), command, flags.String("plan"), command,
-          flags.String("plan"));
+          plan.parallel.world_size(), plan.parallel.tp,
+          plan.parallel.cp > 1 ? fmt::format(" x cp {}", plan.parallel.cp) : "", plan.parallel.pp,
+          plan.parallel.dp, session.world_size(), plan.parallel.world_size(), command,
+          flags.String("plan"), command, flags.String("plan"));
     }
     return kExitBadInput;
   }
@@ -224,10 +225,11 @@ int RunAsRank(std::string_view command, const Plan& plan, const ExecuteOptions& 
     if (root) {
       log << fmt::format(
           "ptdp execute: {} ({} layers, hidden {}, {} heads, sequence {}) on {} rank{} of {}: "
-          "tp {} x pp {} x dp {}, micro-batch {}, {} micro-batches, {}{}{}{}{}\n",
+          "tp {}{} x pp {} x dp {}, micro-batch {}, {} micro-batches, {}{}{}{}{}\n",
           plan.model.name, plan.model.num_layers, plan.model.hidden_size,
           plan.model.num_attention_heads, plan.model.seq_length, session.world_size(),
-          session.world_size() == 1 ? "" : "s", session.host(), p.tp, p.pp, p.dp,
+          session.world_size() == 1 ? "" : "s", session.host(), p.tp,
+          p.cp > 1 ? fmt::format(" x cp {} ({})", p.cp, Name(p.cp_comm)) : "", p.pp, p.dp,
           p.micro_batch_size, NumMicrobatches(plan.training, p), Name(p.schedule),
           p.virtual_stages > 1 ? fmt::format(" v={}", p.virtual_stages) : "",
           p.sequence_parallel ? ", sequence parallel" : "",
@@ -237,8 +239,9 @@ int RunAsRank(std::string_view command, const Plan& plan, const ExecuteOptions& 
         log << fmt::format("note: the CPU path computes in {}, not the plan's {}\n",
                            Name(opts.dtype), Name(plan.training.precision));
       }
+      // With cp > 1 the CPU path's attention is flash-style too (context_parallel.h).
       if (plan.options.attention != AttentionBackend::kUnfused &&
-          plan.training.precision != Precision::kFp32) {
+          plan.training.precision != Precision::kFp32 && p.cp == 1) {
         log << fmt::format(
             "note: the CPU path's attention keeps the scores in memory (unfused), not the plan's "
             "{} kernel; the arithmetic is the same\n",
@@ -296,9 +299,10 @@ const Command kExecuteCommand{
     .description =
         "Trains the plan's GPT (Megatron-LM's layers: vocab-parallel embedding, column- and\n"
         "row-parallel linears, vocab-parallel cross entropy) with the plan's tensor, pipeline\n"
-        "and data parallel layout, its schedule, sequence parallelism, recompute and optimizer\n"
-        "sharding, on byte tokens (vocabulary 256) of a text file. N must be tp x pp x dp;\n"
-        "ranks are laid out tp-dp-pp (Megatron's order). One line per step; at the end a\n"
+        "and data parallel layout, context parallelism (ring, all-gather or all-to-all\n"
+        "attention), its schedule, sequence parallelism, recompute and optimizer sharding,\n"
+        "on byte tokens (vocabulary 256) of a text file. N must be tp x cp x pp x dp; ranks\n"
+        "are laid out tp-cp-dp-pp (Megatron's order). One line per step; at the end a\n"
         "results JSON (losses, step times, bubble, peak memory per rank) and, with --trace,\n"
         "a measured Chrome trace. CPU path: OpenBLAS + MPI, fp32.",
     .examples =

@@ -44,7 +44,12 @@ Plan ExecutedPlan(const Plan& plan, const ClusterSpec& cluster, const JobInfo& j
                   std::vector<std::string>* notes) {
   Plan executed = plan;
   executed.cluster = cluster;
-  if (plan.options.attention != AttentionBackend::kUnfused) {
+  if (plan.parallel.cp > 1) {
+    notes->push_back(
+        "the CPU executor's context-parallel attention is flash-style in fp32 (key/value blocks "
+        "merged by their log-sum-exp, the softmax recomputed in the backward); simulated as the "
+        "flash kernel");
+  } else if (plan.options.attention != AttentionBackend::kUnfused) {
     notes->push_back(fmt::format(
         "the CPU executor's attention is unfused (scores in memory); simulated so, not the "
         "plan's {}",

@@ -117,6 +117,10 @@ class Backend {
   // --- element-wise ---
   virtual void Fill(Span x, double value) = 0;
   virtual void Copy(Span dst, Span src) = 0;  // same numel and dtype
+  // dst (rows, cols) = src (rows, cols), each starting at its span's first element with its
+  // leading dimension (cudaMemcpy2D's shape): a block of columns out of or into a wider matrix.
+  virtual void Copy2D(Span dst, int64_t ld_dst, Span src, int64_t ld_src, int64_t rows,
+                      int64_t cols) = 0;
   virtual void Scale(Span x, double alpha) = 0;
   virtual void Add(Span y, Span x) = 0;  // y += x
   virtual double SumSquares(Span x) = 0;
@@ -187,13 +191,32 @@ class Backend {
   virtual void AttentionBackward(Span dqkv, Span dctx, Span qkv, Span probs, int64_t seq,
                                  int64_t batch, int64_t heads, int64_t groups,
                                  int64_t head_dim) = 0;
+  // Context parallelism's attention of one block (FlashAttention's forward with the
+  // log-sum-exp, Dao et al. 2022, as Transformer Engine's context-parallel attention runs it
+  // once per key/value block): the queries of q (Sq * B rows in the qkv layout above; only
+  // their q columns are read) against kv (Sk * B rows of G groups of [k | v], 2 G D wide),
+  // merged into the running result ctx (Sq * B, H * D) and lse (Sq * B, H), the log of each
+  // query's softmax denominator so far (start from 0 and -inf): with the block's own output o
+  // and log-sum-exp l, lse' = log(e^lse + e^l) and ctx' = ctx e^(lse - lse') + o e^(l - lse').
+  // causal: query i attends keys j <= i + Sk - Sq (the mask aligned to the bottom right, so
+  // that Sq == Sk is the usual causal mask); else every key.
+  virtual void AttentionBlockForward(Span ctx, Span lse, Span q, Span kv, int64_t seq_q,
+                                     int64_t seq_k, int64_t batch, int64_t heads, int64_t groups,
+                                     int64_t head_dim, bool causal) = 0;
+  // Its backward, with the softmax recomputed from the final ctx and lse of the queries' whole
+  // attention: dq (the q columns of Sq * B rows in the qkv layout) += and dkv (Sk * B, 2 G D)
+  // += this block's share of the gradients given dctx (Sq * B, H * D).
+  virtual void AttentionBlockBackward(Span dq, Span dkv, Span dctx, Span ctx, Span lse, Span q,
+                                      Span kv, int64_t seq_q, int64_t seq_k, int64_t batch,
+                                      int64_t heads, int64_t groups, int64_t head_dim,
+                                      bool causal) = 0;
   // Rotary position embedding (Su et al. 2021, RoFormer; Megatron's default rotate-half form
   // over the whole head, base 10000) applied in place to the q and k of qkv (layout as above),
-  // token row i * B + j at position i: x <- x cos + rotate_half(x) sin with
+  // token row i * B + j at position seq_begin + i: x <- x cos + rotate_half(x) sin with
   // rotate_half([x1 | x2]) = [-x2 | x1] and angle p * base^(-2k / D) for k < D / 2. `inverse`
   // applies the transpose (the backward of the rotation, for gradients).
   virtual void Rotary(Span qkv, int64_t seq, int64_t batch, int64_t heads, int64_t groups,
-                      int64_t head_dim, double base, bool inverse) = 0;
+                      int64_t head_dim, double base, int64_t seq_begin, bool inverse) = 0;
 
   // Vocab-parallel cross entropy (Megatron's _VocabParallelCrossEntropy), in steps around the
   // tensor-parallel all-reduces. logits (N, V_loc) hold vocabulary entries [vocab_begin,

@@ -4,6 +4,7 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -169,6 +170,100 @@ void AttentionBackwardT(T* dqkv, const T* dctx, const T* qkv, const T* probs, in
   }
 }
 
+// One key/value block of context-parallel attention, merged into (ctx, lse) (backend.h).
+template <typename T>
+void AttentionBlockForwardT(T* ctx, T* lse, const T* q, const T* kv, int64_t sq, int64_t sk,
+                            int64_t b, int64_t h, int64_t g, int64_t d, bool causal) {
+  const int64_t hpg = h / g, wq = (h + 2 * g) * d, wkv = 2 * g * d;
+  const int64_t ld_q = b * wq, ld_kv = b * wkv, ld_ctx = b * h * d;
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d)));
+  std::vector<T> p(static_cast<size_t>(sq * sk)), o(static_cast<size_t>(sq * d));
+  std::vector<T> block_lse(static_cast<size_t>(sq));
+  for (int64_t bi = 0; bi < b; ++bi) {
+    for (int64_t hi = 0; hi < h; ++hi) {
+      const int64_t gi = hi / hpg;
+      const T* qh = q + bi * wq + (gi * (hpg + 2) + hi % hpg) * d;
+      const T* k = kv + bi * wkv + gi * 2 * d;
+      const T* v = k + d;
+      GemmT<T>(false, true, sq, sk, d, scale, qh, ld_q, k, ld_kv, T(0), p.data(), sk);
+      for (int64_t i = 0; i < sq; ++i) {
+        T* row = p.data() + i * sk;
+        const int64_t keys = causal ? std::clamp<int64_t>(i + sk - sq + 1, 0, sk) : sk;
+        T mx = -std::numeric_limits<T>::infinity();
+        for (int64_t j = 0; j < keys; ++j) mx = std::max(mx, row[j]);
+        T sum = 0;
+        for (int64_t j = 0; j < keys; ++j) {
+          row[j] = std::exp(row[j] - mx);
+          sum += row[j];
+        }
+        const T inv = keys > 0 ? T(1) / sum : T(0);
+        for (int64_t j = 0; j < keys; ++j) row[j] *= inv;
+        for (int64_t j = keys; j < sk; ++j) row[j] = 0;
+        block_lse[static_cast<size_t>(i)] =
+            keys > 0 ? mx + std::log(sum) : -std::numeric_limits<T>::infinity();
+      }
+      GemmT<T>(false, false, sq, d, sk, T(1), p.data(), sk, v, ld_kv, T(0), o.data(), d);
+      // Transformer Engine's output correction: rescale both parts to the merged denominator.
+      for (int64_t i = 0; i < sq; ++i) {
+        const T lb = block_lse[static_cast<size_t>(i)];
+        if (lb == -std::numeric_limits<T>::infinity()) continue;  // no key for this query
+        T& l = lse[(i * b + bi) * h + hi];
+        const T mx = std::max(l, lb);
+        const T merged = mx + std::log(std::exp(l - mx) + std::exp(lb - mx));
+        const T old_w = std::exp(l - merged), new_w = std::exp(lb - merged);
+        T* c = ctx + i * ld_ctx + bi * h * d + hi * d;
+        const T* oi = o.data() + i * d;
+        for (int64_t e = 0; e < d; ++e) c[e] = c[e] * old_w + oi[e] * new_w;
+        l = merged;
+      }
+    }
+  }
+}
+
+template <typename T>
+void AttentionBlockBackwardT(T* dq, T* dkv, const T* dctx, const T* ctx, const T* lse, const T* q,
+                             const T* kv, int64_t sq, int64_t sk, int64_t b, int64_t h, int64_t g,
+                             int64_t d, bool causal) {
+  const int64_t hpg = h / g, wq = (h + 2 * g) * d, wkv = 2 * g * d;
+  const int64_t ld_q = b * wq, ld_kv = b * wkv, ld_ctx = b * h * d;
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d)));
+  std::vector<T> p(static_cast<size_t>(sq * sk)), dp(p.size());
+  for (int64_t bi = 0; bi < b; ++bi) {
+    for (int64_t hi = 0; hi < h; ++hi) {
+      const int64_t gi = hi / hpg;
+      const int64_t q_off = bi * wq + (gi * (hpg + 2) + hi % hpg) * d;
+      const int64_t k_off = bi * wkv + gi * 2 * d, v_off = k_off + d;
+      const int64_t c_off = bi * h * d + hi * d;
+      // P = exp(q k^T / sqrt(D) - lse): the final softmax restricted to this block.
+      GemmT<T>(false, true, sq, sk, d, scale, q + q_off, ld_q, kv + k_off, ld_kv, T(0), p.data(),
+               sk);
+      GemmT<T>(false, true, sq, sk, d, T(1), dctx + c_off, ld_ctx, kv + v_off, ld_kv, T(0),
+               dp.data(), sk);  // dP = dO V^T
+      for (int64_t i = 0; i < sq; ++i) {
+        const int64_t keys = causal ? std::clamp<int64_t>(i + sk - sq + 1, 0, sk) : sk;
+        const T l = lse[(i * b + bi) * h + hi];
+        // rowsum(P dP) over all the query's keys is dO . O (FlashAttention's D).
+        T dot = 0;
+        for (int64_t e = 0; e < d; ++e)
+          dot += dctx[i * ld_ctx + c_off + e] * ctx[i * ld_ctx + c_off + e];
+        T* row = p.data() + i * sk;
+        T* drow = dp.data() + i * sk;
+        for (int64_t j = 0; j < keys; ++j) {
+          row[j] = std::exp(row[j] - l);
+          drow[j] = row[j] * (drow[j] - dot);  // dS
+        }
+        for (int64_t j = keys; j < sk; ++j) row[j] = drow[j] = 0;
+      }
+      GemmT<T>(true, false, sk, d, sq, T(1), p.data(), sk, dctx + c_off, ld_ctx, T(1), dkv + v_off,
+               ld_kv);  // dV += P^T dO
+      GemmT<T>(false, false, sq, d, sk, scale, dp.data(), sk, kv + k_off, ld_kv, T(1), dq + q_off,
+               ld_q);  // dQ += dS K / sqrt(D)
+      GemmT<T>(true, false, sk, d, sq, scale, dp.data(), sk, q + q_off, ld_q, T(1), dkv + k_off,
+               ld_kv);  // dK += dS^T Q / sqrt(D)
+    }
+  }
+}
+
 template <typename T>
 void RotaryT(T* qkv, int64_t s, int64_t b, int64_t h, int64_t g, int64_t d, double base,
              int64_t seq_begin, bool inverse) {
@@ -218,6 +313,18 @@ class CpuBackend final : public Backend {
   void Copy(Span dst, Span src) override {
     PTDP_CHECK(dst.numel == src.numel && dst.dtype == src.dtype);
     std::memmove(dst.data, src.data, static_cast<size_t>(dst.bytes()));
+  }
+  void Copy2D(Span dst, int64_t ld_dst, Span src, int64_t ld_src, int64_t rows,
+              int64_t cols) override {
+    PTDP_CHECK(dst.dtype == src.dtype && rows >= 0 && cols >= 0);
+    if (rows == 0 || cols == 0) return;
+    PTDP_CHECK(dst.numel >= ld_dst * (rows - 1) + cols && src.numel >= ld_src * (rows - 1) + cols);
+    const int64_t size = SizeOf(dst.dtype);
+    for (int64_t i = 0; i < rows; ++i) {
+      std::memmove(static_cast<char*>(dst.data) + i * ld_dst * size,
+                   static_cast<const char*>(src.data) + i * ld_src * size,
+                   static_cast<size_t>(cols * size));
+    }
   }
   void Scale(Span x, double alpha) override {
     Dispatch(x, [&]<typename T>(T* p) {
@@ -406,12 +513,37 @@ class CpuBackend final : public Backend {
                             head_dim);
     });
   }
+  void AttentionBlockForward(Span ctx, Span lse, Span q, Span kv, int64_t seq_q, int64_t seq_k,
+                             int64_t batch, int64_t heads, int64_t groups, int64_t head_dim,
+                             bool causal) override {
+    PTDP_CHECK(groups > 0 && heads % groups == 0);
+    PTDP_CHECK(q.numel == seq_q * batch * (heads + 2 * groups) * head_dim);
+    PTDP_CHECK(kv.numel == seq_k * batch * 2 * groups * head_dim);
+    PTDP_CHECK(ctx.numel == seq_q * batch * heads * head_dim && lse.numel == seq_q * batch * heads);
+    Dispatch(ctx, [&]<typename T>(T* c) {
+      AttentionBlockForwardT<T>(c, P<T>(lse), P<T>(q), P<T>(kv), seq_q, seq_k, batch, heads, groups,
+                                head_dim, causal);
+    });
+  }
+  void AttentionBlockBackward(Span dq, Span dkv, Span dctx, Span ctx, Span lse, Span q, Span kv,
+                              int64_t seq_q, int64_t seq_k, int64_t batch, int64_t heads,
+                              int64_t groups, int64_t head_dim, bool causal) override {
+    PTDP_CHECK(groups > 0 && heads % groups == 0);
+    PTDP_CHECK(q.numel == seq_q * batch * (heads + 2 * groups) * head_dim && dq.numel == q.numel);
+    PTDP_CHECK(kv.numel == seq_k * batch * 2 * groups * head_dim && dkv.numel == kv.numel);
+    PTDP_CHECK(ctx.numel == seq_q * batch * heads * head_dim && dctx.numel == ctx.numel);
+    PTDP_CHECK(lse.numel == seq_q * batch * heads);
+    Dispatch(dq, [&]<typename T>(T* pdq) {
+      AttentionBlockBackwardT<T>(pdq, P<T>(dkv), P<T>(dctx), P<T>(ctx), P<T>(lse), P<T>(q),
+                                 P<T>(kv), seq_q, seq_k, batch, heads, groups, head_dim, causal);
+    });
+  }
   void Rotary(Span qkv, int64_t seq, int64_t batch, int64_t heads, int64_t groups, int64_t head_dim,
-              double base, bool inverse) override {
-    PTDP_CHECK(groups > 0 && heads % groups == 0 && head_dim % 2 == 0);
+              double base, int64_t seq_begin, bool inverse) override {
+    PTDP_CHECK(groups > 0 && heads % groups == 0 && head_dim % 2 == 0 && seq_begin >= 0);
     PTDP_CHECK(qkv.numel == seq * batch * (heads + 2 * groups) * head_dim);
     Dispatch(qkv, [&]<typename T>(T* x) {
-      RotaryT<T>(x, seq, batch, heads, groups, head_dim, base, 0, inverse);
+      RotaryT<T>(x, seq, batch, heads, groups, head_dim, base, seq_begin, inverse);
     });
   }
 

@@ -105,10 +105,13 @@ std::string CheckpointLayout(const Plan& plan, DType dtype) {
                                    p.first_stage_layers, p.last_stage_layers,
                                    p.account_for_embedding ? 1 : 0, p.account_for_loss ? 1 : 0)
                      : "";
+  // Context parallelism changes the distributed optimizer's shards (over dp x cp); cp 1 keeps
+  // the earlier text.
+  const std::string cp = p.cp > 1 ? fmt::format(" cp {}", p.cp) : "";
   return fmt::format(
-      "tp {} pp {} dp {} virtual_stages {}{} distributed_optimizer {} global_batch {} optimizer "
+      "tp {} pp {} dp {}{} virtual_stages {}{} distributed_optimizer {} global_batch {} optimizer "
       "{} {} | {}",
-      p.tp, p.pp, p.dp, p.virtual_stages, split, p.distributed_optimizer ? 1 : 0,
+      p.tp, p.pp, p.dp, cp, p.virtual_stages, split, p.distributed_optimizer ? 1 : 0,
       plan.training.global_batch_size, Name(plan.training.optimizer), Name(dtype), model);
 }
 

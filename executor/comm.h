@@ -37,6 +37,9 @@ class Comm {
   virtual void AllGather(Span in, Span out) = 0;
   // in.numel == out.numel * size(); rank i gets the sum of every rank's in[i * out.numel, ...).
   virtual void ReduceScatter(Span in, Span out) = 0;
+  // in.numel == out.numel, a multiple of size(): block j of `in` (numel / size() elements) goes
+  // to rank j, and block i of `out` arrives from rank i (MPI_Alltoall).
+  virtual void AllToAll(Span in, Span out) = 0;
   virtual void Broadcast(Span data, int root) = 0;
   virtual void Barrier() = 0;
 

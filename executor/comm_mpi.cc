@@ -92,6 +92,13 @@ class MpiComm final : public Comm {
     PTDP_MPI_CHECK(MPI_Reduce_scatter_block(in.data, out.data, Count(out.numel), MpiType(in.dtype),
                                             MPI_SUM, comm_));
   }
+  void AllToAll(Span in, Span out) override {
+    PTDP_CHECK(in.numel == out.numel && in.numel % size_ == 0 && in.dtype == out.dtype);
+    if (size_ == 1) return backend_.Copy(out, in);
+    const int block = Count(in.numel / size_);
+    PTDP_MPI_CHECK(MPI_Alltoall(in.data, block, MpiType(in.dtype), out.data, block,
+                                MpiType(out.dtype), comm_));
+  }
   void Broadcast(Span data, int root) override {
     if (size_ == 1) return;
     PTDP_MPI_CHECK(MPI_Bcast(data.data, Count(data.numel), MpiType(data.dtype), root, comm_));

@@ -51,7 +51,7 @@ void WeightGradQueue::Run(Backend& b) {
   tasks_.clear();
 }
 
-GptModel::GptModel(GptParams& params, Backend& backend, Comm& tp, GptOptions options,
+GptModel::GptModel(GptParams& params, Backend& backend, Comm& tp, Comm& cp, GptOptions options,
                    Recorder& recorder)
     : params_(params),
       backend_(backend),
@@ -60,10 +60,29 @@ GptModel::GptModel(GptParams& params, Backend& backend, Comm& tp, GptOptions opt
       recorder_(recorder),
       d_(params.dims()),
       dtype_(params.dtype()),
-      seq_(params.dims().seq),
-      sp_div_(options.sequence_parallel ? tp.size() : 1) {
+      seq_(params.dims().seq / cp.size()),
+      sp_div_(options.sequence_parallel ? tp.size() : 1),
+      shard_{params.dims().seq, cp.size(), cp.rank()} {
   PTDP_CHECK(tp.size() == d_.tp);
+  // Megatron's rules: seq_length a multiple of 2 cp, and each CP rank's tokens of tp under SP.
+  PTDP_CHECK(cp.size() == 1 || d_.seq % (2 * int64_t{cp.size()}) == 0);
   PTDP_CHECK(seq_ % sp_div_ == 0);
+  if (cp.size() > 1) {
+    context_ = std::make_unique<ContextAttention>(backend, cp, options.cp_comm, d_.seq, recorder);
+  }
+}
+
+AttentionShape GptModel::attention_shape() const {
+  return {seq_, batch_, d_.heads_local, d_.groups_local, d_.head_dim};
+}
+
+void GptModel::RotaryAtPositions(Span qkv, bool inverse) {
+  const int64_t row = batch_ * d_.qkv_local();  // elements of one sequence index
+  for (const PositionRun& run : PositionRuns(shard_, 0, seq_)) {
+    backend_.Rotary(qkv.Slice(run.local_begin * row, run.length * row), run.length, batch_,
+                    d_.heads_local, d_.groups_local, d_.head_dim, kRotaryBase, run.position_begin,
+                    inverse);
+  }
 }
 
 Tensor GptModel::New(std::vector<int64_t> shape, MemCategory category) {
@@ -184,7 +203,8 @@ void GptModel::AddBias(Span out, const ParamRef& bias, int64_t rows, int64_t col
 
 Tensor GptModel::Embed(const ChunkParams& cp, const MicroBatch& mb) {
   // tokens (T) -> x (T_loc, h): vocab-parallel lookup (zeros outside this rank's vocabulary
-  // shard), summed over TP, plus the learned positions of this rank's sequence rows.
+  // shard), summed over TP, plus the learned positions of this rank's sequence rows (at their
+  // positions in the full sequence).
   const int64_t h = d_.hidden, T = rows();
   Tensor partial = New({T, h}, MemCategory::kActivations);
   backend_.EmbeddingForward(partial.span(), mb.inputs->span(), cp.word.value, d_.vocab_begin,
@@ -193,7 +213,11 @@ Tensor GptModel::Embed(const ChunkParams& cp, const MicroBatch& mb) {
   const int64_t seq_rows = seq_ / sp_div_;
   const int64_t seq_begin = sp_div_ == 1 ? 0 : tp_.rank() * seq_rows;
   if (cp.position.value.data != nullptr) {
-    backend_.AddPositions(x.span(), cp.position.value, seq_begin, seq_rows, batch_, h);
+    const int64_t row = batch_ * h;
+    for (const PositionRun& run : PositionRuns(shard_, seq_begin, seq_rows)) {
+      backend_.AddPositions(x.span().Slice((run.local_begin - seq_begin) * row, run.length * row),
+                            cp.position.value, run.position_begin, run.length, batch_, h);
+    }
   }
   return x;
 }
@@ -207,16 +231,22 @@ void GptModel::EmbedBackward(const ChunkParams& cp, Tensor dx, const MicroBatch&
   auto local = std::make_shared<Tensor>(std::move(dx));
   auto full =
       sp_div_ == 1 ? local : std::make_shared<Tensor>(ToFull(*local, MemCategory::kActivations));
-  WeightGradTask pos;
-  pos.kind = WeightGradTask::Kind::kPositions;
-  pos.keep = {local};
-  pos.dy = local->span();
-  pos.dw = cp.position.grad;
-  pos.seq_begin = sp_div_ == 1 ? 0 : tp_.rank() * seq_rows;
-  pos.seq_rows = seq_rows;
-  pos.batch = batch_;
-  pos.out_cols = h;
-  if (cp.position.value.data != nullptr) queue.Push(std::move(pos));
+  const int64_t seq_begin = sp_div_ == 1 ? 0 : tp_.rank() * seq_rows;
+  if (cp.position.value.data != nullptr) {
+    for (const PositionRun& run : PositionRuns(shard_, seq_begin, seq_rows)) {
+      WeightGradTask pos;
+      pos.kind = WeightGradTask::Kind::kPositions;
+      pos.keep = {local};
+      pos.dy =
+          local->span().Slice((run.local_begin - seq_begin) * batch_ * h, run.length * batch_ * h);
+      pos.dw = cp.position.grad;
+      pos.seq_begin = run.position_begin;
+      pos.seq_rows = run.length;
+      pos.batch = batch_;
+      pos.out_cols = h;
+      queue.Push(std::move(pos));
+    }
+  }
   WeightGradTask word;
   word.kind = WeightGradTask::Kind::kEmbedding;
   word.keep = {full, mb.inputs};
@@ -249,11 +279,18 @@ Tensor GptModel::LayerForward(const LayerParams& p, const Tensor& x, LayerActs* 
   auto qkv = Shared({T, qkv_cols}, act);
   LinearForward(backend_, qkv->span(), ln1_full->span(), p.qkv_w.value, T, h, qkv_cols);
   AddBias(qkv->span(), p.qkv_b, T, qkv_cols);
-  if (d_.rotary) backend_.Rotary(qkv->span(), seq_, batch_, H, G, hd, kRotaryBase, false);
+  if (d_.rotary) RotaryAtPositions(qkv->span(), false);
   auto ctx = Shared({T, H * hd}, act);
-  auto probs = Shared({batch_, H, seq_, seq_}, act);
-  backend_.AttentionForward(ctx->span(), probs->span(), qkv->span(), seq_, batch_, H, G, hd);
-  if (options_.recompute == Recompute::kSelective) probs.reset();
+  std::shared_ptr<Tensor> probs, lse;
+  if (context_ == nullptr) {
+    probs = Shared({batch_, H, seq_, seq_}, act);
+    backend_.AttentionForward(ctx->span(), probs->span(), qkv->span(), seq_, batch_, H, G, hd);
+  } else {
+    const AttentionShape shape = attention_shape();
+    lse = Shared({context_->lse_rows(shape), context_->lse_cols(shape)}, act);
+    context_->Forward(ctx->span(), lse->span(), qkv->span(), shape);
+  }
+  if (options_.recompute == Recompute::kSelective) probs.reset(), lse.reset();
   Tensor proj = New({T, h}, MemCategory::kWorkspace);
   LinearForward(backend_, proj.span(), ctx->span(), p.proj_w.value, T, H * hd, h);
   auto mid = std::make_shared<Tensor>(FromPartial(std::move(proj)));
@@ -282,7 +319,7 @@ Tensor GptModel::LayerForward(const LayerParams& p, const Tensor& x, LayerActs* 
   backend_.Add(out.span(), mid->span());
 
   if (acts != nullptr) {
-    *acts = LayerActs{ln1_mean, ln1_rstd, ln1_full, qkv,      probs, ctx,
+    *acts = LayerActs{ln1_mean, ln1_rstd, ln1_full, qkv,      probs, lse, ctx,
                       mid,      ln2_mean, ln2_rstd, ln2_full, fc1,   gelu};
   }
   return out;
@@ -330,17 +367,30 @@ Tensor GptModel::LayerBackward(const LayerParams& p, LayerActs& a, std::shared_p
                    : std::make_shared<Tensor>(ToFull(*dmid_shared, MemCategory::kActivations));
   Tensor dctx = New({T, H * hd}, MemCategory::kWorkspace);
   LinearBackwardInput(backend_, dctx.span(), dproj->span(), p.proj_w.value, T, H * hd, h);
-  if (a.probs == nullptr) {  // selective recompute: re-run core attention for the softmax
-    a.probs = Shared({batch_, H, seq_, seq_}, MemCategory::kActivations);
-    Tensor ctx = New({T, H * hd}, MemCategory::kWorkspace);
-    backend_.AttentionForward(ctx.span(), a.probs->span(), a.qkv->span(), seq_, batch_, H, G, hd);
-  }
   auto dqkv = Shared({T, qkv_cols}, MemCategory::kActivations);
-  backend_.AttentionBackward(dqkv->span(), dctx.span(), a.qkv->span(), a.probs->span(), seq_,
-                             batch_, H, G, hd);
-  if (d_.rotary) backend_.Rotary(dqkv->span(), seq_, batch_, H, G, hd, kRotaryBase, true);
+  if (context_ == nullptr) {
+    if (a.probs == nullptr) {  // selective recompute: re-run core attention for the softmax
+      a.probs = Shared({batch_, H, seq_, seq_}, MemCategory::kActivations);
+      Tensor ctx = New({T, H * hd}, MemCategory::kWorkspace);
+      backend_.AttentionForward(ctx.span(), a.probs->span(), a.qkv->span(), seq_, batch_, H, G, hd);
+    }
+    backend_.AttentionBackward(dqkv->span(), dctx.span(), a.qkv->span(), a.probs->span(), seq_,
+                               batch_, H, G, hd);
+  } else {
+    const AttentionShape shape = attention_shape();
+    if (a.lse == nullptr) {  // selective recompute: re-run the exchange and core attention
+      a.lse =
+          Shared({context_->lse_rows(shape), context_->lse_cols(shape)}, MemCategory::kActivations);
+      Tensor ctx = New({T, H * hd}, MemCategory::kWorkspace);
+      context_->Forward(ctx.span(), a.lse->span(), a.qkv->span(), shape);
+    }
+    context_->Backward(dqkv->span(), dctx.span(), a.ctx->span(), a.lse->span(), a.qkv->span(),
+                       shape);
+  }
+  if (d_.rotary) RotaryAtPositions(dqkv->span(), true);
   dctx = Tensor();
   a.probs.reset();
+  a.lse.reset();
   a.qkv.reset();
   Tensor dln1_full = New({T, h}, MemCategory::kWorkspace);
   LinearBackwardInput(backend_, dln1_full.span(), dqkv->span(), p.qkv_w.value, T, h, qkv_cols);

@@ -2,8 +2,11 @@
 // with the tensor-parallel layers of megatron/core/tensor_parallel (column- and row-parallel
 // linears, vocab-parallel embedding and cross entropy) and, when the plan says so, sequence
 // parallelism (all-gather before a column-parallel linear, reduce-scatter after a row-parallel
-// one) and activation recompute (full: keep each layer's input and re-run its forward in the
-// backward; selective: drop the attention softmax and recompute core attention).
+// one), context parallelism (context_parallel.h: each CP rank holds two chunks of every
+// sequence and the attention exchanges keys and values over the CP group) and activation
+// recompute (full: keep each layer's input and re-run its forward in the backward; selective:
+// drop the attention softmax, or with cp > 1 its log-sum-exp, and recompute core attention,
+// exchanges included).
 //
 // Layer (pre-norm): x + proj(attn(N1(x))) -> y; y + fc2(act(fc1(N2(y)))), with N LayerNorm or
 // RMSNorm, act GeLU or SwiGLU, attention multi-head or grouped-query, positions learned (added
@@ -11,9 +14,10 @@
 // head tied to the word embedding or its own output layer, as the ModelSpec says. No dropout
 // (the CPU path trains deterministically, so layouts can be compared bit for bit up to rounding).
 //
-// Activations are (S * B, h) with rows in (sequence, batch) order, Megatron's [s, b, h]; under
-// sequence parallelism a rank holds the contiguous rows of sequence positions
-// [tp_rank * S / tp, (tp_rank + 1) * S / tp).
+// Activations are (S * B, h) with rows in (sequence, batch) order, Megatron's [s, b, h], where S
+// is the rank's share of the sequence: seq_length / cp tokens (all of it when cp == 1), at the
+// positions context_parallel.h's split gives them; under sequence parallelism a rank holds the
+// contiguous rows of local sequence indices [tp_rank * S / tp, (tp_rank + 1) * S / tp).
 //
 // Backward is split the zero-bubble way (Qi et al. 2023): Backward computes input gradients
 // and queues the weight-gradient work (dW = dY^T X and friends, holding X and dY); the caller
@@ -26,12 +30,14 @@
 #include "core/parallel_config.h"
 #include "executor/backend.h"
 #include "executor/comm.h"
+#include "executor/context_parallel.h"
 #include "executor/gpt_params.h"
 #include "executor/measure.h"
 
 namespace ptdp {
 
-// One micro-batch's tokens, (S * B) int32 each in (sequence, batch) order.
+// One micro-batch's tokens, (S * B) int32 each in (sequence, batch) order: this CP rank's share
+// of each sequence (context_parallel.h), the whole of it when cp == 1.
 struct MicroBatch {
   std::shared_ptr<Tensor> inputs;
   std::shared_ptr<Tensor> targets;
@@ -64,7 +70,9 @@ struct LayerActs {
   std::shared_ptr<Tensor> ln1_mean, ln1_rstd;  // (T_loc); mean unused under RMSNorm
   std::shared_ptr<Tensor> ln1_full;            // (T, h): QKV's input
   std::shared_ptr<Tensor> qkv;                 // (T, (H_loc + 2 G_loc) d), after rotary
-  std::shared_ptr<Tensor> probs;               // (B, H_loc, S, S); empty with selective recompute
+  // The softmax (B, H_loc, S, S) when cp == 1, the attention's log-sum-exp (context_parallel.h)
+  // when cp > 1; empty with selective recompute.
+  std::shared_ptr<Tensor> probs, lse;
   std::shared_ptr<Tensor> ctx;                 // (T, H_loc d): the projection's input
   std::shared_ptr<Tensor> mid;                 // (T_loc, h): residual after attention, N2 input
   std::shared_ptr<Tensor> ln2_mean, ln2_rstd;  // (T_loc)
@@ -88,15 +96,18 @@ struct GptOptions {
   // With full recompute: only the first N layers of each chunk recompute (Megatron's block
   // method); 0: all.
   int recompute_num_layers = 0;
-  double layernorm_eps = 1e-5;  // Megatron's --layernorm-epsilon default
+  double layernorm_eps = 1e-5;    // Megatron's --layernorm-epsilon default
+  CpComm cp_comm = CpComm::kP2p;  // the attention's exchange when the CP group has cp > 1 ranks
 };
 
 class GptModel {
  public:
-  // `tp` is the tensor-parallel group; `recorder` receives "tp-comm" intervals.
-  GptModel(GptParams& params, Backend& backend, Comm& tp, GptOptions options, Recorder& recorder);
+  // `tp` and `cp` are the tensor- and context-parallel groups; `recorder` receives "tp-comm"
+  // and "cp-comm" intervals.
+  GptModel(GptParams& params, Backend& backend, Comm& tp, Comm& cp, GptOptions options,
+           Recorder& recorder);
 
-  int64_t rows() const { return seq_ * batch_; }           // T
+  int64_t rows() const { return seq_ * batch_; }           // T (this CP rank's tokens)
   int64_t local_rows() const { return rows() / sp_div_; }  // T_loc
   int64_t hidden() const { return d_.hidden; }
   DType dtype() const { return dtype_; }
@@ -146,6 +157,9 @@ class GptModel {
                           const ParamRef& w, const ParamRef& b, int64_t rows);
   void AddBias(Span out, const ParamRef& bias, int64_t rows, int64_t cols);
   Tensor FromPartial(Tensor partial);
+  // Rotary embedding of qkv (T, qkv_local) at its tokens' positions in the full sequence.
+  void RotaryAtPositions(Span qkv, bool inverse);
+  AttentionShape attention_shape() const;
   void TpAllReduce(Span data, ReduceOp op, const char* what);
   Tensor New(std::vector<int64_t> shape, MemCategory category);
   std::shared_ptr<Tensor> Shared(std::vector<int64_t> shape, MemCategory category);
@@ -157,9 +171,11 @@ class GptModel {
   Recorder& recorder_;
   const GptDims& d_;
   DType dtype_;
-  int64_t seq_;
+  int64_t seq_;  // S: this CP rank's tokens of each sequence
   int64_t batch_ = 1;
   int64_t sp_div_;  // tp under sequence parallelism, else 1
+  SequenceShard shard_;
+  std::unique_ptr<ContextAttention> context_;  // cp > 1 only
 };
 
 }  // namespace ptdp

@@ -273,7 +273,7 @@ std::map<std::string, std::vector<double>> GatherFullParameters(const GptParams&
                                                                 ProcessGroups& groups,
                                                                 Backend& backend) {
   std::string mine;
-  if (groups.coords.dp == 0) {
+  if (groups.coords.dp == 0 && groups.coords.cp == 0) {
     for (const ParamInfo& p : params.infos()) {
       if (p.shared_copy) continue;
       SliceHeader h{};

@@ -111,7 +111,7 @@ class GptParams {
  public:
   // Lays out (and allocates, zeroed) the parameters and gradients of the rank at `coords`, in
   // two flat buffers whose length is rounded up to a multiple of `pad_multiple` (the
-  // distributed optimizer shards them over data-parallel ranks).
+  // distributed optimizer shards them over the data- and context-parallel ranks).
   GptParams(const ModelSpec& model, const ParallelConfig& parallel, RankCoords coords, DType dtype,
             Backend& backend, int64_t pad_multiple = 1);
 
@@ -142,9 +142,9 @@ class GptParams {
   Tensor grads_;
 };
 
-// The full model, assembled on world rank 0 from every rank's slices (data-parallel rank 0's
-// copies; shared copies left out; padded vocabulary rows dropped): name -> row-major values.
-// Other ranks get an empty map. Collective over groups.world.
+// The full model, assembled on world rank 0 from every rank's slices (data- and context-parallel
+// rank 0's copies; shared copies left out; padded vocabulary rows dropped): name -> row-major
+// values. Other ranks get an empty map. Collective over groups.world.
 std::map<std::string, std::vector<double>> GatherFullParameters(const GptParams& params,
                                                                 ProcessGroups& groups,
                                                                 Backend& backend);

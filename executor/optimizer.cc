@@ -19,15 +19,15 @@ TrainingOptimizer::TrainingOptimizer(GptParams& params, Backend& backend, Proces
       backend_(backend),
       groups_(groups),
       training_(training),
-      distributed_(distributed && groups.dp->size() > 1),
+      distributed_(distributed && groups.dp_cp->size() > 1),
       sequence_parallel_(sequence_parallel),
       recorder_(recorder) {
   const int64_t total = params.values().numel;
   if (distributed_) {
-    const int64_t dp = groups.dp->size();
-    PTDP_CHECK(total % dp == 0);
-    const int64_t shard = total / dp;
-    shard_begin_ = groups.dp->rank() * shard;
+    const int64_t ranks = groups.dp_cp->size();
+    PTDP_CHECK(total % ranks == 0);
+    const int64_t shard = total / ranks;
+    shard_begin_ = groups.dp_cp->rank() * shard;
     shard_end_ = shard_begin_ + shard;
     grad_shard_ = Tensor(backend, params.dtype(), {shard}, MemCategory::kGradients);
   } else {
@@ -79,13 +79,13 @@ void TrainingOptimizer::ReduceGradients() {
     }
     recorder_.Add("embedding all-reduce", "dp-comm", t0, recorder_.Now());
   }
-  if (groups_.dp->size() > 1) {
+  if (groups_.dp_cp->size() > 1) {
     const double t0 = recorder_.Now();
     if (distributed_) {
-      groups_.dp->ReduceScatter(params_.grads(), grad_shard_.span());
+      groups_.dp_cp->ReduceScatter(params_.grads(), grad_shard_.span());
       recorder_.Add("dp reduce-scatter", "dp-comm", t0, recorder_.Now());
     } else {
-      groups_.dp->AllReduce(params_.grads(), ReduceOp::kSum);
+      groups_.dp_cp->AllReduce(params_.grads(), ReduceOp::kSum);
       recorder_.Add("dp all-reduce", "dp-comm", t0, recorder_.Now());
     }
   }
@@ -101,8 +101,9 @@ double TrainingOptimizer::GradNorm(Span grads, int64_t base) {
     const int64_t hi = std::min(p.offset + p.numel, base + grads.numel);
     if (lo < hi) sum += backend_.SumSquares(grads.Slice(lo - base, hi - lo));
   }
-  // Without the distributed optimizer every DP replica holds the same gradients: the model
-  // parallel group covers each parameter once. With it, DP ranks hold disjoint shards.
+  // Without the distributed optimizer every DP (and CP) replica holds the same gradients: the
+  // model parallel group covers each parameter once. With it, DP x CP ranks hold disjoint
+  // shards.
   Comm& group = distributed_ ? *groups_.world : *groups_.model_parallel;
   return std::sqrt(group.AllReduceHost(sum, ReduceOp::kSum));
 }
@@ -149,7 +150,7 @@ OptimizerStepInfo TrainingOptimizer::Step(int64_t step) {
     const double t1 = recorder_.Now();
     Tensor mine(backend_, params_.dtype(), {shard_end_ - shard_begin_}, MemCategory::kCommBuffers);
     backend_.Copy(mine.span(), params_.values().Slice(shard_begin_, shard_end_ - shard_begin_));
-    groups_.dp->AllGather(mine.span(), params_.values());
+    groups_.dp_cp->AllGather(mine.span(), params_.values());
     recorder_.Add("dp param all-gather", "dp-comm", t1, recorder_.Now());
   }
   return info;

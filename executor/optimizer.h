@@ -2,15 +2,17 @@
 //  1. sequence parallelism: gradients of parameters replicated over TP but fed by a sequence
 //     shard (LayerNorms, row-parallel biases, positions) are all-reduced over TP;
 //  2. the tied word embedding's two copies (first and last stage) all-reduce their gradients;
-//  3. data parallelism: the gradient buffer is all-reduced over DP, or reduce-scattered with the
-//     distributed optimizer (each DP rank then owns 1/dp of the flat buffer: its gradients,
-//     optimizer state and update), whose updated parameters are all-gathered after the step;
+//  3. data parallelism: the gradient buffer is all-reduced over DP x CP (each context-parallel
+//     rank holds the gradients of its tokens; Megatron reduces over "data parallel with context
+//     parallel"), or reduce-scattered with the distributed optimizer (each DP x CP rank then owns
+//     1/(dp cp) of the flat buffer: its gradients, optimizer state and update), whose updated
+//     parameters are all-gathered after the step;
 //  4. the global gradient norm counts each parameter once: TP-replicated parameters on tensor
 //     rank 0 only, the last stage's embedding copy not at all, DP shards once each; gradients
 //     are scaled by clip_grad / (norm + 1e-6) when that is below 1 (Megatron's clip_grad_norm);
 //  5. Adam (decoupled weight decay, none on biases and norms) or SGD with momentum 0.9, with the
 //     state in the parameters' precision (fp32 on the CPU path).
-// The loss was scaled by 1 / (tokens per step), so summing gradients over DP averages them.
+// The loss was scaled by 1 / (tokens per step), so summing gradients over DP x CP averages them.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +33,7 @@ struct OptimizerStepInfo {
 
 class TrainingOptimizer {
  public:
-  // With `distributed`, params' flat buffers must be a multiple of dp long.
+  // With `distributed`, params' flat buffers must be a multiple of dp x cp long.
   TrainingOptimizer(GptParams& params, Backend& backend, ProcessGroups& groups,
                     const TrainingSpec& training, bool distributed, bool sequence_parallel,
                     Recorder& recorder);

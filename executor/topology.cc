@@ -6,11 +6,16 @@ namespace ptdp {
 
 RankCoords CoordsOf(int world_rank, const ParallelConfig& p) {
   PTDP_CHECK(world_rank >= 0 && world_rank < p.world_size());
-  return {world_rank % p.tp, world_rank / (p.tp * p.dp), world_rank / p.tp % p.dp};
+  RankCoords c;
+  c.tp = world_rank % p.tp;
+  c.cp = world_rank / p.tp % p.cp;
+  c.dp = world_rank / (p.tp * p.cp) % p.dp;
+  c.pp = world_rank / (p.tp * p.cp * p.dp);
+  return c;
 }
 
 int WorldRankOf(const RankCoords& c, const ParallelConfig& p) {
-  return c.tp + p.tp * (c.dp + p.dp * c.pp);
+  return c.tp + p.tp * (c.cp + p.cp * (c.dp + p.dp * c.pp));
 }
 
 ProcessGroups MakeProcessGroups(std::unique_ptr<Comm> world, const ParallelConfig& p) {
@@ -18,13 +23,17 @@ ProcessGroups MakeProcessGroups(std::unique_ptr<Comm> world, const ParallelConfi
   ProcessGroups g;
   g.coords = CoordsOf(world->rank(), p);
   const RankCoords& c = g.coords;
-  // Colors name the coordinates the members share; keys order them.
-  g.tp = world->Split(c.pp * p.dp + c.dp, c.tp);
-  g.pp = world->Split(c.tp * p.dp + c.dp, c.pp);
-  g.dp = world->Split(c.tp * p.pp + c.pp, c.dp);
-  g.model_parallel = world->Split(c.dp, c.pp * p.tp + c.tp);
+  // Colors name the coordinates the members share (mixed-radix numbers over them); keys order
+  // them.
+  const int dp_cp_rank = c.cp + p.cp * c.dp;
+  g.tp = world->Split((c.pp * p.dp + c.dp) * p.cp + c.cp, c.tp);
+  g.cp = world->Split((c.pp * p.dp + c.dp) * p.tp + c.tp, c.cp);
+  g.pp = world->Split((c.dp * p.cp + c.cp) * p.tp + c.tp, c.pp);
+  g.dp = world->Split((c.pp * p.cp + c.cp) * p.tp + c.tp, c.dp);
+  g.dp_cp = world->Split(c.pp * p.tp + c.tp, dp_cp_rank);
+  g.model_parallel = world->Split(dp_cp_rank, c.pp * p.tp + c.tp);
   const bool on_ends = p.pp > 1 && (c.pp == 0 || c.pp == p.pp - 1);
-  g.embedding = world->Split(on_ends ? c.tp * p.dp + c.dp : -1, c.pp);
+  g.embedding = world->Split(on_ends ? dp_cp_rank * p.tp + c.tp : -1, c.pp);
   g.world = std::move(world);
   return g;
 }

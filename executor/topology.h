@@ -1,9 +1,12 @@
 // Where a rank sits in the PTD-P layout, and its communicators. Megatron-LM's default order
 // "tp-cp-ep-dp-pp" (megatron/core/parallel_state.py; shared/reference/formulas.md): the
-// tensor-parallel index varies fastest, then data parallel, then pipeline, so
-//   world_rank = tp_rank + tp * (dp_rank + dp * pp_rank)
-// (context and expert parallel are 1 here). For world 8 with tp = dp = pp = 2: TP groups [0,1]
-// [2,3] [4,5] [6,7]; DP groups [0,2] [1,3] [4,6] [5,7]; PP groups [0,4] [1,5] [2,6] [3,7].
+// tensor-parallel index varies fastest, then context parallel, then data parallel, then
+// pipeline, so
+//   world_rank = tp_rank + tp * (cp_rank + cp * (dp_rank + dp * pp_rank))
+// (expert parallel is 1 here). For world 16 with tp = cp = dp = pp = 2: TP groups [0,1] [2,3]
+// ...; CP groups [0,2] [1,3] [4,6] ...; DP groups [0,4] [1,5] [2,6] [3,7] [8,12] ...; PP
+// groups [0,8] [1,9] ...; the gradient (data parallel with context parallel) groups
+// [0,2,4,6] [1,3,5,7] [8,10,12,14] [9,11,13,15].
 #pragma once
 
 #include <memory>
@@ -17,6 +20,7 @@ struct RankCoords {
   int tp = 0;
   int pp = 0;
   int dp = 0;
+  int cp = 0;  // last so that {tp, pp, dp} still reads as before context parallelism
   bool operator==(const RankCoords&) const = default;
 };
 
@@ -26,11 +30,16 @@ int WorldRankOf(const RankCoords& coords, const ParallelConfig& parallel);
 struct ProcessGroups {
   RankCoords coords;
   std::unique_ptr<Comm> world;
-  std::unique_ptr<Comm> tp;              // same pp, dp; ordered by tp rank
-  std::unique_ptr<Comm> pp;              // same tp, dp; ordered by stage
-  std::unique_ptr<Comm> dp;              // same tp, pp; ordered by dp rank
-  std::unique_ptr<Comm> model_parallel;  // same dp: tp x pp ranks (one model replica)
-  // First and last pipeline stage with the same tp and dp (the tied word embedding's two
+  std::unique_ptr<Comm> tp;  // same cp, dp, pp; ordered by tp rank
+  std::unique_ptr<Comm> cp;  // same tp, dp, pp; ordered by cp rank (the attention's exchanges)
+  std::unique_ptr<Comm> pp;  // same tp, cp, dp; ordered by stage
+  std::unique_ptr<Comm> dp;  // same tp, cp, pp; ordered by dp rank
+  // Same tp, pp: dp x cp ranks ordered by world rank (cp rank fastest). Megatron's "data
+  // parallel with context parallel" group: each CP rank holds the gradients of its share of
+  // the tokens, so gradients are reduced, and the distributed optimizer shards, over it.
+  std::unique_ptr<Comm> dp_cp;
+  std::unique_ptr<Comm> model_parallel;  // same dp, cp: tp x pp ranks (one model replica)
+  // First and last pipeline stage with the same tp, cp and dp (the tied word embedding's two
   // copies); nullptr on middle stages and when pp == 1.
   std::unique_ptr<Comm> embedding;
 };

@@ -11,6 +11,7 @@
 #include "core/json.h"
 #include "core/schedule.h"
 #include "executor/checkpoint.h"
+#include "executor/context_parallel.h"
 #include "executor/data.h"
 #include "executor/gpt.h"
 #include "executor/gpt_params.h"
@@ -34,7 +35,7 @@ int64_t LocalRanks(int64_t fallback) {
 
 // Rough bytes one rank needs: weights, gradients, optimizer state and the activations of the
 // micro-batches in flight (Korthikanti et al. 2022, Table 2, at 4 bytes instead of 2 and
-// counting the first stage's p micro-batches).
+// counting the first stage's p micro-batches; a CP rank holds s / cp tokens).
 double EstimateRankBytes(const Plan& plan, int64_t bytes_per_element) {
   const ModelSpec& m = plan.model;
   const ParallelConfig& p = plan.parallel;
@@ -42,9 +43,10 @@ double EstimateRankBytes(const Plan& plan, int64_t bytes_per_element) {
                         static_cast<double>(PaddedVocabSize(m, p.tp)) * m.hidden_size / p.tp;
   const double optimizer = plan.training.optimizer == Optimizer::kAdam ? 2.0 : 1.0;
   const double state =
-      params * bytes_per_element * (2.0 + optimizer / (p.distributed_optimizer ? p.dp : 1));
-  const double s = m.seq_length, b = p.micro_batch_size, h = m.hidden_size,
-               a = m.num_attention_heads;
+      params * bytes_per_element *
+      (2.0 + optimizer / static_cast<double>(p.distributed_optimizer ? p.dp_cp() : 1));
+  const double s = static_cast<double>(m.seq_length) / p.cp, b = p.micro_batch_size,
+               h = m.hidden_size, a = m.num_attention_heads;
   const double per_layer = 2.0 * s * b * h * (34.0 + 5.0 * a * s / h);
   // 1F1B's first stage holds pp micro-batches of L / pp layers: L layers' worth.
   const double activations = per_layer * m.num_layers / p.tp;
@@ -58,8 +60,9 @@ std::string Eta(double seconds) {
   return fmt::format("{}h {:02d}m", s / 3600, s / 60 % 60);
 }
 
-std::string RankName(int rank, const RankCoords& c) {
-  return fmt::format("rank {} (tp {}, pp {}, dp {})", rank, c.tp, c.pp, c.dp);
+std::string RankName(int rank, const RankCoords& c, int cp) {
+  return cp > 1 ? fmt::format("rank {} (tp {}, cp {}, pp {}, dp {})", rank, c.tp, c.cp, c.pp, c.dp)
+                : fmt::format("rank {} (tp {}, pp {}, dp {})", rank, c.tp, c.pp, c.dp);
 }
 
 // Per-rank measurements shipped to rank 0 as text: a header line, one line per step, one line
@@ -69,7 +72,7 @@ std::string PackRank(const RankReport& r, const std::vector<PipelineStepStats>& 
   std::ostringstream out;
   out.precision(17);
   out << r.world_rank << ' ' << r.coords.tp << ' ' << r.coords.pp << ' ' << r.coords.dp << ' '
-      << r.busy_s << ' ' << r.recv_wait_s << ' ' << r.parameters << ' '
+      << r.coords.cp << ' ' << r.busy_s << ' ' << r.recv_wait_s << ' ' << r.parameters << ' '
       << r.memory.peak_total_bytes;
   for (int i = 0; i < kNumMemCategories; ++i)
     out << ' ' << r.memory.peak_bytes[static_cast<size_t>(i)];
@@ -88,8 +91,8 @@ void UnpackRank(const std::string& text, RankReport* r, std::vector<PipelineStep
                 std::vector<TraceEvent>* events) {
   std::istringstream in(text);
   size_t nsteps = 0, nevents = 0;
-  in >> r->world_rank >> r->coords.tp >> r->coords.pp >> r->coords.dp >> r->busy_s >>
-      r->recv_wait_s >> r->parameters >> r->memory.peak_total_bytes;
+  in >> r->world_rank >> r->coords.tp >> r->coords.pp >> r->coords.dp >> r->coords.cp >>
+      r->busy_s >> r->recv_wait_s >> r->parameters >> r->memory.peak_total_bytes;
   for (int i = 0; i < kNumMemCategories; ++i) in >> r->memory.peak_bytes[static_cast<size_t>(i)];
   in >> nsteps >> nevents;
   steps->resize(nsteps);
@@ -111,11 +114,18 @@ std::vector<std::string> CheckExecutable(const Plan& plan, const ExecuteOptions&
   std::vector<std::string> out;
   const ModelSpec& m = plan.model;
   const ParallelConfig& p = plan.parallel;
-  if (p.cp > 1) {
+  if (p.cp > 1 && m.seq_length % (2 * p.cp) != 0) {
     out.push_back(fmt::format(
-        "parallel.cp: context parallelism (cp {}) is not implemented by the CPU executor yet; "
-        "simulate the plan, or execute it with cp 1",
-        p.cp));
+        "parallel.cp: seq_length {} must be a multiple of 2 x cp = {} (each CP rank holds two "
+        "chunks of every sequence)",
+        m.seq_length, 2 * p.cp));
+  }
+  if (p.cp > 1 && p.cp_comm == CpComm::kA2a && m.num_query_groups % p.tp == 0 &&
+      (m.num_query_groups / p.tp) % p.cp != 0) {
+    out.push_back(fmt::format(
+        "parallel.cp_comm: a2a gives each CP rank 1/cp of the query groups of its tensor rank, "
+        "but {} query groups over tp {} do not split over cp {}; use cp_comm p2p or allgather",
+        m.num_query_groups, p.tp, p.cp));
   }
   if (m.num_query_groups % p.tp != 0) {
     out.push_back(fmt::format(
@@ -139,11 +149,14 @@ std::vector<std::string> CheckExecutable(const Plan& plan, const ExecuteOptions&
         "have at least 256 entries, got {} (set vocab_size: 256, or use --data synthetic)",
         m.vocab_size));
   }
-  if (p.sequence_parallel && m.seq_length % p.tp != 0) {
-    out.push_back(fmt::format(
-        "parallel.sequence_parallel: seq_length {} must be divisible by tp {} to shard the "
-        "sequence",
-        m.seq_length, p.tp));
+  if (p.sequence_parallel && (m.seq_length % p.cp != 0 || (m.seq_length / p.cp) % p.tp != 0)) {
+    out.push_back(p.cp > 1 ? fmt::format("parallel.sequence_parallel: each context-parallel "
+                                         "rank's {} tokens (seq_length {} / cp {}) must be "
+                                         "divisible by tp {} to shard them",
+                                         m.seq_length / p.cp, m.seq_length, p.cp, p.tp)
+                           : fmt::format("parallel.sequence_parallel: seq_length {} must be "
+                                         "divisible by tp {} to shard the sequence",
+                                         m.seq_length, p.tp));
   }
   if (options.steps < 1) out.push_back("--steps: must be at least 1");
   if (options.dtype == DType::kI32) out.push_back("dtype: must be fp32 or fp64");
@@ -195,11 +208,15 @@ ExecuteResult Execute(const Plan& plan, const ExecuteOptions& options, ProcessGr
     if (one_host) recorder.SetOriginClockS(origin);
   }
 
-  const bool distributed = par.distributed_optimizer && par.dp > 1;
-  GptParams params(model_spec, par, coords, options.dtype, backend, distributed ? par.dp : 1);
+  // The distributed optimizer shards over data parallel with context parallel (Megatron's
+  // get_data_parallel_group(with_context_parallel=True)).
+  const bool distributed = par.distributed_optimizer && par.dp_cp() > 1;
+  GptParams params(model_spec, par, coords, options.dtype, backend, distributed ? par.dp_cp() : 1);
   params.Initialize(static_cast<uint64_t>(training.seed));
-  GptModel model(params, backend, *groups.tp,
-                 {par.sequence_parallel, par.recompute, par.recompute_num_layers, 1e-5}, recorder);
+  GptModel model(
+      params, backend, *groups.tp, *groups.cp,
+      {par.sequence_parallel, par.recompute, par.recompute_num_layers, 1e-5, par.cp_comm},
+      recorder);
   model.set_micro_batch_size(mbs);
   PipelineRunner runner(model, backend, *groups.pp, schedule, recorder);
   TrainingOptimizer optimizer(params, backend, groups, training, distributed, par.sequence_parallel,
@@ -226,22 +243,26 @@ ExecuteResult Execute(const Plan& plan, const ExecuteOptions& options, ProcessGr
   result.first_step = done + 1;
 
   // A micro-batch from `fill(j, tokens)`, which writes the S + 1 tokens of its sequence j;
-  // inputs/targets (S * B) in (sequence, batch) order.
+  // inputs/targets (S_cp * B) in (local sequence, batch) order. Every CP rank of a DP rank reads
+  // the same sequences and keeps its two chunks of each (get_batch_on_this_cp_rank).
+  const SequenceShard shard{seq, par.cp, coords.cp};
+  const int64_t local_seq = shard.local();
   auto make_batch = [&](const std::function<void(int64_t, int32_t*)>& fill) {
-    std::vector<int32_t> inputs(static_cast<size_t>(seq * mbs)), targets(inputs.size());
+    std::vector<int32_t> inputs(static_cast<size_t>(local_seq * mbs)), targets(inputs.size());
     std::vector<int32_t> tokens(static_cast<size_t>(seq + 1));
     for (int64_t j = 0; j < mbs; ++j) {
       fill(j, tokens.data());
-      for (int64_t s = 0; s < seq; ++s) {
-        inputs[static_cast<size_t>(s * mbs + j)] = tokens[static_cast<size_t>(s)];
-        targets[static_cast<size_t>(s * mbs + j)] = tokens[static_cast<size_t>(s + 1)];
+      for (int64_t s = 0; s < local_seq; ++s) {
+        const auto at = static_cast<size_t>(shard.Position(s));
+        inputs[static_cast<size_t>(s * mbs + j)] = tokens[at];
+        targets[static_cast<size_t>(s * mbs + j)] = tokens[at + 1];
       }
     }
     MicroBatch mb;
-    mb.inputs = std::make_shared<Tensor>(backend, DType::kI32, std::vector<int64_t>{seq * mbs},
-                                         MemCategory::kActivations);
-    mb.targets = std::make_shared<Tensor>(backend, DType::kI32, std::vector<int64_t>{seq * mbs},
-                                          MemCategory::kActivations);
+    mb.inputs = std::make_shared<Tensor>(
+        backend, DType::kI32, std::vector<int64_t>{local_seq * mbs}, MemCategory::kActivations);
+    mb.targets = std::make_shared<Tensor>(
+        backend, DType::kI32, std::vector<int64_t>{local_seq * mbs}, MemCategory::kActivations);
     backend.Upload(mb.inputs->span(), inputs.data());
     backend.Upload(mb.targets->span(), targets.data());
     return mb;
@@ -258,7 +279,8 @@ ExecuteResult Execute(const Plan& plan, const ExecuteOptions& options, ProcessGr
       });
     });
     const double contribution = coords.pp == par.pp - 1 && coords.tp == 0 ? mine : 0.0;
-    return groups.world->AllReduceHost(contribution, ReduceOp::kSum) / par.dp;
+    return groups.world->AllReduceHost(contribution, ReduceOp::kSum) /
+           static_cast<double>(par.dp_cp());
   };
 
   const bool last_stage = coords.pp == par.pp - 1;
@@ -283,9 +305,13 @@ ExecuteResult Execute(const Plan& plan, const ExecuteOptions& options, ProcessGr
     const PipelineStepStats stats = runner.RunStep(batch, loss_scale);
     step_stats.push_back(stats);
     const OptimizerStepInfo info = optimizer.Step(step);
-    // Mean over the data-parallel replicas of the last stage's loss (tp rank 0 reports).
+    // Mean over the data-parallel replicas and context-parallel ranks of the last stage's loss
+    // (tp rank 0 reports): every CP rank averages the same number of tokens, so this is the
+    // mean over every token of the step, as Megatron's loss summed over the CP group and
+    // divided by the total token count.
     const double contribution = last_stage && coords.tp == 0 ? stats.loss : 0.0;
-    const double loss = groups.world->AllReduceHost(contribution, ReduceOp::kSum) / par.dp;
+    const double loss = groups.world->AllReduceHost(contribution, ReduceOp::kSum) /
+                        static_cast<double>(par.dp_cp());
     const double t1 = recorder.Now();
     recorder.Add(fmt::format("step {}", step), "other", t0, t1);
 
@@ -354,7 +380,8 @@ ExecuteResult Execute(const Plan& plan, const ExecuteOptions& options, ProcessGr
     RankReport report;
     UnpackRank(packed[r], &report, &all_steps[r], &result.events);
     result.ranks.push_back(report);
-    result.tracks.push_back({report.world_rank, RankName(report.world_rank, report.coords)});
+    result.tracks.push_back(
+        {report.world_rank, RankName(report.world_rank, report.coords, par.cp)});
   }
   result.stage_busy_s.assign(static_cast<size_t>(par.pp), 0.0);
   const auto measured = static_cast<int64_t>(step_stats.size() - skip);
@@ -372,7 +399,7 @@ ExecuteResult Execute(const Plan& plan, const ExecuteOptions& options, ProcessGr
     result.steps[i].bubble_fraction = idle / static_cast<double>(all_steps.size());
     if (i >= skip) result.bubble_fraction += result.steps[i].bubble_fraction / measured;
   }
-  const double ranks_per_stage = static_cast<double>(par.tp * par.dp);
+  const double ranks_per_stage = static_cast<double>(par.tp * par.cp * par.dp);
   for (const RankReport& r : result.ranks) {
     if (measured > 0) {
       result.stage_busy_s[static_cast<size_t>(r.coords.pp)] +=
@@ -388,12 +415,13 @@ std::string ResultsJson(const Plan& plan, const ExecuteOptions& options, const E
   std::string out = "{\n";
   out += fmt::format("  \"model\": {},\n", JsonString(plan.model.name));
   out += fmt::format(
-      "  \"parallel\": {{\"tp\": {}, \"pp\": {}, \"dp\": {}, \"micro_batch_size\": {}, "
-      "\"microbatches\": {}, \"schedule\": {}, \"virtual_stages\": {}, \"sequence_parallel\": "
-      "{}, \"recompute\": {}, \"distributed_optimizer\": {}}},\n",
-      p.tp, p.pp, p.dp, p.micro_batch_size, NumMicrobatches(plan.training, p),
-      JsonString(Name(p.schedule)), p.virtual_stages, p.sequence_parallel ? "true" : "false",
-      JsonString(Name(p.recompute)), p.distributed_optimizer ? "true" : "false");
+      "  \"parallel\": {{\"tp\": {}, \"pp\": {}, \"dp\": {}, \"cp\": {}, \"cp_comm\": {}, "
+      "\"micro_batch_size\": {}, \"microbatches\": {}, \"schedule\": {}, \"virtual_stages\": "
+      "{}, \"sequence_parallel\": {}, \"recompute\": {}, \"distributed_optimizer\": {}}},\n",
+      p.tp, p.pp, p.dp, p.cp, JsonString(Name(p.cp_comm)), p.micro_batch_size,
+      NumMicrobatches(plan.training, p), JsonString(Name(p.schedule)), p.virtual_stages,
+      p.sequence_parallel ? "true" : "false", JsonString(Name(p.recompute)),
+      p.distributed_optimizer ? "true" : "false");
   out += fmt::format(
       "  \"backend\": \"cpu\",\n  \"dtype\": {},\n  \"data\": {},\n  \"global_batch_size\": "
       "{},\n  \"tokens_per_step\": {},\n",
@@ -442,10 +470,12 @@ std::string ResultsJson(const Plan& plan, const ExecuteOptions& options, const E
                          k.memory.peak_bytes[static_cast<size_t>(c)]);
     }
     out += fmt::format(
-        "    {{\"rank\": {}, \"tp\": {}, \"pp\": {}, \"dp\": {}, \"parameters\": {}, "
-        "\"busy_s\": {}, \"recv_wait_s\": {}, \"peak_memory_bytes\": {{{}\"total\": {}}}}}{}\n",
-        k.world_rank, k.coords.tp, k.coords.pp, k.coords.dp, k.parameters, num(k.busy_s),
-        num(k.recv_wait_s), mem, k.memory.peak_total_bytes, i + 1 < r.ranks.size() ? "," : "");
+        "    {{\"rank\": {}, \"tp\": {}, \"pp\": {}, \"dp\": {}, \"cp\": {}, \"parameters\": "
+        "{}, \"busy_s\": {}, \"recv_wait_s\": {}, \"peak_memory_bytes\": {{{}\"total\": "
+        "{}}}}}{}\n",
+        k.world_rank, k.coords.tp, k.coords.pp, k.coords.dp, k.coords.cp, k.parameters,
+        num(k.busy_s), num(k.recv_wait_s), mem, k.memory.peak_total_bytes,
+        i + 1 < r.ranks.size() ? "," : "");
   }
   out += "  ]\n}\n";
   return out;

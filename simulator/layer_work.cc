@@ -64,7 +64,7 @@ Dims MakeDims(const ModelSpec& m, const ParallelConfig& p, Precision precision,
   d.fc1_t = d.swiglu ? 2 * d.f_t : d.f_t;
   d.bias = m.add_bias_linear;
   d.rope = m.position_embedding == PositionEmbedding::kRope;
-  d.flash = FlashAttention(precision, options);
+  d.flash = FlashAttention(precision, options, p);
   // FusedScaleMaskSoftmax.is_kernel_available (Megatron-LM megatron/core/fusions/
   // fused_softmax.py; Megatron-DeepSpeed megatron/model/fused_softmax.py): 16 < sk <= limit,
   // sq and sk multiples of 4, and b x (heads per GPU) a multiple of 4 (the kernel's batches per
@@ -561,8 +561,9 @@ std::pair<int, int> AddMlaWeightGrad(PassWork& w, const Dims& d, const CostOptio
 
 }  // namespace
 
-bool FlashAttention(Precision precision, const CostOptions& options) {
-  return FlashStyleAttention(precision, options);
+bool FlashAttention(Precision precision, const CostOptions& options,
+                    const ParallelConfig& parallel) {
+  return FlashStyleAttention(precision, options) || parallel.cp > 1;
 }
 
 void PassWork::Append(const PassWork& other) {

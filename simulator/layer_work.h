@@ -169,8 +169,11 @@ struct LayerWork {
 };
 
 // Whether the core attention runs as a flash-style kernel: the backend is flash or fused and
-// the precision 16-bit (fp32 has no flash kernels).
-bool FlashAttention(Precision precision, const CostOptions& options);
+// the precision 16-bit (fp32 has no flash kernels); or context parallelism, whose attention is
+// always flash-style (Transformer Engine's, the only one Megatron allows with cp > 1; the CPU
+// executor's blocks merged by their log-sum-exp, in fp32).
+bool FlashAttention(Precision precision, const CostOptions& options,
+                    const ParallelConfig& parallel);
 
 // One transformer layer. Recompute: full redoes the whole forward (with its collectives);
 // selective redoes the core attention (Korthikanti et al. 2022; with a flash-style kernel, its

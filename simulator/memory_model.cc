@@ -112,7 +112,7 @@ double KorthikantiTable2Bytes(double s, double b, double h, double a, double t,
 
 double LayerActivationBytes(const ModelSpec& m, const ParallelConfig& p, Precision precision,
                             const CostOptions& options, bool bf16_layer, bool moe_layer) {
-  const ActDims d = MakeActDims(m, p, precision, FlashAttention(precision, options), bf16_layer,
+  const ActDims d = MakeActDims(m, p, precision, FlashAttention(precision, options, p), bf16_layer,
                                 moe_layer, options.moe_load_imbalance);
   if (p.recompute == Recompute::kFull) {
     return d.e * d.s * d.b * d.h / (d.sp ? d.t : 1);
@@ -136,7 +136,7 @@ double LayerWeightGradActivationBytes(const ModelSpec& m, const ParallelConfig& 
 double LayerRecomputeTransientBytes(const ModelSpec& m, const ParallelConfig& p,
                                     Precision precision, const CostOptions& options,
                                     bool bf16_layer, bool moe_layer) {
-  const LayerParts parts = Parts(MakeActDims(m, p, precision, FlashAttention(precision, options),
+  const LayerParts parts = Parts(MakeActDims(m, p, precision, FlashAttention(precision, options, p),
                                              bf16_layer, moe_layer, options.moe_load_imbalance));
   switch (p.recompute) {
     case Recompute::kFull:

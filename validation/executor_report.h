@@ -69,7 +69,9 @@ struct ValidationReport {
 };
 
 // The simulator's settings for what the CPU executor does: unfused attention (the s x s
-// scores in memory, softmax unfused), non-blocking sends (Megatron's
+// scores in memory, softmax unfused; with cp > 1 the simulator takes the attention as
+// flash-style whatever these say, as the executor's context-parallel blocks are), non-blocking
+// sends (Megatron's
 // --overlap-p2p-communication), gradients reduced after the backward, blocking tensor-parallel
 // collectives (no asynchronous input-gradient all-reduce), fp32 gradients accumulated by the
 // weight-gradient GEMMs.

@@ -18,6 +18,10 @@
 #            as Megatron's account-for options (32 per stage, the embedding and the loss in the
 #            first and last) and as first / last stage counts (30 + 33 + 33 + 30): simulate
 #            and execute accept both, and execute trains 2 steps on 4 ranks
+#   cp       context parallelism: a tp 2 x cp 2 plan with sequence parallelism needs 4 ranks
+#            (the refusal says so) and trains, with cp in the layout line and the results; a
+#            cp 2 x pp 2 all-gather plan's trace follows the schedule and holds cp-comm
+#            intervals; `ptdp validate` compares a cp plan's run with its simulation
 #   validate `ptdp validate --launch` on (2,1,1) and (1,2,1) plans: JSON and table with measured
 #            and simulated columns, with a calibrated profile; a failing rank makes it exit
 #            non-zero; bad flags are refused naming the flag
@@ -95,6 +99,27 @@ uneven)
   done
   grep -q "embedding and loss in the split" sim-account.log || fail "simulate: no account-for split"
   grep -q "layers 30+33x2+30" sim-firstlast.log || fail "simulate: not 30+33x2+30"
+  ;;
+cp)
+  "$tool" plan cp.yaml tp=2 cp=2 sp=true || fail "plan"
+  "$tool" plan cppp.yaml cp=2 pp=2 cpcomm=allgather || fail "plan"
+  run 3 "$ptdp" execute --plan cp.yaml --steps 2 >out.log 2>err.log && fail "3 ranks accepted"
+  cat err.log
+  grep -q 'this plan needs 4 ranks (tp 2 x cp 2 x pp 1 x dp 1), but 3 started' err.log \
+    || fail "the rank-count message does not name cp"
+  run 4 "$ptdp" execute --plan cp.yaml --steps 3 --results cp.json >cp.log 2>&1 \
+    || { cat cp.log; fail "execute cp"; }
+  cat cp.log
+  grep -q "tp 2 x cp 2 (p2p) x pp 1 x dp 1" cp.log || fail "no cp in the layout line"
+  grep -q "^step 3/3" cp.log || fail "step 3 missing"
+  grep -q '"cp": 2, "cp_comm": "p2p"' cp.json || fail "no cp in the results"
+  run 4 "$ptdp" execute --plan cppp.yaml --steps 2 --trace trace.json --results cppp.json \
+    >cppp.log 2>&1 || { cat cppp.log; fail "execute cp x pp"; }
+  "$tool" check-trace trace.json cppp.yaml || fail "trace"
+  grep -q '"cat": "cp-comm"' trace.json || fail "no cp-comm intervals in the trace"
+  "$ptdp" validate --plan cp.yaml --launch --steps 3 --format json >v.json 2>v.err \
+    || { cat v.err; fail "validate cp"; }
+  "$tool" check-validation v.json 1 || { cat v.json; fail "validate JSON"; }
   ;;
 launch)
   "$tool" plan plan.yaml tp=2 pp=2 || fail "plan"

@@ -6,11 +6,14 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
+#include <set>
 
 #include "core/error.h"
 #include "executor/backend_cpu.h"
 #include "executor/checkpoint.h"
 #include "executor/comm.h"
+#include "executor/context_parallel.h"
 #include "executor/data.h"
 #include "executor/gpt_params.h"
 #include "executor/launch.h"
@@ -49,6 +52,119 @@ TEST(Topology, MegatronOrderTensorThenDataThenPipeline) {
   EXPECT_EQ(CoordsOf(4, p), (RankCoords{0, 1, 0}));  // PP group [0, 4]
   EXPECT_EQ(CoordsOf(7, p), (RankCoords{1, 1, 1}));
   for (int r = 0; r < 8; ++r) EXPECT_EQ(WorldRankOf(CoordsOf(r, p), p), r);
+}
+
+TEST(Topology, ContextParallelBetweenTensorAndData) {
+  // Megatron's tp-cp-ep-dp-pp: world 16 with tp = cp = dp = pp = 2.
+  const ParallelConfig p{.tp = 2, .pp = 2, .dp = 2, .cp = 2};
+  EXPECT_EQ(CoordsOf(1, p), (RankCoords{.tp = 1}));
+  EXPECT_EQ(CoordsOf(2, p), (RankCoords{.cp = 1}));
+  EXPECT_EQ(CoordsOf(4, p), (RankCoords{.dp = 1}));
+  EXPECT_EQ(CoordsOf(8, p), (RankCoords{.pp = 1}));
+  EXPECT_EQ(CoordsOf(13, p), (RankCoords{.tp = 1, .pp = 1, .dp = 1, .cp = 0}));
+  EXPECT_EQ(CoordsOf(14, p), (RankCoords{.tp = 0, .pp = 1, .dp = 1, .cp = 1}));
+  for (int r = 0; r < 16; ++r) EXPECT_EQ(WorldRankOf(CoordsOf(r, p), p), r);
+}
+
+// A world rank that only records what MakeProcessGroups splits it into (ninja's habit of a fake
+// behind the interface): each group it returns remembers its color and key.
+class SplitOnlyComm final : public Comm {
+ public:
+  SplitOnlyComm(int rank, int size, int color = 0, int key = 0)
+      : rank_(rank), size_(size), color_(color), key_(key) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int color() const { return color_; }
+  int key() const { return key_; }
+  std::unique_ptr<Comm> Split(int color, int key) override {
+    if (color < 0) return nullptr;
+    return std::make_unique<SplitOnlyComm>(-1, -1, color, key);
+  }
+  void AllReduce(Span, ReduceOp) override { Unused(); }
+  void AllGather(Span, Span) override { Unused(); }
+  void ReduceScatter(Span, Span) override { Unused(); }
+  void AllToAll(Span, Span) override { Unused(); }
+  void Broadcast(Span, int) override { Unused(); }
+  void Barrier() override { Unused(); }
+  std::unique_ptr<SendRequest> Isend(Span, int, int) override { Unused(); }
+  void Recv(Span, int, int) override { Unused(); }
+  int max_tag() const override { return 0; }
+  std::vector<std::string> GatherStrings(const std::string&, int) override { Unused(); }
+  double AllReduceHost(double, ReduceOp) override { Unused(); }
+
+ private:
+  [[noreturn]] static void Unused() { throw InternalError("SplitOnlyComm: not a real group"); }
+  int rank_, size_, color_, key_;
+};
+
+// Every group of one kind over all world ranks: members ordered by their key.
+std::set<std::vector<int>> GroupsOf(const std::vector<ProcessGroups>& all,
+                                    std::unique_ptr<Comm> ProcessGroups::*kind) {
+  std::map<int, std::map<int, int>> by_color;  // color -> key -> world rank
+  for (size_t r = 0; r < all.size(); ++r) {
+    const auto* c = dynamic_cast<const SplitOnlyComm*>((all[r].*kind).get());
+    if (c == nullptr) continue;
+    EXPECT_TRUE(by_color[c->color()].emplace(c->key(), static_cast<int>(r)).second);
+  }
+  std::set<std::vector<int>> groups;
+  for (const auto& [color, members] : by_color) {
+    std::vector<int> ranks;
+    for (const auto& [key, rank] : members) ranks.push_back(rank);
+    groups.insert(ranks);
+  }
+  return groups;
+}
+
+TEST(Topology, GroupsInMegatronsOrderWithContextParallel) {
+  // topology.h's example: world 16, tp = cp = dp = pp = 2.
+  const ParallelConfig p{.tp = 2, .pp = 2, .dp = 2, .cp = 2};
+  std::vector<ProcessGroups> all;
+  for (int r = 0; r < 16; ++r) {
+    all.push_back(MakeProcessGroups(std::make_unique<SplitOnlyComm>(r, 16), p));
+  }
+  using G = std::set<std::vector<int>>;
+  EXPECT_EQ(GroupsOf(all, &ProcessGroups::tp),
+            (G{{0, 1}, {2, 3}, {4, 5}, {6, 7}, {8, 9}, {10, 11}, {12, 13}, {14, 15}}));
+  EXPECT_EQ(GroupsOf(all, &ProcessGroups::cp),
+            (G{{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}}));
+  EXPECT_EQ(GroupsOf(all, &ProcessGroups::dp),
+            (G{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}}));
+  EXPECT_EQ(GroupsOf(all, &ProcessGroups::pp),
+            (G{{0, 8}, {1, 9}, {2, 10}, {3, 11}, {4, 12}, {5, 13}, {6, 14}, {7, 15}}));
+  // Gradients and optimizer shards: data parallel with context parallel, cp rank fastest.
+  EXPECT_EQ(GroupsOf(all, &ProcessGroups::dp_cp),
+            (G{{0, 2, 4, 6}, {1, 3, 5, 7}, {8, 10, 12, 14}, {9, 11, 13, 15}}));
+  EXPECT_EQ(GroupsOf(all, &ProcessGroups::model_parallel),
+            (G{{0, 1, 8, 9}, {2, 3, 10, 11}, {4, 5, 12, 13}, {6, 7, 14, 15}}));
+  EXPECT_EQ(GroupsOf(all, &ProcessGroups::embedding), GroupsOf(all, &ProcessGroups::pp));
+  EXPECT_EQ(all[6].coords, (RankCoords{.tp = 0, .pp = 0, .dp = 1, .cp = 1}));
+}
+
+TEST(SequenceShard, LoadBalancedChunksAndPositionRuns) {
+  // get_batch_on_this_cp_rank: 16 tokens in 4 chunks; rank 0 keeps chunks 0 and 3, rank 1
+  // chunks 1 and 2.
+  const SequenceShard r0{16, 2, 0}, r1{16, 2, 1};
+  std::vector<int64_t> p0, p1;
+  for (int64_t i = 0; i < 8; ++i) p0.push_back(r0.Position(i)), p1.push_back(r1.Position(i));
+  EXPECT_EQ(p0, (std::vector<int64_t>{0, 1, 2, 3, 12, 13, 14, 15}));
+  EXPECT_EQ(p1, (std::vector<int64_t>{4, 5, 6, 7, 8, 9, 10, 11}));
+  // A sequence-parallel slice across the two chunks is two runs; within one, one run.
+  EXPECT_EQ(PositionRuns(r0, 2, 4), (std::vector<PositionRun>{{2, 2, 2}, {4, 12, 2}}));
+  EXPECT_EQ(PositionRuns(r1, 4, 4), (std::vector<PositionRun>{{4, 8, 4}}));
+  EXPECT_EQ(PositionRuns(SequenceShard{16, 1, 0}, 3, 5), (std::vector<PositionRun>{{3, 3, 5}}));
+  // Every position exactly once over the CP group; each rank the same causal work (the
+  // number of (query, key) pairs with key <= query).
+  std::vector<int> seen(32, 0);
+  for (int r = 0; r < 4; ++r) {
+    const SequenceShard s{32, 4, r};
+    int64_t work = 0;
+    for (int64_t i = 0; i < s.local(); ++i) {
+      ++seen[static_cast<size_t>(s.Position(i))];
+      work += s.Position(i) + 1;
+    }
+    EXPECT_EQ(work, 132) << "rank " << r;
+  }
+  EXPECT_EQ(seen, std::vector<int>(32, 1));
 }
 
 TEST(Rng, CounterBasedAndKeyedByName) {
@@ -201,21 +317,135 @@ TEST(CheckExecutable, RefusesWhatTheCpuPathDoesNotImplement) {
   EXPECT_EQ(CheckExecutable(huge, {}).front().rfind("model: each rank needs about", 0), 0u);
 }
 
+// The context-parallel attention kernels against the single-block ones, in fp64: blocks of
+// keys merged through their log-sum-exp (in either order) give the causal attention, and the
+// blocks' backward passes sum to its gradients.
+TEST(CpuBackend, AttentionBlocksComposeToCausalAttention) {
+  auto b = MakeCpuBackend();
+  const int64_t S = 8, B = 2, H = 4, G = 2, D = 4, W = (H + 2 * G) * D, Wkv = 2 * G * D;
+  const int64_t half = S / 2 * B;  // rows of four positions
+  auto random = [&](std::vector<int64_t> shape, const char* name) {
+    Tensor t(*b, DType::kF64, std::move(shape), MemCategory::kWorkspace);
+    std::vector<double> v(static_cast<size_t>(t.numel()));
+    const RngStream rng(3, name);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = rng.Normal(i);
+    b->Upload(t.span(), v.data());
+    return t;
+  };
+  auto zeros = [&](std::vector<int64_t> shape) {
+    return Tensor(*b, DType::kF64, std::move(shape), MemCategory::kWorkspace);
+  };
+  auto host = [&](Span s) {
+    std::vector<double> v(static_cast<size_t>(s.numel));
+    b->Download(s, v.data());
+    return v;
+  };
+  const Tensor qkv = random({S * B, W}, "qkv"), dctx = random({S * B, H * D}, "dctx");
+  Tensor kv = zeros({S * B, Wkv});
+  for (int64_t g = 0; g < G; ++g) {  // each group's [k | v] after its two query heads
+    b->Copy2D(kv.span().Slice(g * 2 * D, kv.numel() - g * 2 * D), Wkv,
+              qkv.span().Slice((g * 4 + 2) * D, qkv.numel() - (g * 4 + 2) * D), W, S * B, 2 * D);
+  }
+  Tensor ctx = zeros({S * B, H * D}), probs = zeros({B, H, S, S}), dqkv = zeros({S * B, W});
+  b->AttentionForward(ctx.span(), probs.span(), qkv.span(), S, B, H, G, D);
+  b->AttentionBackward(dqkv.span(), dctx.span(), qkv.span(), probs.span(), S, B, H, G, D);
+
+  auto rows = [](const Tensor& t, int64_t first, int64_t count) {
+    const int64_t cols = t.numel() / t.dim(0);
+    return t.span().Slice(first * cols, count * cols);
+  };
+  Tensor bctx = zeros({S * B, H * D}), lse = zeros({S * B, H});
+  b->Fill(lse.span(), -std::numeric_limits<double>::infinity());
+  // Ring-style: queries 0-3 against keys 0-3 (causal); queries 4-7 against keys 4-7 (causal)
+  // and then keys 0-3 (in full).
+  b->AttentionBlockForward(rows(bctx, 0, half), rows(lse, 0, half), rows(qkv, 0, half),
+                           rows(kv, 0, half), 4, 4, B, H, G, D, true);
+  b->AttentionBlockForward(rows(bctx, half, half), rows(lse, half, half), rows(qkv, half, half),
+                           rows(kv, half, half), 4, 4, B, H, G, D, true);
+  b->AttentionBlockForward(rows(bctx, half, half), rows(lse, half, half), rows(qkv, half, half),
+                           rows(kv, 0, half), 4, 4, B, H, G, D, false);
+  // All-gather-style: queries 4-7 against keys 0-7 at once, the mask aligned bottom right.
+  Tensor gctx = zeros({half, H * D}), glse = zeros({half, H});
+  b->Fill(glse.span(), -std::numeric_limits<double>::infinity());
+  b->AttentionBlockForward(gctx.span(), glse.span(), rows(qkv, half, half), kv.span(), 4, 8, B, H,
+                           G, D, true);
+  const auto want = host(ctx.span()), got = host(bctx.span()), gathered = host(gctx.span());
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], 1e-12) << i;
+    if (i >= want.size() / 2) ASSERT_NEAR(gathered[i - want.size() / 2], want[i], 1e-12) << i;
+  }
+
+  Tensor dq = zeros({S * B, W}), dkv = zeros({S * B, Wkv});
+  b->AttentionBlockBackward(rows(dq, 0, half), rows(dkv, 0, half), rows(dctx, 0, half),
+                            rows(bctx, 0, half), rows(lse, 0, half), rows(qkv, 0, half),
+                            rows(kv, 0, half), 4, 4, B, H, G, D, true);
+  b->AttentionBlockBackward(rows(dq, half, half), rows(dkv, half, half), rows(dctx, half, half),
+                            rows(bctx, half, half), rows(lse, half, half), rows(qkv, half, half),
+                            rows(kv, half, half), 4, 4, B, H, G, D, true);
+  b->AttentionBlockBackward(rows(dq, half, half), rows(dkv, 0, half), rows(dctx, half, half),
+                            rows(bctx, half, half), rows(lse, half, half), rows(qkv, half, half),
+                            rows(kv, 0, half), 4, 4, B, H, G, D, false);
+  const auto full = host(dqkv.span()), q = host(dq.span()), k = host(dkv.span());
+  for (int64_t r = 0; r < S * B; ++r) {
+    for (int64_t g = 0; g < G; ++g) {
+      for (int64_t c = 0; c < 4 * D; ++c) {  // the group's two q heads, then its k and v
+        const double want_g = full[static_cast<size_t>(r * W + g * 4 * D + c)];
+        const double got_g = c < 2 * D ? q[static_cast<size_t>(r * W + g * 4 * D + c)]
+                                       : k[static_cast<size_t>(r * Wkv + g * 2 * D + c - 2 * D)];
+        ASSERT_NEAR(got_g, want_g, 1e-12) << "row " << r << " group " << g << " column " << c;
+      }
+    }
+  }
+}
+
+TEST(CheckExecutable, RunsContextParallelPlansAndChecksTheirSplits) {
+  EXPECT_TRUE(CheckExecutable(TinyPlan({.cp = 2}), {}).empty());
+  EXPECT_TRUE(
+      CheckExecutable(
+          TinyPlan({.tp = 2, .sequence_parallel = true, .cp = 2, .cp_comm = CpComm::kA2a}), {})
+          .empty());
+  // Plans changed after the reader checked them.
+  Plan odd = TinyPlan({.cp = 2});
+  odd.model.seq_length = 30;
+  ASSERT_EQ(CheckExecutable(odd, {}).size(), 1u);
+  EXPECT_EQ(CheckExecutable(odd, {}).front(),
+            "parallel.cp: seq_length 30 must be a multiple of 2 x cp = 4 (each CP rank holds two "
+            "chunks of every sequence)");
+  Plan sp = TinyPlan({.tp = 4, .sequence_parallel = true, .cp = 2});
+  sp.model.seq_length = sp.model.max_position_embeddings = 36;
+  ASSERT_EQ(CheckExecutable(sp, {}).size(), 1u);
+  EXPECT_EQ(CheckExecutable(sp, {}).front(),
+            "parallel.sequence_parallel: each context-parallel rank's 18 tokens (seq_length 36 / "
+            "cp 2) must be divisible by tp 4 to shard them");
+  Plan a2a = TinyPlan({.cp = 2, .cp_comm = CpComm::kA2a});
+  a2a.model.num_query_groups = 1;
+  ASSERT_EQ(CheckExecutable(a2a, {}).size(), 1u);
+  EXPECT_EQ(CheckExecutable(a2a, {}).front(),
+            "parallel.cp_comm: a2a gives each CP rank 1/cp of the query groups of its tensor "
+            "rank, but 1 query groups over tp 1 do not split over cp 2; use cp_comm p2p or "
+            "allgather");
+}
+
 TEST(CpuBackend, RotaryAndSwiGluAgainstHandValues) {
   auto b = MakeCpuBackend();
   // One group of one head, D = 4, two positions; q = k = [1, 0, 0, 0], v = 0. At position 1 the
   // first frequency turns by 1 rad: rotate-half pairs element 0 with element 2.
   Tensor qkv = Make(*b, {2, 12}, {1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0,  //
                                   1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0});
-  b->Rotary(qkv.span(), 2, 1, 1, 1, 4, 10000, false);
+  b->Rotary(qkv.span(), 2, 1, 1, 1, 4, 10000, 0, false);
   const auto r = Host(*b, qkv.span());
   EXPECT_EQ(r[0], 1.0f);  // position 0 is not rotated
   EXPECT_NEAR(r[12], std::cos(1.0), 1e-6);
   EXPECT_NEAR(r[14], std::sin(1.0), 1e-6);
   EXPECT_NEAR(r[16], std::cos(1.0), 1e-6);  // k too
   EXPECT_EQ(r[20], 0.0f);                   // v untouched
-  b->Rotary(qkv.span(), 2, 1, 1, 1, 4, 10000, true);
+  b->Rotary(qkv.span(), 2, 1, 1, 1, 4, 10000, 0, true);
   EXPECT_NEAR(Host(*b, qkv.span())[12], 1.0, 1e-6);
+  // seq_begin shifts the positions (a context-parallel rank's chunk): one token at position 1.
+  Tensor one = Make(*b, {1, 12}, {1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0});
+  b->Rotary(one.span(), 1, 1, 1, 1, 4, 10000, 1, false);
+  EXPECT_NEAR(Host(*b, one.span())[0], std::cos(1.0), 1e-6);
+  EXPECT_NEAR(Host(*b, one.span())[2], std::sin(1.0), 1e-6);
   Tensor in = Make(*b, {1, 2}, {1, 2}), out = Make(*b, {1, 1}, {});
   b->SwiGlu(out.span(), in.span(), 1, 1);
   EXPECT_NEAR(Host(*b, out.span())[0], 2.0 / (1.0 + std::exp(-1.0)), 1e-6);  // silu(1) * 2

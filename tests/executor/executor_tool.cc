@@ -2,7 +2,7 @@
 // Python or jq:
 //   executor_tool plan OUT [key=value ...]       write a tiny plan file (tiny_plan.h) with
 //                                                 overrides: tp pp dp mbs v schedule sp
-//                                                 recompute distopt first last embsplit
+//                                                 recompute distopt cp cpcomm first last embsplit
 //                                                 losssplit layers hidden heads seq gbs lr
 //                                                 vocab llama groups name
 //   executor_tool same-losses A.json B.json      B's per-step losses equal A's at the same
@@ -181,6 +181,8 @@ int WritePlan(int argc, char** argv) {
       {"recompute",
        [&](const std::string& v) { l.recompute = *ValueOf<Recompute>(kRecomputeNames, v); }},
       {"distopt", flag(&l.distributed_optimizer)},
+      {"cp", integer(&l.cp)},
+      {"cpcomm", [&](const std::string& v) { l.cp_comm = *ValueOf<CpComm>(kCpCommNames, v); }},
       {"first", integer(&l.first_stage_layers)},
       {"last", integer(&l.last_stage_layers)},
       {"embsplit", flag(&l.account_for_embedding)},
@@ -258,7 +260,7 @@ int CheckTrace(const std::string& trace_path, const std::string& plan_path) {
     return 1;
   }
   for (auto& [rank, list] : ops) {
-    const int stage = rank / (p.tp * p.dp);
+    const int stage = rank / (p.tp * p.cp * p.dp);  // Megatron's order: pp varies slowest
     std::vector<std::string> expected;
     for (const PipelineOp& op : schedule.ops[static_cast<size_t>(stage)]) {
       std::string s = fmt::format("{}{}", Letter(op.kind), op.microbatch);

@@ -44,7 +44,8 @@ class GradientCheck : public ::testing::TestWithParam<bool> {
     const RngStream rng(99, "perturb");
     for (size_t i = 0; i < v.size(); ++i) v[i] += 0.1 * rng.Normal(i);
     backend_->Upload(params_->values(), v.data());
-    model_ = std::make_unique<GptModel>(*params_, *backend_, *groups_.tp, GptOptions{}, recorder_);
+    model_ = std::make_unique<GptModel>(*params_, *backend_, *groups_.tp, *groups_.cp, GptOptions{},
+                                        recorder_);
     model_->set_micro_batch_size(1);
     schedule_ = MakeSchedule(Schedule::k1F1B, 1, 2, 1);
     runner_ =

@@ -202,6 +202,57 @@ TEST(Equivalence, Fp64LlamaTp2Pp4InterleavedSequenceParallelFullRecompute) {
                    DType::kF64, kLlama);
 }
 
+// Context parallelism (cp 2): each rank holds two of the four chunks of every sequence
+// (positions 0-7 and 24-31 on CP rank 0), and the attention exchanges keys and values over the
+// CP group: ring attention (p2p, Megatron's default), all-gather, or all-to-all over the heads.
+// The loss and the gradients are sums over the CP group's tokens, so every layout must still
+// give the single-process losses and parameters.
+TEST(Equivalence, Cp2) { ExpectEquivalent({.cp = 2}); }
+TEST(Equivalence, Cp2AllGather) {
+  ExpectEquivalent({.micro_batch = 2, .cp = 2, .cp_comm = CpComm::kAllGather});
+}
+TEST(Equivalence, LlamaCp2AllToAll) {
+  ExpectEquivalent({.micro_batch = 2, .cp = 2, .cp_comm = CpComm::kA2a}, DType::kF32, kLlama);
+}
+// cp 4: chunks of 4 tokens; the ring takes 4 steps, every rank sees blocks from both earlier and
+// later ranks, and each block's gradients travel 4 hops back to their owner.
+TEST(Equivalence, Cp4) { ExpectEquivalent({.micro_batch = 2, .cp = 4}); }
+TEST(Equivalence, Cp4AllGather) { ExpectEquivalent({.cp = 4, .cp_comm = CpComm::kAllGather}); }
+TEST(Equivalence, Cp4AllToAll) { ExpectEquivalent({.cp = 4, .cp_comm = CpComm::kA2a}); }
+// Sequence parallelism splits each CP rank's 16 tokens over TP; selective recompute re-runs the
+// ring in the backward.
+TEST(Equivalence, LlamaTp2Cp2SequenceParallelSelective) {
+  ExpectEquivalent(
+      {.tp = 2, .sequence_parallel = true, .recompute = Recompute::kSelective, .cp = 2},
+      DType::kF32, kLlama);
+}
+// Gradients reduce-scattered over dp x cp = 4 ranks, each owning a quarter of the optimizer.
+TEST(Equivalence, Cp2Dp2DistributedOptimizerFullRecompute) {
+  ExpectEquivalent({.dp = 2,
+                    .micro_batch = 2,
+                    .recompute = Recompute::kFull,
+                    .distributed_optimizer = true,
+                    .cp = 2});
+}
+TEST(Equivalence, Cp2Pp2ZeroBubbleAllToAll) {
+  ExpectEquivalent({.pp = 2, .schedule = Schedule::kZbH1, .cp = 2, .cp_comm = CpComm::kA2a});
+}
+TEST(Equivalence, LlamaCp2Pp4InterleavedAllGather) {
+  ExpectEquivalent({.pp = 4,
+                    .virtual_stages = 2,
+                    .schedule = Schedule::kInterleaved,
+                    .cp = 2,
+                    .cp_comm = CpComm::kAllGather},
+                   DType::kF32, kLlama);
+}
+// Everything with the ring in fp64: the distributed optimizer shards over the CP ranks alone
+// (dp 1), and the tied embedding's two copies live on CP-paired first and last stages.
+TEST(Equivalence, Fp64Tp2Cp2Pp2SequenceParallelDistributedOptimizer) {
+  ExpectEquivalent(
+      {.tp = 2, .pp = 2, .sequence_parallel = true, .distributed_optimizer = true, .cp = 2},
+      DType::kF64);
+}
+
 }  // namespace
 }  // namespace ptdp
 

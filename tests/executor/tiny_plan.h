@@ -21,6 +21,8 @@ struct TinyLayout {
   int first_stage_layers = 0, last_stage_layers = 0;  // an uneven split
   bool account_for_embedding = false, account_for_loss = false;
   int recompute_num_layers = 0;  // full recompute of the first N layers per chunk
+  int cp = 1;                    // context parallelism
+  CpComm cp_comm = CpComm::kP2p;
 };
 
 struct TinyModel {
@@ -56,9 +58,11 @@ inline Plan TinyPlan(const TinyLayout& l, const TinyModel& m = {}) {
   p.model.seq_length = m.seq;
   p.model.max_position_embeddings = m.seq;
   p.cluster = ClusterPreset("cpu-local");
-  p.num_gpus = int64_t{l.tp} * l.pp * l.dp;
+  p.num_gpus = int64_t{l.tp} * l.cp * l.pp * l.dp;
   p.training.global_batch_size = m.global_batch;
-  p.training.precision = Precision::kFp32;
+  // Megatron runs context parallelism only in Transformer Engine's 16-bit flash-style attention;
+  // the CPU path computes in fp32 (ExecuteOptions::dtype) whatever the plan's precision.
+  p.training.precision = l.cp > 1 ? Precision::kBf16 : Precision::kFp32;
   p.training.lr = m.lr;
   p.parallel.tp = l.tp;
   p.parallel.pp = l.pp;
@@ -74,6 +78,8 @@ inline Plan TinyPlan(const TinyLayout& l, const TinyModel& m = {}) {
   p.parallel.account_for_embedding = l.account_for_embedding;
   p.parallel.account_for_loss = l.account_for_loss;
   p.parallel.recompute_num_layers = l.recompute_num_layers;
+  p.parallel.cp = l.cp;
+  p.parallel.cp_comm = l.cp_comm;
   return ParsePlanYaml(WritePlanYaml(p), "tiny-plan.yaml");
 }
 
