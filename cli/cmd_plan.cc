@@ -38,12 +38,13 @@ void AddPlanOptions(po::options_description& o) {
       "write a self-contained HTML report (table, chart, timeline, rejections)")(
       "explain", po::bool_switch(), "count the rejections per rule, with an example each")(
       "fix", po::value<std::vector<std::string>>()->composing()->value_name("KEY=VALUE"),
-      "fix a knob (repeatable): tp, cp, cp-comm (p2p | a2a | allgather), pp, dp, mbs, v, "
+      "fix a knob (repeatable): tp, cp, cp-comm (p2p | a2a | allgather), ep, etp, pp, dp, mbs, v, "
       "schedule, sp, recompute, dist-opt, fsdp (none | optim | optim_grads | "
       "optim_grads_params), uneven (on | off)")("max-tp", po::value<std::string>()->value_name("T"),
                                                 "largest tensor-parallel size")(
       "max-pp", po::value<std::string>()->value_name("P"), "largest pipeline-parallel size")(
       "max-cp", po::value<std::string>()->value_name("C"), "largest context-parallel size")(
+      "max-ep", po::value<std::string>()->value_name("E"), "largest expert-parallel size")(
       "max-micro-batch", po::value<std::string>()->value_name("b"), "largest micro-batch size")(
       "memory-headroom", po::value<std::string>()->value_name("X"),
       "memory each plan must leave free: a fraction (0.1) or a percentage (10%)")(
@@ -94,7 +95,11 @@ ParallelConfig ReadLayout(const Flags& flags, const std::string& text, int64_t g
     start = comma + 1;
   }
   if (!c.tp || !c.pp) flags.Fail("compare", "needs at least tp= and pp=");
-  ParallelConfig p{.tp = *c.tp, .pp = *c.pp, .cp = c.cp.value_or(1)};
+  ParallelConfig p{.tp = *c.tp,
+                   .pp = *c.pp,
+                   .cp = c.cp.value_or(1),
+                   .ep = c.ep.value_or(1),
+                   .etp = c.etp.value_or(0)};
   if (c.cp_comms.size() == 1) p.cp_comm = c.cp_comms.front();
   const int64_t model = int64_t{p.tp} * p.pp * p.cp;
   if (gpus % model != 0) {
@@ -121,6 +126,7 @@ PlanRequest ReadRequest(const Flags& flags, std::string& reference_label) {
   req.constraints.max_tp = static_cast<int>(flags.OptionalPositiveInt("max-tp").value_or(0));
   req.constraints.max_pp = static_cast<int>(flags.OptionalPositiveInt("max-pp").value_or(0));
   req.constraints.max_cp = static_cast<int>(flags.OptionalPositiveInt("max-cp").value_or(0));
+  req.constraints.max_ep = static_cast<int>(flags.OptionalPositiveInt("max-ep").value_or(0));
   req.constraints.max_micro_batch_size =
       static_cast<int>(flags.OptionalPositiveInt("max-micro-batch").value_or(0));
   if (flags.Switch("no-recompute")) req.constraints.recomputes = {Recompute::kNone};
@@ -157,16 +163,19 @@ PlanRequest ReadRequest(const Flags& flags, std::string& reference_label) {
 std::string PlanJsonEntry(const RankedPlan& r) {
   const ParallelConfig& p = r.plan.parallel;
   return fmt::format(
-      "{{\"tp\": {}, \"cp\": {}, \"cp_comm\": \"{}\", \"pp\": {}, \"dp\": {}, \"micro_batch\": {}, "
+      "{{\"tp\": {}, \"cp\": {}, \"cp_comm\": \"{}\", \"ep\": {}, \"etp\": {}, \"pp\": {}, \"dp\": "
+      "{}, "
+      "\"micro_batch\": {}, "
       "\"schedule\": \"{}\", "
       "\"virtual_stages\": {}, \"sequence_parallel\": {}, \"recompute\": \"{}\", "
       "\"distributed_optimizer\": {}, \"fsdp\": \"{}\", \"first_stage_layers\": {}, "
       "\"last_stage_layers\": {}, \"account_for_embedding\": {}, \"account_for_loss\": {}, "
       "\"megatron_args\": {},\n   {}}}",
-      p.tp, p.cp, Name(p.cp_comm), p.pp, p.dp, p.micro_batch_size, Name(p.schedule),
-      p.virtual_stages, p.sequence_parallel, Name(p.recompute), p.distributed_optimizer,
-      Name(p.fsdp), p.first_stage_layers, p.last_stage_layers, p.account_for_embedding,
-      p.account_for_loss, JsonString(MegatronArgsLine(r.plan)), SimulationJsonMembers(r.report, 3));
+      p.tp, p.cp, Name(p.cp_comm), p.ep, p.expert_tp(), p.pp, p.dp, p.micro_batch_size,
+      Name(p.schedule), p.virtual_stages, p.sequence_parallel, Name(p.recompute),
+      p.distributed_optimizer, Name(p.fsdp), p.first_stage_layers, p.last_stage_layers,
+      p.account_for_embedding, p.account_for_loss, JsonString(MegatronArgsLine(r.plan)),
+      SimulationJsonMembers(r.report, 3));
 }
 
 std::string PlanJson(const PlanRequest& req, const PlanSearchResult& res) {
@@ -339,14 +348,15 @@ const Command kPlanCommand{
         "                 [--fix tp=8] [--max-tp T] [--memory-headroom 10%] [--no-recompute]",
     .description =
         "Searches every PTD-P configuration Megatron-LM accepts for the model on the cluster "
-        "(tensor,\npipeline and data-parallel sizes, micro-batch, the layer split (even, the "
-        "embedding and loss\ncounted as layers, or fewer layers on the first and last stages), "
-        "schedule 1f1b / interleaved\nwith every v / zb-h1, sequence parallelism, recompute "
-        "none / selective / full, the distributed\noptimizer or Megatron-FSDP), keeps those "
-        "that fit in memory, ranks them by simulated step time\n(ties: less memory) and shows "
-        "the best as Megatron-LM flags. For Megatron-Core every plan\nruns with "
-        "--overlap-grad-reduce (and --overlap-param-gather with the distributed optimizer)\n"
-        "unless --no-overlap. The ranking is "
+        "(tensor,\ncontext (with its p2p / a2a / allgather exchange), expert (MoE models: ep, "
+        "with etp 1 or tp),\npipeline and data-parallel sizes, micro-batch, the layer split "
+        "(even, the embedding and loss\ncounted as layers, or fewer layers on the first and last "
+        "stages), schedule 1f1b / interleaved\nwith every v / zb-h1, sequence parallelism, "
+        "recompute none / selective / full, the distributed\noptimizer or Megatron-FSDP), keeps "
+        "those that fit in memory, ranks them by simulated step time\n(ties: less memory) and "
+        "shows the best as Megatron-LM flags. For Megatron-Core every plan\nruns with "
+        "--overlap-grad-reduce (and --overlap-param-gather with the distributed optimizer, the\n"
+        "all-to-all token dispatcher with expert parallelism) unless --no-overlap. The ranking is "
         "exact: the same as simulating every candidate.\nWithout flags it plans the founding "
         "document's example: seed-example (24 layers, hidden 2048,\n32 heads, sequence 2048) "
         "on 8 A100-80GB GPUs with global batch 128, and places its hand-picked\nTP 2 x PP 4 "

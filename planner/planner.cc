@@ -19,11 +19,12 @@ namespace ptdp {
 namespace {
 
 auto ConfigKey(const ParallelConfig& p) {
-  return std::make_tuple(p.tp, p.cp, static_cast<int>(p.cp_comm), p.pp, p.dp, p.micro_batch_size,
-                         static_cast<int>(p.schedule), p.virtual_stages, p.sequence_parallel,
-                         static_cast<int>(p.recompute), p.distributed_optimizer,
-                         static_cast<int>(p.fsdp), p.first_stage_layers, p.last_stage_layers,
-                         p.account_for_embedding, p.account_for_loss, p.recompute_num_layers);
+  return std::make_tuple(p.tp, p.cp, static_cast<int>(p.cp_comm), p.ep, p.etp, p.pp, p.dp,
+                         p.micro_batch_size, static_cast<int>(p.schedule), p.virtual_stages,
+                         p.sequence_parallel, static_cast<int>(p.recompute),
+                         p.distributed_optimizer, static_cast<int>(p.fsdp), p.first_stage_layers,
+                         p.last_stage_layers, p.account_for_embedding, p.account_for_loss,
+                         p.recompute_num_layers);
 }
 
 // Best first: step time, then memory, then a fixed order of the knobs (so ties are stable).
@@ -70,6 +71,12 @@ CostOptions PlanOptions(const PlanRequest& request, const ParallelConfig& parall
     o.overlap_param_gather =
         o.overlap_param_gather || (parallel.distributed_optimizer && parallel.fsdp == Fsdp::kNone);
   }
+  if (request.recommend_overlap && o.stack == SoftwareStack::kCore && request.model.moe() &&
+      parallel.ep > 1 && o.moe_token_dispatcher == MoeDispatcher::kAllGather) {
+    // With experts spread over ranks the all-to-all dispatcher moves k copies of each token
+    // instead of every token of the group (Megatron-Bridge's MoE recipes use it).
+    o.moe_token_dispatcher = MoeDispatcher::kAllToAll;
+  }
   if (o.overlap_param_gather && !parallel.distributed_optimizer) o.overlap_param_gather = false;
   if (o.tp_comm_overlap && !(parallel.sequence_parallel && parallel.tp > 1)) {
     o.tp_comm_overlap = false;
@@ -109,8 +116,8 @@ PlanSearchResult SearchPlans(const PlanRequest& req) {
         ParallelConfig memory_key = p;
         memory_key.cp_comm = CpComm::kP2p;
         if (!last_memory || last_memory->first != memory_key) {
-          last_memory.emplace(memory_key, EstimateMemory(req.model, req.cluster, req.training, p,
-                                                         held, options));
+          last_memory.emplace(
+              memory_key, EstimateMemory(req.model, req.cluster, req.training, p, held, options));
         }
         const MemoryEstimate& mem = last_memory->second;
         CandidatePoint point{p, 0, mem.peak_bytes(), mem.peak_bytes() <= limit};

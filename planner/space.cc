@@ -160,6 +160,26 @@ std::vector<ParallelConfig> PipelineSplits(int L, int pp) {
 
 namespace {
 
+// A MoE model's (ep, etp) pairs: ep dividing the experts, etp 1 or tp, the expert grid
+// etp x ep x pp dividing the GPUs (no other pair passes Megatron's rules; a pair the user fixes
+// is examined to say why). A dense model: ep 1 and etp unset.
+std::vector<std::pair<int, int>> ExpertLayouts(const ModelSpec& m, int64_t gpus, int tp, int pp,
+                                               const SearchConstraints& c) {
+  if (!m.moe()) return {{c.ep.value_or(1), c.etp.value_or(0)}};
+  std::vector<std::pair<int, int>> out;
+  std::vector<int> etps = {1};
+  if (tp > 1) etps.push_back(tp);
+  if (c.etp) etps = {*c.etp};
+  for (int etp : etps) {
+    for (int64_t ep : Divisors(m.num_experts)) {
+      if (!Allowed(c.ep, ep) || (c.max_ep > 0 && ep > c.max_ep)) continue;
+      if (gpus % (int64_t{etp} * ep * pp) != 0 && !(c.ep && c.etp)) continue;
+      out.emplace_back(static_cast<int>(ep), etp);
+    }
+  }
+  return out;
+}
+
 // The model-chunk counts an interleaved schedule can use with `split`: v > 1 dividing every
 // pipeline rank's layers (Megatron's per-rank divisibility rules).
 std::vector<int64_t> ChunkCounts(int L, int pp, const ParallelConfig& split) {
@@ -218,6 +238,8 @@ int64_t EnumerateConfigs(const ModelSpec& model, const TrainingSpec& training, i
         if (!Allowed(c.dp, dp)) continue;
         // The exchanges of context parallelism; one (unused) without it.
         const std::vector<CpComm> comms = cp > 1 ? c.cp_comms : std::vector<CpComm>{CpComm::kP2p};
+        const std::vector<std::pair<int, int>> experts =
+            ExpertLayouts(model, num_gpus, static_cast<int>(tp), static_cast<int>(pp), c);
         // Micro-batch sizes: divisors of GBS / dp; if dp does not divide GBS, none can work, and
         // one candidate (mbs 1) carries the rejection.
         std::vector<int64_t> mbs_list =
@@ -260,34 +282,38 @@ int64_t EnumerateConfigs(const ModelSpec& model, const TrainingSpec& training, i
                         continue;
                       }
                       for (CpComm comm : comms) {
-                        ParallelConfig p = split;
-                        p.tp = static_cast<int>(tp);
-                        p.pp = static_cast<int>(pp);
-                        p.dp = static_cast<int>(dp);
-                        p.cp = static_cast<int>(cp);
-                        p.cp_comm = comm;
-                        p.micro_batch_size = static_cast<int>(mbs);
-                        p.virtual_stages = static_cast<int>(v);
-                        p.schedule = schedule;
-                        p.sequence_parallel = sp == 1;
-                        p.recompute = recompute;
-                        p.distributed_optimizer = sh.distributed_optimizer;
-                        p.fsdp = sh.fsdp;
-                        ++examined;
-                        if (const std::optional<Rule> rule =
-                                FirstBrokenRule(model, training, p, num_gpus, options)) {
-                          // Counted per rule here, in the map at the end; the first example met.
-                          const int r = static_cast<int>(*rule);
-                          if (broken[r]++ == 0) {
-                            examples[r] = fmt::format(
-                                "{}: {}", Describe(p),
-                                CheckParallelConfig(model, training, p, num_gpus, options)
-                                    .front()
-                                    .message);
+                        for (auto [ep, etp] : experts) {
+                          ParallelConfig p = split;
+                          p.ep = ep;
+                          p.etp = etp;
+                          p.tp = static_cast<int>(tp);
+                          p.pp = static_cast<int>(pp);
+                          p.dp = static_cast<int>(dp);
+                          p.cp = static_cast<int>(cp);
+                          p.cp_comm = comm;
+                          p.micro_batch_size = static_cast<int>(mbs);
+                          p.virtual_stages = static_cast<int>(v);
+                          p.schedule = schedule;
+                          p.sequence_parallel = sp == 1;
+                          p.recompute = recompute;
+                          p.distributed_optimizer = sh.distributed_optimizer;
+                          p.fsdp = sh.fsdp;
+                          ++examined;
+                          if (const std::optional<Rule> rule =
+                                  FirstBrokenRule(model, training, p, num_gpus, options)) {
+                            // Counted per rule here, in the map at the end; the first example met.
+                            const int r = static_cast<int>(*rule);
+                            if (broken[r]++ == 0) {
+                              examples[r] = fmt::format(
+                                  "{}: {}", Describe(p),
+                                  CheckParallelConfig(model, training, p, num_gpus, options)
+                                      .front()
+                                      .message);
+                            }
+                            continue;
                           }
-                          continue;
+                          visit(p);
                         }
-                        visit(p);
                       }
                     }
                   }
@@ -313,8 +339,8 @@ void ApplyFix(std::string_view assignment, SearchConstraints& c) {
   auto fail = [&](const std::string& why) {
     throw InputError(
         {"", 0, "--fix"}, fmt::format("\"{}\": {}", assignment, why),
-        "keys: tp, cp, cp-comm, pp, dp, mbs, v, schedule, sp, recompute, dist-opt, fsdp, uneven; "
-        "e.g. --fix tp=8");
+        "keys: tp, cp, cp-comm, ep, etp, pp, dp, mbs, v, schedule, sp, recompute, dist-opt, fsdp, "
+        "uneven; e.g. --fix tp=8");
   };
   if (eq == std::string_view::npos) fail("expected KEY=VALUE");
   const std::string_view key = assignment.substr(0, eq), value = assignment.substr(eq + 1);
@@ -338,6 +364,10 @@ void ApplyFix(std::string_view assignment, SearchConstraints& c) {
     c.pp = number();
   else if (key == "cp")
     c.cp = number();
+  else if (key == "ep")
+    c.ep = number();
+  else if (key == "etp")
+    c.etp = number();
   else if (key == "cp-comm" || key == "cp_comm") {
     const auto comm = ValueOf<CpComm>(kCpCommNames, value);
     if (!comm) fail(UnknownValueMessage<CpComm>(kCpCommNames, value));

@@ -3,7 +3,9 @@
 //
 // The space, exactly: tp x cp x pp x dp = N with tp, cp and pp dividing N, and 2 cp dividing the
 // sequence (Megatron's split into 2 cp chunks; no other cp can pass its rules); with cp > 1 each
-// of the exchanges p2p, a2a and allgather; micro-batch sizes dividing
+// of the exchanges p2p, a2a and allgather; for a mixture-of-experts model, expert parallelism ep
+// dividing the experts with etp 1 or tp (the expert grid etp x ep x pp dividing N); micro-batch
+// sizes dividing
 // GBS / dp (no other size can divide the global batch); the layer splits of each pp
 // (PipelineSplits); schedules 1f1b, zb-h1, and interleaved with every v > 1 dividing each
 // stage's layers; sequence parallelism on or off; recompute none, selective or full; data-
@@ -31,11 +33,12 @@ namespace ptdp {
 
 struct SearchConstraints {
   std::optional<int> tp, pp, dp, micro_batch_size, virtual_stages;  // --fix KEY=VALUE
-  std::optional<int> cp;
+  std::optional<int> cp, ep, etp;
   std::vector<CpComm> cp_comms = {CpComm::kP2p, CpComm::kA2a, CpComm::kAllGather};
   int max_tp = 0;  // 0: no limit
   int max_pp = 0;
   int max_cp = 0;
+  int max_ep = 0;
   int max_micro_batch_size = 0;
   std::vector<Schedule> schedules = {Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1};
   std::vector<Recompute> recomputes = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};

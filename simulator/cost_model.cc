@@ -206,10 +206,11 @@ EndParts CostOfEnds(const ModelSpec& m, const ClusterSpec& c, const TrainingSpec
 // software (LayerCostCache).
 struct PartKey {
   int tp, cp, cp_comm, micro_batch_size;
-  int part;       // 2 fp8 + recompute for a layer kind; 4: the embedding and output parts
+  int part;       // 4 moe + 2 fp8 + recompute for a layer kind; 8: the embedding and output parts
   int recompute;  // the granularity of a recomputing layer kind
   bool sequence_parallel, split_backward, tp_overlap, pipelined;
-  GroupPlacement tp_group, cp_group;
+  int dispatcher, ep, etp;  // MoE: the token dispatcher and the expert grid
+  GroupPlacement tp_group, cp_group, ep_group, etp_group, ep_etp_group;
   bool operator==(const PartKey&) const = default;
 };
 
@@ -219,13 +220,21 @@ struct PartKeyHash {
     for (int64_t x : {int64_t{k.tp}, int64_t{k.cp}, int64_t{k.cp_comm}, int64_t{k.micro_batch_size},
                       int64_t{k.part}, int64_t{k.recompute}, int64_t{k.sequence_parallel},
                       int64_t{k.split_backward}, int64_t{k.tp_overlap}, int64_t{k.pipelined},
-                      k.tp_group.ranks, k.tp_group.nodes, k.tp_group.ranks_per_node,
-                      k.cp_group.ranks, k.cp_group.nodes, k.cp_group.ranks_per_node}) {
+                      int64_t{k.dispatcher}, int64_t{k.ep}, int64_t{k.etp}}) {
       h = h * 1'000'003 + static_cast<size_t>(x);
+    }
+    for (const GroupPlacement* g :
+         {&k.tp_group, &k.cp_group, &k.ep_group, &k.etp_group, &k.ep_etp_group}) {
+      h = ((h * 1'000'003 + static_cast<size_t>(g->ranks)) * 1'000'003 +
+           static_cast<size_t>(g->nodes)) *
+              1'000'003 +
+          static_cast<size_t>(g->ranks_per_node);
     }
     return h;
   }
 };
+
+constexpr int kEndsPart = 8;
 
 PartKey KeyOf(const ParallelConfig& p, const CostOptions& options, const GroupPlacements& groups,
               int part) {
@@ -234,18 +243,25 @@ PartKey KeyOf(const ParallelConfig& p, const CostOptions& options, const GroupPl
           static_cast<int>(p.cp_comm),
           p.micro_batch_size,
           part,
-          part < 4 ? static_cast<int>(p.recompute) : 0,
+          part < kEndsPart ? static_cast<int>(p.recompute) : 0,
           p.sequence_parallel,
           p.schedule == Schedule::kZbH1,
           options.tp_comm_overlap && p.sequence_parallel && p.tp > 1,
           p.pp > 1,
+          static_cast<int>(options.moe_token_dispatcher),
+          p.ep,
+          p.expert_tp(),
           groups.tp,
-          groups.cp};
+          groups.cp,
+          groups.ep,
+          groups.etp,
+          groups.ep_etp};
 }
 
 // The options without the fields a layer's costs do not depend on (or that PartKey holds).
 CostOptions LayerOptions(CostOptions o) {
   o.overlap_grad_reduce = o.overlap_param_gather = o.tp_comm_overlap = false;
+  o.moe_token_dispatcher = MoeDispatcher::kAllGather;
   o.ddp_bucket_size = 0;
   return o;
 }
@@ -356,7 +372,7 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
   std::optional<EndParts> own_ends;
   const EndParts* ends = nullptr;
   if (shared != nullptr) {
-    const auto [it, inserted] = shared->ends.try_emplace(KeyOf(p, options, groups, 4));
+    const auto [it, inserted] = shared->ends.try_emplace(KeyOf(p, options, groups, kEndsPart));
     if (inserted) it->second = CostOfEnds(m, c, training, p, options, timer, groups);
     ends = &it->second;
   } else {
