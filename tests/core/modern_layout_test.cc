@@ -393,5 +393,99 @@ TEST(ContextParallelFlags, RefusalsInMegatronsWords) {
   EXPECT_EQ(c.parallel.cp, 2);
 }
 
+TEST(MoeFlags, ExpertModelsReadBackToTheSamePlan) {
+  for (const char* name : {"deepseek-v3", "qwen3-30b-a3b", "gpt-oss-120b", "mixtral-8x7b"}) {
+    Plan plan;
+    plan.model = ModelPreset(name);
+    plan.cluster = ClusterPreset("dgx-h100");
+    plan.num_gpus = 64;
+    plan.training.global_batch_size = 512;
+    plan.parallel = {.tp = 2,
+                     .pp = 1,
+                     .dp = 32,
+                     .ep = 8,
+                     .etp = 1,
+                     .sequence_parallel = true,
+                     .distributed_optimizer = true};
+    plan.options.moe_token_dispatcher = MoeDispatcher::kAllToAll;
+    const std::string line = MegatronArgsLine(plan);
+    EXPECT_NE(line.find("--expert-model-parallel-size 8 --expert-tensor-parallel-size 1"),
+              std::string::npos)
+        << line;
+    MegatronCommand c =
+        ReadMegatronCommand("torchrun --nproc-per-node 8 --nnodes 8 pretrain_gpt.py " + line +
+                                " --vocab-size " + std::to_string(plan.model.vocab_size),
+                            "cmd");
+    ResolveWorldSize(c, *c.world_size);
+    for (const MegatronFinding& f : c.findings) {
+      EXPECT_NE(f.severity, MegatronFinding::Severity::kError)
+          << name << " " << f.flag << ": " << f.message;
+    }
+    EXPECT_EQ(c.parallel, plan.parallel) << name;
+    EXPECT_EQ(c.options.moe_token_dispatcher, MoeDispatcher::kAllToAll);
+    ModelSpec back = c.model;
+    back.name = plan.model.name;
+    back.max_position_embeddings = plan.model.max_position_embeddings;
+    EXPECT_EQ(back, plan.model) << name << "\n" << line;
+    // And the plan file.
+    EXPECT_EQ(ParsePlanYaml(WritePlanYaml(plan), "plan.yaml"), plan) << name;
+  }
+  // DeepSeek's dense first layers in Megatron's list form.
+  const std::string ds = MegatronArgsLine([] {
+    Plan p;
+    p.model = ModelPreset("deepseek-v3");
+    p.training.global_batch_size = 8;
+    p.parallel.ep = 8;
+    return p;
+  }());
+  EXPECT_NE(ds.find("--moe-layer-freq '([0]*3+[1]*58)'"), std::string::npos) << ds;
+  EXPECT_NE(ds.find("--multi-latent-attention --q-lora-rank 1536 --kv-lora-rank 512"),
+            std::string::npos);
+}
+
+TEST(MoeFlags, RefusalsAndLayerPatterns) {
+  const std::string base =
+      "python pretrain_gpt.py --num-layers 8 --hidden-size 1024 --num-attention-heads 16 "
+      "--seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 1 "
+      "--global-batch-size 64 --vocab-size 32000 --bf16 --num-experts 8 --moe-ffn-hidden-size "
+      "512 ";
+  const auto read = [&](const std::string& extra) {
+    return ReadMegatronCommand(base + extra, "cmd");
+  };
+  const auto first_error = [&](const std::string& extra) -> std::string {
+    for (const MegatronFinding& f : read(extra).findings) {
+      if (f.severity == MegatronFinding::Severity::kError) return f.flag + ": " + f.message;
+    }
+    return "";
+  };
+  EXPECT_EQ(read("--moe-layer-freq 2").model.moe_layer_freq, 2);
+  const MegatronCommand pattern = read("--moe-layer-freq ([0]*2+[1]*6)");
+  EXPECT_EQ(pattern.model.moe_first_dense_layers, 2);
+  EXPECT_EQ(pattern.model.moe_layer_freq, 1);
+  const MegatronCommand alternating = read("--moe-layer-freq [1,0,1,0,1,0,1,0]");
+  EXPECT_EQ(alternating.model.moe_layer_freq, 2);
+  EXPECT_EQ(first_error("--moe-layer-freq ([0]*2+[1]*5)"),
+            "--moe-layer-freq: Invalid length of moe_layer_pattern: 7, expected 8, current moe "
+            "layer pattern: ([0]*2+[1]*5)");
+  EXPECT_EQ(first_error("--moe-layer-freq [1,1,0,1,1,0,1,1]"),
+            "--moe-layer-freq: ptdp models MoE layer patterns of some dense layers first, then "
+            "every n-th layer");
+  EXPECT_EQ(first_error("--moe-router-topk 9"),
+            "--moe-router-topk: moe_router_topk (9) must be between 1 and num_experts (8)");
+  EXPECT_EQ(first_error("--moe-token-dispatcher-type a2a"),
+            "--moe-token-dispatcher-type: argument --moe-token-dispatcher-type: invalid choice: "
+            "'a2a' (choose from 'allgather', 'alltoall', 'flex')");
+  // The expert grid: world 8 = ep 4 x etp 2.
+  MegatronCommand c = read(
+      "--tensor-model-parallel-size 2 --sequence-parallel --expert-model-parallel-size 4 "
+      "--expert-tensor-parallel-size 2");
+  ResolveWorldSize(c, 8);
+  EXPECT_EQ(c.parallel.dp, 4);
+  EXPECT_EQ(c.parallel.ep, 4);
+  EXPECT_EQ(c.parallel.expert_tp(), 2);
+  EXPECT_EQ(c.parallel.expert_dp(), 1);
+  EXPECT_TRUE(CheckParallelConfig(c.model, c.training, c.parallel, 8).empty());
+}
+
 }  // namespace
 }  // namespace ptdp

@@ -115,6 +115,43 @@ TEST(Planner, ContextParallelIsSearchedExactlyAndWinsOnLongSequences) {
   }
 }
 
+TEST(Planner, ExpertParallelismIsSearchedExactly) {
+  // A small mixture of experts (8 experts, top 2) on 16 H100s: the search covers ep (dividing
+  // the experts, the expert grid dividing the GPUs) with etp 1 or tp, and agrees with brute
+  // force.
+  PlanRequest req = Request("mixtral-8x7b", "dgx-h100", 16, 64);
+  req.model.num_layers = 8;
+  req.model.seq_length = 2048;
+  req.constraints.recomputes = {Recompute::kNone};
+  req.constraints.schedules = {Schedule::k1F1B};
+  req.constraints.cp = 1;
+  req.top_k = 10;
+  const PlanSearchResult fast = SearchPlans(req);
+  const std::vector<RankedPlan> slow = BruteForcePlans(req);
+  ASSERT_EQ(fast.plans.size(), slow.size());
+  ASSERT_FALSE(slow.empty());
+  for (size_t i = 0; i < slow.size(); ++i) {
+    EXPECT_EQ(fast.plans[i].plan.parallel, slow[i].plan.parallel) << "rank " << i + 1;
+  }
+  std::set<std::pair<int, int>> layouts;
+  Rejections rejected;
+  EnumerateConfigs(req.model, req.training, req.gpus, req.constraints, rejected,
+                   [&](const ParallelConfig& p) { layouts.insert({p.ep, p.expert_tp()}); });
+  EXPECT_TRUE(layouts.count({8, 1}));
+  EXPECT_TRUE(layouts.count({4, 2}));
+  EXPECT_FALSE(layouts.count({16, 1}));  // 8 experts cannot split 16 ways
+  // With expert parallelism the plans run the all-to-all dispatcher.
+  for (const RankedPlan& r : fast.plans) {
+    if (r.plan.parallel.ep > 1) {
+      EXPECT_EQ(r.plan.options.moe_token_dispatcher, MoeDispatcher::kAllToAll);
+    }
+  }
+  // A dense model has no expert dimension.
+  PlanRequest dense = Request("seed-example", "dgx-a100-80gb", 8, 128);
+  EnumerateConfigs(dense.model, dense.training, dense.gpus, dense.constraints, rejected,
+                   [&](const ParallelConfig& p) { EXPECT_EQ(p.ep, 1); });
+}
+
 TEST(Planner, PipelineSplitsOfLlama405B) {
   // 126 layers on 16 stages: the embedding and loss counted as layers (128 / 16: 7 + 8 x 14 + 7
   // layers), listed once although first = last = 7 places the same layers; other uneven
