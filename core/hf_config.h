@@ -8,13 +8,41 @@
 
 namespace ptdp {
 
-// Two families are understood, chosen by "model_type" (or, without it, by the key names):
+// The family is chosen by "model_type" (or, without it, by the key names: Llama or GPT-2):
 //  - Llama style (llama, mistral): num_hidden_layers, hidden_size, num_attention_heads,
 //    num_key_value_heads, intermediate_size, vocab_size, max_position_embeddings, hidden_act
 //    "silu" (SwiGLU), RMSNorm, RoPE, tie_word_embeddings (default false), attention_bias and
-//    mlp_bias (default false), head_dim.
+//    mlp_bias (default false, and they must agree), head_dim, attention_dropout (default 0;
+//    hidden dropout 0). The families below share these keys unless they say otherwise.
+//  - qwen3: Llama's keys, head_dim required, and a norm on each head's query and key
+//    (qk_layernorm).
+//  - mixtral: Llama's keys plus num_local_experts and num_experts_per_tok; every layer is MoE
+//    and each expert is intermediate_size wide (the dense width is the same).
+//  - qwen3_moe: Qwen3's keys plus num_experts, num_experts_per_tok, moe_intermediate_size
+//    (intermediate_size is the dense width), mlp_only_layers (dense layers; only a prefix
+//    0..k-1 is accepted, as moe_first_dense_layers k) and decoder_sparse_step (moe_layer_freq;
+//    Qwen's MoE layers are those with (layer + 1) % step == 0, Megatron's layer % step == 0:
+//    a step above 1 is accepted, one layer earlier, when it gives the same number of MoE
+//    layers). norm_topk_prob is ignored.
+//  - deepseek_v3, deepseek_v2: multi-latent attention from q_lora_rank (required; null: queries
+//    projected directly), kv_lora_rank, qk_nope_head_dim (qk_head_dim), qk_rope_head_dim
+//    (qk_pos_emb_head_dim), v_head_dim (also kv_channels); num_key_value_heads is ignored (one
+//    query group per head). Experts: n_routed_experts, num_experts_per_tok,
+//    moe_intermediate_size, n_shared_experts (one shared MLP n_shared_experts *
+//    moe_intermediate_size wide), first_k_dense_replace, moe_layer_freq; intermediate_size is
+//    the dense layers' width. seq_aux (default true) picks the seq_aux_loss balancing.
+//    Not modelled: the multi-token-prediction layers (num_nextn_predict_layers), group-limited
+//    routing (n_group, topk_group), the expert-bias balancing (topk_method noaux_tc).
+//  - gpt_oss: num_local_experts, experts_per_token (or num_experts_per_tok), intermediate_size
+//    (the experts' and the dense width), head_dim (required), attention_bias (must be true:
+//    the experts always have biases, so add_bias_linear is true). sliding_window and
+//    layer_types are ignored: every layer is simulated with full causal attention, which
+//    overstates the attention work of the sliding-window half; attention sinks are left out.
 //  - GPT-2 style (gpt2): n_layer, n_embd, n_head, n_inner (default 4h), vocab_size, n_positions,
 //    a GeLU activation_function, LayerNorm, learned positions, biases, tied embeddings.
+// MoE routers balance with aux_loss unless stated; the expert capacity is dropless. Sliding
+// windows (Mistral, Qwen) and RoPE scaling are ignored everywhere. Qwen2 (biases on the query,
+// key and value projections only) is not understood.
 // The training sequence length is taken as max_position_embeddings (n_positions); callers may
 // override it. Keys that do not describe the architecture are ignored; missing or mistyped
 // ones are an InputError naming the file, line and key.

@@ -27,6 +27,18 @@ std::string Describe(const YAML::Node& node) {
   return fmt::format("\"{}\"", node.Scalar());
 }
 
+// The integer an unquoted scalar spells ("+" allowed), or nothing.
+std::optional<int64_t> IntegerOf(const YAML::Node& node) {
+  if (!node.IsScalar() || IsQuoted(node)) return std::nullopt;
+  const std::string& s = node.Scalar();
+  const char* end = s.data() + s.size();
+  const char* begin = s.data() + (!s.empty() && s[0] == '+' ? 1 : 0);
+  int64_t value = 0;
+  const auto [ptr, ec] = std::from_chars(begin, end, value);
+  if (ec != std::errc() || ptr != end) return std::nullopt;
+  return value;
+}
+
 }  // namespace
 
 YAML::Node ParseYamlDocument(std::string_view text, const std::string& source) {
@@ -108,15 +120,9 @@ void YamlMap::Fail(std::string_view key, std::string message, std::string hint) 
 
 int64_t YamlMap::Int(std::string_view key) const {
   const Entry& e = Require(key);
-  const std::string& s = e.value.IsScalar() ? e.value.Scalar() : std::string();
-  int64_t value = 0;
-  const char* end = s.data() + s.size();
-  const char* begin = s.data() + (!s.empty() && s[0] == '+' ? 1 : 0);
-  const auto [ptr, ec] = std::from_chars(begin, end, value);
-  if (!e.value.IsScalar() || IsQuoted(e.value) || s.empty() || ec != std::errc() || ptr != end) {
-    Fail(key, fmt::format("expected an integer, got {}", Describe(e.value)));
-  }
-  return value;
+  const std::optional<int64_t> value = IntegerOf(e.value);
+  if (!value) Fail(key, fmt::format("expected an integer, got {}", Describe(e.value)));
+  return *value;
 }
 
 int64_t YamlMap::PositiveInt(std::string_view key) const {
@@ -183,6 +189,24 @@ std::vector<YamlMap> YamlMap::MapList(std::string_view key) const {
                        item.Mark().line >= 0 ? item.Mark().line + 1 : e.line);
   }
   return items;
+}
+
+std::vector<int64_t> YamlMap::IntList(std::string_view key) const {
+  const Entry& e = Require(key);
+  if (!e.value.IsSequence()) Fail(key, fmt::format("expected a list, got {}", Describe(e.value)));
+  std::vector<int64_t> values;
+  values.reserve(e.value.size());
+  for (size_t i = 0; i < e.value.size(); ++i) {
+    const YAML::Node item = e.value[i];
+    const std::optional<int64_t> value = IntegerOf(item);
+    if (!value) {
+      throw InputError({source_, item.Mark().line >= 0 ? item.Mark().line + 1 : e.line,
+                        fmt::format("{}[{}]", PathOf(key), i)},
+                       fmt::format("expected an integer, got {}", Describe(item)));
+    }
+    values.push_back(*value);
+  }
+  return values;
 }
 
 std::optional<int64_t> YamlMap::OptionalPositiveInt(std::string_view key) const {
