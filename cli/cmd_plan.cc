@@ -101,6 +101,13 @@ ParallelConfig ReadLayout(const Flags& flags, const std::string& text, int64_t g
                    .ep = c.ep.value_or(1),
                    .etp = c.etp.value_or(0)};
   if (c.cp_comms.size() == 1) p.cp_comm = c.cp_comms.front();
+  if (c.layout) {
+    if (c.layout->size() % static_cast<size_t>(p.pp) != 0) {
+      flags.Fail("compare", fmt::format("the layout's {} stages do not divide over pp {}",
+                                        c.layout->size(), p.pp));
+    }
+    p.layout = *c.layout;
+  }
   const int64_t model = int64_t{p.tp} * p.pp * p.cp;
   if (gpus % model != 0) {
     flags.Fail("compare", fmt::format("tp x pp{} = {} does not divide the {} GPUs",
@@ -108,7 +115,8 @@ ParallelConfig ReadLayout(const Flags& flags, const std::string& text, int64_t g
   }
   p.dp = static_cast<int>(gpus / model);
   p.micro_batch_size = c.micro_batch_size.value_or(1);
-  p.virtual_stages = c.virtual_stages.value_or(1);
+  p.virtual_stages =
+      p.layout.empty() ? c.virtual_stages.value_or(1) : static_cast<int>(p.layout.size()) / p.pp;
   p.schedule = c.schedules.size() == 1
                    ? c.schedules.front()
                    : (p.virtual_stages > 1 ? Schedule::kInterleaved : Schedule::k1F1B);

@@ -674,6 +674,7 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
           "pass --vocab-size to Megatron (or to this check) for exact figures");
   }
   ReadMoeFlags(r, m);
+  m.mtp_num_layers = ToInt(std::max<int64_t>(0, r.Int("--mtp-num-layers").value_or(0)));
   c.model_complete = m.num_layers > 0 && m.hidden_size > 0 && m.num_attention_heads > 0 &&
                      m.seq_length > 0 && m.kv_channels > 0 && m.ffn_hidden_size > 0 &&
                      m.num_query_groups > 0 && m.num_attention_heads % m.num_query_groups == 0 &&
@@ -782,14 +783,36 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
   }
   p.account_for_embedding = r.Has("--account-for-embedding-in-pipeline-split");
   p.account_for_loss = r.Has("--account-for-loss-in-pipeline-split");
-  if (r.Has("--pipeline-model-parallel-layout")) {
-    r.Add(Severity::kWarning, "--pipeline-model-parallel-layout",
-          "ptdp does not model a pipeline layout string yet: simulated with the even split (or "
-          "the first / last stage layer counts)",
-          "");
-  }
   p.virtual_stages = 1;
-  if (vstages && *vstages > 0) {
+  if (auto text = r.String("--pipeline-model-parallel-layout")) {
+    // The layout names the stages: virtual stages = its stages / pp (arguments.py).
+    const PipelineLayout layout = ParsePipelineLayout(*text);
+    if (!layout.error.empty()) {
+      r.Add(Severity::kError, "--pipeline-model-parallel-layout", layout.error, "");
+    } else if (layout.layers.size() % static_cast<size_t>(p.pp) != 0) {
+      r.Add(Severity::kError, "--pipeline-model-parallel-layout",
+            fmt::format("pipeline_model_parallel_layout must be divisible by "
+                        "pipeline_model_parallel_size (len(layout)={}, "
+                        "pipeline_model_parallel_size={})",
+                        layout.layers.size(), p.pp),
+            "");
+    } else {
+      p.layout = layout.layers;
+      p.virtual_stages = static_cast<int>(layout.layers.size()) / p.pp;
+      if (layout.mtp != m.mtp_num_layers) {
+        r.Add(Severity::kError, "--pipeline-model-parallel-layout",
+              fmt::format("Number of mtp layers in layout ({}) must match mtp_num_layers ({})",
+                          layout.mtp, m.mtp_num_layers),
+              "");
+      }
+    }
+    if (per_vstage || vstages) {
+      r.Add(Severity::kError, "--pipeline-model-parallel-layout",
+            "the layout gives the virtual stages: drop --num-layers-per-virtual-pipeline-stage and "
+            "--num-virtual-stages-per-pipeline-rank",
+            "");
+    }
+  } else if (vstages && *vstages > 0) {
     p.virtual_stages = ToInt(*vstages);
   } else if (per_vstage && *per_vstage > 0) {
     if (p.first_stage_layers > 0 || p.last_stage_layers > 0) {
@@ -1094,7 +1117,10 @@ std::vector<std::string> MegatronArgs(const Plan& plan) {
   if (p.last_stage_layers > 0) add("--decoder-last-pipeline-num-layers", p.last_stage_layers);
   if (p.account_for_embedding) a.push_back("--account-for-embedding-in-pipeline-split");
   if (p.account_for_loss) a.push_back("--account-for-loss-in-pipeline-split");
-  if (p.schedule == Schedule::kInterleaved) {
+  if (!p.layout.empty()) {
+    add("--pipeline-model-parallel-layout",
+        fmt::format("'{}'", PipelineLayoutText(p.layout, m.mtp_num_layers)));
+  } else if (p.schedule == Schedule::kInterleaved) {
     // Megatron takes the chunk count directly when the split is uneven.
     if (UnevenSplit(p)) {
       add("--num-virtual-stages-per-pipeline-rank", p.virtual_stages);
@@ -1159,6 +1185,7 @@ std::vector<std::string> MegatronArgs(const Plan& plan) {
     add("--make-vocab-size-divisible-by", m.make_vocab_size_divisible_by);
   }
   if (m.qk_layernorm) a.push_back("--qk-layernorm");
+  if (m.mtp_num_layers > 0) add("--mtp-num-layers", m.mtp_num_layers);
   if (m.multi_latent_attention) {
     a.push_back("--multi-latent-attention");
     if (m.q_lora_rank > 0) add("--q-lora-rank", m.q_lora_rank);

@@ -133,7 +133,42 @@ void CheckRules(const ModelSpec& model, const TrainingSpec& training, const Para
   const bool interleaved = p.schedule == Schedule::kInterleaved;
   const bool uneven = p.first_stage_layers > 0 || p.last_stage_layers > 0;
   const int accounted = (p.account_for_embedding ? 1 : 0) + (p.account_for_loss ? 1 : 0);
-  if (uneven) {
+  if (!p.layout.empty()) {
+    // pipeline_parallel_layer_layout.py: the layout names every stage's layers; the other split
+    // options must be left unset (arguments.py).
+    int total = 0;
+    for (int n : p.layout) total += n;
+    const auto layout_fail = [&](const auto& message, const auto& hint) {
+      add(Rule::kUnevenStages, "layout", message, hint);
+    };
+    if (uneven || accounted > 0) {
+      layout_fail(
+          [] {
+            return std::string(
+                "pipeline_model_parallel_layout cannot be combined with the first / last stage "
+                "layer counts or the account-for-embedding / loss options");
+          },
+          [] { return std::string("give the layout alone"); });
+    } else if (static_cast<int64_t>(p.layout.size()) != int64_t{p.pp} * p.virtual_stages) {
+      layout_fail(
+          [&] {
+            return fmt::format(
+                "the layout has {} stages, pipeline_model_parallel_size {} x virtual stages {} "
+                "= {} expected",
+                p.layout.size(), p.pp, p.virtual_stages, int64_t{p.pp} * p.virtual_stages);
+          },
+          [] {
+            return std::string("give pp x v stages, or set virtual stages to their number / pp");
+          });
+    } else if (total != model.num_layers) {
+      layout_fail(
+          [&] {
+            return fmt::format("Number of decoder layers {} must match num_layers {}", total,
+                               model.num_layers);
+          },
+          [] { return std::string("place every transformer layer (t) once"); });
+    }
+  } else if (uneven) {
     auto uneven_fail = [&](std::string_view key, const auto& message, const auto& hint) {
       add(Rule::kUnevenStages, key, message, hint);
     };

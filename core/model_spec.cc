@@ -98,8 +98,16 @@ ParameterCounts CountParameters(const ModelSpec& m, int tensor_parallel) {
   c.transformer = c.per_layer * (m.num_layers - moe_layers) + c.per_moe_layer * moe_layers;
   c.final_norm = norm;
   c.output_layer = m.tied_embeddings ? 0 : vocab * h;
-  c.total = c.word_embedding + c.position_embedding + c.transformer + c.final_norm + c.output_layer;
-  c.active = c.total - int64_t{moe_layers} * (c.per_moe_layer - c.per_moe_layer_active);
+  // Megatron's MultiTokenPredictionLayer: enorm, hnorm, eh_proj (2h -> h), the transformer
+  // layer, the final norm.
+  const bool last_moe = m.IsMoeLayer(m.num_layers - 1);
+  const int64_t mtp_layer = (last_moe ? c.per_moe_layer : c.per_layer) + 2 * h * h + 3 * norm;
+  c.mtp = int64_t{m.mtp_num_layers} * mtp_layer;
+  c.total = c.word_embedding + c.position_embedding + c.transformer + c.final_norm +
+            c.output_layer + c.mtp;
+  c.active =
+      c.total - int64_t{moe_layers} * (c.per_moe_layer - c.per_moe_layer_active) -
+      (last_moe ? int64_t{m.mtp_num_layers} * (c.per_moe_layer - c.per_moe_layer_active) : 0);
   return c;
 }
 

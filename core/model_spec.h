@@ -88,6 +88,11 @@ struct ModelSpec {
   // q_lora_rank-wide latent (0: projected directly), keys and values through a kv_lora_rank-wide
   // latent; per head qk_head_dim + qk_pos_emb_head_dim for queries and keys (the second part
   // rotary, its key shared by all heads), v_head_dim for values.
+  // --mtp-num-layers: multi-token prediction (DeepSeek-V3): after the last layer, each MTP layer
+  // predicts one more token ahead with its own transformer layer (of the last layer's kind), a
+  // 2h -> h projection of the embedding and the hidden state with their norms, and the shared
+  // LM head and loss; Megatron places them with the loss, in the last pipeline stage.
+  int mtp_num_layers = 0;
   bool multi_latent_attention = false;
   int q_lora_rank = 0;
   int kv_lora_rank = 0;
@@ -130,6 +135,7 @@ struct ParameterCounts {
   // shared experts, norms.
   int64_t per_moe_layer_active = 0;
   int64_t transformer = 0;  // the dense layers' per_layer plus the MoE layers' per_moe_layer
+  int64_t mtp = 0;          // the MTP layers: each a layer of the last layer's kind, projection
   int64_t final_norm = 0;
   int64_t output_layer = 0;  // V_padded * h when embeddings are untied, else 0
   int64_t total = 0;

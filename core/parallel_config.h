@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -84,6 +85,11 @@ struct ParallelConfig {
   // (--recompute-method uniform --recompute-num-layers 1).
   int recompute_num_layers = 0;
   Fsdp fsdp = Fsdp::kNone;  // --use-megatron-fsdp --data-parallel-sharding-strategy
+  // --pipeline-model-parallel-layout: the transformer layers of each virtual stage, in virtual
+  // stage order (vs = c * pp + r), pp * virtual_stages of them; empty: not given. The embedding
+  // is in virtual stage 0 and the loss (and a model's MTP layers) in the last, as Megatron's
+  // layout strings must put them ("Et|(tt|)*30mL").
+  std::vector<int> layout;
 
   bool operator==(const ParallelConfig&) const = default;
 
@@ -102,8 +108,24 @@ struct ParallelConfig {
 // --num-microbatches). Requires the division to be exact (see CheckParallelConfig).
 int64_t NumMicrobatches(const TrainingSpec& training, const ParallelConfig& parallel);
 
-// Whether the layers are split unevenly (first/last stage layers or an account-for option).
+// Whether the layers are split unevenly (first/last stage layers, an account-for option or a
+// layout).
 bool UnevenSplit(const ParallelConfig& parallel);
+
+// Megatron's layout string (megatron/core/transformer/pipeline_parallel_layer_layout.py
+// parse_str_to_list): '|' separates virtual stages, E the embedding, t a transformer layer, m an
+// MTP layer, L the loss, "x*n" and "(...)*n" repeat, commas are cosmetic. Returns the
+// transformer layers per virtual stage and, in `mtp`, the MTP layers; "" in `error` or why the
+// string is not one Megatron takes (E first, L last, once each; MTP after every decoder layer,
+// in the last virtual stage: ptdp places it there).
+struct PipelineLayout {
+  std::vector<int> layers;
+  int mtp = 0;
+  std::string error;
+};
+PipelineLayout ParsePipelineLayout(std::string_view text);
+// The string for a layout (runs of equal stages written "(t..|)*n"), `mtp` MTP layers last.
+std::string PipelineLayoutText(const std::vector<int>& layers, int mtp);
 
 // Megatron's assignment of transformer layers to the virtual stages vs = c * pp + r (chunk c of
 // pipeline rank r), in model order (megatron/core/transformer/transformer_block.py
@@ -133,6 +155,7 @@ class VirtualStages {
   StageSlice operator()(int virtual_stage) const;
 
  private:
+  std::vector<int> prefix_;  // with a layout: layers before each virtual stage (empty: none)
   int pp_ = 1, last_vs_ = 0;
   int first_ = 0, middle_ = 0, last_ = 0;  // layers per chunk of rank 0, the middle, the last
   int row_ = 0;                            // layers of one chunk on every rank

@@ -26,7 +26,9 @@ std::string LayoutLine(const Plan& plan) {
   text += fmt::format(", micro-batch {} (m = {}), {}", p.micro_batch_size,
                       NumMicrobatches(plan.training, p), Name(p.schedule));
   if (p.schedule == Schedule::kInterleaved) text += fmt::format(" v={}", p.virtual_stages);
-  if (p.first_stage_layers > 0 || p.last_stage_layers > 0) {
+  if (!p.layout.empty()) {
+    text += fmt::format(", layout {}", PipelineLayoutText(p.layout, plan.model.mtp_num_layers));
+  } else if (p.first_stage_layers > 0 || p.last_stage_layers > 0) {
     const LayerSplit split = SplitLayers(plan.model.num_layers, p);
     std::vector<int> per_stage(p.pp, 0);
     for (size_t vs = 0; vs < split.layers.size(); ++vs) per_stage[vs % p.pp] += split.layers[vs];

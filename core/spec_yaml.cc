@@ -154,6 +154,7 @@ void WriteModel(YamlWriter& w, const ModelSpec& m) {
     w.Line("moe_router_load_balancing_type", Name(m.moe_router_load_balancing_type));
     w.Line("moe_expert_capacity_factor", YamlNumber(m.moe_expert_capacity_factor), "0: dropless");
   }
+  if (m.mtp_num_layers > 0) w.Line("mtp_num_layers", std::to_string(m.mtp_num_layers));
   if (m.multi_latent_attention) {
     w.Line("multi_latent_attention", "true");
     w.Line("q_lora_rank", std::to_string(m.q_lora_rank), "0: queries projected directly");
@@ -227,7 +228,7 @@ void WriteTraining(YamlWriter& w, const TrainingSpec& t) {
   w.Line("seed", std::to_string(t.seed));
 }
 
-void WriteParallel(YamlWriter& w, const ParallelConfig& p) {
+void WriteParallel(YamlWriter& w, const ParallelConfig& p, int mtp_layers) {
   w.Line("tp", std::to_string(p.tp));
   w.Line("pp", std::to_string(p.pp));
   w.Line("dp", std::to_string(p.dp));
@@ -248,6 +249,10 @@ void WriteParallel(YamlWriter& w, const ParallelConfig& p) {
   w.Line("recompute_num_layers", std::to_string(p.recompute_num_layers),
          "full recompute of the first N layers per chunk; 0: all");
   w.Line("fsdp", Name(p.fsdp));
+  if (!p.layout.empty()) {
+    w.Line("layout", YamlQuote(PipelineLayoutText(p.layout, mtp_layers)),
+           "Megatron's --pipeline-model-parallel-layout");
+  }
 }
 
 void WriteOptions(YamlWriter& w, const CostOptions& o) {
@@ -427,6 +432,7 @@ ModelSpec ReadModel(const YamlMap& map, std::string_view default_name) {
     if (*field >= 1) map.Fail(key, fmt::format("must be below 1, got {}", YamlNumber(*field)));
   }
   m.qk_layernorm = map.Bool("qk_layernorm", false);
+  m.mtp_num_layers = CountOr(map, "mtp_num_layers", 0);
   ReadMoe(map, m);
   ReadMla(map, m);
   map.RejectUnknownKeys();
@@ -573,7 +579,7 @@ TrainingSpec ReadTraining(const YamlMap& map) {
   return t;
 }
 
-ParallelConfig ReadParallel(const YamlMap& map) {
+ParallelConfig ReadParallel(const YamlMap& map, int* mtp_layers) {
   ParallelConfig p;
   p.tp = PositiveInt32(map, "tp");
   p.pp = PositiveInt32(map, "pp");
@@ -601,6 +607,12 @@ ParallelConfig ReadParallel(const YamlMap& map) {
   p.account_for_embedding = map.Bool("account_for_embedding", false);
   p.account_for_loss = map.Bool("account_for_loss", false);
   p.fsdp = map.Enum("fsdp", kFsdpNames, p.fsdp);
+  if (map.Has("layout")) {
+    const PipelineLayout layout = ParsePipelineLayout(map.String("layout"));
+    if (!layout.error.empty()) map.Fail("layout", layout.error);
+    p.layout = layout.layers;
+    if (mtp_layers != nullptr) *mtp_layers = layout.mtp;
+  }
   map.RejectUnknownKeys();
   return p;
 }
@@ -627,7 +639,13 @@ Plan ParsePlanYaml(std::string_view text, const std::string& source) {
                   "use precision: bf16, or a cluster with FP8 units");
   }
   const YamlMap parallel = map.Map("parallel");
-  plan.parallel = ReadParallel(parallel);
+  int layout_mtp = -1;
+  plan.parallel = ReadParallel(parallel, &layout_mtp);
+  if (layout_mtp >= 0 && layout_mtp != plan.model.mtp_num_layers) {
+    parallel.Fail("layout",
+                  fmt::format("Number of mtp layers in layout ({}) must match mtp_num_layers ({})",
+                              layout_mtp, plan.model.mtp_num_layers));
+  }
   if (map.Has("options")) plan.options = ReadOptions(map.Map("options"));
   map.RejectUnknownKeys();
 
@@ -662,7 +680,7 @@ std::string WritePlanYaml(const Plan& plan) {
   WriteTraining(w, plan.training);
   w.End();
   w.Begin("parallel");
-  WriteParallel(w, plan.parallel);
+  WriteParallel(w, plan.parallel, plan.model.mtp_num_layers);
   w.End();
   w.Begin("options");
   WriteOptions(w, plan.options);

@@ -34,7 +34,9 @@ TrainingSpec ReadTraining(const YamlMap& map);
 // The plan's `options` section: megatron_version (a preset: core, 2022, 2021,
 // megatron-deepspeed) then any field of CostOptions by its name, overriding the preset.
 CostOptions ReadOptions(const YamlMap& map);
-ParallelConfig ReadParallel(const YamlMap& map);
+// `mtp_layers`, when given, receives the MTP layers a `layout` string names (untouched without
+// one).
+ParallelConfig ReadParallel(const YamlMap& map, int* mtp_layers = nullptr);
 
 // A plan file: version, model, cluster, gpus, training, parallel, options (optional; absent:
 // Megatron-Core's defaults). Besides each section's own

@@ -94,6 +94,7 @@ std::string Describe(const ParallelConfig& p) {
   if (p.ep > 1 || p.etp > 0) text += fmt::format(", ep {} etp {}", p.ep, p.expert_tp());
   if (p.first_stage_layers > 0) text += fmt::format(", first {}", p.first_stage_layers);
   if (p.last_stage_layers > 0) text += fmt::format(", last {}", p.last_stage_layers);
+  if (!p.layout.empty()) text += fmt::format(", layout {}", PipelineLayoutText(p.layout, 0));
   if (p.account_for_embedding) text += ", emb-in-split";
   if (p.account_for_loss) text += ", loss-in-split";
   if (p.sequence_parallel) text += ", sp";
@@ -131,6 +132,7 @@ std::string ShardingText(const ParallelConfig& p) {
 
 std::string SplitText(const Plan& plan) {
   const ParallelConfig& p = plan.parallel;
+  if (!p.layout.empty()) return PipelineLayoutText(p.layout, plan.model.mtp_num_layers);
   if (p.first_stage_layers > 0 || p.last_stage_layers > 0) {
     const LayerSplit split = SplitLayers(plan.model.num_layers, p);
     std::vector<int> per_stage(p.pp, 0);
@@ -246,15 +248,24 @@ int64_t EnumerateConfigs(const ModelSpec& model, const TrainingSpec& training, i
             gbs % dp == 0 ? Divisors(gbs / dp) : std::vector<int64_t>{1};
         // The layer splits; with none possible, the even split carries the rejection.
         std::vector<ParallelConfig> splits;
-        for (const ParallelConfig& s : PipelineSplits(L, static_cast<int>(pp))) {
-          if (!c.uneven || *c.uneven == UnevenSplit(s)) splits.push_back(s);
+        if (c.layout) {
+          // A layout the user gives (--fix layout=...): it is the split, for pp dividing it.
+          if (c.layout->size() % static_cast<size_t>(pp) != 0) continue;
+          splits.push_back(ParallelConfig{.layout = *c.layout});
+        } else {
+          for (const ParallelConfig& s : PipelineSplits(L, static_cast<int>(pp))) {
+            if (!c.uneven || *c.uneven == UnevenSplit(s)) splits.push_back(s);
+          }
+          if (splits.empty() && (!c.uneven || !*c.uneven)) splits.push_back(ParallelConfig{});
         }
-        if (splits.empty() && (!c.uneven || !*c.uneven)) splits.push_back(ParallelConfig{});
         for (int64_t mbs : mbs_list) {
           if (!Allowed(c.micro_batch_size, mbs)) continue;
           if (c.max_micro_batch_size > 0 && mbs > c.max_micro_batch_size) continue;
           for (const ParallelConfig& split : splits) {
-            const std::vector<int64_t> v_list = ChunkCounts(L, static_cast<int>(pp), split);
+            const std::vector<int64_t> v_list =
+                split.layout.empty()
+                    ? ChunkCounts(L, static_cast<int>(pp), split)
+                    : std::vector<int64_t>{static_cast<int64_t>(split.layout.size()) / pp};
             for (Schedule schedule : c.schedules) {
               // Without a pipeline, zb-h1 and gpipe run exactly as 1f1b: not distinct candidates.
               if (pp == 1 && (schedule == Schedule::kZbH1 || schedule == Schedule::kGpipe) &&
@@ -265,6 +276,13 @@ int64_t EnumerateConfigs(const ModelSpec& model, const TrainingSpec& training, i
               if (schedule == Schedule::kInterleaved) {
                 vs = v_list.empty() ? std::vector<int64_t>{2} : v_list;
               }
+              // A layout fixes the chunks: interleaved exactly when it has more than one per
+              // pipeline rank.
+              if (!split.layout.empty() &&
+                  (schedule == Schedule::kInterleaved) != (v_list.front() > 1)) {
+                continue;
+              }
+              if (!split.layout.empty()) vs = v_list;
               for (int64_t v : vs) {
                 if (!Allowed(c.virtual_stages, v)) continue;
                 for (int sp = 0; sp < 2; ++sp) {
@@ -340,7 +358,7 @@ void ApplyFix(std::string_view assignment, SearchConstraints& c) {
     throw InputError(
         {"", 0, "--fix"}, fmt::format("\"{}\": {}", assignment, why),
         "keys: tp, cp, cp-comm, ep, etp, pp, dp, mbs, v, schedule, sp, recompute, dist-opt, fsdp, "
-        "uneven; e.g. --fix tp=8");
+        "uneven, layout; e.g. --fix tp=8");
   };
   if (eq == std::string_view::npos) fail("expected KEY=VALUE");
   const std::string_view key = assignment.substr(0, eq), value = assignment.substr(eq + 1);
@@ -366,7 +384,11 @@ void ApplyFix(std::string_view assignment, SearchConstraints& c) {
     c.cp = number();
   else if (key == "ep")
     c.ep = number();
-  else if (key == "etp")
+  else if (key == "layout") {
+    const PipelineLayout layout = ParsePipelineLayout(value);
+    if (!layout.error.empty()) fail(layout.error);
+    c.layout = layout.layers;
+  } else if (key == "etp")
     c.etp = number();
   else if (key == "cp-comm" || key == "cp_comm") {
     const auto comm = ValueOf<CpComm>(kCpCommNames, value);

@@ -46,6 +46,7 @@ struct SearchConstraints {
   std::optional<bool> distributed_optimizer;  // fixed on or off; unset: both
   std::optional<Fsdp> fsdp;                   // fixed; unset: none, optim_grads, optim_grads_params
   std::optional<bool> uneven;                 // off: even splits only; on: uneven only
+  std::optional<std::vector<int>> layout;     // a pipeline layout (core ParsePipelineLayout)
 
   bool operator==(const SearchConstraints&) const = default;
 };

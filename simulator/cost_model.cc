@@ -411,6 +411,12 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
   const double layer_params = LayerParameters(m, p.tp);
   const MoeLayerParams moe_params = m.moe() ? MoeLayerParameters(m, p) : MoeLayerParams{};
   const double moe_layer_params = moe_params.dense + moe_params.experts;
+  // An MTP layer (CountParameters): the last layer's kind, and its projection and norms.
+  const int mtp_kind = m.IsMoeLayer(m.num_layers - 1) ? 1 : 0;
+  const int mtp_fp8 =
+      training.precision == Precision::kFp8 && training.fp8_bf16_layers_at_end == 0 ? 1 : 0;
+  const double mtp_extra = 2.0 * m.hidden_size * m.hidden_size / p.tp + 3.0 * m.hidden_size;
+  const double mtp_params = (mtp_kind ? moe_layer_params : layer_params) + mtp_extra;
   const auto fsdp_gather = [&](double params) {
     return fsdp_params ? CollectiveTime(c, Collective::kAllGather, params * ebytes, dp) : 0.0;
   };
@@ -505,6 +511,27 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
       };
       if (first) add_part(ef, eb, ew, emb_act), chunk_params += ends->emb_parameters;
       if (last) add_part(of, ob, ow, out_act), chunk_params += ends->out_parameters;
+      if (last && m.mtp_num_layers > 0) {
+        // Multi-token prediction with the loss: per MTP layer a transformer layer of the last
+        // layer's kind (not recomputed), its projection, and the LM head and loss again.
+        const LayerCost& l = cost_of(mtp_kind, mtp_fp8, 0);
+        for (int i = 0; i < m.mtp_num_layers; ++i) {
+          ch.forward_s += l.forward;
+          ch.backward_input_s += l.backward_input;
+          ch.backward_weight_s += l.backward_weight;
+          br.compute_s += l.compute;
+          br.overhead_s += l.overhead;
+          br.tp_comm_s += l.comm - l.cp_comm - l.ep_comm;
+          br.cp_comm_s += l.cp_comm;
+          br.ep_comm_s += l.ep_comm;
+          br.tp_comm_hidden_s += l.comm_hidden;
+          br.cp_comm_hidden_s += l.cp_hidden;
+          ch.activation_bytes += l.activation_bytes;
+          ch.weight_grad_activation_bytes += l.weight_grad_activation_bytes;
+          add_part(of, ob, ow, out_act);
+          chunk_params += mtp_params;
+        }
+      }
       if (fsdp_grads && chunk_params > 0) {
         // Per layer, as Megatron-FSDP's units; the embedding and output parts as one more.
         const double units = std::max(1, k.total()) + (first || last ? 1 : 0);
@@ -552,10 +579,12 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
       fp8_dense += k.count[0][1][0] + k.count[0][1][1];
     }
     // Parameters reduced over dp x cp (dense) and over the expert data-parallel group (experts).
+    const double mtp = r == pp - 1 ? m.mtp_num_layers : 0;
     const double params = dense * layer_params + moe * moe_params.dense +
                           (r == 0 ? ends->emb_parameters : 0) +
-                          (r == pp - 1 ? ends->out_parameters : 0);
-    const double experts = moe * moe_params.experts;
+                          (r == pp - 1 ? ends->out_parameters : 0) +
+                          mtp * ((mtp_kind ? moe_params.dense : layer_params) + mtp_extra);
+    const double experts = (moe + (mtp_kind ? mtp : 0)) * moe_params.experts;
     const double fp8_weights = fp8_dense * linear_weights + fp8_moe * moe_params.linear_weights;
     const double fp8_experts = fp8_moe * moe_params.experts;
     // The step's parameter all-gather moves 16-bit weights, or FP8 ones for the FP8 linears

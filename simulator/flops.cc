@@ -72,9 +72,15 @@ double ModelFlopsPerStep(const ModelSpec& m, const TrainingSpec& training,
                          const CostOptions& options) {
   const double attention = CausalHalving(options) ? CoreAttentionForwardFlops(m) : 0;
   const double moe = m.NumMoeLayers();
+  // With multi-token prediction, each MTP layer: a layer of the last layer's kind, its 2h -> h
+  // projection and the LM head again.
+  const double mtp =
+      m.mtp_num_layers *
+      (LayerForwardFlops(m, m.IsMoeLayer(m.num_layers - 1)) - attention +
+       2.0 * m.seq_length * 2 * m.hidden_size * m.hidden_size + OutputForwardFlops(m));
   const double forward = (m.num_layers - moe) * LayerForwardFlops(m) +
                          moe * LayerForwardFlops(m, true) - m.num_layers * attention +
-                         OutputForwardFlops(m);
+                         OutputForwardFlops(m) + mtp;
   return 3 * forward * static_cast<double>(training.global_batch_size);
 }
 

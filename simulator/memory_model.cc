@@ -211,6 +211,17 @@ MemoryEstimate EstimateMemory(const ModelSpec& m, const ClusterSpec& cluster,
       have[e][f][r] = true;
     }
   };
+  const bool mtp_moe = m.IsMoeLayer(m.num_layers - 1);
+  double mtp_act = 0;
+  if (m.mtp_num_layers > 0) {
+    const int fp8_end =
+        training.precision == Precision::kFp8 && training.fp8_bf16_layers_at_end == 0 ? 1 : 0;
+    ParallelConfig q = p;
+    q.recompute = Recompute::kNone;
+    mtp_act =
+        m.mtp_num_layers * (LayerActivationBytes(m, q, precision, options, fp8_end == 0, mtp_moe) +
+                            OutputActivationBytes(m, p, precision));
+  }
   const double embedding_act = EmbeddingActivationBytes(m, p);
   const double output_act = OutputActivationBytes(m, p, precision);
   const double reserved = static_cast<double>(cluster.gpu.reserved_bytes);
@@ -249,10 +260,14 @@ MemoryEstimate EstimateMemory(const ModelSpec& m, const ClusterSpec& cluster,
   const auto stage_memory = [&](int r, const Chunks& k) {
     StageMemory st;
     // Dense parameters (sharded over dp x cp) and experts (over the expert data-parallel group).
+    // The last stage's MTP layers too (cost_model.cc counts them the same way).
+    const double mtp = r == p.pp - 1 ? m.mtp_num_layers : 0;
+    const double mtp_extra = 2.0 * m.hidden_size * m.hidden_size / p.tp + 3.0 * m.hidden_size;
     const double dense = (k.layers - k.moe_layers) * layer_params + k.moe_layers * moe.dense +
                          (r == 0 ? EmbeddingParameters(m, p.tp) : 0) +
-                         (r == p.pp - 1 ? OutputParameters(m, p) : 0);
-    const double experts = k.moe_layers * moe.experts;
+                         (r == p.pp - 1 ? OutputParameters(m, p) : 0) +
+                         mtp * ((mtp_moe ? moe.dense : layer_params) + mtp_extra);
+    const double experts = (k.moe_layers + (mtp_moe ? mtp : 0)) * moe.experts;
     st.parameters = dense + experts;
     st.weights_bytes = dense * per_param.weights + experts * expert_per_param.weights;
     if (k.fp8_weights > 0) {
@@ -288,7 +303,7 @@ MemoryEstimate EstimateMemory(const ModelSpec& m, const ClusterSpec& cluster,
     // Every in-flight chunk holds its layers; stage 0's chunk 0 adds the embedding's mask
     // (counted for every in-flight chunk: a bound, off by the few non-first chunks' masks).
     st.activations_bytes = in_flight[r] * (k.largest + (r == 0 ? embedding_act : 0)) +
-                           (r == p.pp - 1 ? output_act : 0) + k.transient;
+                           (r == p.pp - 1 ? output_act + mtp_act : 0) + k.transient;
     const double used = st.weights_bytes + st.gradients_bytes + st.optimizer_bytes +
                         st.activations_bytes + st.fsdp_buffer_bytes;
     st.fragmentation_bytes = used * fragmentation;

@@ -208,10 +208,6 @@ BridgeSetup BridgePlan(const BridgeRow& row, const ClusterSpec& cluster,
     s.unexpressible = "hybrid Mamba-2 layers (Nemotron-H) are not modelled";
     return s;
   }
-  if (Contains(row.notes, "pipeline layout")) {
-    s.unexpressible = "a --pipeline-model-parallel-layout string is not modelled yet";
-    return s;
-  }
   const std::string preset = PresetFor(row.model);
   if (preset.empty()) {
     s.unexpressible = "no preset for this architecture";
@@ -302,6 +298,23 @@ BridgeSetup BridgePlan(const BridgeRow& row, const ClusterSpec& cluster,
     p.recompute = Recompute::kSelective;
     s.settings.push_back("selective recompute");
   }
+  // A pipeline layout string ("pipeline layout ""Et|(tt|)*30mL"""), with its MTP layers.
+  if (const size_t at = n.find("pipeline layout \""); at != std::string::npos) {
+    const size_t begin = at + std::string_view("pipeline layout \"").size();
+    const size_t end = n.find('"', begin);
+    const PipelineLayout layout = ParsePipelineLayout(n.substr(begin, end - begin));
+    if (!layout.error.empty() || layout.layers.size() % static_cast<size_t>(p.pp) != 0) {
+      s.unexpressible = "its pipeline layout string: " + layout.error;
+      return s;
+    }
+    p.layout = layout.layers;
+    p.virtual_stages = static_cast<int>(layout.layers.size()) / p.pp;
+    p.schedule = p.virtual_stages > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
+    plan.model.mtp_num_layers = layout.mtp;
+    s.settings.push_back(
+        fmt::format("layout {}{}", n.substr(begin, end - begin),
+                    layout.mtp > 0 ? fmt::format(" ({} MTP layer)", layout.mtp) : ""));
+  }
   if (plan.model.moe()) {
     // Capacity-limited ("token drop") rows pad every expert to its even share; the dropless
     // rows are force-balanced: both are a load imbalance of 1, the default.
@@ -325,10 +338,11 @@ BridgeSetup BridgePlan(const BridgeRow& row, const ClusterSpec& cluster,
   if (o.tp_comm_overlap) s.settings.push_back("tp comm overlap");
   if (plan.model.moe()) {
     // The recipes' dispatcher: DeepEP / HybridEP where the notes say flex, else all-to-all.
-    o.moe_token_dispatcher =
-        Contains(n, "moe_dispatcher=flex") ? MoeDispatcher::kFlex : MoeDispatcher::kAllToAll;
+    o.moe_token_dispatcher = Contains(n, "moe_dispatcher=flex") || Contains(n, "DeepEP flex")
+                                 ? MoeDispatcher::kFlex
+                                 : MoeDispatcher::kAllToAll;
     s.settings.push_back(fmt::format("{} dispatcher", Name(o.moe_token_dispatcher)));
-    if (Contains(n, "moe_ep_a2a_overlap=yes")) {
+    if (Contains(n, "moe_ep_a2a_overlap=yes") || Contains(n, "EP A2A overlap")) {
       s.settings.push_back("EP all-to-all overlap (not modelled)");
     }
   }

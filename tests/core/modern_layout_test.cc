@@ -487,5 +487,127 @@ TEST(MoeFlags, RefusalsAndLayerPatterns) {
   EXPECT_TRUE(CheckParallelConfig(c.model, c.training, c.parallel, 8).empty());
 }
 
+TEST(PipelineLayout, MegatronsStringsReadSplitAndWrittenBack) {
+  // DeepSeek-V3 in Megatron-Bridge: the embedding alone, 30 stages of two layers, MTP and the
+  // loss last (61 layers = 1 + 60).
+  PipelineLayout ds = ParsePipelineLayout("Et|(tt|)*30mL");
+  ASSERT_EQ(ds.error, "");
+  ASSERT_EQ(ds.layers.size(), 32u);
+  EXPECT_EQ(ds.layers.front(), 1);
+  EXPECT_EQ(ds.layers[1], 2);
+  EXPECT_EQ(ds.layers.back(), 0);
+  EXPECT_EQ(ds.mtp, 1);
+  EXPECT_EQ(PipelineLayoutText(ds.layers, ds.mtp), "Et|(tt|)*30mL");
+  // "x*n", commas and spaces are cosmetic, nested groups.
+  PipelineLayout small = ParsePipelineLayout("E, t*3 | ((t|)*2)*2 t L");
+  ASSERT_EQ(small.error, "");
+  EXPECT_EQ(small.layers, (std::vector<int>{3, 1, 1, 1, 1, 1}));
+  EXPECT_EQ(PipelineLayoutText(small.layers, 0), "Ettt|(t|)*4tL");
+  const ParallelConfig p{.pp = 4,
+                         .virtual_stages = 2,
+                         .schedule = Schedule::kInterleaved,
+                         .layout = {1, 2, 2, 2, 2, 2, 2, 1}};
+  const LayerSplit split = SplitLayers(14, p);
+  EXPECT_EQ(split.layers, p.layout);
+  EXPECT_EQ(split.first_layer, (std::vector<int>{0, 1, 3, 5, 7, 9, 11, 13}));
+  EXPECT_TRUE(UnevenSplit(p));
+  // Refusals in Megatron's words.
+  EXPECT_EQ(ParsePipelineLayout("tE|tL").error, "The first layer must be embedding (E)");
+  EXPECT_EQ(ParsePipelineLayout("Et|t").error,
+            "Embedding (E) and loss (L) must be specified exactly once");
+  EXPECT_EQ(ParsePipelineLayout("Et|Lt").error, "The last layer must be loss (L)");
+  EXPECT_EQ(ParsePipelineLayout("Et|mtL").error, "decoder layers must be placed before MTP layers");
+  EXPECT_EQ(ParsePipelineLayout("Et|x|L").error, "Invalid layer character: x (known: E, L, t, m)");
+  EXPECT_EQ(ParsePipelineLayout("Et*|L").error,
+            "cannot read the repetitions: write \"x*n\" or \"(...)*n\" (n below 100000)");
+  EXPECT_NE(ParsePipelineLayout("E(t|)*99999999999L").error, "");
+  EXPECT_EQ(ParsePipelineLayout("E((tttttttttt)*99999)*99999|L").error,
+            "cannot read the repetitions: write \"x*n\" or \"(...)*n\" (n below 100000)");
+}
+
+TEST(PipelineLayout, RulesFlagsAndPlanFiles) {
+  ModelSpec m = ModelPreset("seed-example");
+  m.num_layers = 14;
+  TrainingSpec t;
+  t.global_batch_size = 64;
+  ParallelConfig p{.pp = 4,
+                   .dp = 1,
+                   .virtual_stages = 2,
+                   .schedule = Schedule::kInterleaved,
+                   .layout = {1, 2, 2, 2, 2, 2, 2, 1}};
+  EXPECT_TRUE(CheckParallelConfig(m, t, p, 4).empty());
+  m.num_layers = 15;
+  std::vector<Violation> v = CheckParallelConfig(m, t, p, 4);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].rule, Rule::kUnevenStages);
+  EXPECT_EQ(v[0].message, "Number of decoder layers 14 must match num_layers 15");
+  m.num_layers = 14;
+  p.first_stage_layers = 1;
+  v = CheckParallelConfig(m, t, p, 4);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_NE(v[0].message.find("cannot be combined"), std::string::npos);
+  p.first_stage_layers = 0;
+  // Flags out and back, with MTP; and the plan file.
+  Plan plan;
+  plan.model = m;
+  plan.model.mtp_num_layers = 1;
+  plan.cluster = ClusterPreset("dgx-h100");
+  plan.num_gpus = 4;
+  plan.training = t;
+  plan.parallel = p;
+  const std::string line = MegatronArgsLine(plan);
+  EXPECT_NE(line.find("--pipeline-model-parallel-layout 'Et|(tt|)*6tmL'"), std::string::npos)
+      << line;
+  EXPECT_NE(line.find("--mtp-num-layers 1"), std::string::npos);
+  EXPECT_EQ(line.find("--num-layers-per-virtual-pipeline-stage"), std::string::npos);
+  MegatronCommand c =
+      ReadMegatronCommand("torchrun --nproc-per-node 4 pretrain_gpt.py " + line + " --vocab-size " +
+                              std::to_string(plan.model.vocab_size),
+                          "cmd");
+  ResolveWorldSize(c, 4);
+  for (const MegatronFinding& f : c.findings) {
+    EXPECT_NE(f.severity, MegatronFinding::Severity::kError) << f.flag << ": " << f.message;
+  }
+  EXPECT_EQ(c.parallel, plan.parallel);
+  EXPECT_EQ(c.model.mtp_num_layers, 1);
+  EXPECT_EQ(ParsePlanYaml(WritePlanYaml(plan), "plan.yaml"), plan);
+  // The layout's MTP count must match --mtp-num-layers, and pp must divide its stages.
+  const auto errors = [](const std::string& cmd) {
+    std::string out;
+    for (const MegatronFinding& f : ReadMegatronCommand(cmd, "cmd").findings) {
+      if (f.severity == MegatronFinding::Severity::kError) out += f.flag + ": " + f.message + "\n";
+    }
+    return out;
+  };
+  const std::string base =
+      "python pretrain_gpt.py --num-layers 4 --hidden-size 1024 --num-attention-heads 16 "
+      "--seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 1 "
+      "--global-batch-size 64 --vocab-size 32000 --bf16 --pipeline-model-parallel-size 2 ";
+  EXPECT_EQ(errors(base + "--pipeline-model-parallel-layout 'Ett|ttmL'"),
+            "--pipeline-model-parallel-layout: Number of mtp layers in layout (1) must match "
+            "mtp_num_layers (0)\n");
+  EXPECT_EQ(errors(base + "--pipeline-model-parallel-layout 'Ett|t|tL'"),
+            "--pipeline-model-parallel-layout: pipeline_model_parallel_layout must be divisible "
+            "by pipeline_model_parallel_size (len(layout)=3, pipeline_model_parallel_size=2)\n");
+}
+
+TEST(Mtp, CountedInParametersAndMemoryOfTheLastStage) {
+  ModelSpec m = ModelPreset("deepseek-v3");
+  ASSERT_EQ(m.mtp_num_layers, 0);
+  const int64_t without = CountParameters(m).total;
+  m.mtp_num_layers = 1;
+  const int64_t with = CountParameters(m).total;
+  // DeepSeek-V3's MTP module is one more MoE layer with its projection (2h x h) and its norms;
+  // Megatron shares the embedding and the output layer with the main model. The released
+  // checkpoint's 685 B is 671 B + 14 B, where the 14 B also holds the MTP module's own copies of
+  // the embedding and the head (2 x 129,280 x 7,168 = 1.85 B).
+  EXPECT_NEAR(static_cast<double>(without) / 1e9, 671.0, 1.0) << without;
+  const ParameterCounts counts = CountParameters(m);
+  EXPECT_EQ(with - without, counts.mtp);
+  EXPECT_EQ(counts.mtp, counts.per_moe_layer + 2 * int64_t{m.hidden_size} * m.hidden_size +
+                            3 * int64_t{m.hidden_size});
+  EXPECT_NEAR(static_cast<double>(with - without) / 1e9 + 1.85, 14.0, 0.6);  // "14 B", rounded
+}
+
 }  // namespace
 }  // namespace ptdp
