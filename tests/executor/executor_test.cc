@@ -84,6 +84,11 @@ class SplitOnlyComm final : public Comm {
   void AllGather(Span, Span) override { Unused(); }
   void ReduceScatter(Span, Span) override { Unused(); }
   void AllToAll(Span, Span) override { Unused(); }
+  void AllToAllV(Span, const std::vector<int64_t>&, Span, const std::vector<int64_t>&) override {
+    Unused();
+  }
+  void AllGatherV(Span, Span, const std::vector<int64_t>&) override { Unused(); }
+  void ReduceScatterV(Span, Span, const std::vector<int64_t>&) override { Unused(); }
   void Broadcast(Span, int) override { Unused(); }
   void Barrier() override { Unused(); }
   std::unique_ptr<SendRequest> Isend(Span, int, int) override { Unused(); }
