@@ -30,6 +30,8 @@ struct CheckedModel {
   int tensors;   // parameter tensors of the two layers and the ends
 };
 
+void PrintTo(const CheckedModel& m, std::ostream* out) { *out << m.name; }
+
 // GPT (GeLU, LayerNorm, learned positions, tied embeddings, biases) and Llama's choices
 // (SwiGLU, RMSNorm, rotary positions, untied output layer, no biases, 4 heads in 2 groups);
 // with experts, both layers MoE: 4 experts of width 8, top-2, an 8-wide shared expert, no
