@@ -230,8 +230,8 @@ int RunAsRank(std::string_view command, const Plan& plan, const ExecuteOptions& 
           plan.model.num_attention_heads, plan.model.seq_length, session.world_size(),
           session.world_size() == 1 ? "" : "s", session.host(), p.tp,
           p.cp > 1 ? fmt::format(" x cp {} ({})", p.cp, Name(p.cp_comm)) : "", p.pp, p.dp,
-          plan.model.moe() ? fmt::format(" (experts: etp {} x ep {} x edp {})", p.expert_tp(),
-                                         p.ep, p.expert_dp())
+          plan.model.moe() ? fmt::format(" (experts: etp {} x ep {} x edp {})", p.expert_tp(), p.ep,
+                                         p.expert_dp())
                            : "",
           p.micro_batch_size, NumMicrobatches(plan.training, p), Name(p.schedule),
           p.virtual_stages > 1 ? fmt::format(" v={}", p.virtual_stages) : "",

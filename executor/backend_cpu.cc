@@ -719,7 +719,8 @@ class CpuBackend final : public Backend {
       const T* pb = P<T>(b);
       for (int64_t r = 0; r < rows; ++r) {
         double dot = 0;
-        for (int64_t j = 0; j < cols; ++j) dot += static_cast<double>(pa[r * cols + j]) * pb[r * cols + j];
+        for (int64_t j = 0; j < cols; ++j)
+          dot += static_cast<double>(pa[r * cols + j]) * pb[r * cols + j];
         o[r] = static_cast<T>(dot);
       }
     });

@@ -277,7 +277,8 @@ Tensor GptModel::LayerForward(const LayerParams& p, const Tensor& x, LayerActs* 
     out = MlpForward(p, d_.ffn_local, ln2, a);
   } else {
     out = moe_->Forward(p, ln2, &a.moe);
-    if (d_.shared_ffn > 0) backend_.Add(out.span(), MlpForward(p, d_.shared_ffn_local, ln2, a).span());
+    if (d_.shared_ffn > 0)
+      backend_.Add(out.span(), MlpForward(p, d_.shared_ffn_local, ln2, a).span());
   }
   backend_.Add(out.span(), mid->span());
   if (acts != nullptr) *acts = std::move(a);

@@ -130,8 +130,7 @@ class GptModel {
   Tensor MlpForward(const LayerParams& lp, int64_t f, const std::shared_ptr<Tensor>& ln,
                     LayerActs& acts);
   std::shared_ptr<Tensor> MlpBackward(const LayerParams& lp, int64_t f, LayerActs& a,
-                                      const std::shared_ptr<Tensor>& dout,
-                                      WeightGradQueue& queue);
+                                      const std::shared_ptr<Tensor>& dout, WeightGradQueue& queue);
   void HeadForward(const ChunkParams& cp, std::shared_ptr<Tensor> x, const MicroBatch& mb,
                    ChunkActs& acts, double* loss_sum);
   Tensor HeadBackward(const ChunkParams& cp, ChunkActs& acts, const MicroBatch& mb,

@@ -184,8 +184,8 @@ GptParams::GptParams(const ModelSpec& model, const ParallelConfig& parallel, Ran
       norm(p + "ln2", &li.ln2_w, &li.ln2_b);
       li.moe = model.IsMoeLayer(static_cast<int>(cp.first_layer + l));
       if (!li.moe) {
-        li.fc1_w = by_rows(p + "mlp.fc1.weight", fc1_groups * d.ffn, h, InitKind::kNormal,
-                           kInitStd, true, fc1_groups);
+        li.fc1_w = by_rows(p + "mlp.fc1.weight", fc1_groups * d.ffn, h, InitKind::kNormal, kInitStd,
+                           true, fc1_groups);
         li.fc1_b = bias("mlp.fc1.bias", fc1_groups * d.ffn, true, fc1_groups);
         li.fc2_w = by_cols(p + "mlp.fc2.weight", h, d.ffn, out_std);
         li.fc2_b = bias("mlp.fc2.bias", h, false);
@@ -253,7 +253,7 @@ GptParams::GptParams(const ModelSpec& model, const ParallelConfig& parallel, Ran
     cp.final_ln_b = ref(ci.final_b);
     cp.output = ref(ci.output);
     for (const LayerIndices& li : ci.layers) {
-      LayerParams lp{ref(li.ln1_w), ref(li.ln1_b), ref(li.qkv_w), ref(li.qkv_b),
+      LayerParams lp{ref(li.ln1_w),  ref(li.ln1_b),  ref(li.qkv_w), ref(li.qkv_b),
                      ref(li.proj_w), ref(li.proj_b), ref(li.ln2_w), ref(li.ln2_b),
                      ref(li.fc1_w),  ref(li.fc1_b),  ref(li.fc2_w), ref(li.fc2_b)};
       lp.moe = li.moe;

@@ -134,8 +134,8 @@ std::shared_ptr<MoeRouting> MoeLayer::Route(const Tensor& choice) {
   std::vector<int32_t> counts(static_cast<size_t>(all.numel()));
   backend_.Download(all.span(), counts.data());
   recorder_.Add("ep counts", "ep-comm", t0, recorder_.Now());
-  SortByLocalExpert(std::vector<int64_t>(counts.begin(), counts.end()), etp_.rank(), d_.ep,
-                    d_.etp, El, &r->layout);
+  SortByLocalExpert(std::vector<int64_t>(counts.begin(), counts.end()), etp_.rank(), d_.ep, d_.etp,
+                    El, &r->layout);
   UploadIndex(backend_, &r->send_token, r->layout.send_token);
   UploadIndex(backend_, &r->send_slot, r->layout.send_slot);
   UploadIndex(backend_, &r->sort_index, r->layout.sort_index);
@@ -213,8 +213,8 @@ Tensor MoeLayer::Forward(const LayerParams& p, std::shared_ptr<Tensor> x, MoeAct
     const int64_t n = l.expert_rows[static_cast<size_t>(e)];
     if (n > 0) {
       backend_.Gemm(false, true, n, F1, h, 1.0, Rows(*tokens, begin, n, h), h,
-                    p.experts[static_cast<size_t>(e)].fc1_w.value, h, 0.0,
-                    Rows(*fc1, begin, n, F1), F1);
+                    p.experts[static_cast<size_t>(e)].fc1_w.value, h, 0.0, Rows(*fc1, begin, n, F1),
+                    F1);
     }
     begin += n;
   }
@@ -232,8 +232,7 @@ Tensor MoeLayer::Forward(const LayerParams& p, std::shared_ptr<Tensor> x, MoeAct
     const int64_t n = l.expert_rows[static_cast<size_t>(e)];
     if (n > 0) {
       backend_.Gemm(false, true, n, h, F, 1.0, Rows(scaled, begin, n, F), F,
-                    p.experts[static_cast<size_t>(e)].fc2_w.value, F, 0.0, Rows(y, begin, n, h),
-                    h);
+                    p.experts[static_cast<size_t>(e)].fc2_w.value, F, 0.0, Rows(y, begin, n, h), h);
     }
     begin += n;
   }
@@ -247,8 +246,8 @@ Tensor MoeLayer::Forward(const LayerParams& p, std::shared_ptr<Tensor> x, MoeAct
   Tensor out = New({T, h}, act);
   backend_.ScatterAddRows(out.span(), copies.span(), routing->send_token.span(), T * k, h);
   if (acts != nullptr) {
-    *acts = MoeActs{std::move(x), probs,   choice, std::move(routing),
-                    tokens,       weights, fc1,    activation};
+    *acts =
+        MoeActs{std::move(x), probs, choice, std::move(routing), tokens, weights, fc1, activation};
   }
   return out;
 }
@@ -334,8 +333,8 @@ Tensor MoeLayer::Backward(const LayerParams& p, MoeActs& a, const Tensor& dout,
   auto dlogits = Shared({T, E}, act);
   backend_.RouterTopKBackward(dlogits->span(), dprobs.span(), a.probs->span(), a.choice->span(), T,
                               E, k);
-  backend_.Gemm(false, false, T, h, E, 1.0, dlogits->span(), E, p.router_w.value, h, 1.0,
-                dx.span(), h);
+  backend_.Gemm(false, false, T, h, E, 1.0, dlogits->span(), E, p.router_w.value, h, 1.0, dx.span(),
+                h);
   queue.Push(LinearGradTask({a.x, dlogits}, a.x->span(), dlogits->span(), p.router_w.grad, Span(),
                             T, h, E));
   a = MoeActs{};

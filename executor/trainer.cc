@@ -102,7 +102,8 @@ void UnpackRank(const std::string& text, RankReport* r, std::vector<PipelineStep
   std::istringstream in(text);
   size_t nsteps = 0, nevents = 0;
   in >> r->world_rank >> r->coords.tp >> r->coords.pp >> r->coords.dp >> r->coords.cp >>
-      r->expert.etp >> r->expert.ep >> r->expert.edp >> r->busy_s >> r->recv_wait_s >> r->parameters >> r->memory.peak_total_bytes;
+      r->expert.etp >> r->expert.ep >> r->expert.edp >> r->busy_s >> r->recv_wait_s >>
+      r->parameters >> r->memory.peak_total_bytes;
   for (int i = 0; i < kNumMemCategories; ++i) in >> r->memory.peak_bytes[static_cast<size_t>(i)];
   in >> nsteps >> nevents;
   steps->resize(nsteps);
@@ -483,9 +484,8 @@ std::string ResultsJson(const Plan& plan, const ExecuteOptions& options, const E
       "\"micro_batch_size\": {}, \"microbatches\": {}, \"schedule\": {}, \"virtual_stages\": "
       "{}, \"sequence_parallel\": {}, \"recompute\": {}, \"distributed_optimizer\": {}}},\n",
       p.tp, p.pp, p.dp, p.cp, JsonString(Name(p.cp_comm)), p.ep, p.expert_tp(), p.expert_dp(),
-      p.micro_batch_size,
-      NumMicrobatches(plan.training, p), JsonString(Name(p.schedule)), p.virtual_stages,
-      p.sequence_parallel ? "true" : "false", JsonString(Name(p.recompute)),
+      p.micro_batch_size, NumMicrobatches(plan.training, p), JsonString(Name(p.schedule)),
+      p.virtual_stages, p.sequence_parallel ? "true" : "false", JsonString(Name(p.recompute)),
       p.distributed_optimizer ? "true" : "false");
   out += fmt::format(
       "  \"backend\": \"cpu\",\n  \"dtype\": {},\n  \"data\": {},\n  \"global_batch_size\": "
@@ -538,10 +538,9 @@ std::string ResultsJson(const Plan& plan, const ExecuteOptions& options, const E
         "    {{\"rank\": {}, \"tp\": {}, \"pp\": {}, \"dp\": {}, \"cp\": {}, \"etp\": {}, "
         "\"ep\": {}, \"edp\": {}, \"parameters\": {}, \"busy_s\": {}, \"recv_wait_s\": {}, "
         "\"peak_memory_bytes\": {{{}\"total\": {}}}}}{}\n",
-        k.world_rank, k.coords.tp, k.coords.pp, k.coords.dp, k.coords.cp, k.expert.etp,
-        k.expert.ep, k.expert.edp, k.parameters,
-        num(k.busy_s), num(k.recv_wait_s), mem, k.memory.peak_total_bytes,
-        i + 1 < r.ranks.size() ? "," : "");
+        k.world_rank, k.coords.tp, k.coords.pp, k.coords.dp, k.coords.cp, k.expert.etp, k.expert.ep,
+        k.expert.edp, k.parameters, num(k.busy_s), num(k.recv_wait_s), mem,
+        k.memory.peak_total_bytes, i + 1 < r.ranks.size() ? "," : "");
   }
   out += "  ]\n}\n";
   return out;

@@ -25,9 +25,9 @@ using testing_executor::TinyPlan;
 
 struct CheckedModel {
   const char* name;
-  bool llama;    // else GPT
-  int experts;   // 0: dense
-  int tensors;   // parameter tensors of the two layers and the ends
+  bool llama;   // else GPT
+  int experts;  // 0: dense
+  int tensors;  // parameter tensors of the two layers and the ends
 };
 
 void PrintTo(const CheckedModel& m, std::ostream* out) { *out << m.name; }

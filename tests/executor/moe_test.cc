@@ -3,6 +3,8 @@
 // place in each rank's parameters, and what CheckExecutable refuses of MoE plans. The layouts
 // themselves are checked under MPI (mpi_equivalence_test.cc, Equivalence.Moe*) and the backward
 // by finite differences (gradient_check_test.cc).
+#include "executor/moe.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,7 +12,6 @@
 
 #include "executor/backend_cpu.h"
 #include "executor/gpt_params.h"
-#include "executor/moe.h"
 #include "executor/trainer.h"
 #include "tests/executor/tiny_plan.h"
 
@@ -146,9 +147,9 @@ TEST(GptParams, ExpertsLiveOnTheirExpertParallelRanksAsSlicesOfTheFullModel) {
       b->Download(shard.Ref(s).value, values.data());
       for (int64_t i = 0; i < s.local_rows; ++i) {
         for (int64_t c = 0; c < s.local_cols; ++c) {
-          ASSERT_EQ(values[static_cast<size_t>(i * s.local_cols + c)],
-                    full_values[static_cast<size_t>(FullRow(s, i) * f.local_cols + s.col_begin +
-                                                    c)])
+          ASSERT_EQ(
+              values[static_cast<size_t>(i * s.local_cols + c)],
+              full_values[static_cast<size_t>(FullRow(s, i) * f.local_cols + s.col_begin + c)])
               << s.name << " on rank " << r;
         }
       }

@@ -258,8 +258,13 @@ TEST(Equivalence, Fp64Tp2Cp2Pp2SequenceParallelDistributedOptimizer) {
 // local. kMoe is GPT's architecture with both layers MoE; kMoeShared Llama's (SwiGLU experts),
 // its first layer dense and the second with a 64-wide shared expert.
 constexpr TinyModel kMoe{.layers = 2, .lr = 5e-4, .experts = 4};
-constexpr TinyModel kMoeShared{
-    .layers = 2, .lr = 5e-4, .llama = true, .groups = 2, .experts = 4, .shared_ffn = 64, .dense_layers = 1};
+constexpr TinyModel kMoeShared{.layers = 2,
+                               .lr = 5e-4,
+                               .llama = true,
+                               .groups = 2,
+                               .experts = 4,
+                               .shared_ffn = 64,
+                               .dense_layers = 1};
 // Expert parallelism alone: each of the two DP ranks holds two experts and sends the other
 // two's tokens to its peer.
 TEST(Equivalence, MoeEp2) { ExpectEquivalent({.dp = 2, .ep = 2}, DType::kF32, kMoe); }
