@@ -256,6 +256,12 @@ int RunAsRank(std::string_view command, const Plan& plan, const ExecuteOptions& 
             "not Megatron-FSDP's {}; the arithmetic is the same\n",
             Name(p.fsdp));
       }
+      if (plan.model.moe() && plan.options.moe_token_dispatcher != MoeDispatcher::kAllToAll) {
+        log << fmt::format(
+            "note: the CPU path dispatches MoE tokens by all-to-all over the expert-parallel "
+            "group, not the plan's {} dispatcher; the arithmetic is the same\n",
+            Name(plan.options.moe_token_dispatcher));
+      }
       if (UnevenSplit(p)) log << "note: layers per pipeline stage: " << LayoutLine(plan) << "\n";
     }
     ExecuteResult result;

@@ -138,6 +138,8 @@ moe)
   grep -q "tp 1 x pp 1 x dp 4 (experts: etp 1 x ep 2 x edp 2)" moe.log \
     || fail "no expert grid in the layout line"
   grep -q "^step 3/3" moe.log || fail "step 3 missing"
+  grep -q "note: the CPU path dispatches MoE tokens by all-to-all .* not the plan's allgather" \
+    moe.log || fail "no note on the dispatcher"
   grep -q '"ep": 2, "etp": 1, "edp": 2' moe.json || fail "no expert grid in the results"
   "$tool" check-trace trace.json moe.yaml || fail "trace"
   grep -q '"cat": "ep-comm"' trace.json || fail "no ep-comm intervals in the trace"
