@@ -1,17 +1,23 @@
 // Mixture-of-experts pieces in one process: the routing kernels against hand values (top-k with
-// ties, the softmax over the chosen and its backward), the dispatcher's layout, the experts'
-// place in each rank's parameters, and what CheckExecutable refuses of MoE plans. The layouts
-// themselves are checked under MPI (mpi_equivalence_test.cc, Equivalence.Moe*) and the backward
-// by finite differences (gradient_check_test.cc).
+// ties, the softmax over the chosen and its backward), the dispatcher's layout, a MoE layer of
+// identical experts against the dense MLP, the experts' place in each rank's parameters, and
+// what CheckExecutable refuses of MoE plans. The layouts themselves are checked under MPI
+// (mpi_equivalence_test.cc, Equivalence.Moe*) and the backward by finite differences
+// (gradient_check_test.cc).
 #include "executor/moe.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
+#include "core/schedule.h"
 #include "executor/backend_cpu.h"
+#include "executor/data.h"
+#include "executor/gpt.h"
 #include "executor/gpt_params.h"
+#include "executor/pipeline.h"
 #include "executor/trainer.h"
 #include "tests/executor/tiny_plan.h"
 
@@ -104,6 +110,103 @@ TEST(Moe, DispatchLayoutSortsCopiesByExpertThenRowsByLocalExpert) {
   EXPECT_EQ(l.sort_index, (std::vector<int32_t>{0, 6, 7, 8, 1, 2, 3, 4, 5, 9}));
   EXPECT_EQ(l.unsort_index, (std::vector<int32_t>{0, 4, 5, 6, 7, 8, 1, 2, 3, 9}));
   EXPECT_EQ(l.rows(), 10);
+}
+
+// One (1, 1, 1) training step in fp64 of `plan` with `params` (gradients left in them): the
+// mean token loss over two sequences of GPL-3.
+double TrainStep(const Plan& plan, GptParams& params, Backend& b) {
+  ProcessGroups groups = MakeProcessGroups(MakeLocalComm(b), plan.parallel);
+  Recorder recorder;
+  GptModel model(params, b, groups, GptOptions{}, recorder);
+  const PipelineSchedule schedule = MakeSchedule(Schedule::k1F1B, 1, 2, 1);
+  PipelineRunner runner(model, b, *groups.pp, schedule, recorder);
+  const int64_t seq = plan.model.seq_length;
+  const TokenData data = TokenData::FromFile(kDefaultDataFile, static_cast<int>(seq), 3);
+  auto batch = [&](int i) {
+    std::vector<int32_t> tokens(static_cast<size_t>(seq + 1));
+    data.TrainSequence(static_cast<uint64_t>(i), static_cast<int>(seq), tokens.data());
+    MicroBatch mb;
+    mb.inputs = std::make_shared<Tensor>(b, DType::kI32, std::vector<int64_t>{seq},
+                                         MemCategory::kActivations);
+    mb.targets = std::make_shared<Tensor>(b, DType::kI32, std::vector<int64_t>{seq},
+                                          MemCategory::kActivations);
+    b.Upload(mb.inputs->span(), tokens.data());
+    b.Upload(mb.targets->span(), tokens.data() + 1);
+    return mb;
+  };
+  return runner.RunStep(batch, 1.0 / static_cast<double>(2 * seq)).loss;
+}
+
+// An independent check of the MoE layer against the dense MLP: with every expert a copy of a
+// dense model's MLP, each token's top-2 copies are weighted by a softmax that sums to 1, so
+// the MoE model computes the dense model's loss, and its gradients: the same for every
+// parameter the two share, the experts' summing to the MLP's, and the router's 0 (the routing
+// weights' gradients cancel). The routing itself (random router) is whatever it is.
+TEST(Moe, IdenticalExpertsReproduceTheDenseMlp) {
+  auto b = MakeCpuBackend();
+  const TinyModel tiny{.layers = 2, .hidden = 16, .heads = 2, .seq = 8, .global_batch = 2};
+  Plan dense = TinyPlan({}, tiny);
+  dense.model.add_bias_linear = false;
+  TinyModel with_experts = tiny;
+  with_experts.experts = 4, with_experts.expert_ffn = dense.model.ffn_hidden_size;
+  const Plan moe = TinyPlan({}, with_experts);
+  GptParams dp(dense.model, dense.parallel, {}, DType::kF64, *b);
+  GptParams mp(moe.model, moe.parallel, {}, DType::kF64, *b);
+  dp.Initialize(5);
+  mp.Initialize(5);
+  std::map<std::string, const ParamInfo*> dense_info, moe_info;
+  for (const ParamInfo& p : dp.infos()) dense_info[p.name] = &p;
+  for (const ParamInfo& p : mp.infos()) moe_info[p.name] = &p;
+  auto mlp_of = [](const std::string& name) {  // layers.L.mlp.experts.E.fcN -> layers.L.mlp.fcN
+    const size_t at = name.find("experts.");
+    if (at == std::string::npos) return std::string();
+    return name.substr(0, at) + name.substr(name.find('.', at + 8) + 1);
+  };
+  for (const ParamInfo& p : mp.infos()) {
+    if (const std::string mlp = mlp_of(p.name); !mlp.empty()) {
+      b->Copy(mp.Ref(p).value, dp.Ref(*dense_info.at(mlp)).value);
+    }
+  }
+  const double dense_loss = TrainStep(dense, dp, *b);
+  const double moe_loss = TrainStep(moe, mp, *b);
+  EXPECT_NEAR(moe_loss, dense_loss, 1e-13 * dense_loss);
+
+  auto grads = [&](const GptParams& params, const ParamInfo& p) {
+    std::vector<double> g(static_cast<size_t>(p.numel));
+    b->Download(params.Ref(p).grad, g.data());
+    return g;
+  };
+  std::map<std::string, std::vector<double>> expert_sums;
+  double worst = 0, scale = 0;
+  for (const ParamInfo& p : mp.infos()) {
+    const std::vector<double> g = grads(mp, p);
+    if (p.name.find("router") != std::string::npos) {
+      for (const double v : g) EXPECT_NEAR(v, 0, 1e-15) << p.name;
+      continue;
+    }
+    const std::string mlp = mlp_of(p.name);
+    if (!mlp.empty()) {
+      std::vector<double>& sum = expert_sums[mlp];
+      sum.resize(g.size());
+      for (size_t i = 0; i < g.size(); ++i) sum[i] += g[i];
+      continue;
+    }
+    const std::vector<double> want = grads(dp, *dense_info.at(p.name));
+    for (size_t i = 0; i < g.size(); ++i) {
+      worst = std::max(worst, std::abs(g[i] - want[i]));
+      scale = std::max(scale, std::abs(want[i]));
+    }
+  }
+  ASSERT_EQ(expert_sums.size(), 4u);  // fc1 and fc2 of both layers
+  for (const auto& [mlp, sum] : expert_sums) {
+    const std::vector<double> want = grads(dp, *dense_info.at(mlp));
+    for (size_t i = 0; i < sum.size(); ++i) {
+      worst = std::max(worst, std::abs(sum[i] - want[i]));
+      scale = std::max(scale, std::abs(want[i]));
+    }
+  }
+  EXPECT_GT(scale, 1e-3);
+  EXPECT_LT(worst, 1e-12 * scale);
 }
 
 TEST(GptParams, ExpertsLiveOnTheirExpertParallelRanksAsSlicesOfTheFullModel) {
