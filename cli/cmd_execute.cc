@@ -225,11 +225,14 @@ int RunAsRank(std::string_view command, const Plan& plan, const ExecuteOptions& 
     if (root) {
       log << fmt::format(
           "ptdp execute: {} ({} layers, hidden {}, {} heads, sequence {}) on {} rank{} of {}: "
-          "tp {}{} x pp {} x dp {}, micro-batch {}, {} micro-batches, {}{}{}{}{}\n",
+          "tp {}{} x pp {} x dp {}{}, micro-batch {}, {} micro-batches, {}{}{}{}{}\n",
           plan.model.name, plan.model.num_layers, plan.model.hidden_size,
           plan.model.num_attention_heads, plan.model.seq_length, session.world_size(),
           session.world_size() == 1 ? "" : "s", session.host(), p.tp,
           p.cp > 1 ? fmt::format(" x cp {} ({})", p.cp, Name(p.cp_comm)) : "", p.pp, p.dp,
+          plan.model.moe() ? fmt::format(" (experts: etp {} x ep {} x edp {})", p.expert_tp(), p.ep,
+                                         p.expert_dp())
+                           : "",
           p.micro_batch_size, NumMicrobatches(plan.training, p), Name(p.schedule),
           p.virtual_stages > 1 ? fmt::format(" v={}", p.virtual_stages) : "",
           p.sequence_parallel ? ", sequence parallel" : "",
@@ -252,6 +255,12 @@ int RunAsRank(std::string_view command, const Plan& plan, const ExecuteOptions& 
             "note: the CPU path shards only the optimizer state (the distributed optimizer), "
             "not Megatron-FSDP's {}; the arithmetic is the same\n",
             Name(p.fsdp));
+      }
+      if (plan.model.moe() && plan.options.moe_token_dispatcher != MoeDispatcher::kAllToAll) {
+        log << fmt::format(
+            "note: the CPU path dispatches MoE tokens by all-to-all over the expert-parallel "
+            "group, not the plan's {} dispatcher; the arithmetic is the same\n",
+            Name(plan.options.moe_token_dispatcher));
       }
       if (UnevenSplit(p)) log << "note: layers per pipeline stage: " << LayoutLine(plan) << "\n";
     }

@@ -218,6 +218,28 @@ class Backend {
   virtual void Rotary(Span qkv, int64_t seq, int64_t batch, int64_t heads, int64_t groups,
                       int64_t head_dim, double base, int64_t seq_begin, bool inverse) = 0;
 
+  // --- mixture of experts (Megatron-Core's TopKRouter and token permutation) ---
+  // Top-k routing with Megatron's default score function (moe_utils.py
+  // topk_routing_with_score_function, softmax without moe_router_pre_softmax): for each row of
+  // logits (N, E), the k largest logits in descending order (ties: the lower expert index first),
+  // whose experts go to choice (N, k) int32, and the softmax over those k logits to probs (N, k).
+  virtual void RouterTopK(Span probs, Span choice, Span logits, int64_t rows, int64_t experts,
+                          int64_t topk) = 0;
+  // Its backward: dlogits (N, E) = the softmax's input gradient from dprobs (N, k) at the chosen
+  // experts, 0 at the others (top-k passes no gradient to what it drops); overwrites.
+  virtual void RouterTopKBackward(Span dlogits, Span dprobs, Span probs, Span choice, int64_t rows,
+                                  int64_t experts, int64_t topk) = 0;
+  // dst (n, C) row r = src row index[r] (int32 index (n) into src's rows): a permutation or a
+  // selection of rows.
+  virtual void GatherRows(Span dst, Span src, Span index, int64_t rows, int64_t cols) = 0;
+  // dst row index[r] += src (n, C) row r, for r = 0, 1, ... in order (rows sharing an index are
+  // summed in that order).
+  virtual void ScatterAddRows(Span dst, Span src, Span index, int64_t rows, int64_t cols) = 0;
+  // x (N, C) row r *= scale[r] (scale (N)).
+  virtual void ScaleRows(Span x, Span scale, int64_t rows, int64_t cols) = 0;
+  // out (N)[r] = dot(a row r, b row r) for a, b (N, C).
+  virtual void RowDots(Span out, Span a, Span b, int64_t rows, int64_t cols) = 0;
+
   // Vocab-parallel cross entropy (Megatron's _VocabParallelCrossEntropy), in steps around the
   // tensor-parallel all-reduces. logits (N, V_loc) hold vocabulary entries [vocab_begin,
   // vocab_begin + V_loc); only the first `valid_cols` local columns are real tokens (the rest

@@ -631,6 +631,101 @@ class CpuBackend final : public Backend {
     });
   }
 
+  void RouterTopK(Span probs, Span choice, Span logits, int64_t rows, int64_t experts,
+                  int64_t topk) override {
+    PTDP_CHECK(logits.numel == rows * experts && probs.numel == rows * topk);
+    PTDP_CHECK(choice.dtype == DType::kI32 && choice.numel == rows * topk && topk <= experts);
+    Dispatch(probs, [&]<typename T>(T* p) {
+      const T* l = P<T>(logits);
+      auto* c = static_cast<int32_t*>(choice.data);
+      std::vector<bool> taken(static_cast<size_t>(experts));
+      for (int64_t i = 0; i < rows; ++i) {
+        const T* li = l + i * experts;
+        std::fill(taken.begin(), taken.end(), false);
+        for (int64_t j = 0; j < topk; ++j) {
+          // The largest logit not yet taken; strictly greater keeps the lower index on ties.
+          int64_t best = -1;
+          for (int64_t e = 0; e < experts; ++e) {
+            if (!taken[static_cast<size_t>(e)] && (best < 0 || li[e] > li[best])) best = e;
+          }
+          taken[static_cast<size_t>(best)] = true;
+          c[i * topk + j] = static_cast<int32_t>(best);
+        }
+        // Softmax over the chosen logits; the first is the largest.
+        const T mx = li[c[i * topk]];
+        T sum = 0;
+        for (int64_t j = 0; j < topk; ++j) {
+          p[i * topk + j] = std::exp(li[c[i * topk + j]] - mx);
+          sum += p[i * topk + j];
+        }
+        for (int64_t j = 0; j < topk; ++j) p[i * topk + j] /= sum;
+      }
+    });
+  }
+  void RouterTopKBackward(Span dlogits, Span dprobs, Span probs, Span choice, int64_t rows,
+                          int64_t experts, int64_t topk) override {
+    PTDP_CHECK(dlogits.numel == rows * experts && dprobs.numel == rows * topk);
+    PTDP_CHECK(probs.numel == rows * topk && choice.numel == rows * topk);
+    Dispatch(dlogits, [&]<typename T>(T* dl) {
+      const T* dp = P<T>(dprobs);
+      const T* p = P<T>(probs);
+      const int32_t* c = Tokens(choice);
+      for (int64_t i = 0; i < rows; ++i) {
+        T* row = dl + i * experts;
+        std::fill(row, row + experts, T(0));
+        T dot = 0;  // softmax backward: dl_j = p_j (dp_j - sum_i p_i dp_i)
+        for (int64_t j = 0; j < topk; ++j) dot += p[i * topk + j] * dp[i * topk + j];
+        for (int64_t j = 0; j < topk; ++j) {
+          row[c[i * topk + j]] = p[i * topk + j] * (dp[i * topk + j] - dot);
+        }
+      }
+    });
+  }
+  void GatherRows(Span dst, Span src, Span index, int64_t rows, int64_t cols) override {
+    PTDP_CHECK(dst.numel == rows * cols && index.numel == rows && src.dtype == dst.dtype);
+    const int32_t* at = Tokens(index);
+    const int64_t size = SizeOf(dst.dtype);
+    for (int64_t r = 0; r < rows; ++r) {
+      PTDP_CHECK(at[r] >= 0 && (at[r] + 1) * cols <= src.numel);
+      std::memcpy(static_cast<char*>(dst.data) + r * cols * size,
+                  static_cast<const char*>(src.data) + at[r] * cols * size,
+                  static_cast<size_t>(cols * size));
+    }
+  }
+  void ScatterAddRows(Span dst, Span src, Span index, int64_t rows, int64_t cols) override {
+    PTDP_CHECK(src.numel == rows * cols && index.numel == rows);
+    Dispatch(dst, [&]<typename T>(T* d) {
+      const T* s = P<T>(src);
+      const int32_t* at = Tokens(index);
+      for (int64_t r = 0; r < rows; ++r) {
+        PTDP_CHECK(at[r] >= 0 && (at[r] + 1) * cols <= dst.numel);
+        for (int64_t j = 0; j < cols; ++j) d[at[r] * cols + j] += s[r * cols + j];
+      }
+    });
+  }
+  void ScaleRows(Span x, Span scale, int64_t rows, int64_t cols) override {
+    PTDP_CHECK(x.numel == rows * cols && scale.numel == rows);
+    Dispatch(x, [&]<typename T>(T* px) {
+      const T* s = P<T>(scale);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t j = 0; j < cols; ++j) px[r * cols + j] *= s[r];
+      }
+    });
+  }
+  void RowDots(Span out, Span a, Span b, int64_t rows, int64_t cols) override {
+    PTDP_CHECK(out.numel == rows && a.numel == rows * cols && b.numel == rows * cols);
+    Dispatch(out, [&]<typename T>(T* o) {
+      const T* pa = P<T>(a);
+      const T* pb = P<T>(b);
+      for (int64_t r = 0; r < rows; ++r) {
+        double dot = 0;
+        for (int64_t j = 0; j < cols; ++j)
+          dot += static_cast<double>(pa[r * cols + j]) * pb[r * cols + j];
+        o[r] = static_cast<T>(dot);
+      }
+    });
+  }
+
   void CrossEntropyMax(Span row_max, Span logits, int64_t rows, int64_t cols,
                        int64_t valid_cols) override {
     PTDP_CHECK(logits.numel == rows * cols && row_max.numel == rows && valid_cols <= cols);

@@ -108,10 +108,14 @@ std::string CheckpointLayout(const Plan& plan, DType dtype) {
   // Context parallelism changes the distributed optimizer's shards (over dp x cp); cp 1 keeps
   // the earlier text.
   const std::string cp = p.cp > 1 ? fmt::format(" cp {}", p.cp) : "";
+  // The expert grid decides which experts (and which of their slices) a rank holds and the
+  // distributed optimizer's expert shards; dense models keep the earlier text.
+  const std::string experts =
+      plan.model.moe() ? fmt::format(" ep {} etp {}", p.ep, p.expert_tp()) : "";
   return fmt::format(
-      "tp {} pp {} dp {}{} virtual_stages {}{} distributed_optimizer {} global_batch {} optimizer "
-      "{} {} | {}",
-      p.tp, p.pp, p.dp, cp, p.virtual_stages, split, p.distributed_optimizer ? 1 : 0,
+      "tp {} pp {} dp {}{}{} virtual_stages {}{} distributed_optimizer {} global_batch {} "
+      "optimizer {} {} | {}",
+      p.tp, p.pp, p.dp, cp, experts, p.virtual_stages, split, p.distributed_optimizer ? 1 : 0,
       plan.training.global_batch_size, Name(plan.training.optimizer), Name(dtype), model);
 }
 

@@ -40,6 +40,17 @@ class Comm {
   // in.numel == out.numel, a multiple of size(): block j of `in` (numel / size() elements) goes
   // to rank j, and block i of `out` arrives from rank i (MPI_Alltoall).
   virtual void AllToAll(Span in, Span out) = 0;
+  // Variable-size forms, for exchanges whose sizes depend on the data (the MoE token
+  // dispatcher's): counts in elements, one per rank of the group, blocks contiguous in rank
+  // order. AllToAllV: block j of `in` (send_counts[j] elements) goes to rank j and block i of
+  // `out` (recv_counts[i]) arrives from rank i, which must send that many (MPI_Alltoallv).
+  virtual void AllToAllV(Span in, const std::vector<int64_t>& send_counts, Span out,
+                         const std::vector<int64_t>& recv_counts) = 0;
+  // Rank i's `in` (counts[i] elements) lands at block i of `out` (MPI_Allgatherv).
+  virtual void AllGatherV(Span in, Span out, const std::vector<int64_t>& counts) = 0;
+  // Rank i gets the sum over the ranks of block i (counts[i] elements) of `in`
+  // (MPI_Reduce_scatter).
+  virtual void ReduceScatterV(Span in, Span out, const std::vector<int64_t>& counts) = 0;
   virtual void Broadcast(Span data, int root) = 0;
   virtual void Barrier() = 0;
 

@@ -14,6 +14,20 @@ class LocalComm final : public Comm {
   void AllGather(Span in, Span out) override { backend_.Copy(out, in); }
   void ReduceScatter(Span in, Span out) override { backend_.Copy(out, in); }
   void AllToAll(Span in, Span out) override { backend_.Copy(out, in); }
+  void AllToAllV(Span in, const std::vector<int64_t>& send_counts, Span out,
+                 const std::vector<int64_t>& recv_counts) override {
+    PTDP_CHECK(send_counts.size() == 1 && recv_counts.size() == 1);
+    PTDP_CHECK(send_counts[0] == in.numel && recv_counts[0] == out.numel);
+    if (in.numel > 0) backend_.Copy(out, in);
+  }
+  void AllGatherV(Span in, Span out, const std::vector<int64_t>& counts) override {
+    PTDP_CHECK(counts.size() == 1 && counts[0] == in.numel);
+    if (in.numel > 0) backend_.Copy(out, in);
+  }
+  void ReduceScatterV(Span in, Span out, const std::vector<int64_t>& counts) override {
+    PTDP_CHECK(counts.size() == 1 && counts[0] == in.numel);
+    if (in.numel > 0) backend_.Copy(out, in);
+  }
   void Broadcast(Span, int root) override { PTDP_CHECK(root == 0); }
   void Barrier() override {}
   std::unique_ptr<SendRequest> Isend(Span, int, int) override {

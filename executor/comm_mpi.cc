@@ -99,6 +99,28 @@ class MpiComm final : public Comm {
     PTDP_MPI_CHECK(MPI_Alltoall(in.data, block, MpiType(in.dtype), out.data, block,
                                 MpiType(out.dtype), comm_));
   }
+  void AllToAllV(Span in, const std::vector<int64_t>& send_counts, Span out,
+                 const std::vector<int64_t>& recv_counts) override {
+    PTDP_CHECK(in.dtype == out.dtype);
+    const std::vector<int> send = Counts(send_counts, in.numel);
+    const std::vector<int> recv = Counts(recv_counts, out.numel);
+    const std::vector<int> send_at = Offsets(send), recv_at = Offsets(recv);
+    PTDP_MPI_CHECK(MPI_Alltoallv(in.data, send.data(), send_at.data(), MpiType(in.dtype), out.data,
+                                 recv.data(), recv_at.data(), MpiType(out.dtype), comm_));
+  }
+  void AllGatherV(Span in, Span out, const std::vector<int64_t>& counts) override {
+    PTDP_CHECK(in.dtype == out.dtype && counts.at(static_cast<size_t>(rank_)) == in.numel);
+    const std::vector<int> sizes = Counts(counts, out.numel);
+    const std::vector<int> at = Offsets(sizes);
+    PTDP_MPI_CHECK(MPI_Allgatherv(in.data, Count(in.numel), MpiType(in.dtype), out.data,
+                                  sizes.data(), at.data(), MpiType(out.dtype), comm_));
+  }
+  void ReduceScatterV(Span in, Span out, const std::vector<int64_t>& counts) override {
+    PTDP_CHECK(in.dtype == out.dtype && counts.at(static_cast<size_t>(rank_)) == out.numel);
+    const std::vector<int> sizes = Counts(counts, in.numel);
+    PTDP_MPI_CHECK(
+        MPI_Reduce_scatter(in.data, out.data, sizes.data(), MpiType(in.dtype), MPI_SUM, comm_));
+  }
   void Broadcast(Span data, int root) override {
     if (size_ == 1) return;
     PTDP_MPI_CHECK(MPI_Bcast(data.data, Count(data.numel), MpiType(data.dtype), root, comm_));
@@ -156,6 +178,20 @@ class MpiComm final : public Comm {
   }
 
  private:
+  // One count per rank of the group, as MPI's ints, adding up to `total` elements.
+  std::vector<int> Counts(const std::vector<int64_t>& counts, int64_t total) const {
+    PTDP_CHECK(counts.size() == static_cast<size_t>(size_));
+    std::vector<int> out;
+    for (const int64_t c : counts) out.push_back(Count(c));
+    PTDP_CHECK(std::accumulate(counts.begin(), counts.end(), int64_t{0}) == total);
+    return out;
+  }
+  static std::vector<int> Offsets(const std::vector<int>& counts) {
+    std::vector<int> out(counts.size());
+    std::exclusive_scan(counts.begin(), counts.end(), out.begin(), 0);
+    return out;
+  }
+
   MPI_Comm comm_;
   Backend& backend_;
   int rank_ = 0;

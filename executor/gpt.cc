@@ -21,54 +21,30 @@ void LinearBackwardInput(Backend& b, Span dx, Span dy, Span w, int64_t rows, int
 
 }  // namespace
 
-void WeightGradQueue::Run(Backend& b) {
-  using Kind = WeightGradTask::Kind;
-  for (WeightGradTask& t : tasks_) {
-    switch (t.kind) {
-      case Kind::kLinear:
-        // dW (n_out, n_in) += dy^T (n_out, T) @ x (T, n_in); db (n_out) += column sums of dy.
-        b.Gemm(true, false, t.out_cols, t.in_cols, t.rows, 1.0, t.dy, t.out_cols, t.x, t.in_cols,
-               1.0, t.dw, t.in_cols);
-        if (t.db.data != nullptr) b.BiasGrad(t.db, t.dy, t.rows, t.out_cols);
-        break;
-      case Kind::kBias:
-        b.BiasGrad(t.db, t.dy, t.rows, t.out_cols);
-        break;
-      case Kind::kLayerNorm:
-        b.LayerNormBackwardParams(t.dw, t.db, t.dy, t.x, t.mean, t.rstd, t.rows, t.out_cols);
-        break;
-      case Kind::kRmsNorm:
-        b.RmsNormBackwardParams(t.dw, t.dy, t.x, t.rstd, t.rows, t.out_cols);
-        break;
-      case Kind::kEmbedding:
-        b.EmbeddingBackward(t.dw, t.tokens, t.dy, t.vocab_begin, t.vocab_rows, t.rows, t.out_cols);
-        break;
-      case Kind::kPositions:
-        b.PositionsBackward(t.dw, t.dy, t.seq_begin, t.seq_rows, t.batch, t.out_cols);
-        break;
-    }
-  }
-  tasks_.clear();
-}
-
-GptModel::GptModel(GptParams& params, Backend& backend, Comm& tp, Comm& cp, GptOptions options,
+GptModel::GptModel(GptParams& params, Backend& backend, ProcessGroups& groups, GptOptions options,
                    Recorder& recorder)
     : params_(params),
       backend_(backend),
-      tp_(tp),
+      tp_(*groups.tp),
       options_(options),
       recorder_(recorder),
       d_(params.dims()),
       dtype_(params.dtype()),
-      seq_(params.dims().seq / cp.size()),
-      sp_div_(options.sequence_parallel ? tp.size() : 1),
-      shard_{params.dims().seq, cp.size(), cp.rank()} {
-  PTDP_CHECK(tp.size() == d_.tp);
+      seq_(params.dims().seq / groups.cp->size()),
+      sp_div_(options.sequence_parallel ? groups.tp->size() : 1),
+      shard_{params.dims().seq, groups.cp->size(), groups.cp->rank()} {
+  Comm& cp = *groups.cp;
+  PTDP_CHECK(tp_.size() == d_.tp);
   // Megatron's rules: seq_length a multiple of 2 cp, and each CP rank's tokens of tp under SP.
   PTDP_CHECK(cp.size() == 1 || d_.seq % (2 * int64_t{cp.size()}) == 0);
   PTDP_CHECK(seq_ % sp_div_ == 0);
   if (cp.size() > 1) {
     context_ = std::make_unique<ContextAttention>(backend, cp, options.cp_comm, d_.seq, recorder);
+  }
+  if (d_.experts > 0) {
+    // Each TP rank routes its own rows: without SP every TP rank would route the same tokens.
+    PTDP_CHECK(d_.tp == 1 || options.sequence_parallel);
+    moe_ = std::make_unique<MoeLayer>(d_, dtype_, backend, *groups.ep, *groups.etp, recorder);
   }
 }
 
@@ -149,19 +125,11 @@ void GptModel::NormBackwardInput(Span dx, Span dout, Span x, Span mean, Span rst
 
 namespace {
 
-// dW += X^T dY for X (rows, in_cols) and dY (rows, out_cols); db += the column sums of dY when
-// `db` is given (a column-parallel linear's bias, on the same rows).
+// LinearGradTask over the whole of x (rows, in_cols) and dy (rows, out_cols).
 WeightGradTask LinearGradTask(std::shared_ptr<Tensor> x, std::shared_ptr<Tensor> dy, Span dw,
                               Span db, int64_t rows, int64_t in_cols, int64_t out_cols) {
-  WeightGradTask t;
-  t.kind = WeightGradTask::Kind::kLinear;
-  t.x = x->span();
-  t.dy = dy->span();
-  t.dw = dw;
-  t.db = db;
-  t.rows = rows, t.in_cols = in_cols, t.out_cols = out_cols;
-  t.keep = {std::move(x), std::move(dy)};
-  return t;
+  const Span xs = x->span(), dys = dy->span();
+  return LinearGradTask({std::move(x), std::move(dy)}, xs, dys, dw, db, rows, in_cols, out_cols);
 }
 
 // db += the column sums of dY (rows, out_cols): a row-parallel linear's bias, whose gradient
@@ -266,8 +234,8 @@ Tensor GptModel::LayerForward(const LayerParams& p, const Tensor& x, LayerActs* 
   // x (T_loc, h) -> (T_loc, h). Shapes: T = S B rows, H = local heads, d = head size,
   // f = local FFN size.
   const int64_t h = d_.hidden, T = rows(), Tl = local_rows();
-  const int64_t H = d_.heads_local, G = d_.groups_local, hd = d_.head_dim, f = d_.ffn_local;
-  const int64_t qkv_cols = d_.qkv_local(), fc1_cols = d_.fc1_local();
+  const int64_t H = d_.heads_local, G = d_.groups_local, hd = d_.head_dim;
+  const int64_t qkv_cols = d_.qkv_local();
   const MemCategory act = MemCategory::kActivations;
 
   // Attention block.
@@ -297,43 +265,53 @@ Tensor GptModel::LayerForward(const LayerParams& p, const Tensor& x, LayerActs* 
   AddBias(mid->span(), p.proj_b, Tl, h);
   backend_.Add(mid->span(), x.span());
 
-  // MLP block.
-  auto ln2_mean = Shared({Tl}, act), ln2_rstd = Shared({Tl}, act);
-  Tensor ln2 = New({Tl, h}, act);
-  NormForward(ln2.span(), ln2_mean->span(), ln2_rstd->span(), mid->span(), p.ln2_w, p.ln2_b, Tl);
-  auto ln2_full = sp_div_ == 1 ? std::make_shared<Tensor>(std::move(ln2))
-                               : std::make_shared<Tensor>(ToFull(ln2, act));
-  auto fc1 = Shared({T, fc1_cols}, act);
-  LinearForward(backend_, fc1->span(), ln2_full->span(), p.fc1_w.value, T, h, fc1_cols);
-  AddBias(fc1->span(), p.fc1_b, T, fc1_cols);
-  auto gelu = Shared({T, f}, act);
-  if (d_.swiglu) {
-    backend_.SwiGlu(gelu->span(), fc1->span(), T, f);
+  // MLP block: the MLP, or the routed experts plus the shared experts (moe_layer.py
+  // postprocess: output + shared_expert_output), then the residual.
+  LayerActs a{ln1_mean, ln1_rstd, ln1_full, qkv, probs, lse, ctx, mid};
+  a.ln2_mean = Shared({Tl}, act), a.ln2_rstd = Shared({Tl}, act);
+  auto ln2 = Shared({Tl, h}, act);
+  NormForward(ln2->span(), a.ln2_mean->span(), a.ln2_rstd->span(), mid->span(), p.ln2_w, p.ln2_b,
+              Tl);
+  Tensor out;
+  if (!p.moe) {
+    out = MlpForward(p, d_.ffn_local, ln2, a);
   } else {
-    backend_.Gelu(gelu->span(), fc1->span());
+    out = moe_->Forward(p, ln2, &a.moe);
+    if (d_.shared_ffn > 0)
+      backend_.Add(out.span(), MlpForward(p, d_.shared_ffn_local, ln2, a).span());
   }
-  Tensor fc2 = New({T, h}, MemCategory::kWorkspace);
-  LinearForward(backend_, fc2.span(), gelu->span(), p.fc2_w.value, T, f, h);
-  Tensor out = FromPartial(std::move(fc2));
-  AddBias(out.span(), p.fc2_b, Tl, h);
   backend_.Add(out.span(), mid->span());
-
-  if (acts != nullptr) {
-    *acts = LayerActs{ln1_mean, ln1_rstd, ln1_full, qkv,      probs, lse, ctx,
-                      mid,      ln2_mean, ln2_rstd, ln2_full, fc1,   gelu};
-  }
+  if (acts != nullptr) *acts = std::move(a);
   return out;
 }
 
-Tensor GptModel::LayerBackward(const LayerParams& p, LayerActs& a, std::shared_ptr<Tensor> x,
-                               Tensor dout_in, WeightGradQueue& queue) {
-  // dout (T_loc, h) -> dx (T_loc, h); weight gradients queued.
-  const int64_t h = d_.hidden, T = rows(), Tl = local_rows();
-  const int64_t H = d_.heads_local, G = d_.groups_local, hd = d_.head_dim, f = d_.ffn_local;
-  const int64_t qkv_cols = d_.qkv_local(), fc1_cols = d_.fc1_local();
-  auto dout = std::make_shared<Tensor>(std::move(dout_in));
+Tensor GptModel::MlpForward(const LayerParams& p, int64_t f, const std::shared_ptr<Tensor>& ln,
+                            LayerActs& a) {
+  // ln (T_loc, h) -> (T_loc, h): fc2(act(fc1(ln))) summed over TP, with fc2's bias.
+  const int64_t h = d_.hidden, T = rows(), Tl = local_rows(), fc1_cols = (d_.swiglu ? 2 : 1) * f;
+  const MemCategory act = MemCategory::kActivations;
+  a.ln2_full = sp_div_ == 1 ? ln : std::make_shared<Tensor>(ToFull(*ln, act));
+  a.fc1 = Shared({T, fc1_cols}, act);
+  LinearForward(backend_, a.fc1->span(), a.ln2_full->span(), p.fc1_w.value, T, h, fc1_cols);
+  AddBias(a.fc1->span(), p.fc1_b, T, fc1_cols);
+  a.gelu = Shared({T, f}, act);
+  if (d_.swiglu) {
+    backend_.SwiGlu(a.gelu->span(), a.fc1->span(), T, f);
+  } else {
+    backend_.Gelu(a.gelu->span(), a.fc1->span());
+  }
+  Tensor fc2 = New({T, h}, MemCategory::kWorkspace);
+  LinearForward(backend_, fc2.span(), a.gelu->span(), p.fc2_w.value, T, f, h);
+  Tensor out = FromPartial(std::move(fc2));
+  AddBias(out.span(), p.fc2_b, Tl, h);
+  return out;
+}
 
-  // MLP block: out = mid + RowParallel(fc2, gelu(ColumnParallel(fc1, LN2(mid)))).
+std::shared_ptr<Tensor> GptModel::MlpBackward(const LayerParams& p, int64_t f, LayerActs& a,
+                                              const std::shared_ptr<Tensor>& dout,
+                                              WeightGradQueue& queue) {
+  // out = RowParallel(fc2, act(ColumnParallel(fc1, ln))): dout (T_loc, h) -> dln (T_loc, h).
+  const int64_t h = d_.hidden, T = rows(), Tl = local_rows(), fc1_cols = (d_.swiglu ? 2 : 1) * f;
   auto dfc2 =
       sp_div_ == 1 ? dout : std::make_shared<Tensor>(ToFull(*dout, MemCategory::kActivations));
   Tensor dgelu = New({T, f}, MemCategory::kWorkspace);
@@ -345,20 +323,39 @@ Tensor GptModel::LayerBackward(const LayerParams& p, LayerActs& a, std::shared_p
     backend_.GeluBackward(dfc1->span(), a.fc1->span(), dgelu.span());
   }
   dgelu = Tensor();
-  Tensor dln2_full = New({T, h}, MemCategory::kWorkspace);
-  LinearBackwardInput(backend_, dln2_full.span(), dfc1->span(), p.fc1_w.value, T, h, fc1_cols);
-  auto dln2 = std::make_shared<Tensor>(FromPartial(std::move(dln2_full)));
+  Tensor dln_full = New({T, h}, MemCategory::kWorkspace);
+  LinearBackwardInput(backend_, dln_full.span(), dfc1->span(), p.fc1_w.value, T, h, fc1_cols);
+  auto dln = std::make_shared<Tensor>(FromPartial(std::move(dln_full)));
+  queue.Push(LinearGradTask(a.gelu, dfc2, p.fc2_w.grad, Span(), T, f, h));
+  if (p.fc2_b.value.data != nullptr) queue.Push(BiasGradTask(dout, p.fc2_b.grad, Tl, h));
+  queue.Push(LinearGradTask(a.ln2_full, dfc1, p.fc1_w.grad, p.fc1_b.grad, T, h, fc1_cols));
+  a.fc1.reset();
+  return dln;
+}
+
+Tensor GptModel::LayerBackward(const LayerParams& p, LayerActs& a, std::shared_ptr<Tensor> x,
+                               Tensor dout_in, WeightGradQueue& queue) {
+  // dout (T_loc, h) -> dx (T_loc, h); weight gradients queued.
+  const int64_t h = d_.hidden, T = rows(), Tl = local_rows();
+  const int64_t H = d_.heads_local, G = d_.groups_local, hd = d_.head_dim;
+  const int64_t qkv_cols = d_.qkv_local();
+  auto dout = std::make_shared<Tensor>(std::move(dout_in));
+
+  // MLP block: out = mid + MLP(N2(mid)), the MLP dense, or routed plus shared experts.
+  std::shared_ptr<Tensor> dln2;
+  if (!p.moe) {
+    dln2 = MlpBackward(p, d_.ffn_local, a, dout, queue);
+  } else {
+    dln2 = std::make_shared<Tensor>(moe_->Backward(p, a.moe, *dout, queue));
+    if (d_.shared_ffn > 0) {
+      backend_.Add(dln2->span(), MlpBackward(p, d_.shared_ffn_local, a, dout, queue)->span());
+    }
+  }
   Tensor dmid = New({Tl, h}, MemCategory::kActivations);
   backend_.Copy(dmid.span(), dout->span());
   NormBackwardInput(dmid.span(), dln2->span(), a.mid->span(), a.ln2_mean->span(),
                     a.ln2_rstd->span(), p.ln2_w, Tl);
-  {
-    queue.Push(LinearGradTask(a.gelu, dfc2, p.fc2_w.grad, Span(), T, f, h));
-    if (p.fc2_b.value.data != nullptr) queue.Push(BiasGradTask(dout, p.fc2_b.grad, Tl, h));
-    queue.Push(LinearGradTask(a.ln2_full, dfc1, p.fc1_w.grad, p.fc1_b.grad, T, h, fc1_cols));
-    queue.Push(NormTask(a.mid, a.ln2_mean, a.ln2_rstd, dln2, p.ln2_w, p.ln2_b, Tl));
-  }
-  a.fc1.reset();
+  queue.Push(NormTask(a.mid, a.ln2_mean, a.ln2_rstd, dln2, p.ln2_w, p.ln2_b, Tl));
 
   // Attention block: mid = x + RowParallel(proj, attn(ColumnParallel(qkv, LN1(x)))).
   auto dmid_shared = std::make_shared<Tensor>(std::move(dmid));

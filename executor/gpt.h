@@ -8,7 +8,8 @@
 // drop the attention softmax, or with cp > 1 its log-sum-exp, and recompute core attention,
 // exchanges included).
 //
-// Layer (pre-norm): x + proj(attn(N1(x))) -> y; y + fc2(act(fc1(N2(y)))), with N LayerNorm or
+// Layer (pre-norm): x + proj(attn(N1(x))) -> y; y + fc2(act(fc1(N2(y)))), or in a mixture-of-
+// experts layer y + routed experts(N2(y)) + shared experts(N2(y)) (moe.h), with N LayerNorm or
 // RMSNorm, act GeLU or SwiGLU, attention multi-head or grouped-query, positions learned (added
 // to the embedding) or rotary (applied to q and k), linears with or without biases, and the LM
 // head tied to the word embedding or its own output layer, as the ModelSpec says. No dropout
@@ -33,6 +34,9 @@
 #include "executor/context_parallel.h"
 #include "executor/gpt_params.h"
 #include "executor/measure.h"
+#include "executor/moe.h"
+#include "executor/topology.h"
+#include "executor/weight_grad.h"
 
 namespace ptdp {
 
@@ -41,27 +45,6 @@ namespace ptdp {
 struct MicroBatch {
   std::shared_ptr<Tensor> inputs;
   std::shared_ptr<Tensor> targets;
-};
-
-struct WeightGradTask {
-  enum class Kind { kLinear, kBias, kLayerNorm, kRmsNorm, kEmbedding, kPositions };
-  Kind kind = Kind::kLinear;
-  std::vector<std::shared_ptr<Tensor>> keep;  // the tensors the views below point into
-  Span x, dy, mean, rstd, tokens;
-  Span dw, db;  // parameter gradients, accumulated into
-  int64_t rows = 0, in_cols = 0, out_cols = 0;
-  int64_t vocab_begin = 0, vocab_rows = 0;         // kEmbedding
-  int64_t seq_begin = 0, seq_rows = 0, batch = 0;  // kPositions
-};
-
-class WeightGradQueue {
- public:
-  void Push(WeightGradTask task) { tasks_.push_back(std::move(task)); }
-  bool empty() const { return tasks_.empty(); }
-  void Run(Backend& backend);  // runs and releases every task, in push order
-
- private:
-  std::vector<WeightGradTask> tasks_;
 };
 
 // Saved tensors of one transformer layer for one micro-batch (T = S * B rows, T_loc = T / tp
@@ -76,9 +59,11 @@ struct LayerActs {
   std::shared_ptr<Tensor> ctx;                 // (T, H_loc d): the projection's input
   std::shared_ptr<Tensor> mid;                 // (T_loc, h): residual after attention, N2 input
   std::shared_ptr<Tensor> ln2_mean, ln2_rstd;  // (T_loc)
-  std::shared_ptr<Tensor> ln2_full;            // (T, h): fc1's input
-  std::shared_ptr<Tensor> fc1;                 // (T, f_loc) or (T, 2 f_loc) [gate | up]: act input
-  std::shared_ptr<Tensor> gelu;                // (T, f_loc): the activation's output, fc2's input
+  // The MLP's (in a MoE layer the shared experts'; empty without them):
+  std::shared_ptr<Tensor> ln2_full;  // (T, h): fc1's input
+  std::shared_ptr<Tensor> fc1;       // (T, f_loc) or (T, 2 f_loc) [gate | up]: act input
+  std::shared_ptr<Tensor> gelu;      // (T, f_loc): the activation's output, fc2's input
+  MoeActs moe;                       // a MoE layer's routed experts (on N2's T_loc rows)
 };
 
 // Everything one (micro-batch, chunk) keeps between its forward and backward.
@@ -102,9 +87,10 @@ struct GptOptions {
 
 class GptModel {
  public:
-  // `tp` and `cp` are the tensor- and context-parallel groups; `recorder` receives "tp-comm"
-  // and "cp-comm" intervals.
-  GptModel(GptParams& params, Backend& backend, Comm& tp, Comm& cp, GptOptions options,
+  // Uses the tensor-, context-, expert- and expert tensor-parallel groups of `groups`;
+  // `recorder` receives "tp-comm", "cp-comm" and "ep-comm" intervals. A model with experts and
+  // tp > 1 needs sequence parallelism (Megatron's MoELayer refuses to train without it).
+  GptModel(GptParams& params, Backend& backend, ProcessGroups& groups, GptOptions options,
            Recorder& recorder);
 
   int64_t rows() const { return seq_ * batch_; }           // T (this CP rank's tokens)
@@ -138,6 +124,13 @@ class GptModel {
   Tensor LayerForward(const LayerParams& lp, const Tensor& x, LayerActs* acts);
   Tensor LayerBackward(const LayerParams& lp, LayerActs& a, std::shared_ptr<Tensor> x, Tensor dout,
                        WeightGradQueue& queue);
+  // The tensor-parallel MLP of local width f (fc1 column-parallel, fc2 row-parallel, with its
+  // bias): the norm's output ln (T_loc, h) -> (T_loc, h), keeping its inputs in `acts`; and
+  // its backward, dout (T_loc, h) -> the gradient of ln (T_loc, h).
+  Tensor MlpForward(const LayerParams& lp, int64_t f, const std::shared_ptr<Tensor>& ln,
+                    LayerActs& acts);
+  std::shared_ptr<Tensor> MlpBackward(const LayerParams& lp, int64_t f, LayerActs& a,
+                                      const std::shared_ptr<Tensor>& dout, WeightGradQueue& queue);
   void HeadForward(const ChunkParams& cp, std::shared_ptr<Tensor> x, const MicroBatch& mb,
                    ChunkActs& acts, double* loss_sum);
   Tensor HeadBackward(const ChunkParams& cp, ChunkActs& acts, const MicroBatch& mb,
@@ -176,6 +169,7 @@ class GptModel {
   int64_t sp_div_;  // tp under sequence parallelism, else 1
   SequenceShard shard_;
   std::unique_ptr<ContextAttention> context_;  // cp > 1 only
+  std::unique_ptr<MoeLayer> moe_;              // models with experts only
 };
 
 }  // namespace ptdp

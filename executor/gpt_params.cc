@@ -16,7 +16,11 @@ constexpr double kInitStd = 0.02;  // Megatron's --init-method-std default
 
 // Indices into infos_ of one layer's parameters, in LayerParams order.
 struct LayerIndices {
-  int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
+  int ln1_w = -1, ln1_b = -1, qkv_w = -1, qkv_b = -1, proj_w = -1, proj_b = -1;
+  int ln2_w = -1, ln2_b = -1, fc1_w = -1, fc1_b = -1, fc2_w = -1, fc2_b = -1;
+  bool moe = false;
+  int router_w = -1;
+  std::vector<std::pair<int, int>> experts;  // fc1, fc2 of each local expert
 };
 
 }  // namespace
@@ -49,11 +53,25 @@ GptDims MakeGptDims(const ModelSpec& model, const ParallelConfig& parallel, int 
   d.vocab_valid_local = std::clamp<int64_t>(d.vocab - d.vocab_begin, 0, d.vocab_local);
   d.virtual_stages = int64_t{parallel.pp} * parallel.virtual_stages;
   d.split = SplitLayers(model.num_layers, parallel);
+  d.ep = parallel.ep;
+  d.etp = parallel.expert_tp();
+  if (model.moe()) {
+    d.experts = model.num_experts;
+    d.topk = model.moe_router_topk;
+    d.expert_ffn = model.moe_ffn_hidden_size;
+    d.shared_ffn = model.moe_shared_expert_intermediate_size;
+    PTDP_CHECK(d.topk >= 1 && d.topk <= d.experts && d.experts % d.ep == 0);
+    PTDP_CHECK(d.expert_ffn % d.etp == 0 && d.shared_ffn % d.tp == 0);
+    d.experts_local = d.experts / d.ep;
+    d.expert_ffn_local = d.expert_ffn / d.etp;
+    d.shared_ffn_local = d.shared_ffn / d.tp;
+  }
   return d;
 }
 
 GptParams::GptParams(const ModelSpec& model, const ParallelConfig& parallel, RankCoords coords,
-                     DType dtype, Backend& backend, int64_t pad_multiple)
+                     DType dtype, Backend& backend, int64_t pad_multiple,
+                     int64_t expert_pad_multiple)
     : dims_(MakeGptDims(model, parallel, coords.tp)),
       coords_(coords),
       dtype_(dtype),
@@ -77,30 +95,34 @@ GptParams::GptParams(const ModelSpec& model, const ParallelConfig& parallel, Ran
     p.chunk = chunk;
     return Add(std::move(p));
   };
+  // Split over `parts` ranks (TP, or the expert TP group), this rank holding part `index`.
   auto by_rows = [&](std::string name, int64_t rows, int64_t cols, InitKind init, double std,
-                     bool wd, int64_t row_groups = 1) {
+                     bool wd, int64_t row_groups = 1, int64_t parts = 0, int64_t index = -1) {
+    if (parts == 0) parts = d.tp, index = coords.tp;
     ParamInfo p;
     p.name = std::move(name);
     p.full_rows = p.model_rows = rows;
     p.full_cols = p.local_cols = cols;
     p.shard = ShardDim::kRows;
     p.row_groups = row_groups;
-    p.local_rows = rows / d.tp;
-    p.row_begin = coords.tp * (p.local_rows / row_groups);
+    p.local_rows = rows / parts;
+    p.row_begin = index * (p.local_rows / row_groups);
     p.init = init;
     p.init_std = std;
     p.weight_decay = wd;
     p.chunk = chunk;
     return Add(std::move(p));
   };
-  auto by_cols = [&](std::string name, int64_t rows, int64_t cols, double std) {
+  auto by_cols = [&](std::string name, int64_t rows, int64_t cols, double std, int64_t parts = 0,
+                     int64_t index = -1) {
+    if (parts == 0) parts = d.tp, index = coords.tp;
     ParamInfo p;
     p.name = std::move(name);
     p.full_rows = p.model_rows = p.local_rows = rows;
     p.full_cols = cols;
     p.shard = ShardDim::kCols;
-    p.local_cols = cols / d.tp;
-    p.col_begin = coords.tp * p.local_cols;
+    p.local_cols = cols / parts;
+    p.col_begin = index * p.local_cols;
     p.init = InitKind::kNormal;
     p.init_std = std;
     p.weight_decay = true;
@@ -124,6 +146,9 @@ GptParams::GptParams(const ModelSpec& model, const ParallelConfig& parallel, Ran
     int word = -1, position = -1, final_w = -1, final_b = -1, output = -1;
     std::vector<LayerIndices> layers;
   };
+  // The experts this rank holds: its place on the expert grid (topology.h).
+  const ExpertCoords expert = ExpertCoordsOf(WorldRankOf(coords, parallel), parallel);
+  const int64_t first_expert = expert.ep * d.experts_local;
   std::vector<ChunkIndices> indices(static_cast<size_t>(parallel.virtual_stages));
   chunks_.resize(indices.size());
   for (chunk = 0; chunk < parallel.virtual_stages; ++chunk) {
@@ -157,11 +182,33 @@ GptParams::GptParams(const ModelSpec& model, const ParallelConfig& parallel, Ran
       li.proj_w = by_cols(p + "attention.proj.weight", h, attn, out_std);
       li.proj_b = bias("attention.proj.bias", h, false);
       norm(p + "ln2", &li.ln2_w, &li.ln2_b);
-      li.fc1_w = by_rows(p + "mlp.fc1.weight", fc1_groups * d.ffn, h, InitKind::kNormal, kInitStd,
-                         true, fc1_groups);
-      li.fc1_b = bias("mlp.fc1.bias", fc1_groups * d.ffn, true, fc1_groups);
-      li.fc2_w = by_cols(p + "mlp.fc2.weight", h, d.ffn, out_std);
-      li.fc2_b = bias("mlp.fc2.bias", h, false);
+      li.moe = model.IsMoeLayer(static_cast<int>(cp.first_layer + l));
+      if (!li.moe) {
+        li.fc1_w = by_rows(p + "mlp.fc1.weight", fc1_groups * d.ffn, h, InitKind::kNormal, kInitStd,
+                           true, fc1_groups);
+        li.fc1_b = bias("mlp.fc1.bias", fc1_groups * d.ffn, true, fc1_groups);
+        li.fc2_w = by_cols(p + "mlp.fc2.weight", h, d.ffn, out_std);
+        li.fc2_b = bias("mlp.fc2.bias", h, false);
+        ci.layers.push_back(li);
+        continue;
+      }
+      // MoE layers have no biases (CheckExecutable refuses add_bias_linear with experts).
+      PTDP_CHECK(!d.biases);
+      li.router_w =
+          replicated(p + "mlp.router.weight", d.experts, h, InitKind::kNormal, kInitStd, true);
+      if (d.shared_ffn > 0) {
+        li.fc1_w = by_rows(p + "mlp.shared_experts.fc1.weight", fc1_groups * d.shared_ffn, h,
+                           InitKind::kNormal, kInitStd, true, fc1_groups);
+        li.fc2_w = by_cols(p + "mlp.shared_experts.fc2.weight", h, d.shared_ffn, out_std);
+      }
+      for (int64_t e = first_expert; e < first_expert + d.experts_local; ++e) {
+        const std::string x = fmt::format("{}mlp.experts.{}.", p, e);
+        const int fc1 = by_rows(x + "fc1.weight", fc1_groups * d.expert_ffn, h, InitKind::kNormal,
+                                kInitStd, true, fc1_groups, d.etp, expert.etp);
+        const int fc2 = by_cols(x + "fc2.weight", h, d.expert_ffn, out_std, d.etp, expert.etp);
+        for (const int i : {fc1, fc2}) infos_[static_cast<size_t>(i)].expert = true;
+        li.experts.push_back({fc1, fc2});
+      }
       ci.layers.push_back(li);
     }
     if (cp.has_head) {
@@ -177,15 +224,22 @@ GptParams::GptParams(const ModelSpec& model, const ParallelConfig& parallel, Ran
     }
   }
 
+  // The dense parameters first, then the experts', each range padded to its multiple.
+  PTDP_CHECK(pad_multiple >= 1 && expert_pad_multiple >= 1);
   int64_t total = 0;
-  for (ParamInfo& p : infos_) {
-    p.numel = p.local_rows * p.local_cols;
-    p.offset = total;
-    total += p.numel;
+  for (const bool experts : {false, true}) {
+    const int64_t begin = total;
+    for (ParamInfo& p : infos_) {
+      if (p.expert != experts) continue;
+      p.numel = p.local_rows * p.local_cols;
+      p.offset = total;
+      total += p.numel;
+      used_numel_ += p.numel;
+    }
+    const int64_t multiple = experts ? expert_pad_multiple : pad_multiple;
+    total = begin + (total - begin + multiple - 1) / multiple * multiple;
+    (experts ? expert_ : dense_) = {begin, total - begin};
   }
-  used_numel_ = total;
-  PTDP_CHECK(pad_multiple >= 1);
-  total = (total + pad_multiple - 1) / pad_multiple * pad_multiple;
   values_ = Tensor(backend, dtype, {total}, MemCategory::kWeights);
   grads_ = Tensor(backend, dtype, {total}, MemCategory::kGradients);
 
@@ -199,9 +253,14 @@ GptParams::GptParams(const ModelSpec& model, const ParallelConfig& parallel, Ran
     cp.final_ln_b = ref(ci.final_b);
     cp.output = ref(ci.output);
     for (const LayerIndices& li : ci.layers) {
-      cp.layers.push_back({ref(li.ln1_w), ref(li.ln1_b), ref(li.qkv_w), ref(li.qkv_b),
-                           ref(li.proj_w), ref(li.proj_b), ref(li.ln2_w), ref(li.ln2_b),
-                           ref(li.fc1_w), ref(li.fc1_b), ref(li.fc2_w), ref(li.fc2_b)});
+      LayerParams lp{ref(li.ln1_w),  ref(li.ln1_b),  ref(li.qkv_w), ref(li.qkv_b),
+                     ref(li.proj_w), ref(li.proj_b), ref(li.ln2_w), ref(li.ln2_b),
+                     ref(li.fc1_w),  ref(li.fc1_b),  ref(li.fc2_w), ref(li.fc2_b)};
+      lp.moe = li.moe;
+      lp.router_w = ref(li.router_w);
+      for (const auto& [fc1, fc2] : li.experts) lp.experts.push_back({ref(fc1), ref(fc2)});
+      lp.first_expert = first_expert;
+      cp.layers.push_back(std::move(lp));
     }
   }
 }
@@ -273,25 +332,25 @@ std::map<std::string, std::vector<double>> GatherFullParameters(const GptParams&
                                                                 ProcessGroups& groups,
                                                                 Backend& backend) {
   std::string mine;
-  if (groups.coords.dp == 0 && groups.coords.cp == 0) {
-    for (const ParamInfo& p : params.infos()) {
-      if (p.shared_copy) continue;
-      SliceHeader h{};
-      PTDP_CHECK(p.name.size() < sizeof(h.name));
-      std::memcpy(h.name, p.name.data(), p.name.size());
-      h.full_rows = p.full_rows;
-      h.full_cols = p.full_cols;
-      h.model_rows = p.model_rows;
-      h.row_begin = p.row_begin;
-      h.col_begin = p.col_begin;
-      h.local_rows = p.local_rows;
-      h.local_cols = p.local_cols;
-      h.row_groups = p.row_groups;
-      h.shard = static_cast<int64_t>(p.shard);
-      const std::vector<double> values = DownloadAsDouble(backend, params.Ref(p).value);
-      mine.append(reinterpret_cast<const char*>(&h), sizeof(h));
-      mine.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(double));
-    }
+  const bool dense_copy = groups.coords.dp == 0 && groups.coords.cp == 0;
+  const bool expert_copy = groups.expert_coords.edp == 0;
+  for (const ParamInfo& p : params.infos()) {
+    if (p.shared_copy || !(p.expert ? expert_copy : dense_copy)) continue;
+    SliceHeader h{};
+    PTDP_CHECK(p.name.size() < sizeof(h.name));
+    std::memcpy(h.name, p.name.data(), p.name.size());
+    h.full_rows = p.full_rows;
+    h.full_cols = p.full_cols;
+    h.model_rows = p.model_rows;
+    h.row_begin = p.row_begin;
+    h.col_begin = p.col_begin;
+    h.local_rows = p.local_rows;
+    h.local_cols = p.local_cols;
+    h.row_groups = p.row_groups;
+    h.shard = static_cast<int64_t>(p.shard);
+    const std::vector<double> values = DownloadAsDouble(backend, params.Ref(p).value);
+    mine.append(reinterpret_cast<const char*>(&h), sizeof(h));
+    mine.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(double));
   }
   const std::vector<std::string> all = groups.world->GatherStrings(mine, 0);
   std::map<std::string, std::vector<double>> full;

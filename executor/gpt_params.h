@@ -15,6 +15,14 @@
 // starts from the same model (Megatron-LM's init: normal(0, 0.02), output layers
 // 0.02 / sqrt(2 L), biases 0, LayerNorm weights 1).
 //
+// A mixture-of-experts layer (ModelSpec::IsMoeLayer) replaces the MLP with a router (E x h,
+// replicated like a norm), the experts (Megatron's expert grid, topology.h: expert e on the EP
+// rank e / (E / ep), each expert's fc1 split by rows and fc2 by columns over the expert
+// tensor-parallel group, one tensor per expert) and, when the model has them, shared experts (a
+// dense MLP of moe_shared_expert_intermediate_size split over TP). Expert weights are
+// initialised as the MLP's (megatron/core/transformer/moe/experts.py: init_method for fc1,
+// output_layer_init_method for fc2), the router with init_method (router.py).
+//
 // Model chunk c on pipeline stage r holds virtual stage c * pp + r, which holds layers
 // [vs * L / (pp v), (vs + 1) * L / (pp v)); virtual stage 0 adds the embeddings, the last one
 // the final LayerNorm and the LM head, tied to the word embedding: on the last stage that is a
@@ -60,6 +68,9 @@ struct ParamInfo {
                                         // the gradient (all-reduced over TP)
   bool tied_embedding = false;          // the word embedding (either copy)
   bool shared_copy = false;             // the last stage's copy (not counted in the norm)
+  // An expert's weight: it lives in the flat buffers' expert range and its gradient is reduced
+  // over the expert data-parallel group instead of dp x cp.
+  bool expert = false;
 };
 
 // Row of the full tensor that local row `local_row` of this rank's slice is.
@@ -70,11 +81,21 @@ struct ParamRef {
   Span grad;
 };
 
+// One expert's MLP: this rank's slices (rows of fc1, columns of fc2 over the expert TP group).
+struct ExpertParams {
+  ParamRef fc1_w, fc2_w;
+};
+
 // Biases (and LayerNorm biases under RMSNorm) are empty ParamRefs (value.data == nullptr) when
 // the model has none.
 struct LayerParams {
   ParamRef ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b;
+  // The MLP; in a MoE layer the shared experts' (empty when the model has none).
   ParamRef ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
+  bool moe = false;  // a MoE layer: the router and this rank's experts below
+  ParamRef router_w;
+  std::vector<ExpertParams> experts;  // experts [first_expert, first_expert + experts_local)
+  int64_t first_expert = 0;
 };
 
 struct ChunkParams {
@@ -99,21 +120,35 @@ struct GptDims {
   int64_t tp = 1;
   int64_t heads_local = 0, groups_local = 0, ffn_local = 0;
   int64_t vocab_local = 0, vocab_begin = 0, vocab_valid_local = 0;
+  // Mixture of experts (0 experts: dense): E experts, top-k routing; the experts' width and this
+  // rank's slice of it (over etp); the experts per EP rank; the shared experts' width and its
+  // slice over TP (0: none).
+  int64_t experts = 0, topk = 0, ep = 1, etp = 1, experts_local = 0;
+  int64_t expert_ffn = 0, expert_ffn_local = 0, shared_ffn = 0, shared_ffn_local = 0;
   int64_t qkv_local() const { return (heads_local + 2 * groups_local) * head_dim; }
   int64_t fc1_local() const { return (swiglu ? 2 : 1) * ffn_local; }
+  int64_t expert_fc1_local() const { return (swiglu ? 2 : 1) * expert_ffn_local; }
   // Megatron's layers per virtual stage (even, or uneven: core/parallel_config.h SplitLayers).
   LayerSplit split;
   int64_t virtual_stages = 1;  // pp * v
 };
 GptDims MakeGptDims(const ModelSpec& model, const ParallelConfig& parallel, int tp_rank);
 
+// A range of elements of the flat buffers.
+struct FlatRange {
+  int64_t begin = 0;
+  int64_t numel = 0;
+};
+
 class GptParams {
  public:
   // Lays out (and allocates, zeroed) the parameters and gradients of the rank at `coords`, in
-  // two flat buffers whose length is rounded up to a multiple of `pad_multiple` (the
-  // distributed optimizer shards them over the data- and context-parallel ranks).
+  // two flat buffers: first the dense parameters, their length rounded up to a multiple of
+  // `pad_multiple` (the distributed optimizer shards them over the data- and context-parallel
+  // ranks), then the experts', rounded up to a multiple of `expert_pad_multiple` (sharded over
+  // the expert data-parallel ranks).
   GptParams(const ModelSpec& model, const ParallelConfig& parallel, RankCoords coords, DType dtype,
-            Backend& backend, int64_t pad_multiple = 1);
+            Backend& backend, int64_t pad_multiple = 1, int64_t expert_pad_multiple = 1);
 
   // Fills every parameter with its slice of the full model drawn from `seed`.
   void Initialize(uint64_t seed);
@@ -125,6 +160,8 @@ class GptParams {
   Span values() const { return values_.span(); }      // padded length
   int64_t used_numel() const { return used_numel_; }  // without the padding
   Span grads() const { return grads_.span(); }
+  FlatRange dense_range() const { return dense_; }  // padded
+  FlatRange expert_range() const { return expert_; }
   ParamRef Ref(const ParamInfo& info) const;
   DType dtype() const { return dtype_; }
 
@@ -138,12 +175,14 @@ class GptParams {
   std::vector<ParamInfo> infos_;
   std::vector<ChunkParams> chunks_;
   int64_t used_numel_ = 0;
+  FlatRange dense_, expert_;
   Tensor values_;
   Tensor grads_;
 };
 
 // The full model, assembled on world rank 0 from every rank's slices (data- and context-parallel
-// rank 0's copies; shared copies left out; padded vocabulary rows dropped): name -> row-major
+// rank 0's copies, expert data-parallel rank 0's of the experts; shared copies left out; padded
+// vocabulary rows dropped): name -> row-major
 // values. Other ranks get an empty map. Collective over groups.world.
 std::map<std::string, std::vector<double>> GatherFullParameters(const GptParams& params,
                                                                 ProcessGroups& groups,

@@ -19,26 +19,33 @@ TrainingOptimizer::TrainingOptimizer(GptParams& params, Backend& backend, Proces
       backend_(backend),
       groups_(groups),
       training_(training),
-      distributed_(distributed && groups.dp_cp->size() > 1),
       sequence_parallel_(sequence_parallel),
       recorder_(recorder) {
-  const int64_t total = params.values().numel;
-  if (distributed_) {
-    const int64_t ranks = groups.dp_cp->size();
-    PTDP_CHECK(total % ranks == 0);
-    const int64_t shard = total / ranks;
-    shard_begin_ = groups.dp_cp->rank() * shard;
-    shard_end_ = shard_begin_ + shard;
-    grad_shard_ = Tensor(backend, params.dtype(), {shard}, MemCategory::kGradients);
-  } else {
-    shard_begin_ = 0;
-    shard_end_ = total;
+  int64_t state = 0;
+  for (const bool experts : {false, true}) {
+    Range r;
+    r.flat = experts ? params.expert_range() : params.dense_range();
+    r.group = experts ? groups.edp.get() : groups.dp_cp.get();
+    r.distributed = distributed && r.group->size() > 1;
+    r.shard = r.flat;
+    if (r.distributed) {
+      PTDP_CHECK(r.flat.numel % r.group->size() == 0);
+      const int64_t shard = r.flat.numel / r.group->size();
+      r.shard = {r.flat.begin + r.group->rank() * shard, shard};
+      r.grad_shard = Tensor(backend, params.dtype(), {shard}, MemCategory::kGradients);
+    }
+    r.state_offset = state;
+    state += r.shard.numel;
+    ranges_.push_back(std::move(r));
   }
-  const int64_t n = shard_end_ - shard_begin_;
-  m_ = Tensor(backend, params.dtype(), {n}, MemCategory::kOptimizer);
+  m_ = Tensor(backend, params.dtype(), {state}, MemCategory::kOptimizer);
   if (training.optimizer == Optimizer::kAdam) {
-    v_ = Tensor(backend, params.dtype(), {n}, MemCategory::kOptimizer);
+    v_ = Tensor(backend, params.dtype(), {state}, MemCategory::kOptimizer);
   }
+}
+
+Span TrainingOptimizer::Range::grads(const GptParams& params) const {
+  return distributed ? grad_shard.span() : params.grads().Slice(shard.begin, shard.numel);
 }
 
 std::vector<Span> TrainingOptimizer::state() const {
@@ -79,36 +86,44 @@ void TrainingOptimizer::ReduceGradients() {
     }
     recorder_.Add("embedding all-reduce", "dp-comm", t0, recorder_.Now());
   }
-  if (groups_.dp_cp->size() > 1) {
+  for (Range& r : ranges_) {
+    if (r.group->size() == 1 || r.flat.numel == 0) continue;
+    const bool experts = &r != &ranges_.front();
+    const Span grads = params_.grads().Slice(r.flat.begin, r.flat.numel);
     const double t0 = recorder_.Now();
-    if (distributed_) {
-      groups_.dp_cp->ReduceScatter(params_.grads(), grad_shard_.span());
-      recorder_.Add("dp reduce-scatter", "dp-comm", t0, recorder_.Now());
+    if (r.distributed) {
+      r.group->ReduceScatter(grads, r.grad_shard.span());
+      recorder_.Add(experts ? "edp reduce-scatter" : "dp reduce-scatter", "dp-comm", t0,
+                    recorder_.Now());
     } else {
-      groups_.dp_cp->AllReduce(params_.grads(), ReduceOp::kSum);
-      recorder_.Add("dp all-reduce", "dp-comm", t0, recorder_.Now());
+      r.group->AllReduce(grads, ReduceOp::kSum);
+      recorder_.Add(experts ? "edp all-reduce" : "dp all-reduce", "dp-comm", t0, recorder_.Now());
     }
   }
 }
 
-double TrainingOptimizer::GradNorm(Span grads, int64_t base) {
-  // grads holds flat elements [base, base + grads.numel).
+double TrainingOptimizer::GradNorm() {
   double sum = 0;
   const bool tp_rank0 = groups_.coords.tp == 0;
-  for (const ParamInfo& p : params_.infos()) {
-    if (p.shared_copy || (p.tp_duplicate && !tp_rank0)) continue;
-    const int64_t lo = std::max(p.offset, base);
-    const int64_t hi = std::min(p.offset + p.numel, base + grads.numel);
-    if (lo < hi) sum += backend_.SumSquares(grads.Slice(lo - base, hi - lo));
+  for (const Range& r : ranges_) {
+    // Every replica of a range holds the same gradients: the first counts them. Shards of a
+    // distributed range are disjoint: each counts its own.
+    if (!r.distributed && r.group->rank() != 0) continue;
+    const Span grads = r.grads(params_);
+    const int64_t base = r.shard.begin;
+    for (const ParamInfo& p : params_.infos()) {
+      if (p.shared_copy || (p.tp_duplicate && !tp_rank0)) continue;
+      const int64_t lo = std::max(p.offset, base);
+      const int64_t hi = std::min(p.offset + p.numel, base + grads.numel);
+      if (lo < hi) sum += backend_.SumSquares(grads.Slice(lo - base, hi - lo));
+    }
   }
-  // Without the distributed optimizer every DP (and CP) replica holds the same gradients: the
-  // model parallel group covers each parameter once. With it, DP x CP ranks hold disjoint
-  // shards.
-  Comm& group = distributed_ ? *groups_.world : *groups_.model_parallel;
-  return std::sqrt(group.AllReduceHost(sum, ReduceOp::kSum));
+  return std::sqrt(groups_.world->AllReduceHost(sum, ReduceOp::kSum));
 }
 
-void TrainingOptimizer::Update(Span grads, int64_t base, int64_t step, double grad_scale) {
+void TrainingOptimizer::Update(const Range& r, int64_t step, double grad_scale) {
+  const Span grads = r.grads(params_);
+  const int64_t base = r.shard.begin;
   for (const ParamInfo& p : params_.infos()) {
     const int64_t lo = std::max(p.offset, base);
     const int64_t hi = std::min(p.offset + p.numel, base + grads.numel);
@@ -116,7 +131,8 @@ void TrainingOptimizer::Update(Span grads, int64_t base, int64_t step, double gr
     const Span value = params_.values().Slice(lo, hi - lo);
     const Span grad = grads.Slice(lo - base, hi - lo);
     const double wd = p.weight_decay ? training_.weight_decay : 0.0;
-    const Span m = m_.span().Slice(lo - shard_begin_, hi - lo);
+    const int64_t state_at = r.state_offset + lo - base;
+    const Span m = m_.span().Slice(state_at, hi - lo);
     if (training_.optimizer == Optimizer::kAdam) {
       AdamArgs args;
       args.lr = training_.lr;
@@ -126,7 +142,7 @@ void TrainingOptimizer::Update(Span grads, int64_t base, int64_t step, double gr
       args.weight_decay = wd;
       args.step = step;
       args.grad_scale = grad_scale;
-      backend_.AdamStep(value, grad, m, v_.span().Slice(lo - shard_begin_, hi - lo), args);
+      backend_.AdamStep(value, grad, m, v_.span().Slice(state_at, hi - lo), args);
     } else {
       backend_.SgdStep(value, grad, m, training_.lr, kSgdMomentum, wd, grad_scale);
     }
@@ -136,22 +152,23 @@ void TrainingOptimizer::Update(Span grads, int64_t base, int64_t step, double gr
 OptimizerStepInfo TrainingOptimizer::Step(int64_t step) {
   ReduceGradients();
   const double t0 = recorder_.Now();
-  const Span grads = distributed_ ? grad_shard_.span() : params_.grads();
   OptimizerStepInfo info;
-  info.grad_norm = GradNorm(grads, shard_begin_);
+  info.grad_norm = GradNorm();
   if (training_.clip_grad > 0) {
     const double coeff = training_.clip_grad / (info.grad_norm + 1e-6);
     if (coeff < 1) info.clip_scale = coeff;
   }
-  Update(grads, shard_begin_, step, info.clip_scale);
+  for (const Range& r : ranges_) Update(r, step, info.clip_scale);
   backend_.Fill(params_.grads(), 0);
   recorder_.Add("optimizer", "optimizer", t0, recorder_.Now());
-  if (distributed_) {
+  for (const Range& r : ranges_) {
+    if (!r.distributed || r.flat.numel == 0) continue;
     const double t1 = recorder_.Now();
-    Tensor mine(backend_, params_.dtype(), {shard_end_ - shard_begin_}, MemCategory::kCommBuffers);
-    backend_.Copy(mine.span(), params_.values().Slice(shard_begin_, shard_end_ - shard_begin_));
-    groups_.dp_cp->AllGather(mine.span(), params_.values());
-    recorder_.Add("dp param all-gather", "dp-comm", t1, recorder_.Now());
+    Tensor mine(backend_, params_.dtype(), {r.shard.numel}, MemCategory::kCommBuffers);
+    backend_.Copy(mine.span(), params_.values().Slice(r.shard.begin, r.shard.numel));
+    r.group->AllGather(mine.span(), params_.values().Slice(r.flat.begin, r.flat.numel));
+    recorder_.Add(&r == &ranges_.front() ? "dp param all-gather" : "edp param all-gather",
+                  "dp-comm", t1, recorder_.Now());
   }
   return info;
 }

@@ -7,6 +7,14 @@
 // ...; CP groups [0,2] [1,3] [4,6] ...; DP groups [0,4] [1,5] [2,6] [3,7] [8,12] ...; PP
 // groups [0,8] [1,9] ...; the gradient (data parallel with context parallel) groups
 // [0,2,4,6] [1,3,5,7] [8,10,12,14] [9,11,13,15].
+//
+// The experts of a mixture-of-experts layer sit on a second grid over the same ranks (Megatron's
+// expert_decoder_rank_generator, order etp-ep-edp-pp; simulator/collectives.h):
+//   world_rank = etp_rank + etp * (ep_rank + ep * (edp_rank + edp * pp_rank))
+// with etp = expert_tp() and edp = expert_dp() = tp cp dp / (etp ep); both grids keep the
+// pipeline stage slowest, so a rank's stage is the same in each. For world 8 with tp = 2, dp = 4,
+// ep = 4, etp = 1: EP groups [0,1,2,3] [4,5,6,7] (each spanning TP and DP ranks), expert data
+// parallel [0,4] [1,5] [2,6] [3,7].
 #pragma once
 
 #include <memory>
@@ -27,6 +35,18 @@ struct RankCoords {
 RankCoords CoordsOf(int world_rank, const ParallelConfig& parallel);
 int WorldRankOf(const RankCoords& coords, const ParallelConfig& parallel);
 
+// A rank's place on the expert grid.
+struct ExpertCoords {
+  int etp = 0;
+  int ep = 0;
+  int edp = 0;
+  int pp = 0;
+  bool operator==(const ExpertCoords&) const = default;
+};
+
+ExpertCoords ExpertCoordsOf(int world_rank, const ParallelConfig& parallel);
+int WorldRankOf(const ExpertCoords& coords, const ParallelConfig& parallel);
+
 struct ProcessGroups {
   RankCoords coords;
   std::unique_ptr<Comm> world;
@@ -42,6 +62,13 @@ struct ProcessGroups {
   // First and last pipeline stage with the same tp, cp and dp (the tied word embedding's two
   // copies); nullptr on middle stages and when pp == 1.
   std::unique_ptr<Comm> embedding;
+  // The expert grid's groups (single ranks, etp == tp and dp x cp for a dense model):
+  ExpertCoords expert_coords;
+  std::unique_ptr<Comm> etp;  // same ep, edp, pp; ordered by etp rank (one expert's linears)
+  std::unique_ptr<Comm> ep;   // same etp, edp, pp; ordered by ep rank (the token all-to-all)
+  // Same etp, ep, pp; ordered by edp rank: the replicas of the same experts, over which their
+  // gradients are reduced and the distributed optimizer shards their state.
+  std::unique_ptr<Comm> edp;
 };
 
 // Collective over `world` (whose size must be parallel.world_size()).

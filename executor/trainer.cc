@@ -35,16 +35,23 @@ int64_t LocalRanks(int64_t fallback) {
 
 // Rough bytes one rank needs: weights, gradients, optimizer state and the activations of the
 // micro-batches in flight (Korthikanti et al. 2022, Table 2, at 4 bytes instead of 2 and
-// counting the first stage's p micro-batches; a CP rank holds s / cp tokens).
+// counting the first stage's p micro-batches; a CP rank holds s / cp tokens). The experts split
+// over etp x ep x pp ranks, their state over the expert data-parallel ranks.
 double EstimateRankBytes(const Plan& plan, int64_t bytes_per_element) {
   const ModelSpec& m = plan.model;
   const ParallelConfig& p = plan.parallel;
-  const double params = static_cast<double>(CountParameters(m, p.tp).total) / (p.tp * p.pp) +
-                        static_cast<double>(PaddedVocabSize(m, p.tp)) * m.hidden_size / p.tp;
+  const double experts = static_cast<double>(m.NumMoeLayers()) * m.num_experts *
+                         static_cast<double>(MlpParameters(m, m.moe_ffn_hidden_size));
+  const double dense =
+      (static_cast<double>(CountParameters(m, p.tp).total) - experts) / (p.tp * p.pp) +
+      static_cast<double>(PaddedVocabSize(m, p.tp)) * m.hidden_size / p.tp;
+  const double expert_share = experts / (static_cast<double>(p.expert_tp()) * p.ep * p.pp);
   const double optimizer = plan.training.optimizer == Optimizer::kAdam ? 2.0 : 1.0;
+  const bool sharded = p.distributed_optimizer;
   const double state =
-      params * bytes_per_element *
-      (2.0 + optimizer / static_cast<double>(p.distributed_optimizer ? p.dp_cp() : 1));
+      bytes_per_element *
+      (dense * (2.0 + optimizer / static_cast<double>(sharded ? p.dp_cp() : 1)) +
+       expert_share * (2.0 + optimizer / static_cast<double>(sharded ? p.expert_dp() : 1)));
   const double s = static_cast<double>(m.seq_length) / p.cp, b = p.micro_batch_size,
                h = m.hidden_size, a = m.num_attention_heads;
   const double per_layer = 2.0 * s * b * h * (34.0 + 5.0 * a * s / h);
@@ -60,9 +67,11 @@ std::string Eta(double seconds) {
   return fmt::format("{}h {:02d}m", s / 3600, s / 60 % 60);
 }
 
-std::string RankName(int rank, const RankCoords& c, int cp) {
-  return cp > 1 ? fmt::format("rank {} (tp {}, cp {}, pp {}, dp {})", rank, c.tp, c.cp, c.pp, c.dp)
-                : fmt::format("rank {} (tp {}, pp {}, dp {})", rank, c.tp, c.pp, c.dp);
+std::string RankName(const RankReport& r, const ParallelConfig& p) {
+  const RankCoords& c = r.coords;
+  const std::string cp = p.cp > 1 ? fmt::format(", cp {}", c.cp) : "";
+  const std::string ep = p.ep > 1 ? fmt::format(", ep {}", r.expert.ep) : "";
+  return fmt::format("rank {} (tp {}{}, pp {}, dp {}{})", r.world_rank, c.tp, cp, c.pp, c.dp, ep);
 }
 
 // Per-rank measurements shipped to rank 0 as text: a header line, one line per step, one line
@@ -72,7 +81,8 @@ std::string PackRank(const RankReport& r, const std::vector<PipelineStepStats>& 
   std::ostringstream out;
   out.precision(17);
   out << r.world_rank << ' ' << r.coords.tp << ' ' << r.coords.pp << ' ' << r.coords.dp << ' '
-      << r.coords.cp << ' ' << r.busy_s << ' ' << r.recv_wait_s << ' ' << r.parameters << ' '
+      << r.coords.cp << ' ' << r.expert.etp << ' ' << r.expert.ep << ' ' << r.expert.edp << ' '
+      << r.busy_s << ' ' << r.recv_wait_s << ' ' << r.parameters << ' '
       << r.memory.peak_total_bytes;
   for (int i = 0; i < kNumMemCategories; ++i)
     out << ' ' << r.memory.peak_bytes[static_cast<size_t>(i)];
@@ -92,7 +102,8 @@ void UnpackRank(const std::string& text, RankReport* r, std::vector<PipelineStep
   std::istringstream in(text);
   size_t nsteps = 0, nevents = 0;
   in >> r->world_rank >> r->coords.tp >> r->coords.pp >> r->coords.dp >> r->coords.cp >>
-      r->busy_s >> r->recv_wait_s >> r->parameters >> r->memory.peak_total_bytes;
+      r->expert.etp >> r->expert.ep >> r->expert.edp >> r->busy_s >> r->recv_wait_s >>
+      r->parameters >> r->memory.peak_total_bytes;
   for (int i = 0; i < kNumMemCategories; ++i) in >> r->memory.peak_bytes[static_cast<size_t>(i)];
   in >> nsteps >> nevents;
   steps->resize(nsteps);
@@ -158,6 +169,56 @@ std::vector<std::string> CheckExecutable(const Plan& plan, const ExecuteOptions&
                                          "divisible by tp {} to shard the sequence",
                                          m.seq_length, p.tp));
   }
+  if ((int64_t{p.tp} * p.cp * p.dp) % (int64_t{p.expert_tp()} * p.ep) != 0) {
+    out.push_back(fmt::format(
+        "parallel.etp: etp {} x ep {} must divide the {} ranks of a pipeline stage (tp x cp x dp): "
+        "Megatron's expert grid etp-ep-edp-pp covers the same ranks as tp-cp-dp-pp",
+        p.expert_tp(), p.ep, int64_t{p.tp} * p.cp * p.dp));
+  }
+  if (m.multi_latent_attention) {
+    out.push_back(
+        "model.multi_latent_attention: multi-head latent attention (DeepSeek's MLA) is not "
+        "implemented by the CPU executor; use multi-head or grouped-query attention");
+  }
+  if (m.qk_layernorm) {
+    out.push_back(
+        "model.qk_layernorm: the norm on each head's queries and keys is not implemented by the "
+        "CPU executor; set qk_layernorm: false");
+  }
+  if (m.moe()) {
+    // What moe.h runs of Megatron's MoE layer: dropless top-k softmax routing without biases.
+    if (m.moe_expert_capacity_factor > 0) {
+      out.push_back(fmt::format(
+          "model.moe_expert_capacity_factor: {} drops the tokens beyond each expert's capacity; "
+          "the CPU executor runs dropless MoE only (Megatron's default): set it to 0",
+          m.moe_expert_capacity_factor));
+    }
+    if (m.moe_router_load_balancing_type == MoeLoadBalancing::kSinkhorn) {
+      out.push_back(
+          "model.moe_router_load_balancing_type: sinkhorn routes through the Sinkhorn algorithm, "
+          "which the CPU executor does not implement; use aux_loss, seq_aux_loss or none (run "
+          "with Megatron's default --moe-aux-loss-coeff 0: top-k routing, no auxiliary loss)");
+    }
+    if (m.add_bias_linear) {
+      out.push_back(
+          "model.add_bias_linear: the CPU executor's MoE layers have no biases (router, experts, "
+          "shared experts); set add_bias_linear: false, as Megatron's MoE recipes pass "
+          "--disable-bias-linear");
+    }
+    if (p.tp > 1 && !p.sequence_parallel) {
+      out.push_back(fmt::format(
+          "parallel.sequence_parallel: a MoE model with tp {} needs sequence parallelism, so "
+          "that each tensor-parallel rank routes its own tokens (Megatron's MoELayer refuses to "
+          "train without it)",
+          p.tp));
+    }
+    if (m.moe_shared_expert_intermediate_size % p.tp != 0) {
+      out.push_back(fmt::format(
+          "model.moe_shared_expert_intermediate_size: {} is not divisible by tp {} (the shared "
+          "experts are a tensor-parallel MLP)",
+          m.moe_shared_expert_intermediate_size, p.tp));
+    }
+  }
   if (options.steps < 1) out.push_back("--steps: must be at least 1");
   if (options.dtype == DType::kI32) out.push_back("dtype: must be fp32 or fp64");
   const double need = EstimateRankBytes(plan, SizeOf(options.dtype));
@@ -208,13 +269,15 @@ ExecuteResult Execute(const Plan& plan, const ExecuteOptions& options, ProcessGr
     if (one_host) recorder.SetOriginClockS(origin);
   }
 
-  // The distributed optimizer shards over data parallel with context parallel (Megatron's
-  // get_data_parallel_group(with_context_parallel=True)).
-  const bool distributed = par.distributed_optimizer && par.dp_cp() > 1;
-  GptParams params(model_spec, par, coords, options.dtype, backend, distributed ? par.dp_cp() : 1);
+  // The distributed optimizer shards the dense parameters over data parallel with context
+  // parallel (Megatron's get_data_parallel_group(with_context_parallel=True)) and the experts
+  // over the expert data-parallel group.
+  const bool distributed = par.distributed_optimizer;
+  GptParams params(model_spec, par, coords, options.dtype, backend, distributed ? par.dp_cp() : 1,
+                   distributed ? par.expert_dp() : 1);
   params.Initialize(static_cast<uint64_t>(training.seed));
   GptModel model(
-      params, backend, *groups.tp, *groups.cp,
+      params, backend, groups,
       {par.sequence_parallel, par.recompute, par.recompute_num_layers, 1e-5, par.cp_comm},
       recorder);
   model.set_micro_batch_size(mbs);
@@ -365,6 +428,7 @@ ExecuteResult Execute(const Plan& plan, const ExecuteOptions& options, ProcessGr
   RankReport mine;
   mine.world_rank = world_rank;
   mine.coords = coords;
+  mine.expert = groups.expert_coords;
   mine.memory = backend.memory();
   mine.parameters = params.values().numel;
   for (size_t i = skip; i < step_stats.size(); ++i) {
@@ -379,9 +443,9 @@ ExecuteResult Execute(const Plan& plan, const ExecuteOptions& options, ProcessGr
   for (size_t r = 0; r < packed.size(); ++r) {
     RankReport report;
     UnpackRank(packed[r], &report, &all_steps[r], &result.events);
+    report.expert.pp = report.coords.pp;
     result.ranks.push_back(report);
-    result.tracks.push_back(
-        {report.world_rank, RankName(report.world_rank, report.coords, par.cp)});
+    result.tracks.push_back({report.world_rank, RankName(report, par)});
   }
   result.stage_busy_s.assign(static_cast<size_t>(par.pp), 0.0);
   const auto measured = static_cast<int64_t>(step_stats.size() - skip);
@@ -416,11 +480,12 @@ std::string ResultsJson(const Plan& plan, const ExecuteOptions& options, const E
   out += fmt::format("  \"model\": {},\n", JsonString(plan.model.name));
   out += fmt::format(
       "  \"parallel\": {{\"tp\": {}, \"pp\": {}, \"dp\": {}, \"cp\": {}, \"cp_comm\": {}, "
+      "\"ep\": {}, \"etp\": {}, \"edp\": {}, "
       "\"micro_batch_size\": {}, \"microbatches\": {}, \"schedule\": {}, \"virtual_stages\": "
       "{}, \"sequence_parallel\": {}, \"recompute\": {}, \"distributed_optimizer\": {}}},\n",
-      p.tp, p.pp, p.dp, p.cp, JsonString(Name(p.cp_comm)), p.micro_batch_size,
-      NumMicrobatches(plan.training, p), JsonString(Name(p.schedule)), p.virtual_stages,
-      p.sequence_parallel ? "true" : "false", JsonString(Name(p.recompute)),
+      p.tp, p.pp, p.dp, p.cp, JsonString(Name(p.cp_comm)), p.ep, p.expert_tp(), p.expert_dp(),
+      p.micro_batch_size, NumMicrobatches(plan.training, p), JsonString(Name(p.schedule)),
+      p.virtual_stages, p.sequence_parallel ? "true" : "false", JsonString(Name(p.recompute)),
       p.distributed_optimizer ? "true" : "false");
   out += fmt::format(
       "  \"backend\": \"cpu\",\n  \"dtype\": {},\n  \"data\": {},\n  \"global_batch_size\": "
@@ -470,12 +535,12 @@ std::string ResultsJson(const Plan& plan, const ExecuteOptions& options, const E
                          k.memory.peak_bytes[static_cast<size_t>(c)]);
     }
     out += fmt::format(
-        "    {{\"rank\": {}, \"tp\": {}, \"pp\": {}, \"dp\": {}, \"cp\": {}, \"parameters\": "
-        "{}, \"busy_s\": {}, \"recv_wait_s\": {}, \"peak_memory_bytes\": {{{}\"total\": "
-        "{}}}}}{}\n",
-        k.world_rank, k.coords.tp, k.coords.pp, k.coords.dp, k.coords.cp, k.parameters,
-        num(k.busy_s), num(k.recv_wait_s), mem, k.memory.peak_total_bytes,
-        i + 1 < r.ranks.size() ? "," : "");
+        "    {{\"rank\": {}, \"tp\": {}, \"pp\": {}, \"dp\": {}, \"cp\": {}, \"etp\": {}, "
+        "\"ep\": {}, \"edp\": {}, \"parameters\": {}, \"busy_s\": {}, \"recv_wait_s\": {}, "
+        "\"peak_memory_bytes\": {{{}\"total\": {}}}}}{}\n",
+        k.world_rank, k.coords.tp, k.coords.pp, k.coords.dp, k.coords.cp, k.expert.etp, k.expert.ep,
+        k.expert.edp, k.parameters, num(k.busy_s), num(k.recv_wait_s), mem,
+        k.memory.peak_total_bytes, i + 1 < r.ranks.size() ? "," : "");
   }
   out += "  ]\n}\n";
   return out;

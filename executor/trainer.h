@@ -9,7 +9,9 @@
 //
 // The model is the plan's GPT (core/model_spec.h) as Megatron-LM builds it (gpt.h): GeLU or
 // SwiGLU, LayerNorm or RMSNorm, learned or rotary positions, tied or untied embeddings, with or
-// without biases, multi-head or grouped-query attention (with tp dividing the query groups).
+// without biases, multi-head or grouped-query attention (with tp dividing the query groups),
+// dense or with mixture-of-experts layers (moe.h: dropless top-k routing, experts over ep and
+// etp, shared experts; no biases, no auxiliary loss).
 // Tokens are bytes, so model.vocab_size must be at least 256 with a text file (entries beyond
 // 255 are never targets); math runs in the options' dtype (fp32 whatever the plan's precision:
 // bf16/fp16 mixed precision is the GPU path's).
@@ -65,6 +67,7 @@ struct StepLog {
 struct RankReport {
   int world_rank = 0;
   RankCoords coords;
+  ExpertCoords expert;  // its place on the expert grid
   MemoryStats memory;
   double busy_s = 0;  // F, B and W time over the measured steps
   double recv_wait_s = 0;

@@ -58,6 +58,8 @@ CostOptions ExecutorCostOptions() {
   // Its tensor-parallel all-reduces block: an input gradient's does not run beside the weight
   // gradient's GEMM.
   o.async_tensor_parallel_allreduce = false;
+  // MoE layers dispatch their tokens with all-to-alls over the EP group (executor/moe.h).
+  o.moe_token_dispatcher = MoeDispatcher::kAllToAll;
   return o;
 }
 

@@ -74,7 +74,7 @@ struct ValidationReport {
 // sends (Megatron's
 // --overlap-p2p-communication), gradients reduced after the backward, blocking tensor-parallel
 // collectives (no asynchronous input-gradient all-reduce), fp32 gradients accumulated by the
-// weight-gradient GEMMs.
+// weight-gradient GEMMs, MoE tokens dispatched by all-to-all.
 CostOptions ExecutorCostOptions();
 
 // `simulated` is SimulatePlan of `executed` (the plan as run: its cluster the profile, its

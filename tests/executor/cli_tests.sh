@@ -22,6 +22,13 @@
 #            (the refusal says so) and trains, with cp in the layout line and the results; a
 #            cp 2 x pp 2 all-gather plan's trace follows the schedule and holds cp-comm
 #            intervals; `ptdp validate` compares a cp plan's run with its simulation
+#   moe      mixture of experts: a 4-expert top-2 plan with ep 2 over 4 data-parallel ranks
+#            (the distributed optimizer shards the experts over their 2 replicas) trains, with
+#            the expert grid in the layout line and ep / etp / edp in the results; its trace
+#            follows the schedule and holds ep-comm intervals; resumed from its step-2
+#            checkpoint it repeats step 3's loss exactly; simulate accepts it and `ptdp validate`
+#            compares its run with its simulation; a capacity factor is refused (exit 2) with
+#            one message naming the key
 #   validate `ptdp validate --launch` on (2,1,1) and (1,2,1) plans: JSON and table with measured
 #            and simulated columns, with a calibrated profile; a failing rank makes it exit
 #            non-zero; bad flags are refused naming the flag
@@ -120,6 +127,36 @@ cp)
   "$ptdp" validate --plan cp.yaml --launch --steps 3 --format json >v.json 2>v.err \
     || { cat v.err; fail "validate cp"; }
   "$tool" check-validation v.json 1 || { cat v.json; fail "validate JSON"; }
+  ;;
+moe)
+  "$tool" plan moe.yaml dp=4 ep=2 experts=4 layers=2 distopt=true || fail "plan"
+  "$tool" plan capacity.yaml dp=2 ep=2 experts=4 layers=2 capacity=1.25 || fail "plan"
+  "$ptdp" simulate --plan moe.yaml >sim.log 2>&1 || { cat sim.log; fail "simulate"; }
+  run 4 "$ptdp" execute --plan moe.yaml --steps 3 --trace trace.json --results moe.json \
+    --save ckpt --save-interval 2 >moe.log 2>&1 || { cat moe.log; fail "execute moe"; }
+  cat moe.log
+  grep -q "tp 1 x pp 1 x dp 4 (experts: etp 1 x ep 2 x edp 2)" moe.log \
+    || fail "no expert grid in the layout line"
+  grep -q "^step 3/3" moe.log || fail "step 3 missing"
+  grep -q "note: the CPU path dispatches MoE tokens by all-to-all .* not the plan's allgather" \
+    moe.log || fail "no note on the dispatcher"
+  grep -q '"ep": 2, "etp": 1, "edp": 2' moe.json || fail "no expert grid in the results"
+  "$tool" check-trace trace.json moe.yaml || fail "trace"
+  grep -q '"cat": "ep-comm"' trace.json || fail "no ep-comm intervals in the trace"
+  run 4 "$ptdp" execute --plan moe.yaml --steps 3 --load ckpt/step-00000002 \
+    --results resumed.json >resumed.log 2>&1 || { cat resumed.log; fail "resumed run"; }
+  grep -q '"first_step": 3' resumed.json || fail "the resumed run did not start at step 3"
+  "$tool" same-losses moe.json resumed.json || fail "losses differ after the resume"
+  "$ptdp" validate --plan moe.yaml --launch --steps 3 --format json >v.json 2>v.err \
+    || { cat v.err; fail "validate moe"; }
+  "$tool" check-validation v.json 1 || { cat v.json; fail "validate JSON"; }
+  run 2 "$ptdp" execute --plan capacity.yaml --steps 2 >out.log 2>err.log
+  rc=$?
+  cat err.log
+  [ $rc -eq 2 ] || fail "capacity factor: exit code $rc, not 2"
+  [ "$(grep -c 'model.moe_expert_capacity_factor: 1.25 drops the tokens' err.log)" = 1 ] \
+    || fail "the capacity message is missing or repeated"
+  grep -q "^step" out.log && fail "a rank trained"
   ;;
 launch)
   "$tool" plan plan.yaml tp=2 pp=2 || fail "plan"

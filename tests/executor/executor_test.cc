@@ -84,6 +84,11 @@ class SplitOnlyComm final : public Comm {
   void AllGather(Span, Span) override { Unused(); }
   void ReduceScatter(Span, Span) override { Unused(); }
   void AllToAll(Span, Span) override { Unused(); }
+  void AllToAllV(Span, const std::vector<int64_t>&, Span, const std::vector<int64_t>&) override {
+    Unused();
+  }
+  void AllGatherV(Span, Span, const std::vector<int64_t>&) override { Unused(); }
+  void ReduceScatterV(Span, Span, const std::vector<int64_t>&) override { Unused(); }
   void Broadcast(Span, int) override { Unused(); }
   void Barrier() override { Unused(); }
   std::unique_ptr<SendRequest> Isend(Span, int, int) override { Unused(); }
@@ -138,6 +143,47 @@ TEST(Topology, GroupsInMegatronsOrderWithContextParallel) {
             (G{{0, 1, 8, 9}, {2, 3, 10, 11}, {4, 5, 12, 13}, {6, 7, 14, 15}}));
   EXPECT_EQ(GroupsOf(all, &ProcessGroups::embedding), GroupsOf(all, &ProcessGroups::pp));
   EXPECT_EQ(all[6].coords, (RankCoords{.tp = 0, .pp = 0, .dp = 1, .cp = 1}));
+}
+
+// The expert grid (Megatron's etp-ep-edp-pp, topology.h) over the same ranks as the dense one.
+TEST(Topology, ExpertGroupsInMegatronsOrder) {
+  using G = std::set<std::vector<int>>;
+  auto make = [](const ParallelConfig& p) {
+    std::vector<ProcessGroups> all;
+    for (int r = 0; r < p.world_size(); ++r) {
+      all.push_back(MakeProcessGroups(
+          std::make_unique<SplitOnlyComm>(r, static_cast<int>(p.world_size())), p));
+    }
+    return all;
+  };
+  // topology.h's example: world 8, tp 2, dp 4, ep 4, etp 1 (edp 2): each EP group spans TP and
+  // DP ranks.
+  const ParallelConfig a{.tp = 2, .dp = 4, .ep = 4, .etp = 1};
+  const std::vector<ProcessGroups> ga = make(a);
+  EXPECT_EQ(GroupsOf(ga, &ProcessGroups::ep), (G{{0, 1, 2, 3}, {4, 5, 6, 7}}));
+  EXPECT_EQ(GroupsOf(ga, &ProcessGroups::edp), (G{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  EXPECT_EQ(GroupsOf(ga, &ProcessGroups::etp), (G{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}}));
+  EXPECT_EQ(ga[5].expert_coords, (ExpertCoords{.etp = 0, .ep = 1, .edp = 1, .pp = 0}));
+  // World 16: tp = cp = dp = pp = 2 with ep 2 and etp 2 (tp's default): per stage, ETP pairs of
+  // consecutive ranks (the TP groups), EP pairs of stride 2 (here the CP groups), expert data
+  // parallel pairs of stride 4; stages as in the dense grid.
+  const ParallelConfig b{.tp = 2, .pp = 2, .dp = 2, .cp = 2, .ep = 2};
+  const std::vector<ProcessGroups> gb = make(b);
+  EXPECT_EQ(GroupsOf(gb, &ProcessGroups::etp), GroupsOf(gb, &ProcessGroups::tp));
+  EXPECT_EQ(GroupsOf(gb, &ProcessGroups::ep), GroupsOf(gb, &ProcessGroups::cp));
+  EXPECT_EQ(GroupsOf(gb, &ProcessGroups::edp),
+            (G{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}}));
+  for (int r = 0; r < 16; ++r) {
+    EXPECT_EQ(gb[static_cast<size_t>(r)].expert_coords.pp, gb[static_cast<size_t>(r)].coords.pp);
+    EXPECT_EQ(WorldRankOf(ExpertCoordsOf(r, b), b), r);
+  }
+  EXPECT_EQ(ExpertCoordsOf(14, b), (ExpertCoords{.etp = 0, .ep = 1, .edp = 1, .pp = 1}));
+  // A dense layout: experts on no one's grid but their own; etp = tp, edp = dp x cp.
+  const ParallelConfig c{.tp = 2, .dp = 2, .cp = 2};
+  const std::vector<ProcessGroups> gc = make(c);
+  EXPECT_EQ(GroupsOf(gc, &ProcessGroups::etp), GroupsOf(gc, &ProcessGroups::tp));
+  EXPECT_EQ(GroupsOf(gc, &ProcessGroups::edp), GroupsOf(gc, &ProcessGroups::dp_cp));
+  EXPECT_EQ(GroupsOf(gc, &ProcessGroups::ep).size(), 8u);
 }
 
 TEST(SequenceShard, LoadBalancedChunksAndPositionRuns) {

@@ -4,7 +4,8 @@
 //                                                 overrides: tp pp dp mbs v schedule sp
 //                                                 recompute distopt cp cpcomm first last embsplit
 //                                                 losssplit layers hidden heads seq gbs lr
-//                                                 vocab llama groups name
+//                                                 vocab llama groups name; MoE: ep etp experts
+//                                                 topk expertffn shared dense capacity
 //   executor_tool same-losses A.json B.json      B's per-step losses equal A's at the same
 //                                                 steps, exactly (results JSON of ptdp execute)
 //   executor_tool check-trace TRACE.json PLAN    the measured trace is valid JSON and every
@@ -162,6 +163,7 @@ int WritePlan(int argc, char** argv) {
   TinyLayout l;
   TinyModel m;
   std::string name = "tiny";
+  double capacity = 0;  // MoE: moe_expert_capacity_factor
   using Setter = std::function<void(const std::string&)>;
   auto integer = [](int* field) {
     return Setter([field](const std::string& v) { *field = std::stoi(v); });
@@ -196,6 +198,14 @@ int WritePlan(int argc, char** argv) {
       {"lr", [&](const std::string& v) { m.lr = std::stod(v); }},
       {"llama", flag(&m.llama)},
       {"groups", integer(&m.groups)},
+      {"ep", integer(&l.ep)},
+      {"etp", integer(&l.etp)},
+      {"experts", integer(&m.experts)},
+      {"topk", integer(&m.topk)},
+      {"expertffn", integer(&m.expert_ffn)},
+      {"shared", integer(&m.shared_ffn)},
+      {"dense", integer(&m.dense_layers)},
+      {"capacity", [&](const std::string& v) { capacity = std::stod(v); }},
       {"name", [&](const std::string& v) { name = v; }},
   };
   for (int i = 3; i < argc; ++i) {
@@ -208,6 +218,7 @@ int WritePlan(int argc, char** argv) {
   }
   Plan plan = testing_executor::TinyPlan(l, m);
   plan.model.name = name;
+  plan.model.moe_expert_capacity_factor = capacity;
   std::ofstream(argv[2]) << WritePlanYaml(plan);
   return 0;
 }

@@ -1,6 +1,6 @@
 // Gradient check: the (1, 1, 1) model's backward in fp64 against central finite differences of
 // its loss, element by element, for every parameter of the model (a few elements of each), for
-// a GPT and for a model with Llama's architectural choices.
+// a GPT, a model with Llama's architectural choices and mixtures of experts of each.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -23,14 +23,28 @@ using testing_executor::TinyLayout;
 using testing_executor::TinyModel;
 using testing_executor::TinyPlan;
 
+struct CheckedModel {
+  const char* name;
+  bool llama;   // else GPT
+  int experts;  // 0: dense
+  int tensors;  // parameter tensors of the two layers and the ends
+};
+
+void PrintTo(const CheckedModel& m, std::ostream* out) { *out << m.name; }
+
 // GPT (GeLU, LayerNorm, learned positions, tied embeddings, biases) and Llama's choices
-// (SwiGLU, RMSNorm, rotary positions, untied output layer, no biases, 4 heads in 2 groups).
-class GradientCheck : public ::testing::TestWithParam<bool> {
+// (SwiGLU, RMSNorm, rotary positions, untied output layer, no biases, 4 heads in 2 groups);
+// with experts, both layers MoE: 4 experts of width 8, top-2, an 8-wide shared expert, no
+// biases (router, shared expert, 4 experts: 2 + 2 x 4 tensors per layer instead of the MLP's).
+class GradientCheck : public ::testing::TestWithParam<CheckedModel> {
  protected:
   void SetUp() override {
     TinyModel m;
     m.layers = 2, m.hidden = 16, m.heads = 2, m.seq = 8, m.vocab = 256, m.global_batch = 2;
-    if (GetParam()) m.llama = true, m.heads = 4, m.groups = 2, m.ffn = 32;
+    if (GetParam().llama) m.llama = true, m.heads = 4, m.groups = 2, m.ffn = 32;
+    if (GetParam().experts > 0) {
+      m.experts = GetParam().experts, m.topk = 2, m.expert_ffn = 8, m.shared_ffn = 8;
+    }
     plan_ = TinyPlan(TinyLayout{}, m);
     backend_ = MakeCpuBackend(1);
     groups_ = MakeProcessGroups(MakeLocalComm(*backend_), plan_.parallel);
@@ -44,8 +58,7 @@ class GradientCheck : public ::testing::TestWithParam<bool> {
     const RngStream rng(99, "perturb");
     for (size_t i = 0; i < v.size(); ++i) v[i] += 0.1 * rng.Normal(i);
     backend_->Upload(params_->values(), v.data());
-    model_ = std::make_unique<GptModel>(*params_, *backend_, *groups_.tp, *groups_.cp, GptOptions{},
-                                        recorder_);
+    model_ = std::make_unique<GptModel>(*params_, *backend_, groups_, GptOptions{}, recorder_);
     model_->set_micro_batch_size(1);
     schedule_ = MakeSchedule(Schedule::k1F1B, 1, 2, 1);
     runner_ =
@@ -119,15 +132,19 @@ TEST_P(GradientCheck, BackwardMatchesFiniteDifferencesInFp64) {
     ++checked;
   }
   EXPECT_EQ(checked, static_cast<int>(params_->infos().size()));
-  EXPECT_EQ(checked, GetParam() ? 15 : 28);  // every parameter tensor of the two layers and ends
+  EXPECT_EQ(checked, GetParam().tensors);  // every parameter tensor of the two layers and ends
   RecordProperty("worst_relative_error", std::to_string(worst));
   std::cout << "gradient check: " << 4 * checked << " elements of " << checked
             << " parameters, worst relative error " << worst << "\n";
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, GradientCheck, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? "LlamaStyle" : "Gpt";
+INSTANTIATE_TEST_SUITE_P(Models, GradientCheck,
+                         ::testing::Values(CheckedModel{"Gpt", false, 0, 28},
+                                           CheckedModel{"LlamaStyle", true, 0, 15},
+                                           CheckedModel{"GptMoe", false, 4, 38},
+                                           CheckedModel{"LlamaStyleMoe", true, 4, 33}),
+                         [](const ::testing::TestParamInfo<CheckedModel>& info) {
+                           return std::string(info.param.name);
                          });
 
 }  // namespace

@@ -253,6 +253,58 @@ TEST(Equivalence, Fp64Tp2Cp2Pp2SequenceParallelDistributedOptimizer) {
       DType::kF64);
 }
 
+// Mixture of experts (2 layers, 4 experts of width 64, top-2 routing, no biases): the router
+// and the experts' exchanges must reproduce the single-process run, where every expert is
+// local. kMoe is GPT's architecture with both layers MoE; kMoeShared Llama's (SwiGLU experts),
+// its first layer dense and the second with a 64-wide shared expert.
+constexpr TinyModel kMoe{.layers = 2, .lr = 5e-4, .experts = 4};
+constexpr TinyModel kMoeShared{.layers = 2,
+                               .lr = 5e-4,
+                               .llama = true,
+                               .groups = 2,
+                               .experts = 4,
+                               .shared_ffn = 64,
+                               .dense_layers = 1};
+// Expert parallelism alone: each of the two DP ranks holds two experts and sends the other
+// two's tokens to its peer.
+TEST(Equivalence, MoeEp2) { ExpectEquivalent({.dp = 2, .ep = 2}, DType::kF32, kMoe); }
+// Four DP ranks, experts over two: expert gradients reduced (and the distributed optimizer's
+// expert state sharded) over the expert data-parallel pairs, the rest over all four.
+TEST(Equivalence, MoeEp2Dp4DistributedOptimizer) {
+  ExpectEquivalent({.dp = 4, .distributed_optimizer = true, .ep = 2}, DType::kF32, kMoe);
+}
+// tp 2 with sequence parallelism: each TP rank routes its half of the tokens. etp 1: the EP
+// group is the TP group and every rank holds whole experts; etp 2 (tp's default): each expert
+// split over the TP pair, tokens all-gathered over it after the all-to-all across DP ranks.
+TEST(Equivalence, MoeTp2Ep2SequenceParallel) {
+  ExpectEquivalent({.tp = 2, .dp = 2, .sequence_parallel = true, .ep = 2, .etp = 1}, DType::kF32,
+                   kMoe);
+}
+TEST(Equivalence, MoeSharedTp2Ep2Etp2SequenceParallel) {
+  ExpectEquivalent({.tp = 2, .dp = 2, .sequence_parallel = true, .ep = 2, .etp = 2}, DType::kF32,
+                   kMoeShared);
+}
+TEST(Equivalence, Fp64MoeSharedTp2Ep2Etp2SequenceParallel) {
+  ExpectEquivalent({.tp = 2, .dp = 2, .sequence_parallel = true, .ep = 2, .etp = 2}, DType::kF64,
+                   kMoeShared);
+}
+// Pipeline: the dense layer on stage 0 (no experts there), the MoE layer on stage 1; the
+// zero-bubble schedule defers the experts' weight gradients, full recompute re-runs the
+// exchanges in the backward.
+TEST(Equivalence, MoeSharedEp2Pp2ZeroBubbleFullRecompute) {
+  ExpectEquivalent(
+      {.pp = 2, .dp = 2, .schedule = Schedule::kZbH1, .recompute = Recompute::kFull, .ep = 2},
+      DType::kF32, kMoeShared);
+}
+// Context parallelism: each CP rank routes its two chunks of every sequence. ep 2: the EP group
+// is the CP group; ep 4: one expert per rank, the EP group all four (CP and DP ranks).
+TEST(Equivalence, MoeEp2Cp2) { ExpectEquivalent({.dp = 2, .cp = 2, .ep = 2}, DType::kF32, kMoe); }
+TEST(Equivalence, MoeSharedEp4Cp2AllToAllDistributedOptimizer) {
+  ExpectEquivalent(
+      {.dp = 2, .distributed_optimizer = true, .cp = 2, .cp_comm = CpComm::kA2a, .ep = 4},
+      DType::kF32, kMoeShared);
+}
+
 }  // namespace
 }  // namespace ptdp
 

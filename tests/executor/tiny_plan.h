@@ -23,6 +23,7 @@ struct TinyLayout {
   int recompute_num_layers = 0;  // full recompute of the first N layers per chunk
   int cp = 1;                    // context parallelism
   CpComm cp_comm = CpComm::kP2p;
+  int ep = 1, etp = 0;  // expert parallelism (MoE models); etp 0: tp
 };
 
 struct TinyModel {
@@ -34,6 +35,10 @@ struct TinyModel {
   bool llama = false;
   int groups = 0;  // 0: one per head
   int ffn = 0;     // 0: Megatron's default for the activation
+  // Mixture of experts: `experts` experts (0: dense) of width `expert_ffn`, top-`topk` routing,
+  // shared experts `shared_ffn` wide (0: none), the first `dense_layers` layers dense; no biases
+  // (the executor's MoE layers have none).
+  int experts = 0, topk = 2, expert_ffn = 64, shared_ffn = 0, dense_layers = 0;
 };
 
 inline Plan TinyPlan(const TinyLayout& l, const TinyModel& m = {}) {
@@ -54,6 +59,14 @@ inline Plan TinyPlan(const TinyLayout& l, const TinyModel& m = {}) {
     p.model.add_bias_linear = false;
   }
   if (m.ffn > 0) p.model.ffn_hidden_size = m.ffn;
+  if (m.experts > 0) {
+    p.model.num_experts = m.experts;
+    p.model.moe_router_topk = m.topk;
+    p.model.moe_ffn_hidden_size = m.expert_ffn;
+    p.model.moe_shared_expert_intermediate_size = m.shared_ffn;
+    p.model.moe_first_dense_layers = m.dense_layers;
+    p.model.add_bias_linear = false;
+  }
   p.model.vocab_size = m.vocab;
   p.model.seq_length = m.seq;
   p.model.max_position_embeddings = m.seq;
@@ -80,6 +93,8 @@ inline Plan TinyPlan(const TinyLayout& l, const TinyModel& m = {}) {
   p.parallel.recompute_num_layers = l.recompute_num_layers;
   p.parallel.cp = l.cp;
   p.parallel.cp_comm = l.cp_comm;
+  p.parallel.ep = l.ep;
+  p.parallel.etp = l.etp;
   return ParsePlanYaml(WritePlanYaml(p), "tiny-plan.yaml");
 }
 

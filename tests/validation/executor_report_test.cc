@@ -87,7 +87,8 @@ TEST(Validate, ExecutorCostOptionsDescribeTheCpuExecutor) {
   EXPECT_TRUE(o.overlap_p2p_communication);  // Isend
   EXPECT_FALSE(o.overlap_grad_reduce);       // all-reduce after the backward
   EXPECT_TRUE(o.gradient_accumulation_fusion);
-  EXPECT_FALSE(o.async_tensor_parallel_allreduce);  // blocking TP collectives
+  EXPECT_FALSE(o.async_tensor_parallel_allreduce);              // blocking TP collectives
+  EXPECT_EQ(o.moe_token_dispatcher, MoeDispatcher::kAllToAll);  // executor/moe.h
 }
 
 struct Result {
