@@ -180,6 +180,12 @@ std::vector<std::string> CheckExecutable(const Plan& plan, const ExecuteOptions&
         "model.multi_latent_attention: multi-head latent attention (DeepSeek's MLA) is not "
         "implemented by the CPU executor; use multi-head or grouped-query attention");
   }
+  if (m.mtp_num_layers > 0) {
+    out.push_back(fmt::format(
+        "model.mtp_num_layers: {} multi-token prediction layers are not implemented by the CPU "
+        "executor; set mtp_num_layers: 0",
+        m.mtp_num_layers));
+  }
   if (m.qk_layernorm) {
     out.push_back(
         "model.qk_layernorm: the norm on each head's queries and keys is not implemented by the "

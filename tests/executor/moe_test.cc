@@ -306,6 +306,9 @@ TEST(CheckExecutable, RunsMoePlansAndRefusesWhatItsMoeLayersDoNotImplement) {
   Plan qk = TinyPlan({});
   qk.model.qk_layernorm = true;
   EXPECT_EQ(only(qk).rfind("model.qk_layernorm: ", 0), 0u);
+  Plan mtp = TinyPlan({});
+  mtp.model.mtp_num_layers = 1;
+  EXPECT_EQ(only(mtp).rfind("model.mtp_num_layers: 1 multi-token prediction", 0), 0u);
 }
 
 }  // namespace
