@@ -885,6 +885,21 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
       }
     }
   }
+  if (const auto* a = r.Last("--recompute-modules"); a != nullptr) {
+    std::string joined, error;
+    for (const std::string& v : a->values) joined += v + " ";
+    const uint8_t modules = ParseRecomputeModules(joined, &error);
+    if (!error.empty()) {
+      r.Add(Severity::kError, "--recompute-modules",
+            "Invalid choices for recompute_modules: " + error, "");
+    } else if (p.recompute == Recompute::kSelective) {
+      p.recompute_modules = modules;
+    } else {
+      r.Add(Severity::kWarning, "--recompute-modules",
+            "recompute modules apply to --recompute-granularity selective only: ignored",
+            "add --recompute-granularity selective, or drop --recompute-modules");
+    }
+  }
   p.distributed_optimizer = r.Has("--use-distributed-optimizer");
   if (r.Has("--use-megatron-fsdp")) {
     const std::string strategy = r.String("--data-parallel-sharding-strategy").value_or("no_shard");
@@ -1133,6 +1148,12 @@ std::vector<std::string> MegatronArgs(const Plan& plan) {
   if (p.sequence_parallel) a.push_back("--sequence-parallel");
   if (p.recompute == Recompute::kSelective) {
     add("--recompute-granularity", "selective");
+    if (p.recompute_modules != kRecomputeCoreAttn) {
+      a.push_back("--recompute-modules");
+      for (const auto& n : kRecomputeModuleNames) {
+        if (p.recompute_modules & n.value) a.emplace_back(n.name);
+      }
+    }
   } else if (p.recompute == Recompute::kFull) {
     add("--recompute-granularity", "full");
     if (p.recompute_num_layers > 0) {

@@ -36,6 +36,8 @@ std::string_view RuleId(Rule rule) {
       return "expert-parallel";
     case Rule::kRecomputeNumLayers:
       return "recompute-num-layers";
+    case Rule::kRecomputeModules:
+      return "recompute-modules";
     case Rule::kFsdpNeedsDistributedOptimizer:
       return "fsdp-needs-distributed-optimizer";
     case Rule::kFp8Options:
@@ -464,6 +466,28 @@ void CheckRules(const ModelSpec& model, const TrainingSpec& training, const Para
         [&] {
           return std::string("recompute_num_layers (the block method) needs recompute: full");
         });
+  }
+  if (p.recompute == Recompute::kSelective) {
+    // transformer_config.py __post_init__.
+    if ((p.recompute_modules & kRecomputeMlaUpProj) && !model.multi_latent_attention) {
+      add(
+          Rule::kRecomputeModules, "recompute_modules",
+          [] {
+            return std::string(
+                "mla_up_proj in recompute_modules is only supported with multi_latent_attention.");
+          },
+          [] { return std::string("drop mla_up_proj (the model has no MLA)"); });
+    } else if ((p.recompute_modules & (kRecomputeMoeAct | kRecomputeLayernorm)) &&
+               training.precision == Precision::kFp8 &&
+               training.fp8_recipe == Fp8Recipe::kDelayed) {
+      add(
+          Rule::kRecomputeModules, "recompute_modules",
+          [] {
+            return std::string(
+                "Delayed scaling does not support moe_act and layernorm recompute for fp8.");
+          },
+          [] { return std::string("use fp8_recipe: tensorwise, or drop moe_act and layernorm"); });
+    }
   }
   if (p.fsdp != Fsdp::kNone && !p.distributed_optimizer) {
     add(

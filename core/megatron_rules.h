@@ -34,6 +34,7 @@ enum class Rule {
   kSequenceSplitByTp,              // sequence parallel: (seq / CP) % TP == 0
   kExpertParallel,                 // EP needs experts dividing it; the expert grid fits the world
   kRecomputeNumLayers,             // --recompute-num-layers (block method) needs full recompute
+  kRecomputeModules,               // --recompute-modules: mla_up_proj needs MLA; FP8's recipes
   kFsdpNeedsDistributedOptimizer,  // Megatron-FSDP v1 runs the distributed optimizer
   kFp8Options,                     // --first-last-layers-bf16 counts, --fp8-param-gather
   kScheduleVirtualStages,          // ptdp: interleaved <=> virtual_stages > 1

@@ -20,6 +20,35 @@ bool UnevenSplit(const ParallelConfig& p) {
          p.account_for_loss || !p.layout.empty();
 }
 
+std::string RecomputeModulesText(uint8_t modules, char separator) {
+  std::string text;
+  for (const auto& n : kRecomputeModuleNames) {
+    if ((modules & n.value) == 0) continue;
+    if (!text.empty()) text += separator;
+    text += n.name;
+  }
+  return text;
+}
+
+uint8_t ParseRecomputeModules(std::string_view text, std::string* error) {
+  uint8_t modules = 0;
+  error->clear();
+  size_t i = 0;
+  while (i < text.size()) {
+    const size_t end = text.find_first_of(", +", i);
+    const std::string_view name = text.substr(i, end == std::string_view::npos ? end : end - i);
+    i = end == std::string_view::npos ? text.size() : end + 1;
+    if (name.empty()) continue;
+    const std::optional<uint8_t> bit = ValueOf<uint8_t>(kRecomputeModuleNames, name);
+    if (!bit) {
+      *error = UnknownValueMessage<uint8_t>(kRecomputeModuleNames, name);
+      return 0;
+    }
+    modules |= *bit;
+  }
+  return modules;
+}
+
 namespace {
 constexpr size_t kMaxLayoutChars = 1 << 20;
 }  // namespace

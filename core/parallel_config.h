@@ -47,6 +47,33 @@ inline constexpr EnumName<Fsdp> kFsdpNames[] = {{"none", Fsdp::kNone},
 inline constexpr EnumName<CpComm> kCpCommNames[] = {
     {"p2p", CpComm::kP2p}, {"a2a", CpComm::kA2a}, {"allgather", CpComm::kAllGather}};
 
+// --recompute-modules with --recompute-granularity selective: the parts of a layer recomputed in
+// its backward instead of kept (megatron/core/transformer/transformer_config.py
+// recompute_modules; Megatron's default is core_attn alone). "mlp" is the dense MLP only (a MoE
+// layer's is "moe"); "moe_act" the experts' activation function; "layernorm" the two norms
+// (their outputs, the linears' inputs, are dropped); "mla_up_proj" MLA's up projections.
+enum RecomputeModule : uint8_t {
+  kRecomputeCoreAttn = 1,
+  kRecomputeMoeAct = 2,
+  kRecomputeLayernorm = 4,
+  kRecomputeMlaUpProj = 8,
+  kRecomputeMlp = 16,
+  kRecomputeMoe = 32,
+  kRecomputeSharedExperts = 64,
+};
+inline constexpr EnumName<uint8_t> kRecomputeModuleNames[] = {
+    {"core_attn", kRecomputeCoreAttn},
+    {"moe_act", kRecomputeMoeAct},
+    {"layernorm", kRecomputeLayernorm},
+    {"mla_up_proj", kRecomputeMlaUpProj},
+    {"mlp", kRecomputeMlp},
+    {"moe", kRecomputeMoe},
+    {"shared_experts", kRecomputeSharedExperts}};
+// "core_attn,moe_act" (Megatron's order of the choices); "" for none.
+std::string RecomputeModulesText(uint8_t modules, char separator = ',');
+// Parses names separated by commas, spaces or '+'; "" in `error` or what is wrong.
+uint8_t ParseRecomputeModules(std::string_view text, std::string* error);
+
 inline std::string_view Name(Schedule s) { return NameOf<Schedule>(kScheduleNames, s); }
 inline std::string_view Name(Recompute r) { return NameOf<Recompute>(kRecomputeNames, r); }
 inline std::string_view Name(Fsdp f) { return NameOf<Fsdp>(kFsdpNames, f); }
@@ -70,7 +97,9 @@ struct ParallelConfig {
   Schedule schedule = Schedule::k1F1B;
   bool sequence_parallel = false;          // --sequence-parallel
   Recompute recompute = Recompute::kNone;  // --recompute-granularity
-  bool distributed_optimizer = false;      // --use-distributed-optimizer
+  // --recompute-modules (RecomputeModule bits), with selective recompute only.
+  uint8_t recompute_modules = kRecomputeCoreAttn;
+  bool distributed_optimizer = false;  // --use-distributed-optimizer
   // Uneven pipeline split (--decoder-first-pipeline-num-layers, --decoder-last-pipeline-num-
   // layers): the transformer layers of the first / last pipeline stage, over all its model
   // chunks; 0: not set (that stage takes the even share of what is left).

@@ -44,6 +44,9 @@ std::string LayoutLine(const Plan& plan) {
     text += p.recompute_num_layers > 0 ? fmt::format(", {} recompute of {} layers per chunk",
                                                      Name(p.recompute), p.recompute_num_layers)
                                        : fmt::format(", {} recompute", Name(p.recompute));
+    if (p.recompute == Recompute::kSelective && p.recompute_modules != kRecomputeCoreAttn) {
+      text += fmt::format(" ({})", RecomputeModulesText(p.recompute_modules, ' '));
+    }
   }
   if (p.fsdp != Fsdp::kNone) {
     text += fmt::format(", FSDP {}", Name(p.fsdp));

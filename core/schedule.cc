@@ -165,6 +165,24 @@ int MaxInFlight(const PipelineSchedule& schedule, int stage) {
   return peak;
 }
 
+double PeakInFlightWeight(Schedule kind, int p, int m, int v, int r,
+                          std::span<const double> weight) {
+  PTDP_CHECK(static_cast<int>(weight.size()) == v);
+  if (kind != Schedule::kInterleaved) return MaxInFlight(kind, p, m, v, r) * weight[0];
+  const int64_t total = int64_t{m} * v, group = int64_t{p} * v;
+  const int64_t warmup = std::min<int64_t>(total, int64_t{p - r - 1} * 2 + int64_t{v - 1} * p);
+  // get_schedule_table: forward k runs chunk (k mod p v) / p; backward k the reverse chunk.
+  const auto forward_chunk = [&](int64_t k) { return static_cast<size_t>((k % group) / p); };
+  double held = 0, peak = 0;
+  int64_t f = 0;
+  for (; f < warmup; ++f) peak = std::max(peak, held += weight[forward_chunk(f)]);
+  for (int64_t b = 0; f < total; ++f, ++b) {
+    peak = std::max(peak, held += weight[forward_chunk(f)]);
+    held -= weight[static_cast<size_t>(v - 1) - forward_chunk(b)];
+  }
+  return peak;
+}
+
 int MaxInFlight(Schedule kind, int p, int m, int v, int r) {
   PTDP_CHECK(r >= 0 && r < p && m >= 1 && v >= 1);
   switch (kind) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -83,5 +84,13 @@ int MaxInFlight(const PipelineSchedule& schedule, int stage);
 // plus its r deferred weight gradients); interleaved min(m v, (p - r - 1) 2 + (v - 1) p + 1)
 // (the warm-up forwards and the first steady-state one). Requires ScheduleProblem to be "".
 int MaxInFlight(Schedule kind, int stages, int microbatches, int chunks, int stage);
+
+// The peak over stage r's operations of the sum of the weights of its in-flight chunks,
+// weight[c] for a chunk c in flight (its activations when the chunks differ: uneven splits,
+// layouts, dense and MoE layers). Without interleaving (one chunk) MaxInFlight x weight[0];
+// interleaved follows the orders above without building the schedule (O(m v)). `weight` has
+// `chunks` entries. Requires ScheduleProblem to be "".
+double PeakInFlightWeight(Schedule kind, int stages, int microbatches, int chunks, int stage,
+                          std::span<const double> weight);
 
 }  // namespace ptdp

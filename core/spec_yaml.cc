@@ -241,6 +241,10 @@ void WriteParallel(YamlWriter& w, const ParallelConfig& p, int mtp_layers) {
   w.Line("schedule", Name(p.schedule));
   w.Line("sequence_parallel", Bool(p.sequence_parallel));
   w.Line("recompute", Name(p.recompute));
+  if (p.recompute == Recompute::kSelective && p.recompute_modules != kRecomputeCoreAttn) {
+    w.Line("recompute_modules", YamlQuote(RecomputeModulesText(p.recompute_modules)),
+           "Megatron's --recompute-modules");
+  }
   w.Line("distributed_optimizer", Bool(p.distributed_optimizer));
   w.Line("first_stage_layers", std::to_string(p.first_stage_layers), "0: the even share");
   w.Line("last_stage_layers", std::to_string(p.last_stage_layers), "0: the even share");
@@ -593,6 +597,15 @@ ParallelConfig ReadParallel(const YamlMap& map, int* mtp_layers) {
   p.schedule = map.Enum("schedule", kScheduleNames, p.schedule);
   p.sequence_parallel = map.Bool("sequence_parallel", false);
   p.recompute = map.Enum("recompute", kRecomputeNames, p.recompute);
+  if (map.Has("recompute_modules")) {
+    std::string error;
+    p.recompute_modules = ParseRecomputeModules(map.String("recompute_modules"), &error);
+    if (!error.empty()) map.Fail("recompute_modules", error);
+    if (p.recompute != Recompute::kSelective) {
+      map.Fail("recompute_modules", "recompute modules are for selective recompute only",
+               "set recompute: selective, or drop recompute_modules");
+    }
+  }
   p.distributed_optimizer = map.Bool("distributed_optimizer", false);
   for (auto [key, field] : {std::pair{"first_stage_layers", &p.first_stage_layers},
                             {"last_stage_layers", &p.last_stage_layers},

@@ -180,6 +180,12 @@ std::vector<std::string> CheckExecutable(const Plan& plan, const ExecuteOptions&
         "model.multi_latent_attention: multi-head latent attention (DeepSeek's MLA) is not "
         "implemented by the CPU executor; use multi-head or grouped-query attention");
   }
+  if (p.recompute == Recompute::kSelective && p.recompute_modules != kRecomputeCoreAttn) {
+    out.push_back(fmt::format(
+        "parallel.recompute_modules: \"{}\": the CPU executor's selective recompute re-runs "
+        "the core attention only; use recompute_modules: \"core_attn\" (or drop the key)",
+        RecomputeModulesText(p.recompute_modules)));
+  }
   if (m.mtp_num_layers > 0) {
     out.push_back(fmt::format(
         "model.mtp_num_layers: {} multi-token prediction layers are not implemented by the CPU "

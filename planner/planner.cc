@@ -24,7 +24,7 @@ auto ConfigKey(const ParallelConfig& p) {
                          p.sequence_parallel, static_cast<int>(p.recompute),
                          p.distributed_optimizer, static_cast<int>(p.fsdp), p.first_stage_layers,
                          p.last_stage_layers, p.account_for_embedding, p.account_for_loss,
-                         p.recompute_num_layers);
+                         p.recompute_num_layers, p.recompute_modules);
 }
 
 // Best first: step time, then memory, then a fixed order of the knobs (so ties are stable).

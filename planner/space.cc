@@ -99,6 +99,9 @@ std::string Describe(const ParallelConfig& p) {
   if (p.account_for_loss) text += ", loss-in-split";
   if (p.sequence_parallel) text += ", sp";
   if (p.recompute != Recompute::kNone) text += fmt::format(", {} recompute", Name(p.recompute));
+  if (p.recompute == Recompute::kSelective && p.recompute_modules != kRecomputeCoreAttn) {
+    text += fmt::format(" ({})", RecomputeModulesText(p.recompute_modules, '+'));
+  }
   if (p.recompute_num_layers > 0) text += fmt::format(" ({} per chunk)", p.recompute_num_layers);
   if (p.fsdp != Fsdp::kNone) {
     text += fmt::format(", fsdp {}", Name(p.fsdp));
@@ -314,6 +317,9 @@ int64_t EnumerateConfigs(const ModelSpec& model, const TrainingSpec& training, i
                           p.schedule = schedule;
                           p.sequence_parallel = sp == 1;
                           p.recompute = recompute;
+                          if (recompute == Recompute::kSelective && c.recompute_modules) {
+                            p.recompute_modules = *c.recompute_modules;
+                          }
                           p.distributed_optimizer = sh.distributed_optimizer;
                           p.fsdp = sh.fsdp;
                           ++examined;
@@ -355,10 +361,9 @@ int64_t EnumerateConfigs(const ModelSpec& model, const TrainingSpec& training, i
 void ApplyFix(std::string_view assignment, SearchConstraints& c) {
   const size_t eq = assignment.find('=');
   auto fail = [&](const std::string& why) {
-    throw InputError(
-        {"", 0, "--fix"}, fmt::format("\"{}\": {}", assignment, why),
-        "keys: tp, cp, cp-comm, ep, etp, pp, dp, mbs, v, schedule, sp, recompute, dist-opt, fsdp, "
-        "uneven, layout; e.g. --fix tp=8");
+    throw InputError({"", 0, "--fix"}, fmt::format("\"{}\": {}", assignment, why),
+                     "keys: tp, cp, cp-comm, ep, etp, pp, dp, mbs, v, schedule, sp, recompute, "
+                     "recompute-modules, dist-opt, fsdp, uneven, layout; e.g. --fix tp=8");
   };
   if (eq == std::string_view::npos) fail("expected KEY=VALUE");
   const std::string_view key = assignment.substr(0, eq), value = assignment.substr(eq + 1);
@@ -408,6 +413,13 @@ void ApplyFix(std::string_view assignment, SearchConstraints& c) {
     const auto r = ValueOf<Recompute>(kRecomputeNames, value);
     if (!r) fail(UnknownValueMessage<Recompute>(kRecomputeNames, value));
     c.recomputes = {*r};
+  } else if (key == "recompute-modules" || key == "recompute_modules") {
+    // Megatron's module names joined by '+' (',' separates the --compare keys).
+    std::string error;
+    const uint8_t modules = ParseRecomputeModules(value, &error);
+    if (!error.empty()) fail(error);
+    c.recompute_modules = modules;
+    c.recomputes = {Recompute::kSelective};
   } else if (key == "sp" || key == "sequence-parallel")
     c.sequence_parallel = on_off();
   else if (key == "dist-opt" || key == "distributed-optimizer")

@@ -47,6 +47,7 @@ struct SearchConstraints {
   std::optional<Fsdp> fsdp;                   // fixed; unset: none, optim_grads, optim_grads_params
   std::optional<bool> uneven;                 // off: even splits only; on: uneven only
   std::optional<std::vector<int>> layout;     // a pipeline layout (core ParsePipelineLayout)
+  std::optional<uint8_t> recompute_modules;   // selective recompute's modules; unset: core_attn
 
   bool operator==(const SearchConstraints&) const = default;
 };

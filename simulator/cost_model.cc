@@ -207,7 +207,7 @@ EndParts CostOfEnds(const ModelSpec& m, const ClusterSpec& c, const TrainingSpec
 struct PartKey {
   int tp, cp, cp_comm, micro_batch_size;
   int part;       // 4 moe + 2 fp8 + recompute for a layer kind; 8: the embedding and output parts
-  int recompute;  // the granularity of a recomputing layer kind
+  int recompute;  // the granularity of a recomputing layer kind, selective's modules << 4
   bool sequence_parallel, split_backward, tp_overlap, pipelined;
   int dispatcher, ep, etp;  // MoE: the token dispatcher and the expert grid
   GroupPlacement tp_group, cp_group, ep_group, etp_group, ep_etp_group;
@@ -243,7 +243,10 @@ PartKey KeyOf(const ParallelConfig& p, const CostOptions& options, const GroupPl
           static_cast<int>(p.cp_comm),
           p.micro_batch_size,
           part,
-          part < kEndsPart ? static_cast<int>(p.recompute) : 0,
+          part < kEndsPart
+              ? static_cast<int>(p.recompute) |
+                    (p.recompute == Recompute::kSelective ? p.recompute_modules << 4 : 0)
+              : 0,
           p.sequence_parallel,
           p.schedule == Schedule::kZbH1,
           options.tp_comm_overlap && p.sequence_parallel && p.tp > 1,

@@ -497,6 +497,17 @@ void AddMoeWeightGrad(PassWork& w, const Dims& d, const CostOptions& options) {
 // shared rotary key) are replicated over TP and run on the GPU's T_n tokens, each latent
 // normed; with sequence parallelism the latents (not the h-wide input) are all-gathered before
 // the column-parallel up projections (a_t heads each); the rotary parts rotated.
+// MLA's up projections from the latents, with the rotary part (what the mla_up_proj recompute
+// module re-runs).
+void AddMlaUpForward(PassWork& f, const Dims& d) {
+  const double q_width = d.a_t * (d.qk + d.rope_d);
+  f.Add(Linear(d.q_lora > 0 ? "q up" : "q", d.T, q_width, d.q_lora > 0 ? d.q_lora : d.h, d));
+  f.Add(Linear("kv up", d.T, d.a_t * (d.qk + d.v_d), d.kv_lora, d));
+  if (d.rope) f.Add(Memory("rotary q k", 2 * d.T * (d.a_t + 1) * d.rope_d * d.e));
+  // The rotary key broadcast to every head and joined to the keys.
+  f.Add(Memory("mla key concat", 2 * d.T * d.a_t * (d.qk + d.rope_d) * d.e));
+}
+
 void AddMlaForward(PassWork& f, const Dims& d) {
   const double q_width = d.a_t * (d.qk + d.rope_d);
   if (d.fp8 && d.current_scaling) AddCast(f, "mla down input cast fp8", d.Tn * d.h, d);
@@ -512,11 +523,7 @@ void AddMlaForward(PassWork& f, const Dims& d) {
     f.Add(CommWork{"sp all-gather kv latent", Collective::kAllGather,
                    d.T * (d.kv_lora + d.rope_d) * d.e});
   }
-  f.Add(Linear(d.q_lora > 0 ? "q up" : "q", d.T, q_width, d.q_lora > 0 ? d.q_lora : d.h, d));
-  f.Add(Linear("kv up", d.T, d.a_t * (d.qk + d.v_d), d.kv_lora, d));
-  if (d.rope) f.Add(Memory("rotary q k", 2 * d.T * (d.a_t + 1) * d.rope_d * d.e));
-  // The rotary key broadcast to every head and joined to the keys.
-  f.Add(Memory("mla key concat", 2 * d.T * d.a_t * (d.qk + d.rope_d) * d.e));
+  AddMlaUpForward(f, d);
 }
 
 // Its input gradient; returns the index of the latents' first input-gradient reduction
@@ -711,7 +718,29 @@ LayerWork TransformerLayerWork(const ModelSpec& m, const ParallelConfig& p, Prec
   if (p.recompute == Recompute::kFull) {
     lw.recompute = f;
   } else if (p.recompute == Recompute::kSelective) {
-    AddCoreAttentionForward(lw.recompute, d);
+    // The modules of --recompute-modules re-run their forward before their backward
+    // (transformer_layer.py, moe_layer.py, multi_latent_attention.py checkpoints).
+    PassWork& r = lw.recompute;
+    const uint8_t modules = p.recompute_modules;
+    if (modules & kRecomputeLayernorm) {
+      AddNormForward(r, "norm 1 recompute", d, d.Tn);
+      AddNormForward(r, "norm 2 recompute", d, d.Tn);
+    }
+    if ((modules & kRecomputeMlaUpProj) && d.mla) AddMlaUpForward(r, d);
+    if (modules & kRecomputeCoreAttn) AddCoreAttentionForward(r, d);
+    if (!d.moe) {
+      if (modules & kRecomputeMlp) AddDenseMlpForward(r, d, d.f_t, d.fc1_t, /*shared=*/false);
+    } else if (modules & kRecomputeMoe) {
+      AddMoeForward(r, d);
+      if (d.f_s > 0) AddDenseMlpForward(r, d, d.f_s, d.fc1_s, /*shared=*/true);
+    } else {
+      if (modules & kRecomputeMoeAct) {
+        r.Add(Memory("experts activation recompute", (d.fc1_e + d.f_e) * d.R * d.e));
+      }
+      if ((modules & kRecomputeSharedExperts) && d.f_s > 0) {
+        AddDenseMlpForward(r, d, d.f_s, d.fc1_s, /*shared=*/true);
+      }
+    }
   }
 
   if (d.moe) {

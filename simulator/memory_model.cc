@@ -13,7 +13,9 @@ namespace {
 // Per-GPU sizes of one layer, as in the header's formula.
 struct ActDims {
   double s, b, h, e, x, t, a_t, g_t, d, f_t, fc1_t;
-  double mask;  // bytes of a hidden-dropout mask element (0 without dropout)
+  double latents = 0;           // MLA: the q and kv latent widths (0: not MLA)
+  double qkv_width, ctx_width;  // per GPU: Q, K, V together; the attention's output
+  double mask;                  // bytes of a hidden-dropout mask element (0 without dropout)
   bool sp, flash, fp8, attention_dropout;
   // A MoE layer: its routed tokens R, an expert's width per GPU (and its fc1's), the experts,
   // the shared experts' width per GPU (and its fc1's).
@@ -39,10 +41,17 @@ ActDims MakeActDims(const ModelSpec& m, const ParallelConfig& p, Precision preci
   d.flash = flash;
   d.mask = m.hidden_dropout > 0 ? 1 : 0;
   d.attention_dropout = m.attention_dropout > 0;
+  d.qkv_width = (d.a_t + 2 * d.g_t) * d.d;
+  d.ctx_width = d.a_t * d.d;
   if (m.multi_latent_attention) {
-    // Q, K and V of mean head width (the value head is narrower), one per head.
+    // One query, key and value per head: Q and K of the nope and rope parts, V narrower.
     d.d = (m.qk_head_dim + m.qk_pos_emb_head_dim + m.v_head_dim) / 2.0;
     d.g_t = d.a_t;
+    d.qkv_width = d.a_t * (2.0 * (m.qk_head_dim + m.qk_pos_emb_head_dim) + m.v_head_dim);
+    d.ctx_width = d.a_t * m.v_head_dim;
+    // The latents the up projections read (replicated over TP, split by sequence parallelism).
+    d.latents = (m.q_lora_rank > 0 ? m.q_lora_rank : m.hidden_size) + m.kv_lora_rank +
+                m.qk_pos_emb_head_dim;
   }
   d.moe = moe_layer && m.moe();
   if (d.moe) {
@@ -65,6 +74,11 @@ ActDims MakeActDims(const ModelSpec& m, const ParallelConfig& p, Precision preci
 // sequence parallelism), inside it, and the attention part selective recompute drops.
 struct LayerParts {
   double replicated, sharded, attention;
+  // Of replicated + sharded, what each selective recompute module drops (what recomputing it
+  // holds again): the two norms' outputs (the QKV and fc1 inputs), the experts' activation
+  // output, the dense MLP's hidden tensors, the shared experts', the whole MoE layer's, MLA's
+  // up-projected Q, K and V less the latents the checkpoint keeps instead.
+  double norm_outputs = 0, moe_act = 0, mlp = 0, shared_experts = 0, moe = 0, mla_up = 0;
 };
 
 LayerParts Parts(const ActDims& d) {
@@ -73,15 +87,25 @@ LayerParts Parts(const ActDims& d) {
   // Two norm inputs (e bytes), the QKV and fc1 inputs (x bytes), two dropout masks (1 byte,
   // with dropout).
   parts.replicated = sb * d.h * (2 * d.e + 2 * d.x + 2 * d.mask) / (d.sp ? d.t : 1);
+  parts.norm_outputs = sb * d.h * 2 * d.x / (d.sp ? d.t : 1);
   const double projection_input = d.flash ? d.e + (d.fp8 ? d.x : 0) : d.x;
-  parts.sharded = d.e * sb * d.d * (d.a_t + 2 * d.g_t)    // Q, K, V
-                  + projection_input * sb * d.d * d.a_t;  // the projection's input
+  const double qkv = d.e * sb * d.qkv_width;                  // Q, K, V
+  parts.sharded = qkv + projection_input * sb * d.ctx_width;  // and the projection's input
+  if (d.latents > 0) parts.mla_up = std::max(0.0, qkv - d.e * sb * d.latents / (d.sp ? d.t : 1));
   if (d.moe) {
-    parts.sharded += 4 * sb / (d.sp ? d.t : 1) * d.experts                          // router scores
-                     + d.R * (d.x * d.h + d.e * d.fc1_e + d.x * d.f_e + d.e * d.h)  // experts
-                     + d.e * sb * d.fc1_s + d.x * sb * d.f_s;  // shared experts
+    parts.shared_experts = d.e * sb * d.fc1_s + d.x * sb * d.f_s;
+    parts.moe_act = d.R * d.x * d.f_e;
+    // The experts keep their fc1 input, fc1 output and fc2 input; the routing probabilities
+    // multiply the activation's output inside the experts (moe/experts.py bias_act_func with
+    // permuted_probs) and the combine's unpermute runs without them, so no expert output is
+    // kept for the probabilities' gradient.
+    parts.moe = 4 * sb / (d.sp ? d.t : 1) * d.experts              // router scores
+                + d.R * (d.x * d.h + d.e * d.fc1_e + d.x * d.f_e)  // experts
+                + parts.shared_experts;
+    parts.sharded += parts.moe;
   } else {
-    parts.sharded += d.e * sb * d.fc1_t + d.x * sb * d.f_t;  // the activation's input, output
+    parts.mlp = d.e * sb * d.fc1_t + d.x * sb * d.f_t;  // the activation's input, output
+    parts.sharded += parts.mlp;
   }
   if (d.flash) {
     parts.attention = 4 * d.a_t * d.s * d.b;  // fp32 log-sum-exp per query and head
@@ -91,6 +115,38 @@ LayerParts Parts(const ActDims& d) {
     parts.attention = (d.attention_dropout ? 2 * d.e + 1 : d.e) * d.a_t * d.s * d.s * d.b;
   }
   return parts;
+}
+
+// What selective recompute's modules drop from a layer's activations (the moe module covers
+// its moe_act and shared_experts parts), and the largest of them (recomputed one at a time).
+double SelectiveDropped(const LayerParts& parts, const ParallelConfig& p) {
+  const uint8_t m = p.recompute_modules;
+  double dropped = (m & kRecomputeCoreAttn ? parts.attention : 0) +
+                   (m & kRecomputeLayernorm ? parts.norm_outputs : 0) +
+                   (m & kRecomputeMlp ? parts.mlp : 0) +
+                   (m & kRecomputeMlaUpProj ? parts.mla_up : 0);
+  if (m & kRecomputeMoe) {
+    dropped += parts.moe;
+  } else {
+    dropped += (m & kRecomputeMoeAct ? parts.moe_act : 0) +
+               (m & kRecomputeSharedExperts ? parts.shared_experts : 0);
+  }
+  return dropped;
+}
+
+double SelectiveLargest(const LayerParts& parts, const ParallelConfig& p) {
+  const uint8_t m = p.recompute_modules;
+  double largest = 0;
+  for (auto [bit, bytes] : {std::pair{kRecomputeCoreAttn, parts.attention},
+                            {kRecomputeLayernorm, parts.norm_outputs},
+                            {kRecomputeMlp, parts.mlp},
+                            {kRecomputeMlaUpProj, parts.mla_up},
+                            {kRecomputeMoe, parts.moe},
+                            {kRecomputeMoeAct, parts.moe_act},
+                            {kRecomputeSharedExperts, parts.shared_experts}}) {
+    if (m & bit) largest = std::max(largest, bytes);
+  }
+  return largest;
 }
 
 }  // namespace
@@ -118,8 +174,10 @@ double LayerActivationBytes(const ModelSpec& m, const ParallelConfig& p, Precisi
     return d.e * d.s * d.b * d.h / (d.sp ? d.t : 1);
   }
   const LayerParts parts = Parts(d);
-  return parts.replicated + parts.sharded +
-         (p.recompute == Recompute::kSelective ? 0 : parts.attention);
+  if (p.recompute != Recompute::kSelective) {
+    return parts.replicated + parts.sharded + parts.attention;
+  }
+  return parts.replicated + parts.sharded + parts.attention - SelectiveDropped(parts, p);
 }
 
 double LayerWeightGradActivationBytes(const ModelSpec& m, const ParallelConfig& p,
@@ -130,7 +188,7 @@ double LayerWeightGradActivationBytes(const ModelSpec& m, const ParallelConfig& 
   // again for W), of the projection (the context) and of fc2 (the activation's output); in a
   // MoE layer the experts' fc1 and fc2 inputs and the shared experts' fc2 input instead.
   const double mlp = d.moe ? d.R * (d.h + d.f_e) / sb + d.f_s : d.f_t;
-  return d.x * sb * (2 * d.h / (d.sp ? d.t : 1) + d.d * d.a_t + mlp);
+  return d.x * sb * (2 * d.h / (d.sp ? d.t : 1) + d.ctx_width + mlp);
 }
 
 double LayerRecomputeTransientBytes(const ModelSpec& m, const ParallelConfig& p,
@@ -142,7 +200,7 @@ double LayerRecomputeTransientBytes(const ModelSpec& m, const ParallelConfig& p,
     case Recompute::kFull:
       return parts.replicated + parts.sharded + parts.attention;
     case Recompute::kSelective:
-      return parts.attention;
+      return SelectiveLargest(parts, p);
     case Recompute::kNone:
       break;
   }
@@ -233,8 +291,10 @@ MemoryEstimate EstimateMemory(const ModelSpec& m, const ClusterSpec& cluster,
   // largest recomputation transient. With uniform chunks every stage's are alike.
   struct Chunks {
     double layers = 0, moe_layers = 0, fp8_weights = 0, largest = 0, transient = 0;
+    std::vector<double> bytes;  // each chunk's activations (kept when the chunks differ)
   };
   const bool uniform = UniformChunks(m, training, p);
+  const int64_t microbatches = NumMicrobatches(training, p);
   const ChunkKinds chunk_kinds(m, training, p);
   const auto chunks_of = [&](int r) {
     Chunks s;
@@ -249,6 +309,7 @@ MemoryEstimate EstimateMemory(const ModelSpec& m, const ClusterSpec& cluster,
         s.transient = std::max(s.transient, transient[e][f][rc]);
       }
       s.largest = std::max(s.largest, bytes);
+      if (!uniform) s.bytes.push_back(bytes);
       s.layers += k.total();
       s.moe_layers += k.moe();
       s.fp8_weights += (k.count[0][1][0] + k.count[0][1][1]) * linear_weights +
@@ -302,8 +363,16 @@ MemoryEstimate EstimateMemory(const ModelSpec& m, const ClusterSpec& cluster,
     st.in_flight = in_flight[r];
     // Every in-flight chunk holds its layers; stage 0's chunk 0 adds the embedding's mask
     // (counted for every in-flight chunk: a bound, off by the few non-first chunks' masks).
-    st.activations_bytes = in_flight[r] * (k.largest + (r == 0 ? embedding_act : 0)) +
-                           (r == p.pp - 1 ? output_act + mtp_act : 0) + k.transient;
+    double held = in_flight[r] * (k.largest + (r == 0 ? embedding_act : 0));
+    if (!uniform && p.schedule == Schedule::kInterleaved &&
+        static_cast<int>(k.bytes.size()) == p.virtual_stages) {
+      // Chunks of different sizes: which of them are in flight at the peak, exactly.
+      std::vector<double> weight = k.bytes;
+      if (r == 0) weight[0] += embedding_act;
+      held = PeakInFlightWeight(p.schedule, p.pp, static_cast<int>(microbatches), p.virtual_stages,
+                                r, weight);
+    }
+    st.activations_bytes = held + (r == p.pp - 1 ? output_act + mtp_act : 0) + k.transient;
     const double used = st.weights_bytes + st.gradients_bytes + st.optimizer_bytes +
                         st.activations_bytes + st.fsdp_buffer_bytes;
     st.fragmentation_bytes = used * fragmentation;

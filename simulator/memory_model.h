@@ -45,9 +45,13 @@ double KorthikantiTable2Bytes(double s, double b, double h, double a, double t,
 // For 16-bit GPT with unfused attention it equals KorthikantiTable2Bytes. `bf16_layer`: a layer
 // kept in bf16 in fp8 training. `moe_layer`: a MoE layer, whose MLP part is instead the
 // router's fp32 scores 4 s b E (s b / t tokens with sequence parallelism), for the R tokens its
-// experts take (layer_work.h) their fc1 input x R h, fc1 output e R fc1_e, activation output
-// x R f_e and output e R h (the combine's backward needs it), and the shared experts' as a
-// dense MLP of their width.
+// experts take (layer_work.h) their fc1 input x R h, fc1 output e R fc1_e and activation output
+// x R f_e (the probabilities multiply inside the experts, so the combine keeps nothing), and the
+// shared experts' as a dense MLP of their width.
+// Selective recompute drops what its modules name (ParallelConfig::recompute_modules): core_attn
+// the attention part above; layernorm the QKV and fc1 inputs; mlp the dense MLP's fc1 output and
+// fc2 input; moe_act the experts' x R f_e; shared_experts theirs; moe the whole MoE part;
+// mla_up_proj MLA's Q, K, V less the latents it keeps (q and kv latent widths, e sb each).
 double LayerActivationBytes(const ModelSpec& model, const ParallelConfig& parallel,
                             Precision precision, const CostOptions& options,
                             bool bf16_layer = false, bool moe_layer = false);

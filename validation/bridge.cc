@@ -134,6 +134,14 @@ bool InReleases(const std::string& release, const std::vector<std::string>& rele
   return std::find(releases.begin(), releases.end(), release) != releases.end();
 }
 
+// Where a recompute-modules list "[...]" of the notes opens; npos when there is none.
+size_t FindModuleList(const std::string& notes) {
+  for (std::string_view key : {"recompute=selective[", "selective recompute ["}) {
+    if (const size_t at = notes.find(key); at != std::string::npos) return at + key.size() - 1;
+  }
+  return std::string::npos;
+}
+
 }  // namespace
 
 bool IsBridgeCsv(std::string_view text) { return text.starts_with(HeaderText()); }
@@ -290,10 +298,22 @@ BridgeSetup BridgePlan(const BridgeRow& row, const ClusterSpec& cluster,
       p.recompute_num_layers = layers;
       s.settings.push_back(fmt::format("full recompute of {} layers per chunk", layers));
     }
-  } else if (Contains(n, "recompute=selective[")) {
-    // --recompute-modules (layernorm, moe_act, ...): small recomputations, not the core
-    // attention's; simulated without.
-    s.settings.push_back("recompute of some modules (not modelled)");
+  } else if (const size_t list = FindModuleList(n); list != std::string::npos) {
+    // --recompute-modules, as "recompute=selective[layernorm,moe_act]" or "selective recompute
+    // [mla_up_proj, mlp]".
+    const size_t close = n.find(']', list);
+    std::string error;
+    const uint8_t modules = ParseRecomputeModules(
+        std::string_view(n).substr(list + 1, close == std::string::npos ? 0 : close - list - 1),
+        &error);
+    if (error.empty() && close != std::string::npos) {
+      p.recompute = Recompute::kSelective;
+      p.recompute_modules = modules;
+      s.settings.push_back(
+          fmt::format("selective recompute of {}", RecomputeModulesText(modules, ' ')));
+    } else {
+      s.settings.push_back("recompute of modules ptdp cannot read (not modelled)");
+    }
   } else if (Contains(n, "recompute=selective")) {
     p.recompute = Recompute::kSelective;
     s.settings.push_back("selective recompute");

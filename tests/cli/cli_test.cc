@@ -153,10 +153,12 @@ TEST(Cli, PlanConstraintFlags) {
   EXPECT_EQ(Cli({"plan", "--memory-headroom", "120%"}).err,
             "ptdp: error: --memory-headroom: expected a fraction below 1 or a percentage below "
             "100%, got \"120%\" (hint: see `ptdp plan --help`)\n");
-  EXPECT_EQ(Cli({"plan", "--fix", "tq=2"}).err,
-            "ptdp: error: --fix: \"tq=2\": unknown key (hint: keys: tp, cp, cp-comm, ep, etp, pp, "
-            "dp, mbs, v, "
-            "schedule, sp, recompute, dist-opt, fsdp, uneven, layout; e.g. --fix tp=8)\n");
+  EXPECT_EQ(
+      Cli({"plan", "--fix", "tq=2"}).err,
+      "ptdp: error: --fix: \"tq=2\": unknown key (hint: keys: tp, cp, cp-comm, ep, etp, pp, "
+      "dp, mbs, v, "
+      "schedule, sp, recompute, recompute-modules, dist-opt, fsdp, uneven, layout; e.g. --fix "
+      "tp=8)\n");
   EXPECT_EQ(Cli({"plan", "--schedules", "1f1b,2f2b"}).err,
             "ptdp: error: --schedules: unknown value \"2f2b\" (expected one of: gpipe, 1f1b, "
             "interleaved, zb-h1) (hint: see `ptdp plan --help`)\n");

@@ -609,5 +609,61 @@ TEST(Mtp, CountedInParametersAndMemoryOfTheLastStage) {
   EXPECT_NEAR(static_cast<double>(with - without) / 1e9 + 1.85, 14.0, 0.6);  // "14 B", rounded
 }
 
+TEST(RecomputeModules, FlagsPlanFilesAndRefusals) {
+  Plan plan;
+  plan.model = ModelPreset("deepseek-v3");
+  plan.cluster = ClusterPreset("dgx-h100");
+  plan.num_gpus = 64;
+  plan.training.global_batch_size = 512;
+  plan.parallel = {.tp = 2,
+                   .pp = 1,
+                   .dp = 32,
+                   .ep = 64,
+                   .etp = 1,
+                   .sequence_parallel = true,
+                   .recompute = Recompute::kSelective,
+                   .distributed_optimizer = true};
+  plan.parallel.recompute_modules = kRecomputeMlaUpProj | kRecomputeMlp;
+  plan.options.moe_token_dispatcher = MoeDispatcher::kAllToAll;
+  const std::string line = MegatronArgsLine(plan);
+  EXPECT_NE(line.find("--recompute-granularity selective --recompute-modules mla_up_proj mlp"),
+            std::string::npos)
+      << line;
+  MegatronCommand c = ReadMegatronCommand(
+      "torchrun --nproc-per-node 8 --nnodes 8 pretrain_gpt.py " + line + " --vocab-size 129280",
+      "cmd");
+  ResolveWorldSize(c, 64);
+  EXPECT_EQ(c.parallel, plan.parallel);
+  EXPECT_EQ(ParsePlanYaml(WritePlanYaml(plan), "plan.yaml"), plan);
+  EXPECT_NE(WritePlanYaml(plan).find("recompute_modules: \"mla_up_proj,mlp\""), std::string::npos);
+  // The default (core_attn) is not written.
+  plan.parallel.recompute_modules = kRecomputeCoreAttn;
+  EXPECT_EQ(MegatronArgsLine(plan).find("--recompute-modules"), std::string::npos);
+  EXPECT_EQ(WritePlanYaml(plan).find("recompute_modules"), std::string::npos);
+  // Refusals.
+  std::string error;
+  EXPECT_EQ(ParseRecomputeModules("moe_act+attn", &error), 0);
+  EXPECT_EQ(error,
+            "unknown value \"attn\" (expected one of: core_attn, moe_act, layernorm, mla_up_proj, "
+            "mlp, moe, shared_experts)");
+  EXPECT_EQ(ParseRecomputeModules("moe_act, layernorm", &error),
+            kRecomputeMoeAct | kRecomputeLayernorm);
+  const MegatronCommand bad = ReadMegatronCommand(
+      "python pretrain_gpt.py --num-layers 4 --hidden-size 1024 --num-attention-heads 16 "
+      "--seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 1 "
+      "--global-batch-size 64 --vocab-size 32000 --bf16 --recompute-granularity selective "
+      "--recompute-modules core_attn attn",
+      "cmd");
+  bool found = false;
+  for (const MegatronFinding& f : bad.findings) {
+    found |= f.flag == "--recompute-modules" && f.severity == MegatronFinding::Severity::kError;
+  }
+  EXPECT_TRUE(found);
+  std::string yaml = WritePlanYaml(plan);
+  yaml.replace(yaml.find("recompute: selective"), 20,
+               "recompute: none\n  recompute_modules: \"moe\"");
+  EXPECT_THROW(ParsePlanYaml(yaml, "plan.yaml"), InputError);
+}
+
 }  // namespace
 }  // namespace ptdp

@@ -205,5 +205,34 @@ TEST(Schedule, NoScheduleDeadlocksOrDropsAnOperation) {
   EXPECT_GT(checked, 1000);
 }
 
+// The weighted peak (chunks of different sizes in flight) against a walk over the generated
+// schedule, for every stage of a range of interleaved pipelines and uneven chunk weights.
+TEST(Schedule, PeakInFlightWeightAgreesWithTheSchedule) {
+  int checked = 0;
+  for (int p : {2, 3, 4, 8}) {
+    for (int v : {2, 3, 4}) {
+      for (int m : {p, 2 * p, 4 * p, 16 * p}) {
+        const PipelineSchedule s = MakeSchedule(Schedule::kInterleaved, p, m, v);
+        std::vector<double> weight(static_cast<size_t>(v));
+        for (int c = 0; c < v; ++c) weight[static_cast<size_t>(c)] = 1 + (c * 7 + 3) % 5;
+        for (int r = 0; r < p; ++r) {
+          double held = 0, peak = 0;
+          for (const PipelineOp& op : s.ops[static_cast<size_t>(r)]) {
+            const double w = weight[static_cast<size_t>(op.chunk)];
+            if (op.kind == OpKind::kForward) peak = std::max(peak, held += w);
+            if (op.kind == OpKind::kBackward) held -= w;
+          }
+          EXPECT_DOUBLE_EQ(PeakInFlightWeight(Schedule::kInterleaved, p, m, v, r, weight), peak)
+              << "p " << p << " v " << v << " m " << m << " r " << r;
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 3 * 4 * (2 + 3 + 4 + 8));  // v x m x stages
+  const std::vector<double> one = {2.5};
+  EXPECT_DOUBLE_EQ(PeakInFlightWeight(Schedule::k1F1B, 4, 8, 1, 1, one), 3 * 2.5);
+}
+
 }  // namespace
 }  // namespace ptdp

@@ -309,6 +309,10 @@ TEST(CheckExecutable, RunsMoePlansAndRefusesWhatItsMoeLayersDoNotImplement) {
   Plan mtp = TinyPlan({});
   mtp.model.mtp_num_layers = 1;
   EXPECT_EQ(only(mtp).rfind("model.mtp_num_layers: 1 multi-token prediction", 0), 0u);
+  Plan modules = TinyPlan({});
+  modules.parallel.recompute = Recompute::kSelective;
+  modules.parallel.recompute_modules = kRecomputeCoreAttn | kRecomputeLayernorm;
+  EXPECT_EQ(only(modules).rfind("parallel.recompute_modules: \"core_attn,layernorm\"", 0), 0u);
 }
 
 }  // namespace

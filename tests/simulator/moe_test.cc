@@ -255,5 +255,91 @@ TEST(Mla, LatentProjectionsAndTheirGathers) {
   EXPECT_NEAR(linear / (2 * 4096 * per_token_params), 1.0, 0.3);
 }
 
+// Selective recompute's modules (--recompute-modules): each drops its part of a layer's
+// activations, computed by hand here, and re-runs its forward before the backward.
+TEST(RecomputeModules, EachDropsItsPartAndRerunsItsForward) {
+  const ModelSpec m = ModelPreset("qwen3-30b-a3b");  // h 2048, 128 experts of 768, top 8
+  const CostOptions o = AllToAll();
+  const ParallelConfig none{.tp = 1, .ep = 8};
+  const auto bytes = [&](uint8_t modules, bool moe) {
+    ParallelConfig p = none;
+    p.recompute = Recompute::kSelective;
+    p.recompute_modules = modules;
+    return LayerActivationBytes(m, p, Precision::kBf16, o, false, moe);
+  };
+  const double kept = LayerActivationBytes(m, none, Precision::kBf16, o, false, true);
+  const double s = 4096, h = 2048, e = 2, k = 8, f_e = 768;
+  const double R = s * k;  // the routed copies a rank takes, balanced
+  // Flash attention keeps only fp32 statistics: core_attn drops 4 a s b.
+  EXPECT_DOUBLE_EQ(kept - bytes(kRecomputeCoreAttn, true), 4.0 * 32 * s);
+  EXPECT_DOUBLE_EQ(kept - bytes(0, true), 0.0);
+  EXPECT_DOUBLE_EQ(kept - bytes(kRecomputeLayernorm, true), 2 * e * s * h);
+  EXPECT_DOUBLE_EQ(kept - bytes(kRecomputeMoeAct, true), e * R * f_e);
+  // The whole MoE part: router scores, the experts' inputs, fc1 outputs, activations, outputs.
+  EXPECT_DOUBLE_EQ(kept - bytes(kRecomputeMoe, true),
+                   4 * s * 128 + R * (e * h + e * 2 * f_e + e * f_e));
+  // "mlp" is the dense MLP only: nothing in a MoE layer, the hidden tensors in a dense one.
+  EXPECT_DOUBLE_EQ(kept - bytes(kRecomputeMlp, true), 0.0);
+  const double dense = LayerActivationBytes(m, none, Precision::kBf16, o, false, false);
+  EXPECT_DOUBLE_EQ(dense - bytes(kRecomputeMlp, false), e * s * 2 * 6144 + e * s * 6144);
+
+  // What recomputing re-runs.
+  const auto work = [&](uint8_t modules) {
+    ParallelConfig p = none;
+    p.recompute = Recompute::kSelective;
+    p.recompute_modules = modules;
+    return TransformerLayerWork(m, p, Precision::kBf16, o, false, Fp8Recipe::kDelayed, true);
+  };
+  EXPECT_NE(Find(work(kRecomputeMoeAct).recompute, "experts activation recompute"), nullptr);
+  EXPECT_EQ(Find(work(kRecomputeMoeAct).recompute, "experts fc1"), nullptr);
+  const LayerWork moe = work(kRecomputeMoe);
+  EXPECT_NE(Find(moe.recompute, "experts fc1"), nullptr);
+  EXPECT_NE(FindComm(moe.recompute, "ep all-to-all dispatch"), nullptr);  // the dispatch again
+  EXPECT_EQ(work(kRecomputeLayernorm).recompute.num_work, 2);
+  EXPECT_EQ(work(0).recompute.num_work, 0);
+
+  // MLA's up projections: DeepSeek-V3 keeps the latents instead of Q, K, V.
+  const ModelSpec ds = ModelPreset("deepseek-v3");
+  ParallelConfig p{.tp = 2, .ep = 8, .recompute = Recompute::kSelective};
+  p.recompute_modules = kRecomputeMlaUpProj;
+  const double with = LayerActivationBytes(ds, p, Precision::kBf16, o, false, true);
+  p.recompute_modules = 0;
+  const double without = LayerActivationBytes(ds, p, Precision::kBf16, o, false, true);
+  const double qkv = e * s * 64 * (128 + 64 + 128 + 64 + 128);  // 64 heads per GPU: q, k, v
+  const double latents = e * s * (1536 + 512 + 64);
+  EXPECT_DOUBLE_EQ(without - with, qkv - latents);
+  p.recompute_modules = kRecomputeMlaUpProj;
+  const LayerWork up =
+      TransformerLayerWork(ds, p, Precision::kBf16, o, false, Fp8Recipe::kDelayed, true);
+  EXPECT_NE(Find(up.recompute, "kv up"), nullptr);
+  EXPECT_EQ(Find(up.recompute, "kv down"), nullptr);
+  // And the recompute transient is the largest module's, recomputed one at a time.
+  p.recompute_modules = kRecomputeMlaUpProj | kRecomputeCoreAttn;
+  EXPECT_DOUBLE_EQ(LayerRecomputeTransientBytes(ds, p, Precision::kBf16, o, false, true),
+                   qkv - latents);
+}
+
+TEST(RecomputeModules, MegatronsRules) {
+  const ModelSpec m = ModelPreset("qwen3-30b-a3b");
+  TrainingSpec t;
+  t.global_batch_size = 64;
+  ParallelConfig p{.tp = 1, .dp = 8, .ep = 8, .recompute = Recompute::kSelective};
+  p.recompute_modules = kRecomputeMlaUpProj;
+  std::vector<Violation> v = CheckParallelConfig(m, t, p, 8);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].rule, Rule::kRecomputeModules);
+  EXPECT_EQ(v[0].message,
+            "mla_up_proj in recompute_modules is only supported with multi_latent_attention.");
+  p.recompute_modules = kRecomputeMoeAct;
+  t.precision = Precision::kFp8;
+  t.fp8_recipe = Fp8Recipe::kDelayed;
+  v = CheckParallelConfig(m, t, p, 8);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].message,
+            "Delayed scaling does not support moe_act and layernorm recompute for fp8.");
+  t.fp8_recipe = Fp8Recipe::kTensorwise;
+  EXPECT_TRUE(CheckParallelConfig(m, t, p, 8).empty());
+}
+
 }  // namespace
 }  // namespace ptdp
