@@ -122,6 +122,9 @@ ParallelConfig ReadLayout(const Flags& flags, const std::string& text, int64_t g
                    : (p.virtual_stages > 1 ? Schedule::kInterleaved : Schedule::k1F1B);
   p.sequence_parallel = c.sequence_parallel.value_or(false);
   p.recompute = c.recomputes.size() == 1 ? c.recomputes.front() : Recompute::kNone;
+  if (p.recompute == Recompute::kSelective && c.recompute_modules) {
+    p.recompute_modules = *c.recompute_modules;
+  }
   p.distributed_optimizer = c.distributed_optimizer.value_or(false);
   p.fsdp = c.fsdp.value_or(Fsdp::kNone);
   return p;

@@ -24,6 +24,9 @@ void AddWorkloadOptions(po::options_description& o, bool example_defaults) {
       "global-batch", value("128")->value_name("B"), "global batch size, in sequences")(
       "seq-length", po::value<std::string>()->value_name("S"),
       "override the model's training sequence length")(
+      "mtp-num-layers", po::value<std::string>()->value_name("N"),
+      "override the model's multi-token prediction layers (Megatron's --mtp-num-layers; "
+      "DeepSeek-V3 trains with 1)")(
       "precision", po::value<std::string>()->default_value("bf16")->value_name("P"),
       "bf16 | fp16 | fp32 | fp8 (Transformer Engine's hybrid FP8 for the layers' linears, bf16 "
       "elsewhere; needs a GPU with FP8 units)")(
@@ -55,6 +58,15 @@ Workload ReadWorkload(const Flags& flags) {
     }
     w.model.seq_length = static_cast<int>(*seq);
     w.model.max_position_embeddings = std::max(w.model.max_position_embeddings, w.model.seq_length);
+  }
+  if (flags.Has("mtp-num-layers")) {
+    const int64_t n =
+        flags.String("mtp-num-layers") == "0" ? 0 : *flags.OptionalPositiveInt("mtp-num-layers");
+    if (n > w.model.num_layers) {
+      flags.Fail("mtp-num-layers",
+                 fmt::format("{} MTP layers for a model of {} layers", n, w.model.num_layers));
+    }
+    w.model.mtp_num_layers = static_cast<int>(n);
   }
   return w;
 }
