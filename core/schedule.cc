@@ -172,13 +172,30 @@ double PeakInFlightWeight(Schedule kind, int p, int m, int v, int r,
   const int64_t total = int64_t{m} * v, group = int64_t{p} * v;
   const int64_t warmup = std::min<int64_t>(total, int64_t{p - r - 1} * 2 + int64_t{v - 1} * p);
   // get_schedule_table: forward k runs chunk (k mod p v) / p; backward k the reverse chunk.
-  const auto forward_chunk = [&](int64_t k) { return static_cast<size_t>((k % group) / p); };
-  double held = 0, peak = 0;
-  int64_t f = 0;
-  for (; f < warmup; ++f) peak = std::max(peak, held += weight[forward_chunk(f)]);
-  for (int64_t b = 0; f < total; ++f, ++b) {
-    peak = std::max(peak, held += weight[forward_chunk(f)]);
-    held -= weight[static_cast<size_t>(v - 1) - forward_chunk(b)];
+  const auto chunk = [&](int64_t k) { return static_cast<size_t>((k % group) / p); };
+  // The warm-up's forwards, chunk by chunk: (n / p v) p + clamp(n mod p v - c p, 0, p) of chunk c
+  // among the first n.
+  double held = 0;
+  for (int c = 0; c < v; ++c) {
+    const int64_t n =
+        (warmup / group) * p + std::clamp<int64_t>(warmup % group - int64_t{c} * p, 0, p);
+    held += weight[static_cast<size_t>(c)] * static_cast<double>(n);
+  }
+  if (warmup == total) return held;
+  // Steady state: step b runs forward warmup + b (the peak is after it), then backward b. The
+  // chunks of both change every p steps, so the held weight is linear in b between their
+  // boundaries (its maximum at one end of each piece), and periodic with period p v (a period
+  // adds and removes every chunk p times): one period, O(v) pieces, is enough.
+  double peak = 0;
+  const int64_t steps = std::min(total - warmup, group);
+  for (int64_t b = 0; b < steps;) {
+    const int64_t end = std::min({steps, (b / p + 1) * p, b + (p - (warmup + b) % p)});
+    const double in = weight[chunk(warmup + b)];
+    const double out = weight[static_cast<size_t>(v - 1) - chunk(b)];
+    const double slope = in - out;
+    peak = std::max({peak, held + in, held + static_cast<double>(end - 1 - b) * slope + in});
+    held += static_cast<double>(end - b) * slope;
+    b = end;
   }
   return peak;
 }

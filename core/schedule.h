@@ -88,7 +88,8 @@ int MaxInFlight(Schedule kind, int stages, int microbatches, int chunks, int sta
 // The peak over stage r's operations of the sum of the weights of its in-flight chunks,
 // weight[c] for a chunk c in flight (its activations when the chunks differ: uneven splits,
 // layouts, dense and MoE layers). Without interleaving (one chunk) MaxInFlight x weight[0];
-// interleaved follows the orders above without building the schedule (O(m v)). `weight` has
+// interleaved follows the orders above without building the schedule, in O(v) steps (the held
+// weight is periodic and piecewise linear in the steady state). `weight` has
 // `chunks` entries. Requires ScheduleProblem to be "".
 double PeakInFlightWeight(Schedule kind, int stages, int microbatches, int chunks, int stage,
                           std::span<const double> weight);
