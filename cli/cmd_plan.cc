@@ -16,6 +16,7 @@
 #include "core/table.h"
 #include "planner/planner.h"
 #include "planner/report_html.h"
+#include "simulator/comm_groups.h"
 
 namespace po = boost::program_options;
 
@@ -36,7 +37,9 @@ void AddPlanOptions(po::options_description& o) {
       "out", po::value<std::string>()->value_name("FILE"), "write the best plan as a plan file")(
       "html", po::value<std::string>()->value_name("FILE"),
       "write a self-contained HTML report (table, chart, timeline, rejections)")(
-      "explain", po::bool_switch(), "count the rejections per rule, with an example each")(
+      "explain", po::bool_switch(),
+      "count the rejections per rule, with an example each, and show the best plan's "
+      "communication groups (size, nodes, link, bandwidth, what travels, time and bytes)")(
       "fix", po::value<std::vector<std::string>>()->composing()->value_name("KEY=VALUE"),
       "fix a knob (repeatable): tp, cp, cp-comm (p2p | a2a | allgather), ep, etp, pp, dp, mbs, v, "
       "schedule, sp, recompute, dist-opt, fsdp (none | optim | optim_grads | "
@@ -189,7 +192,8 @@ std::string PlanJsonEntry(const RankedPlan& r) {
       SimulationJsonMembers(r.report, 3));
 }
 
-std::string PlanJson(const PlanRequest& req, const PlanSearchResult& res) {
+// With `explain`, also the best plan's communication groups ("groups").
+std::string PlanJson(const PlanRequest& req, const PlanSearchResult& res, bool explain) {
   std::string out = "{\"plans\": [";
   for (size_t i = 0; i < res.plans.size(); ++i) {
     out += (i ? ",\n  " : "\n  ") + PlanJsonEntry(res.plans[i]);
@@ -213,6 +217,10 @@ std::string PlanJson(const PlanRequest& req, const PlanSearchResult& res) {
                        JsonString(res.reference->problem));
     if (res.reference->simulated) out += ", \"plan\": " + PlanJsonEntry(*res.reference->simulated);
     out += "}";
+  }
+  if (explain && !res.plans.empty()) {
+    const RankedPlan& top = res.plans.front();
+    out += ",\n \"groups\": " + CommGroupsJson(CommGroupRows(top.plan, top.report), 1);
   }
   if (res.plans.empty()) {
     out += ", \"hints\": [";
@@ -293,7 +301,7 @@ int RunPlan(const Flags& flags, std::ostream& out, std::ostream& err) {
     WriteOutputFile(*path, PlanReportHtml(req, res), "--html");
   }
   if (format == Format::kJson) {
-    out << PlanJson(req, res);
+    out << PlanJson(req, res, flags.Switch("explain"));
     return res.plans.empty() ? kExitFailed : kExitOk;
   }
 
@@ -338,11 +346,18 @@ int RunPlan(const Flags& flags, std::ostream& out, std::ostream& err) {
       out << "not a valid plan: " << ref.problem << "\n";
     }
   }
-  if (flags.Switch("explain")) out << "\n" << Explain(res);
+  if (flags.Switch("explain")) {
+    const RankedPlan& top = res.plans.front();
+    out << "\n"
+        << Explain(res) << "\n"
+        << CommGroupsText(CommGroupRows(top.plan, top.report),
+                          "The best plan's communication groups");
+  }
   if (auto path = flags.OptionalString("out")) out << "\nWrote the best plan to " << *path << "\n";
   if (auto path = flags.OptionalString("html")) out << "Wrote the report to " << *path << "\n";
   if (!flags.Switch("explain") && !flags.Has("out")) {
-    out << "\nMore: --explain (why the rest were rejected), --out plan.yaml, --html report.html, "
+    out << "\nMore: --explain (why the rest were rejected; the communication groups), --out "
+           "plan.yaml, --html report.html, "
            "--format json.\n";
   }
   return kExitOk;

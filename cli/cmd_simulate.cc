@@ -12,6 +12,7 @@
 #include "core/megatron_rules.h"
 #include "core/spec_yaml.h"
 #include "core/trace.h"
+#include "simulator/comm_groups.h"
 #include "simulator/simulate.h"
 #include "simulator/timeline.h"
 
@@ -67,6 +68,9 @@ void AddSimulateOptions(po::options_description& o) {
       "svg", po::value<std::string>()->value_name("FILE"), "write the timeline as SVG")(
       "svg-until", po::value<std::string>()->value_name("S"),
       "draw the SVG's time axis to S seconds (to compare timelines at one scale)")(
+      "explain", po::bool_switch(),
+      "show the communication groups (TP, CP, DP, PP, EP, ETP, EDP): size, nodes spanned, "
+      "link (NVLink / network), bandwidth, what travels, time and bytes per step")(
       "timeline", po::bool_switch(),
       "print the timeline as text (automatic when it is small: up to 8 stages and 48 "
       "operations per stage)");
@@ -206,10 +210,17 @@ int RunSimulate(const Flags& flags, std::ostream& out, std::ostream&) {
         *path, ChromeTraceJson(SimulationTitle(plan, report).title, trace.tracks, trace.events),
         "--trace");
   }
+  const bool explain = flags.Switch("explain");
   if (format == Format::kJson) {
-    out << SimulationJson(report) << "\n";
+    if (explain) {
+      out << "{" << SimulationJsonMembers(report)
+          << ",\n \"groups\": " << CommGroupsJson(CommGroupRows(plan, report), 1) << "}\n";
+    } else {
+      out << SimulationJson(report) << "\n";
+    }
   } else {
     out << SimulationText(plan, report);
+    if (explain) out << "\n" << CommGroupsText(CommGroupRows(plan, report));
     const bool small = report.schedule.stages <= 8 && report.schedule.ops[0].size() <= 48;
     if (flags.Switch("timeline") || small) {
       out << "\nTimeline (F forward, B backward, W weight gradient; '.' idle):\n"
@@ -232,16 +243,24 @@ const Command kSimulateCommand{
         "                     [--micro-batch b] [--virtual-stages v]\n"
         "                     [--schedule gpipe|1f1b|interleaved|zb-h1] [--sequence-parallel]\n"
         "                     [--recompute none|selective|full] [--distributed-optimizer])\n"
-        "                     [--format table|json] [--trace out.json] [--svg out.svg]",
+        "                     [--format table|json] [--trace out.json] [--svg out.svg] "
+        "[--explain]",
     .description =
         "Plays one configuration's pipeline schedule (the operation lists of `ptdp schedule`) "
         "with\ndurations from the cost model: step time, bubbles, memory per stage, "
-        "communication, as numbers,\nan SVG timeline and a Chrome trace. Exits 1 when a stage "
-        "does not fit in the GPU's memory.",
+        "communication, as numbers,\nan SVG timeline and a Chrome trace (context-parallel "
+        "exchanges "
+        "and MoE dispatch / combine in\ntheir own lane and events). --explain adds the "
+        "communication groups: per parallel dimension its\nsize, the nodes one group spans, the "
+        "link its traffic runs over (NVLink, network, or both for\nhierarchical collectives), "
+        "the bandwidth the cost model uses, what travels, and the step's time\nand bytes of it "
+        "(JSON: \"groups\"). Exits 1 when a stage does not fit in the GPU's memory.",
     .examples =
         "ptdp simulate --model seed-example --cluster dgx-a100-80gb --gpus 8 --global-batch 128 "
         "--tp 2 --pp 4 --micro-batch 4\n"
         "ptdp simulate --plan plan.yaml --svg timeline.svg --trace timeline.json\n"
+        "ptdp simulate --model qwen3-30b-a3b --cluster dgx-h100 --gpus 16 --global-batch 256 "
+        "--tp 1 --pp 2 --ep 8 --etp 1 --moe-token-dispatcher alltoall --explain\n"
         "ptdp simulate --model gpt3-175b --cluster dgx-a100-80gb --gpus 1024 --global-batch 1536 "
         "--tp 8 --pp 8 --virtual-stages 3 --sequence-parallel --format json",
     .implemented = true,

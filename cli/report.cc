@@ -95,4 +95,45 @@ std::string SimulationText(const Plan& plan, const SimulationReport& r) {
   return out;
 }
 
+namespace {
+
+// "12.3 GB", "456 MB", "7.8 kB": the sizes of a step's collectives.
+std::string DataSize(double bytes) {
+  if (bytes >= 1e9) return fmt::format("{:.3g} GB", bytes / 1e9);
+  if (bytes >= 1e6) return fmt::format("{:.3g} MB", bytes / 1e6);
+  if (bytes >= 1e3) return fmt::format("{:.3g} kB", bytes / 1e3);
+  return fmt::format("{:.0f} B", bytes);
+}
+
+}  // namespace
+
+std::string CommGroupsText(const std::vector<CommGroupRow>& rows, std::string_view heading) {
+  Table t({{"group"},
+           {"size", Table::Align::kRight},
+           {"nodes", Table::Align::kRight},
+           {"GPUs/node", Table::Align::kRight},
+           {"link"},
+           {"bandwidth", Table::Align::kRight},
+           {"time/step", Table::Align::kRight},
+           {"hidden", Table::Align::kRight},
+           {"bytes/step", Table::Align::kRight},
+           {"what travels"}});
+  for (const CommGroupRow& r : rows) {
+    const bool traffic = r.has_figures;
+    t.AddRow(
+        {r.name, std::to_string(r.placement.ranks), std::to_string(r.placement.nodes),
+         std::to_string(r.placement.ranks_per_node),
+         r.link == GroupLink::kNone ? "-" : std::string(Name(r.link)),
+         r.bandwidth_bytes_per_s > 0 ? fmt::format("{:.0f} GB/s", r.bandwidth_bytes_per_s / 1e9)
+                                     : "-",
+         traffic ? Seconds(r.time_s) : "-", traffic && r.hidden_s > 0 ? Seconds(r.hidden_s) : "-",
+         traffic ? DataSize(r.bytes) : "-", r.traffic.empty() ? "-" : r.traffic});
+  }
+  return fmt::format("{}:\n", heading) + t.Render() +
+         "(The worst-placed group of each kind. Bandwidth: per GPU, as the cost model moves the "
+         "bytes.\nTime per step on the average stage, DP, EDP and embedding on the slowest; TP "
+         "and CP: what\nthe GPU waits for, hidden: what overlap hides behind the kernels. Bytes: "
+         "per GPU and step.)\n";
+}
+
 }  // namespace ptdp::cli

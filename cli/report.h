@@ -5,6 +5,7 @@
 
 #include "core/plan.h"
 #include "core/text.h"  // Seconds, Gigabytes
+#include "simulator/comm_groups.h"
 #include "simulator/simulate.h"
 #include "simulator/timeline.h"
 
@@ -15,5 +16,10 @@ TimelineTitle SimulationTitle(const Plan& plan, const SimulationReport& report);
 
 // The full `ptdp simulate` table: headline figures, per-stage rows, breakdown, memory verdict.
 std::string SimulationText(const Plan& plan, const SimulationReport& report);
+
+// `--explain`'s table of the communication groups (simulator/comm_groups.h) under `heading`,
+// with what its figures mean.
+std::string CommGroupsText(const std::vector<CommGroupRow>& rows,
+                           std::string_view heading = "Communication groups");
 
 }  // namespace ptdp::cli

@@ -18,7 +18,7 @@ struct TraceEvent {
   int track = 0;
   std::string name;      // "F3", "B3.1" (micro-batch.chunk), "dp all-reduce", "optimizer"
   std::string category;  // "forward" | "backward" | "weight-grad" | "send" | "recv" | "tp-comm"
-                         // | "cp-comm" | "dp-comm" | "optimizer" | "other"
+                         // | "cp-comm" | "ep-comm" | "dp-comm" | "optimizer" | "other"
   double start_s = 0;
   double duration_s = 0;
   int microbatch = -1;  // -1 when not about one micro-batch

@@ -148,11 +148,43 @@ GroupPlacement PipelinePair(const ParallelConfig& p, int stage, int gpus_per_nod
   return WorstOf(lo, 1, std::min<int64_t>(stage_stride, gpus_per_node), distance, 2, gpus_per_node);
 }
 
+GroupPlacement PipelineSendPair(const ParallelConfig& p, int gpus_per_node) {
+  if (p.pp == 1) return PlaceGroup(0, 1, 1, gpus_per_node);
+  const int senders = p.virtual_stages > 1 ? p.pp : p.pp - 1;
+  GroupPlacement worst = PipelinePair(p, 0, gpus_per_node);
+  for (int r = 1; r < senders; ++r) {
+    const GroupPlacement next = PipelinePair(p, r, gpus_per_node);
+    if (Worse(next, worst)) worst = next;
+  }
+  return worst;
+}
+
+GroupPlacement PipelineGroup(const ParallelConfig& p, int gpus_per_node) {
+  const int64_t stage_stride = p.tp * p.dp_cp();
+  return WorstOf(0, 1, std::min<int64_t>(stage_stride, gpus_per_node), stage_stride, p.pp,
+                 gpus_per_node);
+}
+
 GroupPlacement EmbeddingGroup(const ParallelConfig& p, int gpus_per_node) {
   if (p.pp == 1) return PlaceGroup(0, 1, 1, gpus_per_node);
   const int64_t stage_stride = p.tp * p.dp_cp();
   return WorstOf(0, 1, std::min<int64_t>(stage_stride, gpus_per_node), stage_stride * (p.pp - 1), 2,
                  gpus_per_node);
+}
+
+LayoutPlacements PlaceLayout(const ParallelConfig& p, int gpus_per_node) {
+  LayoutPlacements placed;
+  placed.tp = TensorParallelGroup(p, gpus_per_node);
+  placed.dp = DataParallelGroup(p, gpus_per_node);
+  placed.cp = ContextParallelGroup(p, gpus_per_node);
+  placed.first_pair = PipelinePair(p, 0, gpus_per_node);
+  placed.last_pair = PipelinePair(p, p.pp - 1, gpus_per_node);
+  placed.embedding = EmbeddingGroup(p, gpus_per_node);
+  placed.ep = ExpertParallelGroup(p, gpus_per_node);
+  placed.etp = ExpertTensorParallelGroup(p, gpus_per_node);
+  placed.ep_etp = ExpertGroup(p, gpus_per_node);
+  placed.edp = ExpertDataParallelGroup(p, gpus_per_node);
+  return placed;
 }
 
 double GroupBusBandwidth(const ClusterSpec& c, const GroupPlacement& group) {
@@ -161,6 +193,18 @@ double GroupBusBandwidth(const ClusterSpec& c, const GroupPlacement& group) {
   // same kind communicates at the same time, so the node's NICs are split among its ranks.
   const double nics = static_cast<double>(group.ranks_per_node) * c.nics_per_node / c.gpus_per_node;
   return std::min(c.nvlink_busbw_bytes_per_s, nics * c.nic_busbw_bytes_per_s);
+}
+
+double CollectiveBandwidth(const ClusterSpec& c, Collective collective,
+                           const GroupPlacement& group) {
+  if (group.ranks <= 1) return 0;
+  if (collective == Collective::kAllToAll && group.crosses_nodes()) {
+    // As CollectiveTime: the node's k ranks of the group share k NICs' worth.
+    const double local = static_cast<double>(group.ranks_per_node);
+    const double nics = local * c.nics_per_node / c.gpus_per_node;
+    return nics * c.nic_busbw_bytes_per_s / local;
+  }
+  return GroupBusBandwidth(c, group);
 }
 
 double CollectiveTime(const ClusterSpec& c, Collective collective, double bytes,

@@ -67,11 +67,31 @@ GroupPlacement ExpertGroup(const ParallelConfig& parallel, int gpus_per_node);
 GroupPlacement ExpertDataParallelGroup(const ParallelConfig& parallel, int gpus_per_node);
 // Pipeline stage `stage` and the stage after it (stage p-1 wraps to 0: the next model chunk).
 GroupPlacement PipelinePair(const ParallelConfig& parallel, int stage, int gpus_per_node);
+// The pairs that send: stage r to r + 1, and with virtual stages (v > 1) the last to the first;
+// the worst placed (one rank when pp is 1).
+GroupPlacement PipelineSendPair(const ParallelConfig& parallel, int gpus_per_node);
+// A pipeline group: the pp ranks of one (TP, CP, DP) position, stride tp x cp x dp; the worst
+// placed (the nodes one pipeline spans).
+GroupPlacement PipelineGroup(const ParallelConfig& parallel, int gpus_per_node);
 // First and last pipeline stage: the tied-embedding gradient group.
 GroupPlacement EmbeddingGroup(const ParallelConfig& parallel, int gpus_per_node);
 
+// Where every group of a layout sits: the cost model's placements, worked out once per layout
+// (they depend on its sizes and the node alone).
+struct LayoutPlacements {
+  GroupPlacement tp, dp, cp, first_pair, last_pair, embedding;
+  GroupPlacement ep, etp, ep_etp, edp;  // the expert grid's groups
+};
+LayoutPlacements PlaceLayout(const ParallelConfig& parallel, int gpus_per_node);
+
 // Bus bandwidth a group sustains (see the header comment).
 double GroupBusBandwidth(const ClusterSpec& cluster, const GroupPlacement& group);
+// The bandwidth CollectiveTime moves a collective's bytes at over the group's slowest link:
+// GroupBusBandwidth, except for an all-to-all across nodes, whose bytes for other nodes leave
+// through the NICs its node's ranks of the group share (each rank's share of them). 0 for a
+// group of one rank.
+double CollectiveBandwidth(const ClusterSpec& cluster, Collective collective,
+                           const GroupPlacement& group);
 
 // Time of one collective of `bytes` over `group`; 0 when the group has one rank or bytes is 0.
 double CollectiveTime(const ClusterSpec& cluster, Collective collective, double bytes,

@@ -18,9 +18,12 @@ namespace {
 
 struct PassTimes {
   double compute = 0, comm = 0, overhead = 0;
-  double comm_hidden = 0;             // collective time pipelined away with --tp-comm-overlap
-  double cp_comm = 0, cp_hidden = 0;  // the context-parallel part of comm and of comm_hidden
-  double ep_comm = 0;                 // the MoE dispatch and combine part of comm
+  double comm_hidden = 0;                  // collective time pipelined away with --tp-comm-overlap
+  double cp_comm = 0, cp_hidden = 0;       // the context-parallel part of comm and of comm_hidden
+  double ep_comm = 0;                      // the MoE dispatch and combine part of comm
+  double etp_comm = 0;                     // of ep_comm, over the expert tensor-parallel group
+  double ep_dispatch = 0, ep_combine = 0;  // of ep_comm, to the experts' ranks and back
+  std::array<double, kCommGroups> comm_bytes{};  // by CommGroup, over groups of > 1 rank
   double total() const { return compute + comm + overhead; }
   // Each kernel's and each collective's own time (the collective's exposed part), for the
   // async overlap below.
@@ -41,12 +44,17 @@ struct PassTimes {
 // own speed (the few SMs userbuffers' copies use are not modelled).
 // The ring attention's block exchanges (context parallelism, p2p) are pipelined with the
 // attention kernels the same way: each step's exchange against one step's kernel.
+// The expert groups' collectives issued before the pass's first grouped GEMM carry the tokens
+// (backward: the gradients of the combine's output) to the experts' ranks; those after it bring
+// them back.
 PassTimes Times(const KernelTimer& timer, const ClusterSpec& c, const PassWork& pass,
                 const GroupPlacements& groups) {
   PassTimes t;
+  int experts_at = pass.num_work;
   for (int i = 0; i < pass.num_work; ++i) {
     t.work_s[i] = timer(pass.work[i]);
     t.compute += t.work_s[i];
+    if (pass.work[i].kind == WorkKind::kGroupedGemm && experts_at == pass.num_work) experts_at = i;
   }
   for (int i = 0; i < pass.num_comm; ++i) {
     t.comm_s[i] = CommTime(c, pass.comm[i], groups);
@@ -58,7 +66,13 @@ PassTimes Times(const KernelTimer& timer, const ClusterSpec& c, const PassWork& 
     }
     t.comm += t.comm_s[i];
     if (cp) t.cp_comm += t.comm_s[i];
-    if (pass.comm[i].group >= CommGroup::kEp) t.ep_comm += t.comm_s[i];
+    const CommWork& w = pass.comm[i];
+    if (w.group >= CommGroup::kEp) {
+      t.ep_comm += t.comm_s[i];
+      if (w.group == CommGroup::kEtp) t.etp_comm += t.comm_s[i];
+      (pass.comm_position[i] <= experts_at ? t.ep_dispatch : t.ep_combine) += t.comm_s[i];
+    }
+    if (groups[w.group].ranks > 1) t.comm_bytes[static_cast<int>(w.group)] += w.repeat * w.bytes;
   }
   const double launch = c.host.kernel_launch_s;
   if (launch <= 0) return t;
@@ -106,13 +120,28 @@ double OptimizerBytesPerParam(const TrainingSpec& training, const CostOptions& o
   return bytes;
 }
 
+// The activation (or its gradient) one pipeline send carries, the whole of it.
+double SendActivationBytes(const ModelSpec& m, const ParallelConfig& p, Precision precision) {
+  // Each context-parallel rank sends its s / cp tokens.
+  return static_cast<double>(m.seq_length) / p.cp * p.micro_batch_size * m.hidden_size *
+         BytesPerElement(precision);
+}
+
+// What each GPU sends of it: 1/t when it is split over the TP group (sequence parallelism or
+// Megatron 2021's scatter-gather), all of it otherwise.
+double SendBytes(const ModelSpec& m, const ParallelConfig& p, Precision precision,
+                 const CostOptions& options) {
+  const double act = SendActivationBytes(m, p, precision);
+  const bool split =
+      p.tp > 1 && (p.sequence_parallel || options.scatter_gather_tensors_in_pipeline);
+  return split ? act / p.tp : act;
+}
+
 // One pipeline send of the activation (or its gradient) across `pair`, per GPU.
 double SendTime(const ClusterSpec& c, const ModelSpec& m, const ParallelConfig& p,
                 Precision precision, const CostOptions& options, const GroupPlacement& pair,
                 const GroupPlacement& tp) {
-  // Each context-parallel rank sends its s / cp tokens.
-  const double act = static_cast<double>(m.seq_length) / p.cp * p.micro_batch_size * m.hidden_size *
-                     BytesPerElement(precision);
+  const double act = SendActivationBytes(m, p, precision);
   if (p.tp > 1 && p.sequence_parallel) {
     // The activation is already split along the sequence: each GPU sends its 1/t.
     return CollectiveTime(c, Collective::kSendRecv, act / p.tp, pair);
@@ -133,6 +162,11 @@ struct LayerCost {
   double comm_hidden = 0;             // TP collectives' time hidden by --tp-comm-overlap
   double cp_comm = 0, cp_hidden = 0;  // of comm, the context-parallel exchanges; and hidden
   double ep_comm = 0;                 // of comm, the MoE token dispatch and combine
+  double etp_comm = 0;                // of ep_comm, over the expert tensor-parallel group
+  // For the timeline (costs.h ChunkCosts): F's and the backward's CP exchanges (busy) and MoE
+  // dispatch and combine.
+  double f_cp = 0, f_dispatch = 0, f_combine = 0, b_cp = 0, b_dispatch = 0, b_combine = 0;
+  std::array<double, kCommGroups> comm_bytes{};  // by CommGroup
   double activation_bytes = 0, weight_grad_activation_bytes = 0;
 };
 
@@ -162,6 +196,16 @@ LayerCost CostOfLayer(const ModelSpec& m, const ClusterSpec& c, const TrainingSp
   k.cp_comm = lf.cp_comm + lr.cp_comm + lb.cp_comm + lw.cp_comm;
   k.cp_hidden = lf.cp_hidden + lr.cp_hidden + lb.cp_hidden + lw.cp_hidden;
   k.ep_comm = lf.ep_comm + lr.ep_comm + lb.ep_comm + lw.ep_comm;
+  k.etp_comm = lf.etp_comm + lr.etp_comm + lb.etp_comm + lw.etp_comm;
+  k.f_cp = lf.cp_comm + lf.cp_hidden;
+  k.f_dispatch = lf.ep_dispatch;
+  k.f_combine = lf.ep_combine;
+  k.b_cp = lr.cp_comm + lr.cp_hidden + lb.cp_comm + lb.cp_hidden + lw.cp_comm + lw.cp_hidden;
+  k.b_dispatch = lr.ep_dispatch + lb.ep_dispatch + lw.ep_dispatch;
+  k.b_combine = lr.ep_combine + lb.ep_combine + lw.ep_combine;
+  for (int g = 0; g < kCommGroups; ++g) {
+    k.comm_bytes[g] = lf.comm_bytes[g] + lr.comm_bytes[g] + lb.comm_bytes[g] + lw.comm_bytes[g];
+  }
   k.recompute = lr.total();
   k.activation_bytes = LayerActivationBytes(m, p, precision, options, bf16_layer, moe_layer);
   k.weight_grad_activation_bytes =
@@ -236,6 +280,28 @@ struct PartKeyHash {
 
 constexpr int kEndsPart = 8;
 
+// Collectives' bytes by CommGroup into a stage's breakdown.
+void AddCommBytes(const std::array<double, kCommGroups>& bytes, StageBreakdown& br) {
+  const auto of = [&](CommGroup g) { return bytes[static_cast<int>(g)]; };
+  br.tp_comm_bytes += of(CommGroup::kTp);
+  br.cp_comm_bytes += of(CommGroup::kCp);
+  br.ep_comm_bytes += of(CommGroup::kEp) + of(CommGroup::kEpEtp);
+  br.etp_comm_bytes += of(CommGroup::kEtp);
+}
+
+// A chunk's layers' (or one layer's) CP and MoE collectives into the chunk's timeline figures,
+// their expert tensor-parallel time and all their bytes into the stage's breakdown.
+void AddLayerComm(const LayerCost& l, ChunkCosts& ch, StageBreakdown& br) {
+  ch.forward_cp_s += l.f_cp;
+  ch.forward_ep_dispatch_s += l.f_dispatch;
+  ch.forward_ep_combine_s += l.f_combine;
+  ch.backward_cp_s += l.b_cp;
+  ch.backward_ep_dispatch_s += l.b_dispatch;
+  ch.backward_ep_combine_s += l.b_combine;
+  br.etp_comm_s += l.etp_comm;
+  AddCommBytes(l.comm_bytes, br);
+}
+
 PartKey KeyOf(const ParallelConfig& p, const CostOptions& options, const GroupPlacements& groups,
               int part) {
   return {p.tp,
@@ -271,27 +337,6 @@ CostOptions LayerOptions(CostOptions o) {
 
 }  // namespace
 
-// Where a layout's groups sit: they depend on its sizes and the node alone.
-struct Placements {
-  GroupPlacement tp, dp, cp, first_pair, last_pair, embedding;
-  GroupPlacement ep, etp, ep_etp, edp;  // the expert grid's groups
-};
-
-Placements PlacementsOf(const ParallelConfig& p, int gpus_per_node) {
-  Placements placed;
-  placed.tp = TensorParallelGroup(p, gpus_per_node);
-  placed.dp = DataParallelGroup(p, gpus_per_node);
-  placed.cp = ContextParallelGroup(p, gpus_per_node);
-  placed.first_pair = PipelinePair(p, 0, gpus_per_node);
-  placed.last_pair = PipelinePair(p, p.pp - 1, gpus_per_node);
-  placed.embedding = EmbeddingGroup(p, gpus_per_node);
-  placed.ep = ExpertParallelGroup(p, gpus_per_node);
-  placed.etp = ExpertTensorParallelGroup(p, gpus_per_node);
-  placed.ep_etp = ExpertGroup(p, gpus_per_node);
-  placed.edp = ExpertDataParallelGroup(p, gpus_per_node);
-  return placed;
-}
-
 struct SizesHash {
   size_t operator()(const std::array<int, 6>& k) const {
     size_t h = 0;
@@ -302,7 +347,7 @@ struct SizesHash {
 
 struct LayerCostCache::Impl {
   // tp, cp, dp, pp, ep, etp
-  std::unordered_map<std::array<int, 6>, Placements, SizesHash> placements;
+  std::unordered_map<std::array<int, 6>, LayoutPlacements, SizesHash> placements;
   const ModelSpec* model = nullptr;
   const ClusterSpec* cluster = nullptr;
   const TrainingSpec* training = nullptr;
@@ -333,15 +378,15 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
   const Precision precision = training.precision;
   const int pp = p.pp, v = p.virtual_stages, vstages = pp * v;
   LayerCostCache::Impl* shared = cache != nullptr ? &cache->impl() : nullptr;
-  std::optional<Placements> own_placements;
-  const Placements* placed = nullptr;
+  std::optional<LayoutPlacements> own_placements;
+  const LayoutPlacements* placed = nullptr;
   if (shared != nullptr) {
     const auto [it, inserted] =
         shared->placements.try_emplace({p.tp, p.cp, p.dp, p.pp, p.ep, p.expert_tp()});
-    if (inserted) it->second = PlacementsOf(p, c.gpus_per_node);
+    if (inserted) it->second = PlaceLayout(p, c.gpus_per_node);
     placed = &it->second;
   } else {
-    placed = &own_placements.emplace(PlacementsOf(p, c.gpus_per_node));
+    placed = &own_placements.emplace(PlaceLayout(p, c.gpus_per_node));
   }
   const GroupPlacement& tp = placed->tp;
   const GroupPlacement& dp = placed->dp;
@@ -388,6 +433,7 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
   // Sends from each stage to the next (index r: r -> r + 1 mod p). The pairs r -> r + 1 share
   // one placement when the ranks between stages fill whole nodes (or more); then time it once.
   std::vector<double> send(pp, 0.0);
+  const double send_bytes = pp > 1 ? SendBytes(m, p, precision, options) : 0;
   const int64_t stage_ranks = p.tp * p.dp_cp();
   const bool same_pairs = stage_ranks % c.gpus_per_node == 0 || stage_ranks >= c.gpus_per_node;
   if (pp > 1) {
@@ -471,6 +517,14 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
             s.cp_comm += n * l.cp_comm;
             s.cp_hidden += n * l.cp_hidden;
             s.ep_comm += n * l.ep_comm;
+            s.etp_comm += n * l.etp_comm;
+            s.f_cp += n * l.f_cp;
+            s.f_dispatch += n * l.f_dispatch;
+            s.f_combine += n * l.f_combine;
+            s.b_cp += n * l.b_cp;
+            s.b_dispatch += n * l.b_dispatch;
+            s.b_combine += n * l.b_combine;
+            for (int g = 0; g < kCommGroups; ++g) s.comm_bytes[g] += n * l.comm_bytes[g];
             sums.params += n * (e == 1 ? moe_layer_params : layer_params);
           }
         }
@@ -490,10 +544,12 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
       br.tp_comm_hidden_s += s.comm_hidden;
       br.cp_comm_hidden_s += s.cp_hidden;
       br.ep_comm_s += s.ep_comm;
+      AddLayerComm(s, ch, br);
       double chunk_params = sums.params;
       ch.send_forward_s = last ? 0 : send[r];
       ch.send_backward_s = first ? 0 : send[r == 0 ? pp - 1 : r - 1];
       br.pp_comm_s += ch.send_forward_s + ch.send_backward_s;
+      br.pp_comm_bytes += ((last ? 0 : 1) + (first ? 0 : 1)) * send_bytes;
       if (chunk == 0) {
         // Once per micro-batch on each stage: the framework's work around the layers.
         ch.forward_s += c.host.microbatch_overhead_s;
@@ -511,6 +567,7 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
             pf.compute + pb.compute + pw.compute + pf.overhead + pb.overhead + pw.overhead;
         br.overhead_s += pf.overhead + pb.overhead + pw.overhead;
         br.tp_comm_s += pf.comm + pb.comm + pw.comm;
+        for (const PassTimes* t : {&pf, &pb, &pw}) AddCommBytes(t->comm_bytes, br);
       };
       if (first) add_part(ef, eb, ew, emb_act), chunk_params += ends->emb_parameters;
       if (last) add_part(of, ob, ow, out_act), chunk_params += ends->out_parameters;
@@ -529,6 +586,7 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
           br.ep_comm_s += l.ep_comm;
           br.tp_comm_hidden_s += l.comm_hidden;
           br.cp_comm_hidden_s += l.cp_hidden;
+          AddLayerComm(l, ch, br);
           ch.activation_bytes += l.activation_bytes;
           ch.weight_grad_activation_bytes += l.weight_grad_activation_bytes;
           add_part(of, ob, ow, out_act);
@@ -552,6 +610,9 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
         ch.backward_weight_s += exposed_b;
         br.dp_comm_s += 2 * gather + scatter;
         br.dp_exposed_s += exposed_f + exposed_b;
+        if (dp.ranks > 1) {
+          br.dp_comm_bytes += chunk_params * ((fsdp_params ? 2 * ebytes : 0) + gbytes);
+        }
       }
       if (!options.overlap_p2p_communication) {
         ch.forward_s += ch.send_forward_s;
@@ -597,8 +658,15 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
     const double expert_gather_bytes = experts * ebytes - fp8_gathered * fp8_experts;
     // Each group's collectives, one after the other (Megatron's expert buckets are their own).
     const auto both = [&](Collective collective, double dense_bytes, double expert_bytes) {
-      return CollectiveTime(c, collective, dense_bytes, dp) +
-             (experts > 0 ? CollectiveTime(c, collective, expert_bytes, placed->edp) : 0.0);
+      const double expert =
+          experts > 0 ? CollectiveTime(c, collective, expert_bytes, placed->edp) : 0.0;
+      st.expert_dp_comm_s += expert;
+      if (dp.ranks > 1) st.dp_comm_bytes += dense_bytes;
+      if (experts > 0 && placed->edp.ranks > 1) {
+        st.dp_comm_bytes += expert_bytes;
+        st.expert_dp_comm_bytes += expert_bytes;
+      }
+      return CollectiveTime(c, collective, dense_bytes, dp) + expert;
     };
     if (fsdp_grads) {
       // Gradients were reduce-scattered in the backward; optim_grads all-gathers the updated
@@ -646,6 +714,7 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
       const double vocab_t = static_cast<double>(PaddedVocabSize(m, p.tp)) / p.tp;
       st.embedding_sync_s = CollectiveTime(c, Collective::kAllReduce,
                                            vocab_t * m.hidden_size * gbytes, placed->embedding);
+      st.embedding_sync_bytes = vocab_t * m.hidden_size * gbytes;
     }
     st.static_bytes = params * per_param.total() + experts * expert_per_param.total() +
                       static_cast<double>(c.gpu.reserved_bytes);

@@ -54,11 +54,19 @@ struct StageBreakdown {
   double cp_comm_s = 0;  // context-parallel exchanges of the attention inside F and B (exposed)
   double cp_comm_hidden_s = 0;  // and the part ring attention hides behind its kernels
   double ep_comm_s = 0;         // MoE token dispatch and combine (expert-parallel groups)
+  double etp_comm_s = 0;        // the part of ep_comm_s over the expert tensor-parallel group
   double pp_comm_s = 0;         // sends of activations and gradients (whether or not they block)
   double recompute_s = 0;       // the part of compute_s + tp_comm_s that recomputation adds
   double overhead_s = 0;        // the part of compute_s the GPU waits for the host (launch-bound)
   double dp_comm_s = 0;         // Megatron-FSDP's per-layer gathers and reduce-scatters (busy)
   double dp_exposed_s = 0;      // the part of them F, B and W wait for
+  // The bytes of those collectives per GPU (the nccl-tests size S of each: the full gathered
+  // size, an all-to-all's what the rank holds, a send's what it sends; ring steps each), over
+  // groups of more than one rank: tensor parallel (with the embedding and output parts), context
+  // parallel, expert parallel (with the all-gather dispatcher's EP x ETP group), expert tensor
+  // parallel, pipeline sends, Megatron-FSDP.
+  double tp_comm_bytes = 0, cp_comm_bytes = 0, ep_comm_bytes = 0, etp_comm_bytes = 0;
+  double pp_comm_bytes = 0, dp_comm_bytes = 0;
 };
 
 struct StepEstimate {

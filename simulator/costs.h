@@ -18,6 +18,13 @@ struct ChunkCosts {
   double send_backward_s = 0;    // B's input gradient to the previous virtual stage (0 if first)
   double activation_bytes = 0;   // stored from F until the backward releases it
   double weight_grad_activation_bytes = 0;  // the part of it W still needs after B (split only)
+  // For pictures (the durations above already hold them): inside F and inside the backward (B
+  // with its recomputation; W has none), summed over the chunk's layers, the context-parallel
+  // exchanges (busy: with ring attention also what its kernels hide) and the MoE collectives
+  // that carry tokens, or their gradients, to the experts' ranks (dispatch; in the backward the
+  // combine's gradient) and back (combine).
+  double forward_cp_s = 0, forward_ep_dispatch_s = 0, forward_ep_combine_s = 0;
+  double backward_cp_s = 0, backward_ep_dispatch_s = 0, backward_ep_combine_s = 0;
 };
 
 // One pipeline stage (all its chunks), once per step.
@@ -33,6 +40,12 @@ struct StageCosts {
   bool overlap_grad_sync = false;  // the DP reduction runs bucket by bucket in the backward
   int dp_buckets = 1;              // gradient buckets per model chunk (with overlap_grad_sync)
   double static_bytes = 0;         // weights + gradients + optimizer state + fixed buffers
+  // For reports (the event simulator does not read them): the part of dp_grad_sync_s,
+  // dp_param_gather_s and dp_param_gather_hidden_s over the expert data-parallel group (MoE
+  // experts' parameters); the bytes per GPU (nccl-tests sizes) of those collectives, of the
+  // expert group's part of them, and of the embedding sync.
+  double expert_dp_comm_s = 0;
+  double dp_comm_bytes = 0, expert_dp_comm_bytes = 0, embedding_sync_bytes = 0;
 };
 
 struct StepCosts {

@@ -80,7 +80,16 @@ SimResult SimulateStep(const PipelineSchedule& s, const StepCosts& costs) {
       const double start = std::max(clock[r], ready);
       const double end = start + Duration(s, c, op.kind);
       clock[r] = end;
-      per_stage[r].push_back({r, op, start, end});
+      SimulatedOp& done = per_stage[r].emplace_back(SimulatedOp{r, op, start, end});
+      if (op.kind == OpKind::kForward) {
+        done.cp_comm_s = c.forward_cp_s;
+        done.ep_dispatch_s = c.forward_ep_dispatch_s;
+        done.ep_combine_s = c.forward_ep_combine_s;
+      } else if (op.kind == OpKind::kBackward) {
+        done.cp_comm_s = c.backward_cp_s;
+        done.ep_dispatch_s = c.backward_ep_dispatch_s;
+        done.ep_combine_s = c.backward_ep_combine_s;
+      }
       result.stages[r].busy_s += end - start;
       if (op.kind == (s.split_backward ? OpKind::kWeightGrad : OpKind::kBackward)) {
         chunk_grads_start[vs] = start;

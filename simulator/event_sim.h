@@ -30,6 +30,11 @@ struct SimulatedOp {
   PipelineOp op;
   double start_s = 0;
   double end_s = 0;
+  // Inside [start_s, end_s), summed over the operation's layers (costs.h ChunkCosts): the
+  // context-parallel exchanges (busy) and the MoE dispatch and combine.
+  double cp_comm_s = 0;
+  double ep_dispatch_s = 0;
+  double ep_combine_s = 0;
 };
 
 struct SimulatedTransfer {
@@ -72,6 +77,9 @@ struct SimResult {
   std::vector<SimulatedOp> ops;  // every operation, stage by stage in list order
   std::vector<SimulatedTransfer> transfers;
   std::vector<SimulatedPhase> phases;
+  // The name pictures give the context-parallel exchange (SimulatePlan sets it from the
+  // plan's --cp-comm-type).
+  std::string cp_comm_label = "CP ring (KV)";
 };
 
 // Plays `schedule` with `costs` (costs.chunks has schedule.virtual_stages() entries, costs.stages

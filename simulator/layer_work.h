@@ -87,6 +87,7 @@ struct Work {
 // the attention), expert parallel (the MoE token dispatch), expert tensor parallel, or both
 // expert groups together (the all-gather dispatcher).
 enum class CommGroup : uint8_t { kTp, kCp, kEp, kEtp, kEpEtp };
+constexpr int kCommGroups = 5;
 
 // Where the groups of one configuration sit (collectives.h).
 struct GroupPlacements {

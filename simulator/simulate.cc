@@ -8,6 +8,7 @@
 #include "core/megatron_rules.h"
 #include "simulator/flops.h"
 #include "simulator/op_time.h"
+#include "simulator/timeline.h"
 
 namespace ptdp {
 
@@ -19,6 +20,7 @@ SimulationReport SimulatePlan(const Plan& plan) {
   const int m = static_cast<int>(r.estimate.microbatches);
   r.schedule = MakeSchedule(p.schedule, p.pp, m, p.virtual_stages);
   r.sim = SimulateStep(r.schedule, r.estimate.costs);
+  r.sim.cp_comm_label = CpCommLabel(p.cp_comm);
   r.memory = EstimateMemory(plan.model, plan.cluster, plan.training, p,
                             InFlightPerStage(r.schedule), options);
   r.memory_problem = MemoryProblem(r.memory, plan.cluster);
@@ -42,14 +44,27 @@ SimulationReport SimulatePlan(const Plan& plan) {
     b.cp_comm_s += m * st.cp_comm_s / p.pp;
     b.cp_comm_hidden_s += m * st.cp_comm_hidden_s / p.pp;
     b.ep_comm_s += m * st.ep_comm_s / p.pp;
+    b.etp_comm_s += m * st.etp_comm_s / p.pp;
     b.pp_comm_s += m * st.pp_comm_s / p.pp;
+    b.tp_comm_bytes += m * st.tp_comm_bytes / p.pp;
+    b.cp_comm_bytes += m * st.cp_comm_bytes / p.pp;
+    b.ep_comm_bytes += m * st.ep_comm_bytes / p.pp;
+    b.etp_comm_bytes += m * st.etp_comm_bytes / p.pp;
+    b.pp_comm_bytes += m * st.pp_comm_bytes / p.pp;
   }
   for (int s = 0; s < p.pp; ++s) {
     const StageCosts& st = r.estimate.costs.stages[s];
     const StageBreakdown& br = r.estimate.stages[s];
-    b.dp_comm_s =
-        std::max(b.dp_comm_s, st.dp_grad_sync_s + st.embedding_sync_s + st.dp_param_gather_s +
-                                  st.dp_param_gather_hidden_s + m * br.dp_comm_s);
+    const double dp_comm_s = st.dp_grad_sync_s + st.embedding_sync_s + st.dp_param_gather_s +
+                             st.dp_param_gather_hidden_s + m * br.dp_comm_s;
+    if (s == 0 || dp_comm_s > b.dp_comm_s) {
+      b.dp_comm_s = dp_comm_s;
+      b.edp_comm_s = st.expert_dp_comm_s;
+      b.embedding_comm_s = st.embedding_sync_s;
+      b.dp_comm_bytes = st.dp_comm_bytes + st.embedding_sync_bytes + m * br.dp_comm_bytes;
+      b.edp_comm_bytes = st.expert_dp_comm_bytes;
+      b.embedding_comm_bytes = st.embedding_sync_bytes;
+    }
     b.dp_exposed_s = std::max(b.dp_exposed_s, r.sim.stages[s].dp_exposed_s + m * br.dp_exposed_s);
     b.optimizer_s = std::max(b.optimizer_s, st.optimizer_s);
   }

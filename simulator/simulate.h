@@ -26,13 +26,20 @@ struct StepBreakdown {
   double cp_comm_s = 0;         // context-parallel exchanges of the attention, exposed
   double cp_comm_hidden_s = 0;  // and what ring attention hides behind its kernels
   double ep_comm_s = 0;         // MoE token dispatch and combine all-to-alls (or gathers)
+  double etp_comm_s = 0;        // of ep_comm_s, over the expert tensor-parallel group
   double pp_comm_s = 0;         // pipeline sends
   double dp_comm_s = 0;     // gradient reduction, embedding sync, parameter gather (largest stage),
                             // Megatron-FSDP's per-layer gathers and reduce-scatters
   double dp_exposed_s = 0;  // the part of dp_comm_s the step waits for (largest stage); the rest
                             // runs beside the backward or the next forward
-  double optimizer_s = 0;   // the optimizer step (largest stage)
-  double bubble_s = 0;      // idle time of the compute stream in the pipeline phase
+  double edp_comm_s = 0;    // of dp_comm_s, over the expert data-parallel group (MoE experts)
+  double embedding_comm_s = 0;  // of dp_comm_s, the tied-embedding all-reduce
+  double optimizer_s = 0;       // the optimizer step (largest stage)
+  double bubble_s = 0;          // idle time of the compute stream in the pipeline phase
+  // Bytes per GPU and step of the same collectives (cost_model.h StageBreakdown): the average
+  // stage's, and for dp (with the embedding sync) and its parts the stage dp_comm_s is of.
+  double tp_comm_bytes = 0, cp_comm_bytes = 0, ep_comm_bytes = 0, etp_comm_bytes = 0;
+  double pp_comm_bytes = 0, dp_comm_bytes = 0, edp_comm_bytes = 0, embedding_comm_bytes = 0;
 };
 
 struct SimulationReport {

@@ -22,6 +22,9 @@ constexpr Rgb kWeightGrad{176, 122, 161};
 constexpr Rgb kSend{242, 142, 43};
 constexpr Rgb kDpComm{225, 87, 89};
 constexpr Rgb kOptimizer{121, 112, 110};
+constexpr Rgb kCpComm{23, 190, 207};
+constexpr Rgb kEpDispatch{237, 201, 72};
+constexpr Rgb kEpCombine{156, 117, 95};
 
 // Beyond this many operations the SVG draws pixel columns instead of one box per operation.
 constexpr size_t kDenseOps = 6000;
@@ -58,7 +61,47 @@ const char* Category(OpKind kind) {
   return "other";
 }
 
+// The communication inside an operation, drawn (and traced) from its start in this order: the
+// CP exchanges, the MoE dispatch, the MoE combine.
+constexpr Rgb kInnerColours[3] = {kCpComm, kEpDispatch, kEpCombine};
+struct InnerSlice {
+  int kind;  // 0 CP, 1 EP dispatch, 2 EP combine
+  const char* name;
+  const char* category;
+  double start_s, duration_s;
+};
+
+std::vector<InnerSlice> InnerSlices(const SimResult& r, const SimulatedOp& o) {
+  std::vector<InnerSlice> out;
+  double t = o.start_s;
+  const auto add = [&](int kind, const char* name, const char* category, double d) {
+    if (d <= 0) return;
+    out.push_back({kind, name, category, t, d});
+    t += d;
+  };
+  add(0, r.cp_comm_label.c_str(), "cp-comm", o.cp_comm_s);
+  add(1, "EP dispatch", "ep-comm", o.ep_dispatch_s);
+  add(2, "EP combine", "ep-comm", o.ep_combine_s);
+  return out;
+}
+
+bool HasInner(const SimulatedOp& o) {
+  return o.cp_comm_s > 0 || o.ep_dispatch_s > 0 || o.ep_combine_s > 0;
+}
+
 }  // namespace
+
+const char* CpCommLabel(CpComm comm) {
+  switch (comm) {
+    case CpComm::kP2p:
+      return "CP ring (KV)";
+    case CpComm::kA2a:
+      return "CP all-to-all (QKV, output)";
+    case CpComm::kAllGather:
+      return "CP all-gather (KV)";
+  }
+  return "CP comm";
+}
 
 std::string OpLabel(const PipelineSchedule& s, const PipelineOp& op) {
   std::string label = Letter(op.kind) + std::to_string(op.microbatch);
@@ -71,13 +114,63 @@ std::string TimelineSvg(const PipelineSchedule& s, const SimResult& r, const Tim
   const double width = 1200, left = 92, right = 24, top = 64;
   const double row = std::clamp(560.0 / p, 10.0, 30.0);  // compute row height
   const double lane = std::max(3.0, row * 0.28);         // communication lane under it
-  const double pitch = row + lane + 4;
+  // With CP or EP communication inside the operations, a lane for it between the two.
+  const bool inner = std::any_of(r.ops.begin(), r.ops.end(), HasInner);
+  const double inner_h = std::max(4.0, row * 0.4);
+  const double inner_lane = inner ? inner_h + 1 : 0;
+  const double pitch = row + inner_lane + lane + 4;
   const double plot_w = width - left - right;
   const double end = std::max({r.step_time_s, t.axis_end_s, 1e-30});
   const double scale = plot_w / end;
   const double axis_y = top + p * pitch + 6;
-  const double height = axis_y + 80;
   auto x = [&](double time) { return left + time * scale; };
+
+  // Legend: only what the picture shows, in rows that fit the width.
+  struct Item {
+    Rgb colour;
+    std::string text;
+    bool hatched;
+  };
+  std::vector<Item> items = {{kForward, "forward", false}, {kBackward, "backward", false}};
+  if (s.split_backward) items.push_back({kWeightGrad, "weight gradient", false});
+  const bool sends = std::any_of(r.transfers.begin(), r.transfers.end(),
+                                 [](const SimulatedTransfer& tr) { return tr.end_s > tr.start_s; });
+  auto has_phase = [&](std::string_view category) {
+    return std::any_of(r.phases.begin(), r.phases.end(),
+                       [&](const SimulatedPhase& ph) { return ph.category == category; });
+  };
+  auto has_op = [&](double SimulatedOp::*field) {
+    return std::any_of(r.ops.begin(), r.ops.end(),
+                       [&](const SimulatedOp& o) { return o.*field > 0; });
+  };
+  if (sends) items.push_back({kSend, "pipeline send", false});
+  if (has_phase("dp-comm")) items.push_back({kDpComm, "data-parallel comm", false});
+  if (has_phase("optimizer")) items.push_back({kOptimizer, "optimizer", false});
+  if (has_op(&SimulatedOp::cp_comm_s)) items.push_back({kCpComm, r.cp_comm_label, false});
+  if (has_op(&SimulatedOp::ep_dispatch_s)) items.push_back({kEpDispatch, "EP dispatch", false});
+  if (has_op(&SimulatedOp::ep_combine_s)) items.push_back({kEpCombine, "EP combine", false});
+  items.push_back({{0, 0, 0}, "idle (bubble)", true});
+  std::vector<std::string> notes;
+  if (inner)
+    notes.push_back(
+        "thin lane under each stage: the CP / EP communication inside its "
+        "operations, summed over their layers");
+  if (s.chunks > 1) notes.push_back("lighter shade = later model chunk");
+  const auto item_width = [](std::string_view text) { return 40 + 7.0 * text.size(); };
+  const auto note_width = [](std::string_view text) { return 12 + 6.2 * text.size(); };
+  int legend_rows = 1;
+  {
+    double lx = left;
+    for (const Item& it : items) {
+      if (lx > left && lx + item_width(it.text) > width - right) lx = left, ++legend_rows;
+      lx += item_width(it.text);
+    }
+    for (const std::string& n : notes) {
+      if (lx > left && lx + note_width(n) > width - right) lx = left, ++legend_rows;
+      lx += note_width(n);
+    }
+  }
+  const double height = axis_y + 62 + 18 * legend_rows;
 
   std::string svg = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} "
@@ -126,9 +219,21 @@ std::string TimelineSvg(const PipelineSchedule& s, const SimResult& r, const Tim
             x(o.start_s) + w / 2, y + row / 2, font, label);
       }
     }
+    for (const SimulatedOp& o : r.ops) {
+      if (!HasInner(o)) continue;
+      const double y = top + o.stage * pitch + row + 1;
+      for (const InnerSlice& in : InnerSlices(r, o)) {
+        svg += fmt::format(
+            "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\">"
+            "<title>stage {} {}: {} {} (its layers' together)</title></rect>\n",
+            x(in.start_s), y, std::max(0.5, in.duration_s * scale), inner_h,
+            Hex(kInnerColours[in.kind]), o.stage, OpLabel(s, o.op), XmlEscape(in.name),
+            FormatTime(in.duration_s, in.duration_s));
+      }
+    }
     for (const SimulatedTransfer& tr : r.transfers) {
       if (tr.end_s <= tr.start_s) continue;  // free communication: nothing to draw
-      const double y = top + tr.from_stage * pitch + row + 1;
+      const double y = top + tr.from_stage * pitch + row + 1 + inner_lane;
       svg += fmt::format(
           "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\" "
           "opacity=\"0.8\"/>\n",
@@ -142,6 +247,7 @@ std::string TimelineSvg(const PipelineSchedule& s, const SimResult& r, const Tim
     for (int st = 0; st < p; ++st) {
       std::vector<double> cover(static_cast<size_t>(columns) * kinds, 0.0);
       std::vector<double> sends(columns, 0.0);
+      std::vector<double> inner_cover(inner ? static_cast<size_t>(columns) * 3 : 0, 0.0);
       auto spread = [&](double start, double end, auto&& add) {
         const double a = start * scale, b = end * scale;
         for (int c = std::max(0, static_cast<int>(a)); c < columns && c < b; ++c) {
@@ -152,6 +258,11 @@ std::string TimelineSvg(const PipelineSchedule& s, const SimResult& r, const Tim
         if (o.stage != st) continue;
         const int k = static_cast<int>(o.op.kind) * s.chunks + o.op.chunk;
         spread(o.start_s, o.end_s, [&](int c, double w) { cover[c * kinds + k] += w; });
+        if (!inner || !HasInner(o)) continue;
+        for (const InnerSlice& in : InnerSlices(r, o)) {
+          spread(in.start_s, in.start_s + in.duration_s,
+                 [&](int c, double w) { inner_cover[c * 3 + in.kind] += w; });
+        }
       }
       for (const SimulatedTransfer& tr : r.transfers) {
         if (tr.from_stage == st)
@@ -193,6 +304,39 @@ std::string TimelineSvg(const PipelineSchedule& s, const SimResult& r, const Tim
           run_colour = colour;
         }
       }
+      if (inner) {
+        // The CP / EP lane: each column the mix of what covers it, over white.
+        run_start = 0;
+        run_colour.clear();
+        for (int c = 0; c <= columns; ++c) {
+          std::string colour;
+          if (c < columns) {
+            double covered = 0, rr = 0, gg = 0, bb = 0;
+            for (int k = 0; k < 3; ++k) {
+              const double w = std::min(1.0, inner_cover[c * 3 + k]);
+              covered += w, rr += w * kInnerColours[k].r, gg += w * kInnerColours[k].g;
+              bb += w * kInnerColours[k].b;
+            }
+            if (covered > 0.05) {
+              const double blank = std::max(0.0, 1.0 - covered), total = covered + blank;
+              auto q = [&](double v) {
+                return std::clamp(static_cast<int>(v / total / 8) * 8, 0, 255);
+              };
+              colour = Hex({q(rr + blank * 255), q(gg + blank * 255), q(bb + blank * 255)});
+            }
+          }
+          if (colour != run_colour) {
+            if (!run_colour.empty() && c > run_start) {
+              svg += fmt::format(
+                  "<rect x=\"{:.1f}\" y=\"{:.2f}\" width=\"{}\" height=\"{:.2f}\" "
+                  "fill=\"{}\"/>\n",
+                  left + run_start, y + row + 1, c - run_start, inner_h, run_colour);
+            }
+            run_start = c;
+            run_colour = colour;
+          }
+        }
+      }
       int send_start = -1;
       for (int c = 0; c <= columns; ++c) {
         const bool on = c < columns && sends[c] > 0.5;
@@ -201,7 +345,7 @@ std::string TimelineSvg(const PipelineSchedule& s, const SimResult& r, const Tim
           svg += fmt::format(
               "<rect x=\"{:.1f}\" y=\"{:.2f}\" width=\"{}\" height=\"{:.2f}\" fill=\"{}\" "
               "opacity=\"0.8\"/>\n",
-              left + send_start, y + row + 1, c - send_start, lane, Hex(kSend));
+              left + send_start, y + row + 1 + inner_lane, c - send_start, lane, Hex(kSend));
           send_start = -1;
         }
       }
@@ -219,7 +363,7 @@ std::string TimelineSvg(const PipelineSchedule& s, const SimResult& r, const Tim
       end_s = r.phases[j].end_s;
     }
     const bool comm = ph.category == "dp-comm";
-    const double y = top + ph.stage * pitch + (comm ? row + 1 : 0);
+    const double y = top + ph.stage * pitch + (comm ? row + 1 + inner_lane : 0);
     svg += fmt::format(
         "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\">"
         "<title>stage {} {}{}</title></rect>\n",
@@ -253,38 +397,20 @@ std::string TimelineSvg(const PipelineSchedule& s, const SimResult& r, const Tim
   }
 
   // Legend.
-  struct Item {
-    Rgb colour;
-    const char* text;
-    bool hatched;
-  };
-  std::vector<Item> items = {{kForward, "forward", false}, {kBackward, "backward", false}};
-  if (s.split_backward) items.push_back({kWeightGrad, "weight gradient", false});
-  // Only what the picture shows.
-  const bool sends = std::any_of(r.transfers.begin(), r.transfers.end(),
-                                 [](const SimulatedTransfer& tr) { return tr.end_s > tr.start_s; });
-  auto has_phase = [&](std::string_view category) {
-    return std::any_of(r.phases.begin(), r.phases.end(),
-                       [&](const SimulatedPhase& ph) { return ph.category == category; });
-  };
-  if (sends) items.push_back({kSend, "pipeline send", false});
-  if (has_phase("dp-comm")) items.push_back({kDpComm, "data-parallel comm", false});
-  if (has_phase("optimizer")) items.push_back({kOptimizer, "optimizer", false});
-  items.push_back({{0, 0, 0}, "idle (bubble)", true});
-  double lx = left;
-  const double ly = axis_y + 40;
+  double lx = left, ly = axis_y + 40;
   for (const Item& it : items) {
+    if (lx > left && lx + item_width(it.text) > width - right) lx = left, ly += 18;
     svg += fmt::format(
         "<rect x=\"{:.1f}\" y=\"{}\" width=\"14\" height=\"12\" fill=\"{}\" stroke=\"#999\" "
         "stroke-width=\"0.5\"/><text x=\"{:.1f}\" y=\"{}\" font-size=\"12\">{}</text>\n",
-        lx, ly, it.hatched ? "url(#idle)" : Hex(it.colour), lx + 19, ly + 10, it.text);
-    lx += 40 + 7.0 * std::string_view(it.text).size();
+        lx, ly, it.hatched ? "url(#idle)" : Hex(it.colour), lx + 19, ly + 10, XmlEscape(it.text));
+    lx += item_width(it.text);
   }
-  if (s.chunks > 1) {
-    svg += fmt::format(
-        "<text x=\"{:.1f}\" y=\"{}\" font-size=\"12\" fill=\"#444\">lighter shade = later "
-        "model chunk</text>\n",
-        lx, ly + 10);
+  for (const std::string& n : notes) {
+    if (lx > left && lx + note_width(n) > width - right) lx = left, ly += 18;
+    svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" font-size=\"12\" fill=\"#444\">{}</text>\n", lx,
+                       ly + 10, XmlEscape(n));
+    lx += note_width(n);
   }
   svg += "</svg>\n";
   return svg;
@@ -299,12 +425,25 @@ TimelineTrace TimelineTraceEvents(const PipelineSchedule& s, const SimResult& r)
     out.tracks.push_back({2 * p + st, fmt::format("stage {} send to previous", st)});
     out.tracks.push_back({3 * p + st, fmt::format("stage {} data-parallel comm", st)});
   }
+  std::vector<char> inner(p, 0);
+  for (const SimulatedOp& o : r.ops) inner[o.stage] |= HasInner(o) ? 1 : 0;
+  for (int st = 0; st < p; ++st) {
+    if (inner[st]) {
+      out.tracks.push_back(
+          {4 * p + st, fmt::format("stage {} CP / EP comm (inside its operations)", st)});
+    }
+  }
   std::sort(out.tracks.begin(), out.tracks.end(),
             [](const TraceTrack& a, const TraceTrack& b) { return a.id < b.id; });
   out.events.reserve(r.ops.size() + r.transfers.size() + r.phases.size());
   for (const SimulatedOp& o : r.ops) {
     out.events.push_back({o.stage, OpLabel(s, o.op), Category(o.op.kind), o.start_s,
                           o.end_s - o.start_s, o.op.microbatch, o.op.chunk});
+    if (!HasInner(o)) continue;
+    for (const InnerSlice& in : InnerSlices(r, o)) {
+      out.events.push_back({4 * p + o.stage, in.name, in.category, in.start_s, in.duration_s,
+                            o.op.microbatch, o.op.chunk});
+    }
   }
   for (const SimulatedTransfer& tr : r.transfers) {
     const bool forward = tr.op.kind == OpKind::kForward;

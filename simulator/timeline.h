@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/parallel_config.h"
 #include "core/schedule.h"
 #include "core/trace.h"
 #include "simulator/event_sim.h"
@@ -21,12 +22,18 @@ struct TimelineTitle {
 // A self-contained SVG document: one row per stage (compute) with a thin lane below it for
 // point-to-point sends and data-parallel communication; forward, backward, weight-gradient,
 // communication and optimizer in distinct colours (lighter shades for later model chunks),
-// micro-batch numbers where they fit, idle time hatched, a time axis and a legend.
+// micro-batch numbers where they fit, idle time hatched, a time axis and a legend. When the
+// operations hold context-parallel exchanges or MoE dispatch / combine (SimulatedOp), another
+// thin lane between the two shows them per operation: how long each takes in it, summed over
+// the operation's layers and drawn from its start (they run layer by layer inside it).
 std::string TimelineSvg(const PipelineSchedule& schedule, const SimResult& result,
                         const TimelineTitle& title);
 
 // Tracks and events for ChromeTraceJson: per stage, its compute stream (operations, then the
-// optimizer), its forward and backward send links, and its data-parallel communication.
+// optimizer), its forward and backward send links, its data-parallel communication, and where
+// its operations hold any, their CP exchanges (category cp-comm, named as
+// SimResult::cp_comm_label) and MoE "EP dispatch" / "EP combine" (ep-comm), each operation's
+// summed over its layers, from the operation's start, micro-batch and chunk as its own.
 struct TimelineTrace {
   std::vector<TraceTrack> tracks;
   std::vector<TraceEvent> events;
@@ -40,6 +47,10 @@ TimelineTrace TimelineTraceEvents(const PipelineSchedule& schedule, const SimRes
 // Labels are truncated where an operation is narrower than its label.
 std::string TimelineText(const PipelineSchedule& schedule, const SimResult& result, int width = 0,
                          int max_width = 320);
+
+// The context-parallel exchange's name in pictures: "CP ring (KV)" (p2p), "CP all-to-all (QKV,
+// output)", "CP all-gather (KV)".
+const char* CpCommLabel(CpComm comm);
 
 // "F3" or, with several model chunks, "F3.1" (micro-batch.chunk).
 std::string OpLabel(const PipelineSchedule& schedule, const PipelineOp& op);

@@ -26,6 +26,25 @@ Result Cli(std::vector<std::string> args) {
   return {code, out.str(), err.str()};
 }
 
+// The row of `--explain`'s group table named `group`: its words, from size to link ("" if
+// there is none).
+std::string GroupRow(const std::string& text, const std::string& group) {
+  const size_t table = text.find("ommunication groups:\n");
+  if (table == std::string::npos) return "";
+  std::istringstream in(text.substr(table));
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(group + "  ", 0) != 0) continue;
+    std::istringstream words(line.substr(group.size()));
+    std::string row, word;
+    for (int i = 0; i < 6 && words >> word; ++i) {
+      if (i == 4 && word != "+") break;  // a one-word link
+      row += (row.empty() ? "" : " ") + word;
+    }
+    return row;
+  }
+  return "";
+}
+
 TEST(Cli, TopLevelHelpListsEveryCommandOfTheContract) {
   const Result r = Cli({"--help"});
   EXPECT_EQ(r.code, kExitOk);
@@ -127,6 +146,19 @@ TEST(Cli, PlanJsonOutAndExplain) {
   EXPECT_NE(explain.out.find("Rejected, counted under the first Megatron-LM rule each breaks:"),
             std::string::npos);
   EXPECT_NE(explain.out.find("sequence-parallel-needs-tp"), std::string::npos);
+  // And the best plan's communication groups, after the rejections (JSON: "groups").
+  const size_t groups = explain.out.find("The best plan's communication groups:\ngroup ");
+  ASSERT_NE(groups, std::string::npos) << explain.out;
+  EXPECT_GT(groups, explain.out.find("sequence-parallel-needs-tp"));
+  // The best plan runs on one node: TP 1, DP 8 over NVLink, PP 1.
+  EXPECT_EQ(GroupRow(explain.out, "DP"), "8 1 8 NVLink") << explain.out;
+  EXPECT_EQ(GroupRow(explain.out, "PP"), "1 1 1 -");
+  const YAML::Node j2 =
+      YAML::Load(Cli({"plan", "--explain", "--top", "1", "--format", "json"}).out);
+  ASSERT_TRUE(j2["groups"].IsSequence());
+  EXPECT_EQ(j2["groups"][0]["name"].as<std::string>(), "TP");
+  EXPECT_EQ(j2["groups"][0]["size"].as<int>(), j2["plans"][0]["tp"].as<int>());
+  EXPECT_FALSE(YAML::Load(Cli({"plan", "--top", "1", "--format", "json"}).out)["groups"]);
 }
 
 TEST(Cli, NoValidPlanIsAnAnswerNotACrash) {
@@ -409,6 +441,173 @@ TEST(CliSimulate, AConfigurationThatDoesNotFitExitsOne) {
                         "8", "--global-batch", "8", "--tp", "8", "--pp", "1"});
   EXPECT_EQ(r.code, kExitFailed);
   EXPECT_NE(r.out.find("DOES NOT FIT"), std::string::npos);
+}
+
+TEST(CliSimulate, ExplainShowsTheCommunicationGroups) {
+  // Llama 3 70B as TP 8 x CP 2 x PP 2 x DP 2 on 8 DGX H100 nodes: TP inside a node; the CP
+  // pair (ranks 8 apart), the gradients' DP x CP group and the pipeline pair each across nodes.
+  const std::vector<std::string> cp = {"simulate",
+                                       "--model",
+                                       "llama3-70b",
+                                       "--cluster",
+                                       "dgx-h100",
+                                       "--gpus",
+                                       "64",
+                                       "--global-batch",
+                                       "64",
+                                       "--tp",
+                                       "8",
+                                       "--cp",
+                                       "2",
+                                       "--pp",
+                                       "2",
+                                       "--sequence-parallel",
+                                       "--distributed-optimizer",
+                                       "--explain"};
+  Result r = Cli(cp);
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  ASSERT_NE(r.out.find("\nCommunication groups:\ngroup "), std::string::npos) << r.out;
+  EXPECT_EQ(GroupRow(r.out, "TP"), "8 1 8 NVLink") << r.out;
+  EXPECT_EQ(GroupRow(r.out, "CP"), "2 2 1 network");
+  EXPECT_NE(r.out.find("ring p2p of KV blocks"), std::string::npos);
+  EXPECT_EQ(GroupRow(r.out, "DP"), "2 2 1 network");
+  EXPECT_EQ(GroupRow(r.out, "DP x CP"), "4 4 1 network");
+  EXPECT_EQ(GroupRow(r.out, "PP"), "2 2 1 network");
+  EXPECT_EQ(GroupRow(r.out, "EP"), "");
+  // Without --explain, no table.
+  std::vector<std::string> plain = cp;
+  plain.pop_back();
+  EXPECT_EQ(Cli(plain).out.find("Communication groups"), std::string::npos);
+
+  // JSON: the same rows as a list.
+  std::vector<std::string> json = cp;
+  json.insert(json.end(), {"--format", "json"});
+  r = Cli(json);
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  const YAML::Node j = YAML::Load(r.out);
+  ASSERT_EQ(j["groups"].size(), 5u);
+  EXPECT_EQ(j["groups"][1]["name"].as<std::string>(), "CP");
+  EXPECT_EQ(j["groups"][1]["nodes"].as<int>(), 2);
+  EXPECT_EQ(j["groups"][1]["link"].as<std::string>(), "network");
+  EXPECT_DOUBLE_EQ(j["groups"][1]["time_s"].as<double>(), j["breakdown"]["cp_comm_s"].as<double>());
+  EXPECT_GT(j["groups"][1]["bytes"].as<double>(), 0);
+  EXPECT_FALSE(j["groups"][2]["time_s"]);  // DP: its gradients go over DP x CP
+  EXPECT_GT(j["step_time_s"].as<double>(), 0);
+
+  // Qwen3 30B-A3B, TP 1: EP 8 fills one node, EP 16 spans two.
+  const auto qwen = [](const char* gpus, const char* ep) {
+    return Cli({"simulate",
+                "--model",
+                "qwen3-30b-a3b",
+                "--cluster",
+                "dgx-h100",
+                "--gpus",
+                gpus,
+                "--global-batch",
+                "256",
+                "--tp",
+                "1",
+                "--pp",
+                "2",
+                "--ep",
+                ep,
+                "--etp",
+                "1",
+                "--distributed-optimizer",
+                "--moe-token-dispatcher",
+                "alltoall",
+                "--explain"});
+  };
+  r = qwen("16", "8");
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(GroupRow(r.out, "EP"), "8 1 8 NVLink") << r.out;
+  EXPECT_NE(r.out.find("all-to-all token dispatch + combine"), std::string::npos);
+  r = qwen("32", "16");
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(GroupRow(r.out, "EP"), "16 2 8 NVLink + network") << r.out;
+}
+
+TEST(CliSimulate, TheTraceNamesContextAndExpertCommunication) {
+  const auto count = [](const std::string& path, const std::string& category) {
+    const YAML::Node json = YAML::LoadFile(path);
+    int n = 0;
+    for (const auto& e : json["traceEvents"]) {
+      if (e["ph"].as<std::string>() == "X" && e["cat"].as<std::string>() == category) ++n;
+    }
+    return n;
+  };
+  const std::string trace = ::testing::TempDir() + "/comm.json";
+  const std::string svg = ::testing::TempDir() + "/comm.svg";
+  const auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  };
+  // Context parallelism: the ring's exchanges.
+  ASSERT_EQ(Cli({"simulate",
+                 "--model",
+                 "llama3-8b",
+                 "--cluster",
+                 "dgx-h100",
+                 "--gpus",
+                 "16",
+                 "--global-batch",
+                 "16",
+                 "--seq-length",
+                 "32768",
+                 "--tp",
+                 "2",
+                 "--pp",
+                 "2",
+                 "--cp",
+                 "4",
+                 "--sequence-parallel",
+                 "--distributed-optimizer",
+                 "--trace",
+                 trace,
+                 "--svg",
+                 svg})
+                .code,
+            kExitOk);
+  EXPECT_GT(count(trace, "cp-comm"), 0);
+  EXPECT_EQ(count(trace, "ep-comm"), 0);
+  EXPECT_NE(read(trace).find("\"CP ring (KV)\""), std::string::npos);
+  EXPECT_NE(read(svg).find(">CP ring (KV)</text>"), std::string::npos);
+  // Mixture of experts: dispatch and combine.
+  ASSERT_EQ(Cli({"simulate",
+                 "--model",
+                 "qwen3-30b-a3b",
+                 "--cluster",
+                 "dgx-h100",
+                 "--gpus",
+                 "16",
+                 "--global-batch",
+                 "256",
+                 "--tp",
+                 "1",
+                 "--pp",
+                 "2",
+                 "--ep",
+                 "8",
+                 "--etp",
+                 "1",
+                 "--distributed-optimizer",
+                 "--moe-token-dispatcher",
+                 "alltoall",
+                 "--trace",
+                 trace,
+                 "--svg",
+                 svg})
+                .code,
+            kExitOk);
+  EXPECT_GT(count(trace, "ep-comm"), 0);
+  EXPECT_EQ(count(trace, "cp-comm"), 0);
+  EXPECT_NE(read(trace).find("\"EP dispatch\""), std::string::npos);
+  EXPECT_NE(read(trace).find("\"EP combine\""), std::string::npos);
+  EXPECT_NE(read(svg).find(">EP combine</text>"), std::string::npos);
+  // A dense model without context parallelism: neither.
+  ASSERT_EQ(Cli(With(kSeedSimulate, {"--trace", trace, "--svg", svg})).code, kExitOk);
+  EXPECT_EQ(count(trace, "cp-comm") + count(trace, "ep-comm"), 0);
+  EXPECT_EQ(read(svg).find("CP / EP"), std::string::npos);
 }
 
 TEST(CliSimulate, WritesTheTimeline) {
