@@ -36,6 +36,7 @@ enum class Rule {
   kRecomputeNumLayers,             // --recompute-num-layers (block method) needs full recompute
   kFsdpNeedsDistributedOptimizer,  // Megatron-FSDP v1 runs the distributed optimizer
   kFp8Options,                     // --first-last-layers-bf16 counts, --fp8-param-gather
+  kHybridModel,                    // Mamba heads / groups vs TP and CP; the hybrid layer split
   kScheduleVirtualStages,          // ptdp: interleaved <=> virtual_stages > 1
 };
 inline constexpr int kNumRules = static_cast<int>(Rule::kScheduleVirtualStages) + 1;

@@ -210,8 +210,10 @@ TEST(Cli, BadModelFileNamesFileLineAndKey) {
   }
   const Result r = Cli({"plan", "--model", path});
   EXPECT_EQ(r.code, kExitBadInput);
-  EXPECT_EQ(r.err, "ptdp: error: " + path +
-                       ":6: activation: unknown value \"relu\" (expected one of: gelu, swiglu)\n");
+  EXPECT_EQ(
+      r.err,
+      "ptdp: error: " + path +
+          ":6: activation: unknown value \"relu\" (expected one of: gelu, swiglu, squared_relu)\n");
 }
 
 TEST(Cli, ModelsAndProfilesListEveryPreset) {

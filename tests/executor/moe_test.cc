@@ -309,6 +309,15 @@ TEST(CheckExecutable, RunsMoePlansAndRefusesWhatItsMoeLayersDoNotImplement) {
   Plan mtp = TinyPlan({});
   mtp.model.mtp_num_layers = 1;
   EXPECT_EQ(only(mtp).rfind("model.mtp_num_layers: 1 multi-token prediction", 0), 0u);
+  Plan relu2 = TinyPlan({});
+  relu2.model.activation = Activation::kSquaredRelu;
+  EXPECT_EQ(only(relu2).rfind("model.activation: squared_relu is not implemented", 0), 0u);
+  Plan hybrid = TinyPlan({});
+  hybrid.model.hybrid_layer_pattern = std::string(hybrid.model.num_layers, '*');
+  EXPECT_EQ(only(hybrid).rfind("model.hybrid_layer_pattern: hybrid models", 0), 0u);
+  Plan no_positions = TinyPlan({});
+  no_positions.model.position_embedding = PositionEmbedding::kNone;
+  EXPECT_EQ(only(no_positions).rfind("model.position_embedding: none", 0), 0u);
 }
 
 }  // namespace
