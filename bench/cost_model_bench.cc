@@ -103,5 +103,22 @@ void BM_Llama3_8b_Fsdp(benchmark::State& state) {
 }
 BENCHMARK(BM_Llama3_8b_Fsdp);
 
+// A hybrid model: Mamba-2, attention and MoE layers, each pipeline stage its share of the
+// pattern (per-stage layer kinds), FP8 with Megatron-Bridge's recipe.
+void BM_Nemotron3Nano_Hybrid(benchmark::State& state) {
+  static const Case c = MakeCase("nemotron-3-nano", "dgx-h100", 1024,
+                                 {.tp = 2,
+                                  .pp = 4,
+                                  .dp = 8,
+                                  .ep = 8,
+                                  .etp = 1,
+                                  .micro_batch_size = 1,
+                                  .sequence_parallel = true,
+                                  .distributed_optimizer = true},
+                                 Precision::kFp8);
+  Evaluate(state, c);
+}
+BENCHMARK(BM_Nemotron3Nano_Hybrid);
+
 }  // namespace
 }  // namespace ptdp

@@ -254,6 +254,85 @@ ModelSpec ReadGptOss(const YamlMap& map) {
   return m;
 }
 
+// Nemotron-H (NemotronHForCausalLM; Megatron-Bridge's NemotronHBridge maps it to Megatron's
+// hybrid model): one block per layer after hybrid_override_pattern, squared-ReLU MLPs and
+// experts, RMSNorm, no position embedding, no biases.
+ModelSpec ReadNemotronH(const YamlMap& map) {
+  ModelSpec m;
+  m.name = NameOf(map);
+  m.num_layers = Positive(map, "num_hidden_layers");
+  m.hidden_size = Positive(map, "hidden_size");
+  m.vocab_size = Positive(map, "vocab_size");
+  m.max_position_embeddings = Positive(map, "max_position_embeddings");
+  m.seq_length = m.max_position_embeddings;
+  m.hybrid_layer_pattern = map.String("hybrid_override_pattern");
+  m.num_attention_heads = Positive(map, "num_attention_heads");
+  m.num_query_groups =
+      map.Has("num_key_value_heads") ? Positive(map, "num_key_value_heads") : m.num_attention_heads;
+  CheckDivisible(map, "num_attention_heads", m.num_attention_heads, "num_key_value_heads",
+                 m.num_query_groups);
+  if (map.Has("head_dim")) {
+    m.kv_channels = Positive(map, "head_dim");
+  } else if (map.Has("attention_head_dim")) {
+    m.kv_channels = Positive(map, "attention_head_dim");
+  } else {
+    CheckDivisible(map, "hidden_size", m.hidden_size, "num_attention_heads", m.num_attention_heads);
+    m.kv_channels = m.hidden_size / m.num_attention_heads;
+  }
+  m.ffn_hidden_size = Positive(map, "intermediate_size");
+  const std::string act = map.Has("mlp_hidden_act") ? map.String("mlp_hidden_act") : "relu2";
+  if (act != "relu2") {
+    map.Fail("mlp_hidden_act",
+             fmt::format("unsupported activation \"{}\" for Nemotron-H (expected relu2)", act));
+  }
+  m.activation = Activation::kSquaredRelu;
+  m.normalization = Normalization::kRmsNorm;
+  m.position_embedding = PositionEmbedding::kNone;
+  m.tied_embeddings = map.Bool("tie_word_embeddings", false);
+  for (const char* key : {"use_bias", "attention_bias", "mlp_bias"}) {
+    if (map.Bool(key, false)) {
+      map.Fail(key, "biases in a Nemotron-H model are not modelled",
+               "Megatron's Mamba mixer has none; ptdp models a hybrid model without biases");
+    }
+  }
+  m.add_bias_linear = false;
+  m.hidden_dropout = map.NonNegativeNumber("hidden_dropout", 0);
+  m.attention_dropout = map.NonNegativeNumber("attention_dropout", 0);
+  // The Mamba mixer (the Bridge's names first: n_groups, conv_kernel; then transformers').
+  m.mamba_num_heads = Positive(map, "mamba_num_heads");
+  m.mamba_head_dim = Positive(map, "mamba_head_dim");
+  m.mamba_state_dim = Positive(map, "ssm_state_size");
+  m.mamba_num_groups = map.Has("n_groups")         ? Positive(map, "n_groups")
+                       : map.Has("mamba_n_groups") ? Positive(map, "mamba_n_groups")
+                                                   : 8;
+  m.mamba_conv_kernel = map.Has("conv_kernel")    ? Positive(map, "conv_kernel")
+                        : map.Has("mamba_d_conv") ? Positive(map, "mamba_d_conv")
+                                                  : 4;
+  if (Count(map, "num_nextn_predict_layers", 0) > 0) {
+    map.Fail("num_nextn_predict_layers",
+             "multi-token prediction in a hybrid model is not modelled");
+  }
+  if (m.hybrid_layer_pattern.find('E') != std::string::npos) {
+    m.num_experts = Positive(map, "n_routed_experts");
+    m.moe_router_topk = ReadTopk(map, "num_experts_per_tok", m, "n_routed_experts");
+    m.moe_ffn_hidden_size = Positive(map, "moe_intermediate_size");
+    const int64_t shared = int64_t{Count(map, "moe_shared_expert_intermediate_size", 0)} *
+                           Count(map, "n_shared_experts", 1);
+    if (shared > 1'000'000'000) {
+      map.Fail("moe_shared_expert_intermediate_size", "implausibly wide shared experts");
+    }
+    m.moe_shared_expert_intermediate_size = static_cast<int>(shared);
+    // NemotronHBridge: a sigmoid router with expert bias and a per-sequence balance loss.
+    m.moe_router_load_balancing_type = MoeLoadBalancing::kSeqAuxLoss;
+  }
+  const std::string problem = HybridModelProblem(m);
+  if (!problem.empty()) {
+    const bool mixer = problem.starts_with("nheads") || problem.starts_with("mamba_");
+    map.Fail(mixer ? "mamba_num_heads" : "hybrid_override_pattern", problem);
+  }
+  return m;
+}
+
 ModelSpec ReadGpt2(const YamlMap& map) {
   ModelSpec m;
   m.name = NameOf(map);
@@ -290,7 +369,8 @@ ModelSpec ReadGpt2(const YamlMap& map) {
 ModelSpec ParseHfConfig(std::string_view text, const std::string& source) {
   const YAML::Node root = ParseYamlDocument(text, source);
   const YamlMap map(root, source, "", 1);
-  const std::string supported = fmt::format("llama, mistral, qwen3, {}, gpt2", kMoeFamilies);
+  const std::string supported =
+      fmt::format("llama, mistral, qwen3, {}, nemotron_h, gpt2", kMoeFamilies);
   std::string type;
   if (map.Has("model_type")) {
     type = map.String("model_type");
@@ -315,6 +395,7 @@ ModelSpec ParseHfConfig(std::string_view text, const std::string& source) {
   if (type == "qwen3_moe") return ReadQwen3Moe(map);
   if (type == "deepseek_v3" || type == "deepseek_v2") return ReadDeepSeek(map, root);
   if (type == "gpt_oss") return ReadGptOss(map);
+  if (type == "nemotron_h") return ReadNemotronH(map);
   if (type == "gpt2") return ReadGpt2(map);
   if (type == "qwen2") {
     map.Fail("model_type", "unsupported model_type \"qwen2\"",

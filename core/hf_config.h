@@ -38,6 +38,17 @@ namespace ptdp {
 //    the experts always have biases, so add_bias_linear is true). sliding_window and
 //    layer_types are ignored: every layer is simulated with full causal attention, which
 //    overstates the attention work of the sliding-window half; attention sinks are left out.
+//  - nemotron_h (Nemotron-H, Nemotron-3): a hybrid model (ModelSpec::hybrid_layer_pattern) from
+//    hybrid_override_pattern (M Mamba, * attention, - MLP, E MoE; num_hidden_layers long),
+//    num_attention_heads, num_key_value_heads, head_dim (or attention_head_dim), intermediate_size
+//    (the MLP layers' width), mlp_hidden_act relu2 (squared ReLU), the Mamba mixer's
+//    mamba_num_heads, mamba_head_dim, ssm_state_size, n_groups (or mamba_n_groups, default 8),
+//    conv_kernel (or mamba_d_conv, default 4); with E layers n_routed_experts,
+//    num_experts_per_tok, moe_intermediate_size and moe_shared_expert_intermediate_size (times
+//    n_shared_experts, default 1), routed with seq_aux_loss as Megatron-Bridge sets it. RMSNorm,
+//    no position embedding, no biases (use_bias, attention_bias, mlp_bias must be false),
+//    untied unless tie_word_embeddings; multi-token prediction (num_nextn_predict_layers) is
+//    refused; the sigmoid router and its expert bias are not modelled (router cost as softmax).
 //  - GPT-2 style (gpt2): n_layer, n_embd, n_head, n_inner (default 4h), vocab_size, n_positions,
 //    a GeLU activation_function, LayerNorm, learned positions, biases, tied embeddings.
 // MoE routers balance with aux_loss unless stated; the expert capacity is dropless. Sliding

@@ -442,6 +442,90 @@ void ReadMoeFlags(Reader& r, ModelSpec& m) {
   }
 }
 
+// The hybrid (Mamba) model's flags (arguments.py; read by pretrain_mamba.py's MambaModel): the
+// layer pattern, given or built from the ratios, and the Mamba mixer's sizes.
+// Returns the layers of each pipeline segment when the pattern has '|' separators (Megatron's
+// explicit stages: virtual stages = segments / pp), else nothing.
+std::vector<int> ReadHybridFlags(Reader& r, ModelSpec& m, std::string_view script) {
+  const auto pattern = r.String("--hybrid-override-pattern");
+  const double attention_ratio = r.Number("--hybrid-attention-ratio").value_or(0);
+  const double mlp_ratio = r.Number("--hybrid-mlp-ratio").value_or(0);
+  const bool mamba_script = script.find("mamba") != std::string_view::npos ||
+                            script.find("hybrid") != std::string_view::npos;
+  constexpr const char* kMambaFlags[] = {"--mamba-num-heads", "--mamba-head-dim",
+                                         "--mamba-state-dim", "--mamba-num-groups"};
+  if (!mamba_script) {
+    for (const char* flag :
+         {"--hybrid-override-pattern", "--hybrid-attention-ratio", "--hybrid-mlp-ratio",
+          kMambaFlags[0], kMambaFlags[1], kMambaFlags[2], kMambaFlags[3]}) {
+      if (r.Has(flag)) {
+        r.Add(
+            Severity::kWarning, flag,
+            fmt::format("{} builds a GPT model, which ignores the hybrid (Mamba) options", script),
+            "run pretrain_mamba.py for a hybrid model");
+      }
+    }
+    return {};
+  }
+  if (attention_ratio < 0 || attention_ratio > 1 || mlp_ratio < 0 || mlp_ratio > 1 ||
+      attention_ratio + mlp_ratio > 1) {
+    r.Add(Severity::kError, "--hybrid-attention-ratio",
+          "assert target_attention_ratio + target_mlp_ratio <= 1.0 (each in [0, 1])", "");
+    return {};
+  }
+  if (m.num_layers <= 0) return {};  // reported above
+  std::vector<int> segments;
+  const std::string auto_pattern =
+      HybridPatternFromRatios(m.num_layers, attention_ratio, mlp_ratio);
+  if (pattern) {
+    m.hybrid_layer_pattern.clear();
+    segments.push_back(0);
+    for (char symbol : *pattern) {
+      if (symbol == '|') {
+        segments.push_back(0);
+      } else {
+        m.hybrid_layer_pattern += symbol;
+        ++segments.back();
+      }
+    }
+    if (segments.size() == 1) segments.clear();
+    if ((attention_ratio > 0 || mlp_ratio > 0) &&
+        static_cast<int>(m.hybrid_layer_pattern.size()) == m.num_layers) {
+      const std::string& given = m.hybrid_layer_pattern;
+      for (char symbol : {'M', '*', '-'}) {
+        if (std::count(given.begin(), given.end(), symbol) !=
+            std::count(auto_pattern.begin(), auto_pattern.end(), symbol)) {
+          r.Add(Severity::kError, "--hybrid-override-pattern",
+                "The number of each type of layer in the override pattern must match the number "
+                "in the overridden pattern.",
+                "drop --hybrid-attention-ratio and --hybrid-mlp-ratio, or match their counts");
+          break;
+        }
+      }
+    }
+  } else {
+    m.hybrid_layer_pattern = auto_pattern;  // all Mamba without ratios
+  }
+  m.mamba_head_dim = ToInt(r.Int("--mamba-head-dim").value_or(64));
+  m.mamba_state_dim = ToInt(r.Int("--mamba-state-dim").value_or(128));
+  m.mamba_num_groups = ToInt(r.Int("--mamba-num-groups").value_or(8));
+  if (auto heads = r.Int("--mamba-num-heads")) {
+    m.mamba_num_heads = ToInt(*heads);
+  } else if (m.hybrid_layer_pattern.find('M') != std::string::npos && m.mamba_head_dim > 0) {
+    if (2 * m.hidden_size % m.mamba_head_dim != 0) {
+      r.Add(Severity::kError, "--mamba-head-dim", "d_inner must be evenly divisible by headdim",
+            "give --mamba-num-heads");
+    }
+    m.mamba_num_heads = 2 * m.hidden_size / m.mamba_head_dim;
+  }
+  const std::string problem = HybridModelProblem(m);
+  if (!problem.empty()) {
+    const bool mixer = problem.starts_with("nheads") || problem.starts_with("mamba_");
+    r.Add(Severity::kError, mixer ? "--mamba-num-heads" : "--hybrid-override-pattern", problem, "");
+  }
+  return segments;
+}
+
 }  // namespace
 
 std::span<const KnownFlag> MegatronFlags() { return kMegatronFlags; }
@@ -599,7 +683,13 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
   m.seq_length = ToInt(seq.value_or(0));
   // ptdp's model needs a size even where Megatron stops; the error above says so.
   m.max_position_embeddings = ToInt(max_pos.value_or(seq.value_or(0)));
-  m.activation = r.Has("--swiglu") ? Activation::kSwiglu : Activation::kGelu;
+  m.activation = r.Has("--swiglu")         ? Activation::kSwiglu
+                 : r.Has("--squared-relu") ? Activation::kSquaredRelu
+                                           : Activation::kGelu;
+  if (r.Has("--swiglu") && r.Has("--squared-relu")) {
+    r.Add(Severity::kError, "--squared-relu", "assert not (args.swiglu and args.squared_relu)",
+          "keep one activation");
+  }
   m.ffn_hidden_size = ToInt(
       r.Int("--ffn-hidden-size")
           .value_or(m.hidden_size > 0 ? DefaultFfnHiddenSize(m.hidden_size, m.activation) : 0));
@@ -647,9 +737,12 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
   const auto pos_type = r.String("--position-embedding-type");
   if (r.Has("--use-rotary-position-embeddings") || (pos_type && *pos_type == "rope")) {
     m.position_embedding = PositionEmbedding::kRope;
+  } else if (pos_type && *pos_type == "none") {
+    m.position_embedding = PositionEmbedding::kNone;
   } else if (pos_type && *pos_type != "learned_absolute") {
     r.Add(Severity::kError, "--position-embedding-type",
-          fmt::format("ptdp models learned_absolute and rope positions, not {}", *pos_type), "");
+          fmt::format("ptdp models learned_absolute, rope and none positions, not {}", *pos_type),
+          "");
   }
   m.tied_embeddings = !r.Has("--untie-embeddings-and-output-weights");
   for (auto [flag, field] : {std::pair{"--hidden-dropout", &m.hidden_dropout},
@@ -675,10 +768,11 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
   }
   ReadMoeFlags(r, m);
   m.mtp_num_layers = ToInt(std::max<int64_t>(0, r.Int("--mtp-num-layers").value_or(0)));
+  const std::vector<int> hybrid_segments = ReadHybridFlags(r, m, c.script);
   c.model_complete = m.num_layers > 0 && m.hidden_size > 0 && m.num_attention_heads > 0 &&
                      m.seq_length > 0 && m.kv_channels > 0 && m.ffn_hidden_size > 0 &&
                      m.num_query_groups > 0 && m.num_attention_heads % m.num_query_groups == 0 &&
-                     m.max_position_embeddings >= m.seq_length;
+                     m.max_position_embeddings >= m.seq_length && HybridModelProblem(m).empty();
 
   // Layout.
   ParallelConfig& p = c.parallel;
@@ -810,6 +904,26 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
       r.Add(Severity::kError, "--pipeline-model-parallel-layout",
             "the layout gives the virtual stages: drop --num-layers-per-virtual-pipeline-stage and "
             "--num-virtual-stages-per-pipeline-rank",
+            "");
+    }
+  } else if (!hybrid_segments.empty()) {
+    // The pattern's '|' separators give the stages (arguments.py: virtual stages = segments /
+    // pp).
+    if (hybrid_segments.size() % static_cast<size_t>(p.pp) != 0) {
+      r.Add(Severity::kError, "--hybrid-override-pattern",
+            fmt::format("The number of hybrid pipeline segments described by "
+                        "--hybrid-layer-pattern must be evenly divisible by "
+                        "--pipeline-model-parallel-size. Got {} segments and {}",
+                        hybrid_segments.size(), p.pp),
+            "");
+    } else {
+      p.layout = hybrid_segments;
+      p.virtual_stages = static_cast<int>(hybrid_segments.size()) / p.pp;
+    }
+    if (per_vstage || vstages || p.first_stage_layers > 0 || p.last_stage_layers > 0) {
+      r.Add(Severity::kError, "--hybrid-override-pattern",
+            "If --hybrid-layer-pattern contains pipe separators, the pipeline layout is "
+            "explicitly defined: drop the other pipeline split options",
             "");
     }
   } else if (vstages && *vstages > 0) {
@@ -1132,7 +1246,9 @@ std::vector<std::string> MegatronArgs(const Plan& plan) {
   if (p.last_stage_layers > 0) add("--decoder-last-pipeline-num-layers", p.last_stage_layers);
   if (p.account_for_embedding) a.push_back("--account-for-embedding-in-pipeline-split");
   if (p.account_for_loss) a.push_back("--account-for-loss-in-pipeline-split");
-  if (!p.layout.empty()) {
+  if (!p.layout.empty() && m.hybrid()) {
+    // Written as '|' in the hybrid pattern below.
+  } else if (!p.layout.empty()) {
     add("--pipeline-model-parallel-layout",
         fmt::format("'{}'", PipelineLayoutText(p.layout, m.mtp_num_layers)));
   } else if (p.schedule == Schedule::kInterleaved) {
@@ -1196,8 +1312,10 @@ std::vector<std::string> MegatronArgs(const Plan& plan) {
   add("--seq-length", m.seq_length);
   add("--max-position-embeddings", m.max_position_embeddings);
   if (m.activation == Activation::kSwiglu) a.push_back("--swiglu");
+  if (m.activation == Activation::kSquaredRelu) a.push_back("--squared-relu");
   if (m.normalization == Normalization::kRmsNorm) add("--normalization", "RMSNorm");
   if (m.position_embedding == PositionEmbedding::kRope) add("--position-embedding-type", "rope");
+  if (m.position_embedding == PositionEmbedding::kNone) add("--position-embedding-type", "none");
   if (!m.tied_embeddings) a.push_back("--untie-embeddings-and-output-weights");
   if (!m.add_bias_linear) a.push_back("--disable-bias-linear");
   if (m.hidden_dropout != 0.1) add("--hidden-dropout", m.hidden_dropout);
@@ -1207,6 +1325,24 @@ std::vector<std::string> MegatronArgs(const Plan& plan) {
   }
   if (m.qk_layernorm) a.push_back("--qk-layernorm");
   if (m.mtp_num_layers > 0) add("--mtp-num-layers", m.mtp_num_layers);
+  if (m.hybrid()) {
+    // pretrain_mamba.py's options; the pattern quoted for the shell ('*' is a glob).
+    std::string pattern = m.hybrid_layer_pattern;
+    if (!p.layout.empty()) {
+      pattern.clear();
+      size_t at = 0;
+      for (size_t vs = 0; vs < p.layout.size(); ++vs) {
+        if (vs > 0) pattern += '|';
+        pattern += m.hybrid_layer_pattern.substr(at, p.layout[vs]);
+        at += p.layout[vs];
+      }
+    }
+    add("--hybrid-override-pattern", fmt::format("'{}'", pattern));
+    if (m.mamba_num_heads > 0) add("--mamba-num-heads", m.mamba_num_heads);
+    add("--mamba-head-dim", m.mamba_head_dim);
+    add("--mamba-state-dim", m.mamba_state_dim);
+    add("--mamba-num-groups", m.mamba_num_groups);
+  }
   if (m.multi_latent_attention) {
     a.push_back("--multi-latent-attention");
     if (m.q_lora_rank > 0) add("--q-lora-rank", m.q_lora_rank);

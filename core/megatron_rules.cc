@@ -42,6 +42,8 @@ std::string_view RuleId(Rule rule) {
       return "fsdp-needs-distributed-optimizer";
     case Rule::kFp8Options:
       return "fp8-options";
+    case Rule::kHybridModel:
+      return "hybrid-model";
     case Rule::kScheduleVirtualStages:
       return "schedule-virtual-stages";
   }
@@ -128,6 +130,102 @@ void CheckRules(const ModelSpec& model, const TrainingSpec& training, const Para
           return std::string(
               "use a tensor-parallel size that divides, or is a multiple of, the query groups");
         });
+  }
+
+  // A hybrid model's Mamba mixers split their heads and groups over TP (mamba_mixer.py
+  // MambaMixer.__init__), and over TP x CP with context parallelism (mamba_context_parallel.py).
+  const bool mamba = model.hybrid() && model.mamba_num_heads > 0 &&
+                     model.hybrid_layer_pattern.find('M') != std::string::npos;
+  if (mamba) {
+    const auto hybrid_fail = [&](std::string_view key, const auto& message, const auto& hint) {
+      add(Rule::kHybridModel, key, message, hint);
+    };
+    const int heads = model.mamba_num_heads, groups = model.mamba_num_groups;
+    if (heads % p.tp != 0) {
+      hybrid_fail(
+          "tp",
+          [&] {
+            return fmt::format("nheads must be evenly divisble by tp_size ({} Mamba heads, tp {})",
+                               heads, p.tp);
+          },
+          [] { return std::string("use a tensor-parallel size dividing the Mamba heads"); });
+    } else if (groups % p.tp != 0) {
+      hybrid_fail(
+          "tp",
+          [&] {
+            return fmt::format(
+                "ngroups must be evenly divisible by tp_size ({} Mamba groups, tp {})", groups,
+                p.tp);
+          },
+          [] { return std::string("use a tensor-parallel size dividing the Mamba groups"); });
+    } else if (p.cp > 1 && (heads / p.tp) % p.cp != 0) {
+      hybrid_fail(
+          "cp",
+          [&] {
+            return fmt::format(
+                "nheads must be evenly divisible by tp_size * cp_size ({} Mamba heads, tp {}, "
+                "cp {})",
+                heads, p.tp, p.cp);
+          },
+          [] { return std::string("use tp x cp dividing the Mamba heads"); });
+    } else if (p.cp > 1 && groups / p.tp < p.cp && p.cp % (groups / p.tp) != 0) {
+      hybrid_fail(
+          "cp",
+          [&] {
+            return fmt::format(
+                "cp_size must be evenly divisible by ngroups/tp_size ({} Mamba groups, tp {}, cp "
+                "{})",
+                groups, p.tp, p.cp);
+          },
+          [] {
+            return std::string("use a context-parallel size that the groups per TP rank divide");
+          });
+    } else if (p.cp > 1 && groups / p.tp >= p.cp && (groups / p.tp) % p.cp != 0) {
+      hybrid_fail(
+          "cp",
+          [&] {
+            return fmt::format(
+                "ngroups must be evenly divisible by tp_size * cp_size ({} Mamba groups, tp {}, "
+                "cp {})",
+                groups, p.tp, p.cp);
+          },
+          [] { return std::string("use tp x cp dividing the Mamba groups"); });
+    }
+  }
+  if (model.hybrid()) {
+    // Megatron's hybrid stack takes its pipeline stages from the pattern's '|' separators (here
+    // the layout), or splits its layers evenly (or by the first / last stage counts) over pp
+    // ranks without virtual stages (mamba_hybrid_layer_allocation.py select_pipeline_segment;
+    // mamba_block.py before: no virtual pipeline at all). It does not count the embedding or
+    // the loss as layers.
+    if (p.virtual_stages > 1 && p.layout.empty()) {
+      add(
+          Rule::kHybridModel, "virtual_stages",
+          [] {
+            return std::string(
+                "Virtual pipeline parallelism (vp_stage != None) is not supported when "
+                "hybrid_layer_pattern has no pipe ('|') separators.");
+          },
+          [] {
+            return std::string(
+                "give the stages as a layout (Megatron: '|' separators in the pattern), or use "
+                "one model chunk per pipeline rank");
+          });
+    } else if (p.account_for_embedding || p.account_for_loss) {
+      add(
+          Rule::kHybridModel,
+          p.account_for_embedding ? "account_for_embedding" : "account_for_loss",
+          [] {
+            return std::string(
+                "the hybrid model splits its layers alone: Megatron's hybrid stack does not "
+                "count the embedding or the loss as layers");
+          },
+          [] {
+            return std::string(
+                "drop account_for_embedding / account_for_loss; use first_stage_layers / "
+                "last_stage_layers or a layout");
+          });
+    }
   }
 
   // The layer split (arguments.py validate_args; TransformerConfig.__post_init__;
@@ -517,6 +615,20 @@ void CheckRules(const ModelSpec& model, const TrainingSpec& training, const Para
             },
             [&] { return std::string("keep at most num_layers / pp layers in bf16 at each end"); });
       }
+    }
+    if (mamba &&
+        (2 * model.MambaInnerSize() + 2 * int64_t{model.mamba_num_groups} * model.mamba_state_dim +
+         model.mamba_num_heads) %
+                16 !=
+            0) {
+      add(
+          Rule::kFp8Options, "precision",
+          [] {
+            return std::string(
+                "For FP8, the innermost dimension of the Mamba layer input projection output "
+                "tensor must be a multiple of 16.");
+          },
+          [] { return std::string("train in bf16, or choose Mamba sizes that satisfy it"); });
     }
     if (training.fp8_param_gather && !p.distributed_optimizer) {
       add(

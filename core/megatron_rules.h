@@ -37,6 +37,7 @@ enum class Rule {
   kRecomputeModules,               // --recompute-modules: mla_up_proj needs MLA; FP8's recipes
   kFsdpNeedsDistributedOptimizer,  // Megatron-FSDP v1 runs the distributed optimizer
   kFp8Options,                     // --first-last-layers-bf16 counts, --fp8-param-gather
+  kHybridModel,                    // Mamba heads / groups vs TP and CP; the hybrid layer split
   kScheduleVirtualStages,          // ptdp: interleaved <=> virtual_stages > 1
 };
 inline constexpr int kNumRules = static_cast<int>(Rule::kScheduleVirtualStages) + 1;

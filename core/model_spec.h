@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -9,19 +10,26 @@
 
 namespace ptdp {
 
-enum class Activation { kGelu, kSwiglu };
+// --squared-relu: relu(x)^2, not gated (Nemotron-H's MLPs and experts).
+enum class Activation { kGelu, kSwiglu, kSquaredRelu };
 enum class Normalization { kLayerNorm, kRmsNorm };
-enum class PositionEmbedding { kLearned, kRope };
+// --position-embedding-type: learned_absolute, rope, or none (Nemotron-H: the Mamba layers carry
+// the positions).
+enum class PositionEmbedding { kLearned, kRope, kNone };
 // --moe-router-load-balancing-type: how the router is kept balanced (its cost is the router's
 // small extra work; the balance itself is CostOptions::moe_load_imbalance).
 enum class MoeLoadBalancing { kAuxLoss, kSeqAuxLoss, kSinkhorn, kNone };
 
-inline constexpr EnumName<Activation> kActivationNames[] = {{"gelu", Activation::kGelu},
-                                                            {"swiglu", Activation::kSwiglu}};
+inline constexpr EnumName<Activation> kActivationNames[] = {
+    {"gelu", Activation::kGelu},
+    {"swiglu", Activation::kSwiglu},
+    {"squared_relu", Activation::kSquaredRelu}};
 inline constexpr EnumName<Normalization> kNormalizationNames[] = {
     {"layernorm", Normalization::kLayerNorm}, {"rmsnorm", Normalization::kRmsNorm}};
 inline constexpr EnumName<PositionEmbedding> kPositionEmbeddingNames[] = {
-    {"learned", PositionEmbedding::kLearned}, {"rope", PositionEmbedding::kRope}};
+    {"learned", PositionEmbedding::kLearned},
+    {"rope", PositionEmbedding::kRope},
+    {"none", PositionEmbedding::kNone}};
 
 inline constexpr EnumName<MoeLoadBalancing> kMoeLoadBalancingNames[] = {
     {"aux_loss", MoeLoadBalancing::kAuxLoss},
@@ -38,6 +46,40 @@ inline std::string_view Name(PositionEmbedding p) {
 }
 inline std::string_view Name(MoeLoadBalancing b) {
   return NameOf<MoeLoadBalancing>(kMoeLoadBalancingNames, b);
+}
+
+// What one layer of the decoder stack is. A transformer has one kind of layer, attention and
+// MLP (the MLP a MoE one in a MoE model's MoE layers). A hybrid model (Megatron's MambaModel,
+// --hybrid-override-pattern) has one character per layer, each layer one block with its norm:
+// 'M' a Mamba-2 mixer, '*' self-attention, '-' a dense MLP, 'E' a MoE MLP
+// (megatron/core/ssm/mamba_hybrid_layer_allocation.py Symbols; mamba_layer_specs.py).
+enum class LayerKind : uint8_t {
+  kTransformer,     // attention + dense MLP
+  kMoeTransformer,  // attention + MoE MLP
+  kMamba,           // 'M'
+  kAttention,       // '*'
+  kMlp,             // '-'
+  kMoe,             // 'E'
+};
+inline constexpr int kNumLayerKinds = 6;
+inline constexpr EnumName<LayerKind> kLayerKindNames[] = {
+    {"transformer", LayerKind::kTransformer},
+    {"moe transformer", LayerKind::kMoeTransformer},
+    {"mamba", LayerKind::kMamba},
+    {"attention", LayerKind::kAttention},
+    {"mlp", LayerKind::kMlp},
+    {"moe", LayerKind::kMoe}};
+inline std::string_view Name(LayerKind k) { return NameOf<LayerKind>(kLayerKindNames, k); }
+// What each kind holds.
+constexpr bool HasAttention(LayerKind k) {
+  return k == LayerKind::kTransformer || k == LayerKind::kMoeTransformer ||
+         k == LayerKind::kAttention;
+}
+constexpr bool HasDenseMlp(LayerKind k) {
+  return k == LayerKind::kTransformer || k == LayerKind::kMlp;
+}
+constexpr bool HasExperts(LayerKind k) {
+  return k == LayerKind::kMoeTransformer || k == LayerKind::kMoe;
 }
 
 // One decoder-only transformer. Every field is resolved (no "default" markers): parsers fill
@@ -100,15 +142,53 @@ struct ModelSpec {
   int qk_pos_emb_head_dim = 0;
   int v_head_dim = 0;
 
+  // A hybrid model (--hybrid-override-pattern): one character of "M*-E" per layer, num_layers of
+  // them (LayerKind); "": a transformer. Its MoE layers are the 'E's (moe_layer_freq 1,
+  // moe_first_dense_layers 0); its MLP layers are ffn_hidden_size wide.
+  std::string hybrid_layer_pattern;
+  // The Mamba-2 mixer of the 'M' layers (megatron/core/ssm/mamba_mixer.py; Dao and Gu 2024):
+  // mamba_num_heads heads of mamba_head_dim channels (d_inner = heads x head_dim), the input-
+  // dependent B and C of mamba_state_dim in mamba_num_groups groups shared by the heads, a
+  // depthwise causal convolution of mamba_conv_kernel taps. Megatron's defaults (--mamba-*):
+  // head_dim 64, state 128, 8 groups, heads 2 h / head_dim, kernel 4 (MambaMixer d_conv). The
+  // heads are 0 in a model without Mamba layers.
+  int mamba_num_heads = 0;
+  int mamba_head_dim = 64;
+  int mamba_state_dim = 128;
+  int mamba_num_groups = 8;
+  int mamba_conv_kernel = 4;
+
   bool operator==(const ModelSpec&) const = default;
 
   bool moe() const { return num_experts > 0; }
-  // Whether transformer layer `layer` (0-based, in model order) has MoE experts.
+  bool hybrid() const { return !hybrid_layer_pattern.empty(); }
+  // Whether layer `layer` (0-based, in model order) has MoE experts.
   bool IsMoeLayer(int layer) const {
+    if (hybrid()) {
+      return layer < static_cast<int>(hybrid_layer_pattern.size()) &&
+             hybrid_layer_pattern[layer] == 'E';
+    }
     return num_experts > 0 && layer >= moe_first_dense_layers && layer % moe_layer_freq == 0;
   }
   int NumMoeLayers() const;
+  LayerKind KindOfLayer(int layer) const;
+  // Layers of `kind` in [begin, end).
+  int CountLayers(LayerKind kind, int begin, int end) const;
+  int64_t MambaInnerSize() const { return int64_t{mamba_num_heads} * mamba_head_dim; }
 };
+
+// The LayerKind of a hybrid pattern character; nullopt for anything else.
+std::optional<LayerKind> HybridSymbolKind(char symbol);
+
+// Megatron's hybrid-model checks on a model (mamba_hybrid_layer_allocation.py _allocate_override;
+// mamba_mixer.py MambaMixer.__init__), in Megatron's words where it has them: "" when `model`
+// is a transformer or a hybrid model ptdp can simulate, else what is wrong (the first problem).
+std::string HybridModelProblem(const ModelSpec& model);
+
+// Megatron's pattern from --hybrid-attention-ratio and --hybrid-mlp-ratio (mamba_hybrid_layer_
+// allocation.py _allocate_auto): attention layers evenly spaced, starting and ending with Mamba,
+// then MLP layers evenly among the Mamba ones.
+std::string HybridPatternFromRatios(int num_layers, double attention_ratio, double mlp_ratio);
 
 // A GPT as Megatron builds it by default (and as GPT-2/3 and Narayanan et al. 2021 define it):
 // a 4h GeLU MLP, LayerNorm, learned positions up to `seq_length`, tied embeddings, biases,
@@ -134,8 +214,10 @@ struct ParameterCounts {
   // Of a MoE layer, the parameters one token goes through: attention, router, top-k experts,
   // shared experts, norms.
   int64_t per_moe_layer_active = 0;
-  int64_t transformer = 0;  // the dense layers' per_layer plus the MoE layers' per_moe_layer
-  int64_t mtp = 0;          // the MTP layers: each a layer of the last layer's kind, projection
+  int64_t per_mamba_layer = 0;  // one hybrid 'M' layer (norm and mixer); 0 without them
+  // Every layer (dense per_layer, MoE per_moe_layer; in a hybrid model each layer's block).
+  int64_t transformer = 0;
+  int64_t mtp = 0;  // the MTP layers: each a layer of the last layer's kind, projection
   int64_t final_norm = 0;
   int64_t output_layer = 0;  // V_padded * h when embeddings are untied, else 0
   int64_t total = 0;
@@ -146,6 +228,14 @@ ParameterCounts CountParameters(const ModelSpec& model, int tensor_parallel = 1)
 // one MLP (or expert) of `width`, unsharded.
 int64_t AttentionParameters(const ModelSpec& model);
 int64_t MlpParameters(const ModelSpec& model, int64_t width);
+// One Mamba-2 mixer, unsharded (MambaMixer): in_proj h x (2 d_inner + 2 groups state + heads),
+// the depthwise conv1d over d_inner + 2 groups state channels (kernel taps and a bias each),
+// dt_bias, A_log and D per head, the gated RMSNorm's d_inner weights, out_proj d_inner x h; no
+// linear biases (MambaMixer asserts none).
+int64_t MambaMixerParameters(const ModelSpec& model);
+// One layer of `kind`, all its parameters (`active`: of a MoE layer, those one token goes
+// through: router, top-k experts, shared experts, norm).
+int64_t LayerKindParameters(const ModelSpec& model, LayerKind kind, bool active = false);
 
 // Narayanan et al. 2021 (SC'21), Eq. 2: P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)), for
 // GPT with a 4h GeLU MLP, biases, LayerNorm, tied embeddings and learned positions. It leaves

@@ -163,6 +163,15 @@ void WriteModel(YamlWriter& w, const ModelSpec& m) {
     w.Line("qk_pos_emb_head_dim", std::to_string(m.qk_pos_emb_head_dim));
     w.Line("v_head_dim", std::to_string(m.v_head_dim));
   }
+  if (m.hybrid()) {
+    w.Line("hybrid_layer_pattern", YamlQuote(m.hybrid_layer_pattern),
+           "M Mamba, * attention, - MLP, E MoE");
+    if (m.mamba_num_heads > 0) w.Line("mamba_num_heads", std::to_string(m.mamba_num_heads));
+    w.Line("mamba_head_dim", std::to_string(m.mamba_head_dim));
+    w.Line("mamba_state_dim", std::to_string(m.mamba_state_dim));
+    w.Line("mamba_num_groups", std::to_string(m.mamba_num_groups));
+    w.Line("mamba_conv_kernel", std::to_string(m.mamba_conv_kernel));
+  }
 }
 
 void WriteCluster(YamlWriter& w, const ClusterSpec& c) {
@@ -385,6 +394,43 @@ void ReadMla(const YamlMap& map, ModelSpec& m) {
   }
 }
 
+// A hybrid model's pattern and Mamba mixer (ModelSpec), with Megatron's defaults.
+void ReadHybrid(const YamlMap& map, ModelSpec& m) {
+  constexpr const char* kMambaKeys[] = {"mamba_num_heads", "mamba_head_dim", "mamba_state_dim",
+                                        "mamba_num_groups", "mamba_conv_kernel"};
+  if (!map.Has("hybrid_layer_pattern")) {
+    for (const char* key : kMambaKeys) {
+      if (map.Has(key)) {
+        map.Fail(key, "applies to hybrid models only", "give hybrid_layer_pattern");
+      }
+    }
+    return;
+  }
+  m.hybrid_layer_pattern = map.String("hybrid_layer_pattern");
+  if (m.hybrid_layer_pattern.empty()) {
+    map.Fail("hybrid_layer_pattern", "is empty", "one character of M * - E per layer");
+  }
+  m.mamba_head_dim = map.Has("mamba_head_dim") ? PositiveInt32(map, "mamba_head_dim") : 64;
+  m.mamba_state_dim = map.Has("mamba_state_dim") ? PositiveInt32(map, "mamba_state_dim") : 128;
+  m.mamba_num_groups = map.Has("mamba_num_groups") ? PositiveInt32(map, "mamba_num_groups") : 8;
+  m.mamba_conv_kernel = map.Has("mamba_conv_kernel") ? PositiveInt32(map, "mamba_conv_kernel") : 4;
+  if (map.Has("mamba_num_heads")) {
+    m.mamba_num_heads = PositiveInt32(map, "mamba_num_heads");
+  } else if (m.hybrid_layer_pattern.find('M') != std::string::npos) {
+    // MambaMixer: d_inner = expand (2) x hidden, nheads = d_inner / headdim.
+    if (2 * m.hidden_size % m.mamba_head_dim != 0) {
+      map.Fail("mamba_head_dim", "d_inner must be evenly divisible by headdim",
+               "give mamba_num_heads, or a head size dividing 2 x hidden_size");
+    }
+    m.mamba_num_heads = 2 * m.hidden_size / m.mamba_head_dim;
+  }
+  const std::string problem = HybridModelProblem(m);
+  if (!problem.empty()) {
+    const bool mixer = problem.starts_with("nheads") || problem.starts_with("mamba_");
+    map.Fail(mixer ? "mamba_num_heads" : "hybrid_layer_pattern", problem);
+  }
+}
+
 ModelSpec ReadModel(const YamlMap& map, std::string_view default_name) {
   ModelSpec m;
   m.name = map.OptionalString("name").value_or(std::string(default_name));
@@ -439,6 +485,7 @@ ModelSpec ReadModel(const YamlMap& map, std::string_view default_name) {
   m.mtp_num_layers = CountOr(map, "mtp_num_layers", 0);
   ReadMoe(map, m);
   ReadMla(map, m);
+  ReadHybrid(map, m);
   map.RejectUnknownKeys();
   return m;
 }

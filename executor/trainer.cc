@@ -186,6 +186,22 @@ std::vector<std::string> CheckExecutable(const Plan& plan, const ExecuteOptions&
         "the core attention only; use recompute_modules: \"core_attn\" (or drop the key)",
         RecomputeModulesText(p.recompute_modules)));
   }
+  if (m.hybrid()) {
+    out.push_back(fmt::format(
+        "model.hybrid_layer_pattern: hybrid models (Mamba, attention-only, MLP-only and MoE-only "
+        "layers, \"{}\") are not implemented by the CPU executor; use a transformer",
+        m.hybrid_layer_pattern));
+  }
+  if (m.activation == Activation::kSquaredRelu) {
+    out.push_back(
+        "model.activation: squared_relu is not implemented by the CPU executor; use gelu or "
+        "swiglu");
+  }
+  if (m.position_embedding == PositionEmbedding::kNone) {
+    out.push_back(
+        "model.position_embedding: none (no position embedding) is not implemented by the CPU "
+        "executor; use learned or rope");
+  }
   if (m.mtp_num_layers > 0) {
     out.push_back(fmt::format(
         "model.mtp_num_layers: {} multi-token prediction layers are not implemented by the CPU "

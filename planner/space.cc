@@ -257,6 +257,9 @@ int64_t EnumerateConfigs(const ModelSpec& model, const TrainingSpec& training, i
           splits.push_back(ParallelConfig{.layout = *c.layout});
         } else {
           for (const ParallelConfig& s : PipelineSplits(L, static_cast<int>(pp))) {
+            // A hybrid model's stack splits its layers alone (the rules refuse the account-for
+            // options there).
+            if (model.hybrid() && (s.account_for_embedding || s.account_for_loss)) continue;
             if (!c.uneven || *c.uneven == UnevenSplit(s)) splits.push_back(s);
           }
           if (splits.empty() && (!c.uneven || !*c.uneven)) splits.push_back(ParallelConfig{});
@@ -273,6 +276,13 @@ int64_t EnumerateConfigs(const ModelSpec& model, const TrainingSpec& training, i
               // Without a pipeline, zb-h1 and gpipe run exactly as 1f1b: not distinct candidates.
               if (pp == 1 && (schedule == Schedule::kZbH1 || schedule == Schedule::kGpipe) &&
                   Contains(c.schedules, Schedule::k1F1B)) {
+                continue;
+              }
+              // A hybrid model has virtual stages only with a layout (Megatron: '|' in its
+              // pattern); without one, interleaving is examined only when the user asks for it
+              // (to say why not).
+              if (model.hybrid() && schedule == Schedule::kInterleaved && split.layout.empty() &&
+                  !c.virtual_stages && c.schedules.size() > 1) {
                 continue;
               }
               std::vector<int64_t> vs = {1};

@@ -10,11 +10,12 @@
 // (PipelineSplits); schedules 1f1b, zb-h1, and interleaved with every v > 1 dividing each
 // stage's layers; sequence parallelism on or off; recompute none, selective or full; data-
 // parallel sharding: none, the distributed optimizer, Megatron-FSDP optim_grads and
-// optim_grads_params. Duplicates are left out: zb-h1 and gpipe at pp = 1 run exactly as 1f1b,
-// sharding at dp = 1 shards nothing, Megatron-FSDP optim is the distributed optimizer's memory
-// and traffic (unless a constraint asks for them). Each candidate is checked against
-// Megatron-LM's rules (core/megatron_rules.h); the ones that break a rule are counted under the
-// first rule they break, in Megatron's order.
+// optim_grads_params. A hybrid (Mamba) model splits its layers evenly or by first / last stage
+// counts, and interleaves only with a layout (Megatron's hybrid stack). Duplicates are left out:
+// zb-h1 and gpipe at pp = 1 run exactly as 1f1b, sharding at dp = 1 shards nothing, Megatron-FSDP
+// optim is the distributed optimizer's memory and traffic (unless a constraint asks for them). Each
+// candidate is checked against Megatron-LM's rules (core/megatron_rules.h); the ones that break a
+// rule are counted under the first rule they break, in Megatron's order.
 #pragma once
 
 #include <cstdint>

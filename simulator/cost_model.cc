@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <new>
 #include <optional>
+#include <type_traits>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -172,11 +174,11 @@ struct LayerCost {
 
 LayerCost CostOfLayer(const ModelSpec& m, const ClusterSpec& c, const TrainingSpec& training,
                       const ParallelConfig& p, const CostOptions& options, const KernelTimer& timer,
-                      const GroupPlacements& groups, bool fp8_layer, bool moe_layer) {
+                      const GroupPlacements& groups, bool fp8_layer, LayerKind kind) {
   const Precision precision = training.precision;
   const bool bf16_layer = precision == Precision::kFp8 && !fp8_layer;
   const LayerWork layer =
-      TransformerLayerWork(m, p, precision, options, bf16_layer, training.fp8_recipe, moe_layer);
+      LayerKindWork(m, p, precision, options, kind, bf16_layer, training.fp8_recipe);
   const PassTimes lf = Times(timer, c, layer.forward, groups);
   const PassTimes lb = Times(timer, c, layer.backward_input, groups);
   const PassTimes lw = Times(timer, c, layer.backward_weight, groups);
@@ -207,11 +209,13 @@ LayerCost CostOfLayer(const ModelSpec& m, const ClusterSpec& c, const TrainingSp
     k.comm_bytes[g] = lf.comm_bytes[g] + lr.comm_bytes[g] + lb.comm_bytes[g] + lw.comm_bytes[g];
   }
   k.recompute = lr.total();
-  k.activation_bytes = LayerActivationBytes(m, p, precision, options, bf16_layer, moe_layer);
+  k.activation_bytes = LayerActivationBytes(m, p, precision, options, bf16_layer, kind);
   k.weight_grad_activation_bytes =
-      LayerWeightGradActivationBytes(m, p, precision, bf16_layer, moe_layer);
+      LayerWeightGradActivationBytes(m, p, precision, bf16_layer, kind);
   return k;
 }
+
+static_assert(std::is_trivially_destructible_v<LayerCost>);
 
 // Megatron's default DDP bucket: max(40,000,000, 1,000,000 x dp) parameters
 // (megatron/core/distributed/distributed_data_parallel_config.py, training.py).
@@ -250,7 +254,7 @@ EndParts CostOfEnds(const ModelSpec& m, const ClusterSpec& c, const TrainingSpec
 // software (LayerCostCache).
 struct PartKey {
   int tp, cp, cp_comm, micro_batch_size;
-  int part;       // 4 moe + 2 fp8 + recompute for a layer kind; 8: the embedding and output parts
+  int part;  // 4 kind + 2 fp8 + recompute for a layer kind; kEndsPart: the embedding and output
   int recompute;  // the granularity of a recomputing layer kind, selective's modules << 4
   bool sequence_parallel, split_backward, tp_overlap, pipelined;
   int dispatcher, ep, etp;  // MoE: the token dispatcher and the expert grid
@@ -278,7 +282,7 @@ struct PartKeyHash {
   }
 };
 
-constexpr int kEndsPart = 8;
+constexpr int kEndsPart = ChunkLayers::kSlots;
 
 // Collectives' bytes by CommGroup into a stage's breakdown.
 void AddCommBytes(const std::array<double, kCommGroups>& bytes, StageBreakdown& br) {
@@ -395,26 +399,34 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
   if (shared == nullptr) own_timer.emplace(c, precision, options);
   const KernelTimer& timer = shared != nullptr ? shared->Bind(m, c, training, options) : *own_timer;
 
-  // One cost per layer kind [moe][fp8][recompute], computed when a chunk first has such layers.
-  LayerCost layer[2][2][2];
-  bool have[2][2][2] = {};
+  // One cost per layer slot [kind][fp8][recompute], computed when a chunk first has such
+  // layers (kept by pointer: most configurations meet two or three of the slots).
+  const LayerCost* layer[ChunkLayers::kSlots] = {};
+  // Without a cache, the costs live here, each constructed when first needed (LayerCost is
+  // plain doubles: nothing to destroy).
+  union OwnLayers {
+    OwnLayers() {}
+    LayerCost slot[ChunkLayers::kSlots];
+  } own_layers;
+  int own_used = 0;
   const auto cost_of = [&](int e, int f, int r) -> const LayerCost& {
-    if (!have[e][f][r]) {
+    const int slot = 4 * e + 2 * f + r;
+    if (layer[slot] == nullptr) {
       ParallelConfig q = p;
       if (r == 0) q.recompute = Recompute::kNone;
+      const LayerKind kind = static_cast<LayerKind>(e);
       if (shared != nullptr) {
-        const auto [it, inserted] =
-            shared->layers.try_emplace(KeyOf(q, options, groups, 4 * e + 2 * f + r));
+        const auto [it, inserted] = shared->layers.try_emplace(KeyOf(q, options, groups, slot));
         if (inserted) {
-          it->second = CostOfLayer(m, c, training, q, options, timer, groups, f == 1, e == 1);
+          it->second = CostOfLayer(m, c, training, q, options, timer, groups, f == 1, kind);
         }
-        layer[e][f][r] = it->second;
+        layer[slot] = &it->second;
       } else {
-        layer[e][f][r] = CostOfLayer(m, c, training, q, options, timer, groups, f == 1, e == 1);
+        layer[slot] = new (&own_layers.slot[own_used++])
+            LayerCost(CostOfLayer(m, c, training, q, options, timer, groups, f == 1, kind));
       }
-      have[e][f][r] = true;
     }
-    return layer[e][f][r];
+    return *layer[slot];
   };
 
   std::optional<EndParts> own_ends;
@@ -457,15 +469,24 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
   const bool fsdp_params = p.fsdp == Fsdp::kOptimGradsParams;
   const double gbytes = GradientBytes(precision, options);
   const double ebytes = BytesPerElement(precision);
-  const double layer_params = LayerParameters(m, p.tp);
-  const MoeLayerParams moe_params = m.moe() ? MoeLayerParameters(m, p) : MoeLayerParams{};
-  const double moe_layer_params = moe_params.dense + moe_params.experts;
+  // Each layer kind's parameters on this GPU, computed when first met.
+  LayerParams kind_params[kNumLayerKinds];
+  bool have_params[kNumLayerKinds] = {};
+  const auto params_of = [&](int kind) -> const LayerParams& {
+    if (!have_params[kind]) {
+      kind_params[kind] = LayerKindParams(m, p, static_cast<LayerKind>(kind));
+      have_params[kind] = true;
+    }
+    return kind_params[kind];
+  };
   // An MTP layer (CountParameters): the last layer's kind, and its projection and norms.
-  const int mtp_kind = m.IsMoeLayer(m.num_layers - 1) ? 1 : 0;
+  const int mtp_kind = static_cast<int>(m.IsMoeLayer(m.num_layers - 1) ? LayerKind::kMoeTransformer
+                                                                       : LayerKind::kTransformer);
   const int mtp_fp8 =
       training.precision == Precision::kFp8 && training.fp8_bf16_layers_at_end == 0 ? 1 : 0;
   const double mtp_extra = 2.0 * m.hidden_size * m.hidden_size / p.tp + 3.0 * m.hidden_size;
-  const double mtp_params = (mtp_kind ? moe_layer_params : layer_params) + mtp_extra;
+  const double mtp_params =
+      m.mtp_num_layers > 0 ? params_of(mtp_kind).total() + mtp_extra : mtp_extra;
   const auto fsdp_gather = [&](double params) {
     return fsdp_params ? CollectiveTime(c, Collective::kAllGather, params * ebytes, dp) : 0.0;
   };
@@ -488,18 +509,21 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
   bool have_sums = false;
   const bool uniform = UniformChunks(m, training, p);
   const ChunkKinds chunk_kinds(m, training, p);
+  const int kind_end = LayerKindEnd(m);
   const auto same = [](const ChunkLayers& a, const ChunkLayers& b) { return a == b; };
   for (int chunk = 0, vs = 0; chunk < v; ++chunk) {
     for (int r = 0; r < pp; ++r, ++vs) {
       const bool first = vs == 0, last = vs == vstages - 1;
       ChunkCosts ch;
       StageBreakdown& br = est.stages[r];
+      // With uniform chunks every chunk is the first's (no comparison).
       const ChunkLayers k = uniform && have_sums ? sums.kinds : chunk_kinds(vs);
-      if (!have_sums || !same(k, sums.kinds)) {
+      if (!have_sums || (!uniform && !same(k, sums.kinds))) {
         sums = LayerSums{.kinds = k};
-        for (int kind = 0; kind < 8; ++kind) {
-          const int e = kind / 4, f = kind / 2 % 2, rc = kind % 2;
-          {
+        for (int e = 0; e < kind_end; ++e) {
+          if (k.OfKind(static_cast<LayerKind>(e)) == 0) continue;
+          for (int slot = 0; slot < 4; ++slot) {
+            const int f = slot / 2, rc = slot % 2;
             const double n = k.count[e][f][rc];
             if (n == 0) continue;
             const LayerCost& l = cost_of(e, f, rc);
@@ -525,7 +549,7 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
             s.b_dispatch += n * l.b_dispatch;
             s.b_combine += n * l.b_combine;
             for (int g = 0; g < kCommGroups; ++g) s.comm_bytes[g] += n * l.comm_bytes[g];
-            sums.params += n * (e == 1 ? moe_layer_params : layer_params);
+            sums.params += n * params_of(e).total();
           }
         }
         have_sums = true;
@@ -626,31 +650,34 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
   // Per stage, once per step.
   const BytesPerParameter per_param = BytesPerParam(training, p, options);
   const double opt_bytes = OptimizerBytesPerParam(training, options);
-  const double linear_weights = LayerLinearWeights(m, p.tp);
   const bool shard_optimizer = p.distributed_optimizer || p.fsdp != Fsdp::kNone;
   const double bucket = BucketParameters(p, options);
   const BytesPerParameter expert_per_param =
       m.moe() ? BytesPerParam(training, p, options, p.expert_dp()) : BytesPerParameter{};
   const auto stage_costs = [&](int r) {
     StageCosts st;
-    // The stage's layers by kind: dense and MoE, and of them in FP8.
-    double dense = 0, moe = 0, fp8_dense = 0, fp8_moe = 0;
+    // The stage's layers by kind: parameters reduced over dp x cp (dense) and over the expert
+    // data-parallel group (experts), and the FP8 layers' linear weights and experts.
+    double dense_params = 0, expert_params = 0, fp8_weights = 0, fp8_experts = 0;
     for (int ch = 0; ch < v; ++ch) {
       const ChunkLayers k = uniform ? sums.kinds : chunk_kinds(ch * pp + r);
-      moe += k.moe();
-      dense += k.total() - k.moe();
-      fp8_moe += k.count[1][1][0] + k.count[1][1][1];
-      fp8_dense += k.count[0][1][0] + k.count[0][1][1];
+      for (int e = 0; e < kind_end; ++e) {
+        const int n = k.OfKind(static_cast<LayerKind>(e));
+        if (n == 0) continue;
+        const LayerParams& lp = params_of(e);
+        const int n_fp8 = k.count[e][1][0] + k.count[e][1][1];
+        dense_params += n * lp.dense;
+        expert_params += n * lp.experts;
+        fp8_weights += n_fp8 * lp.linear_weights;
+        fp8_experts += n_fp8 * lp.experts;
+      }
     }
-    // Parameters reduced over dp x cp (dense) and over the expert data-parallel group (experts).
     const double mtp = r == pp - 1 ? m.mtp_num_layers : 0;
-    const double params = dense * layer_params + moe * moe_params.dense +
-                          (r == 0 ? ends->emb_parameters : 0) +
+    const LayerParams& mtp_layer = mtp > 0 ? params_of(mtp_kind) : kind_params[0];
+    const double params = dense_params + (r == 0 ? ends->emb_parameters : 0) +
                           (r == pp - 1 ? ends->out_parameters : 0) +
-                          mtp * ((mtp_kind ? moe_params.dense : layer_params) + mtp_extra);
-    const double experts = (moe + (mtp_kind ? mtp : 0)) * moe_params.experts;
-    const double fp8_weights = fp8_dense * linear_weights + fp8_moe * moe_params.linear_weights;
-    const double fp8_experts = fp8_moe * moe_params.experts;
+                          mtp * (mtp_layer.dense + mtp_extra);
+    const double experts = expert_params + mtp * mtp_layer.experts;
     // The step's parameter all-gather moves 16-bit weights, or FP8 ones for the FP8 linears
     // with --fp8-param-gather.
     const double fp8_gathered = training.fp8_param_gather ? 1 : 0;

@@ -21,7 +21,8 @@
 // also carries the profile's host.microbatch_overhead_us.
 // With an uneven split (core SplitLayers) each chunk has its own layer count, and in fp8
 // training the layers kept in bf16 and, with --recompute-num-layers, the layers that recompute
-// cost their own (layer_work.h ChunkLayerKinds). Megatron-FSDP's per-layer gathers and
+// cost their own (layer_work.h ChunkLayerKinds), as do a hybrid model's Mamba, attention, MLP and
+// MoE layers, each chunk its share of the pattern. Megatron-FSDP's per-layer gathers and
 // reduce-scatters (optim_grads, optim_grads_params) run beside the passes; what they do not
 // hide is added to F and W.
 // And each StageCosts: the data-parallel gradient all-reduce (distributed optimizer: reduce-
@@ -77,7 +78,7 @@ struct StepEstimate {
   double hardware_flops = 0;           // per step, all GPUs, with recomputation
 };
 
-// What EstimateStep works out for a transformer layer of each kind, and for the embedding and
+// What EstimateStep works out for a layer of each kind, and for the embedding and
 // output parts, depends on fewer knobs than the whole configuration: tp, cp and its exchange,
 // the micro-batch, sequence parallelism, recompute, whether the backward is split (zb-h1), TP
 // communication overlap, whether pp > 1 (the output layer's copy of a tied embedding) and where

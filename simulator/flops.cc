@@ -1,6 +1,10 @@
 #include "simulator/flops.h"
 
 #include <algorithm>
+#include <array>
+#include <cmath>
+
+#include "simulator/layer_work.h"
 
 namespace ptdp {
 double KorthikantiModelFlops(const ModelSpec& m, int64_t batch) {
@@ -44,13 +48,32 @@ double AttentionForwardFlops(const ModelSpec& m) {
 }
 
 double LayerForwardFlops(const ModelSpec& m, bool moe_layer) {
-  if (moe_layer && m.moe()) {
-    const double s = m.seq_length, h = m.hidden_size;
-    return AttentionForwardFlops(m) + 2 * s * h * m.num_experts  // router
-           + m.moe_router_topk * MlpForwardFlops(m, m.moe_ffn_hidden_size) +
-           MlpForwardFlops(m, m.moe_shared_expert_intermediate_size);
+  return LayerKindForwardFlops(
+      m, moe_layer && m.moe() ? LayerKind::kMoeTransformer : LayerKind::kTransformer);
+}
+
+double MambaForwardFlops(const ModelSpec& m) {
+  const double s = m.seq_length, h = m.hidden_size;
+  const double heads = m.mamba_num_heads, inner = static_cast<double>(m.MambaInnerSize());
+  const double in_width = 2 * inner + 2.0 * m.mamba_num_groups * m.mamba_state_dim + heads;
+  const double chunks = std::ceil(s / kMambaChunkSize);
+  const SsdScan scan =
+      SsdScanWork(s, chunks, heads, m.mamba_head_dim, m.mamba_state_dim, m.mamba_num_groups, 2);
+  return 2 * s * h * in_width + scan.forward_flops + 2 * s * inner * h;
+}
+
+double LayerKindForwardFlops(const ModelSpec& m, LayerKind kind) {
+  const double s = m.seq_length, h = m.hidden_size;
+  double flops = 0;
+  if (HasAttention(kind)) flops += AttentionForwardFlops(m);
+  if (HasDenseMlp(kind)) flops += MlpForwardFlops(m, m.ffn_hidden_size);
+  if (HasExperts(kind) && m.moe()) {
+    flops += 2 * s * h * m.num_experts  // router
+             + m.moe_router_topk * MlpForwardFlops(m, m.moe_ffn_hidden_size) +
+             MlpForwardFlops(m, m.moe_shared_expert_intermediate_size);
   }
-  return AttentionForwardFlops(m) + MlpForwardFlops(m, m.ffn_hidden_size);
+  if (kind == LayerKind::kMamba) flops += MambaForwardFlops(m);
+  return flops;
 }
 
 double CoreAttentionForwardFlops(const ModelSpec& m) {
@@ -68,46 +91,81 @@ double OutputForwardFlops(const ModelSpec& m) {
 
 bool CausalHalving(const CostOptions& options) { return options.stack == SoftwareStack::kCore; }
 
+namespace {
+
+// The layers of each kind.
+std::array<int, kNumLayerKinds> LayerKindCounts(const ModelSpec& m) {
+  std::array<int, kNumLayerKinds> counts{};
+  if (m.hybrid()) {
+    for (int i = 0; i < m.num_layers; ++i) ++counts[static_cast<int>(m.KindOfLayer(i))];
+  } else {
+    const int moe = m.NumMoeLayers();
+    counts[static_cast<int>(LayerKind::kMoeTransformer)] = moe;
+    counts[static_cast<int>(LayerKind::kTransformer)] = m.num_layers - moe;
+  }
+  return counts;
+}
+
+// The forward products of all layers (the s x s ones halved with `halving`) and the layers
+// with attention.
+struct LayersForward {
+  double flops = 0;
+  int attention_layers = 0;
+};
+LayersForward LayersForwardFlops(const ModelSpec& m, bool halving) {
+  const std::array<int, kNumLayerKinds> counts = LayerKindCounts(m);
+  LayersForward out;
+  for (int k = 0; k < kNumLayerKinds; ++k) {
+    if (counts[k] == 0) continue;
+    const LayerKind kind = static_cast<LayerKind>(k);
+    out.flops += counts[k] * LayerKindForwardFlops(m, kind);
+    if (HasAttention(kind)) out.attention_layers += counts[k];
+  }
+  if (halving) out.flops -= out.attention_layers * CoreAttentionForwardFlops(m);
+  return out;
+}
+
+}  // namespace
+
 double ModelFlopsPerStep(const ModelSpec& m, const TrainingSpec& training,
                          const CostOptions& options) {
   const double attention = CausalHalving(options) ? CoreAttentionForwardFlops(m) : 0;
-  const double moe = m.NumMoeLayers();
   // With multi-token prediction, each MTP layer: a layer of the last layer's kind, its 2h -> h
   // projection and the LM head again.
   const double mtp =
-      m.mtp_num_layers *
-      (LayerForwardFlops(m, m.IsMoeLayer(m.num_layers - 1)) - attention +
-       2.0 * m.seq_length * 2 * m.hidden_size * m.hidden_size + OutputForwardFlops(m));
-  const double forward = (m.num_layers - moe) * LayerForwardFlops(m) +
-                         moe * LayerForwardFlops(m, true) - m.num_layers * attention +
-                         OutputForwardFlops(m) + mtp;
+      m.mtp_num_layers > 0
+          ? m.mtp_num_layers *
+                (LayerForwardFlops(m, m.IsMoeLayer(m.num_layers - 1)) - attention +
+                 2.0 * m.seq_length * 2 * m.hidden_size * m.hidden_size + OutputForwardFlops(m))
+          : 0;
+  const double forward =
+      LayersForwardFlops(m, CausalHalving(options)).flops + OutputForwardFlops(m) + mtp;
   return 3 * forward * static_cast<double>(training.global_batch_size);
 }
 
 double HardwareFlopsPerStep(const ModelSpec& m, const TrainingSpec& training,
                             const ParallelConfig& parallel, const CostOptions& options) {
-  // The recomputed forward products of one layer: all of them (full), or the two s x s ones
-  // (selective), with the s x s ones halved as the model FLOPs count them.
+  // The recomputed forward products: a layer's all (full), with the s x s ones halved as the
+  // model FLOPs count them (a hybrid or MoE model's full recompute: the mean layer's); or the
+  // two s x s ones of each layer with attention (selective).
   const double attention = (CausalHalving(options) ? 1 : 2) * CoreAttentionForwardFlops(m);
-  // (A MoE model's full recompute: the mean layer's.)
-  const double moe = m.NumMoeLayers();
-  const double mean_layer =
-      ((m.num_layers - moe) * LayerForwardFlops(m) + moe * LayerForwardFlops(m, true)) /
-      m.num_layers;
-  const double per_layer = parallel.recompute == Recompute::kFull
-                               ? mean_layer - 2 * CoreAttentionForwardFlops(m) + attention
-                           : parallel.recompute == Recompute::kSelective ? attention
-                                                                         : 0;
-  // The layers that recompute: all, or the first recompute_num_layers of each chunk.
-  double recomputed = m.num_layers;
-  if (parallel.recompute == Recompute::kFull && parallel.recompute_num_layers > 0) {
-    recomputed = 0;
-    for (int n : SplitLayers(m.num_layers, parallel).layers) {
-      recomputed += std::min(n, parallel.recompute_num_layers);
+  const LayersForward layers = LayersForwardFlops(m, CausalHalving(options));
+  double recomputed_flops = 0;
+  if (parallel.recompute == Recompute::kFull) {
+    // The layers that recompute: all, or the first recompute_num_layers of each chunk.
+    double recomputed = m.num_layers;
+    if (parallel.recompute_num_layers > 0) {
+      recomputed = 0;
+      for (int n : SplitLayers(m.num_layers, parallel).layers) {
+        recomputed += std::min(n, parallel.recompute_num_layers);
+      }
     }
+    recomputed_flops = recomputed * layers.flops / m.num_layers;
+  } else if (parallel.recompute == Recompute::kSelective) {
+    recomputed_flops = layers.attention_layers * attention;
   }
   return ModelFlopsPerStep(m, training, options) +
-         recomputed * per_layer * static_cast<double>(training.global_batch_size);
+         recomputed_flops * static_cast<double>(training.global_batch_size);
 }
 
 double Mfu(double model_flops, double step_time_s, int64_t num_gpus, double peak_flops) {

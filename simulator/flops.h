@@ -5,7 +5,8 @@
 // layout recomputes. For GPT (4h GeLU MLP, tied embeddings) and one step of B sequences:
 //   model:     72 B s L h^2 (1 + s/(6h) + V/(12 h L))      Korthikanti et al. 2022, appendix A
 //   full recompute: 96 B s L h^2 (1 + s/(6h) + V/(16 L h))  Narayanan et al. 2021, equation 3
-// Both count the s x s attention products in full and leave out element-wise work. Megatron-
+// Both count the s x s attention products in full and leave out element-wise work (and a
+// Mamba layer's convolution; its scan's chunk products count). Megatron-
 // Core's logging (since 2025-03) and Megatron-Bridge's tables halve the two s x s products for
 // the causal mask; the model FLOPs of the core stack (CostOptions) are counted so.
 #pragma once
@@ -30,8 +31,14 @@ double NarayananEq3Flops(const ModelSpec& model, int64_t global_batch_size);
 // (a test checks it).
 // `moe_layer`: one of a MoE model's MoE layers (router, top-k experts, shared experts).
 double LayerForwardFlops(const ModelSpec& model, bool moe_layer = false);
+// One layer of `kind`: its blocks' products (attention, dense MLP, router and top-k and shared
+// experts), or a Mamba layer's (MambaForwardFlops).
+double LayerKindForwardFlops(const ModelSpec& model, LayerKind kind);
+// A Mamba-2 layer: in_proj 2 s h (2 d_inner + 2 g N + heads), out_proj 2 s d_inner h, and the
+// SSD scan's chunk products (layer_work.h SsdScanWork, chunks of 128).
 double AttentionForwardFlops(const ModelSpec& model);  // projections and core attention
 double CoreAttentionForwardFlops(const ModelSpec& model);
+double MambaForwardFlops(const ModelSpec& model);
 double OutputForwardFlops(const ModelSpec& model);
 
 // The model and hardware FLOPs for any model: 3 x the forward matrix-product FLOPs of the whole

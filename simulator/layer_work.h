@@ -43,6 +43,19 @@
 //  - allgather: K and V all-gathered before the kernel (again in the backward) and their
 //    gradients reduce-scattered after its backward; the kernel on the local queries.
 //
+// Hybrid models (ModelSpec::hybrid_layer_pattern) have one block per layer, each with its norm
+// and residual add: an attention layer is the attention half above, an MLP or MoE layer the MLP
+// half, and a Mamba layer is Megatron's MambaLayer (megatron/core/ssm/mamba_layer.py,
+// mamba_mixer.py with the memory-efficient path, mamba_ssm's mamba_split_conv1d_scan_combined):
+// the norm, in_proj (a column-parallel linear h -> 2 d_inner + 2 g N + heads: z, x, B, C, dt),
+// the depthwise causal conv1d with SiLU over x, B and C (memory-bound), the SSD chunked scan
+// (SsdScanWork below; the output gated by silu(z)), the grouped RMSNorm over d_inner
+// (memory-bound), out_proj (row-parallel d_inner -> h), bias-dropout-add. Tensor parallelism
+// splits the heads and groups (d_inner / t, g / t per GPU); with context parallelism each GPU
+// scans all s tokens of heads / cp heads after an all-to-all of z x B C dt, and an all-to-all
+// returns the output (mamba_context_parallel.py). Its backward recomputes the convolution and
+// the scan's chunk states (the combined kernel saves only its input and ungated output).
+//
 // Sizes (per GPU, one micro-batch): s sequence (s / cp with context parallelism), b micro-batch,
 // h hidden, T = s b tokens, T_n = T / t in the sequence-parallel regions (T without sequence
 // parallelism), e bytes per element of the training precision (2 for fp8 training), masks 1
@@ -52,6 +65,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "core/cost_options.h"
@@ -69,7 +83,11 @@ enum class WorkKind : uint8_t {
   kGroupedGemm,  // MoE experts: `gemm.batch` groups of m rows each (op_time.h GroupedGemmTime)
   kMemory,
   kAttentionForward,
-  kAttentionBackward
+  kAttentionBackward,
+  // The Mamba-2 SSD chunked scan: batched chunk-sized matrix products, `gemm` the chunk shape
+  // (chunk x head_dim x state, batch = chunks x heads); timed by roofline, max(flops / (16-bit
+  // peak x the GEMM table's efficiency at that shape), bytes / achieved HBM bandwidth).
+  kScan
 };
 
 // One kernel. (No default member initializers: PassWork's unused slots stay uninitialised, so
@@ -187,6 +205,37 @@ LayerWork TransformerLayerWork(const ModelSpec& model, const ParallelConfig& par
                                bool bf16_layer = false, Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed,
                                bool moe_layer = false);
 
+// One layer of `kind` (ModelSpec::KindOfLayer): a transformer layer (TransformerLayerWork), or
+// a hybrid model's Mamba, attention-only, MLP-only or MoE-only layer. Recompute: full redoes
+// the layer's forward; selective the core attention of the layers that have one.
+LayerWork LayerKindWork(const ModelSpec& model, const ParallelConfig& parallel, Precision precision,
+                        const CostOptions& options, LayerKind kind, bool bf16_layer = false,
+                        Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed);
+
+// The SSD chunked scan of Mamba-2 (Dao and Gu 2024, "Transformers are SSMs", section 6: the
+// chunked algorithm; mamba_ssm ops/triton/ssd_combined.py _mamba_chunk_scan_combined_fwd/_bwd)
+// over `tokens` tokens in `chunks` chunks of Q (the last of each sequence possibly partial), for
+// `heads` heads of P channels, states of N, `groups` groups of B and C; e bytes per element. Per
+// token, forward: C B^T inside the chunk (2 Q N per group, _bmm_chunk_fwd), the chunk states
+// B^T x (2 N P per head, _chunk_state_fwd), the outputs C states (2 N P per head) and the
+// causal intra-chunk product (CB) x (Q P per head: half of 2 Q P, _chunk_scan_fwd):
+//   flops_f = T (2 Q N g + Q P h + 4 N P h).
+// Backward: the recomputed CB and chunk states (2 Q N g + 2 N P h), then dstates, dx (its
+// state and intra-chunk parts), dB, dC (2 N P h each, dx's intra-chunk Q P h), dCB and the
+// stable ddA (Q P h each), the two bmm backwards (4 Q N g):
+//   flops_b = T (6 Q N g + 3 Q P h + 10 N P h).
+// Bytes, kernel by kernel (S = chunks h P N state elements, written in fp32 by the chunk-state
+// kernel and read back by state passing, which writes them in 16 bits; CB in fp32; dt and its
+// cumulative sums in fp32):
+//   bytes_f = e T (5 h P + 4 g N) + S (8 + 2 e) + 8 T g Q + T h (e + 24)
+//   bytes_b = e T (16 h P + 15 g N) + S (24 + 5 e) + 24 T g Q + 64 T h.
+struct SsdScan {
+  double forward_flops = 0, forward_bytes = 0, backward_flops = 0, backward_bytes = 0;
+};
+inline constexpr int kMambaChunkSize = 128;  // MambaMixer's chunk_size
+SsdScan SsdScanWork(double tokens, double chunks, double heads, double head_dim, double state,
+                    double groups, double bytes_per_element, double chunk = kMambaChunkSize);
+
 // Before the first layer (virtual stage 0): vocabulary-parallel word-embedding lookup with its
 // tensor-parallel reduction, learned position embedding, embedding dropout; the backward
 // accumulates the embedding gradients (W). Never recomputed; bf16 in fp8 training.
@@ -200,22 +249,38 @@ LayerWork EmbeddingWork(const ModelSpec& model, const ParallelConfig& parallel, 
 LayerWork OutputWork(const ModelSpec& model, const ParallelConfig& parallel, Precision precision,
                      const CostOptions& options);
 
-// The transformer layers of each virtual stage (core SplitLayers) by kind,
-// count[moe][fp8][recompute]: whether the layer is one of a MoE model's MoE layers, whether its
-// linears run in FP8 (fp8 training, outside the first / last layers kept in bf16) and whether
-// it recomputes (the configuration's recompute granularity; with the block method, only the
-// first recompute_num_layers of each chunk).
+// The layers of each virtual stage (core SplitLayers) by kind, count[kind][fp8][recompute]:
+// the layer's LayerKind (a transformer layer, dense or MoE; a hybrid model's Mamba, attention,
+// MLP or MoE layer), whether its linears run in FP8 (fp8 training, outside the first / last
+// layers kept in bf16) and whether it recomputes (the configuration's recompute granularity;
+// with the block method, only the first recompute_num_layers of each chunk).
 struct ChunkLayers {
-  int count[2][2][2] = {{{0, 0}, {0, 0}}, {{0, 0}, {0, 0}}};
+  static constexpr int kSlots = kNumLayerKinds * 4;
+  int16_t count[kNumLayerKinds][2][2] = {};  // 16 bits: 48 bytes, zeroed without rep stos
+  int Slot(int slot) const { return (&count[0][0][0])[slot]; }  // slot = 4 kind + 2 fp8 + rc
   int total() const {
     int n = 0;
-    for (int k = 0; k < 8; ++k) n += count[k / 4][k / 2 % 2][k % 2];
+    for (int k = 0; k < kSlots; ++k) n += (&count[0][0][0])[k];
     return n;
   }
-  int fp8() const { return count[0][1][0] + count[0][1][1] + count[1][1][0] + count[1][1][1]; }
-  int moe() const { return count[1][0][0] + count[1][0][1] + count[1][1][0] + count[1][1][1]; }
+  int OfKind(LayerKind kind) const {
+    const int k = static_cast<int>(kind);
+    return count[k][0][0] + count[k][0][1] + count[k][1][0] + count[k][1][1];
+  }
+  int fp8() const {
+    int n = 0;
+    for (int k = 0; k < kNumLayerKinds; ++k) n += count[k][1][0] + count[k][1][1];
+    return n;
+  }
+  // Layers with experts (MoE transformer layers and hybrid MoE layers).
+  int moe() const { return OfKind(LayerKind::kMoeTransformer) + OfKind(LayerKind::kMoe); }
   bool operator==(const ChunkLayers&) const = default;
 };
+// The kinds a model's layers can have are [0, LayerKindEnd): a transformer's are the first two
+// (dense and MoE transformer layers), a hybrid model's any.
+static_assert(static_cast<int>(LayerKind::kTransformer) == 0 &&
+              static_cast<int>(LayerKind::kMoeTransformer) == 1);
+inline int LayerKindEnd(const ModelSpec& model) { return model.hybrid() ? kNumLayerKinds : 2; }
 std::vector<ChunkLayers> ChunkLayerKinds(const ModelSpec& model, const TrainingSpec& training,
                                          const ParallelConfig& parallel);
 // One virtual stage's, without allocating; the configuration's figures worked out once.
@@ -225,8 +290,11 @@ class ChunkKinds {
   ChunkLayers operator()(int virtual_stage) const;
 
  private:
-  // Layers in [a, b) and, of them, MoE layers.
+  // Of the layers in [a, b), those with experts (a transformer).
   int MoeIn(int a, int b) const;
+  // Adds a hybrid model's layers in [a, b) to count[kind][fp8][recompute] with `sign`.
+  void AddRange(ChunkLayers& c, int a, int b, int fp8, int recompute, int sign) const;
+  std::string_view pattern_;  // a hybrid model's; empty: a transformer
   VirtualStages stages_;
   bool fp8_;
   int start_, end_;  // the FP8 layers are [start_, end_)
@@ -254,13 +322,17 @@ bool MiddleStagesAlike(const ModelSpec& model, const TrainingSpec& training,
 double LayerParameters(const ModelSpec& model, int tp);
 double LayerLinearWeights(const ModelSpec& model, int tp);  // the four linears' weights only
 double EmbeddingParameters(const ModelSpec& model, int tp);
-// A MoE layer's parameters on one GPU: `dense` (attention, router, shared experts, norms: the
-// tensor-parallel part, reduced over dp x cp), `experts` (its num_experts / ep experts, each
-// split over etp: reduced over the expert data-parallel group), and the linears' weights (the
-// FP8 ones in fp8 training).
-struct MoeLayerParams {
+// A layer's parameters on one GPU: `dense` (attention, dense MLP, Mamba mixer, router, shared
+// experts, norms: the tensor-parallel part, reduced over dp x cp), `experts` (a MoE layer's
+// num_experts / ep experts, each split over etp: reduced over the expert data-parallel group),
+// and the linears' weights (the FP8 ones in fp8 training).
+struct LayerParams {
   double dense = 0, experts = 0, linear_weights = 0;
+  double total() const { return dense + experts; }
 };
+using MoeLayerParams = LayerParams;
+LayerParams LayerKindParams(const ModelSpec& model, const ParallelConfig& parallel, LayerKind kind);
+// A MoE transformer layer's (LayerKind::kMoeTransformer).
 MoeLayerParams MoeLayerParameters(const ModelSpec& model, const ParallelConfig& parallel);
 double OutputParameters(const ModelSpec& model, const ParallelConfig& parallel);
 

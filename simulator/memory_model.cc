@@ -17,14 +17,18 @@ struct ActDims {
   double qkv_width, ctx_width;  // per GPU: Q, K, V together; the attention's output
   double mask;                  // bytes of a hidden-dropout mask element (0 without dropout)
   bool sp, flash, fp8, attention_dropout;
+  LayerKind kind;
   // A MoE layer: its routed tokens R, an expert's width per GPU (and its fc1's), the experts,
   // the shared experts' width per GPU (and its fc1's).
   bool moe;
   double R, f_e, fc1_e, experts, f_s, fc1_s;
+  // A Mamba layer: per GPU, d_inner, groups, in_proj's output width; the context-parallel size.
+  double inner, groups, in_width, cp;
 };
 
 ActDims MakeActDims(const ModelSpec& m, const ParallelConfig& p, Precision precision, bool flash,
-                    bool bf16_layer, bool moe_layer = false, double imbalance = 1) {
+                    bool bf16_layer, LayerKind kind = LayerKind::kTransformer,
+                    double imbalance = 1) {
   ActDims d{};
   // With context parallelism each GPU holds s / cp tokens of every sequence.
   d.s = static_cast<double>(m.seq_length) / p.cp, d.b = p.micro_batch_size, d.h = m.hidden_size;
@@ -41,6 +45,7 @@ ActDims MakeActDims(const ModelSpec& m, const ParallelConfig& p, Precision preci
   d.flash = flash;
   d.mask = m.hidden_dropout > 0 ? 1 : 0;
   d.attention_dropout = m.attention_dropout > 0;
+  d.kind = kind;
   d.qkv_width = (d.a_t + 2 * d.g_t) * d.d;
   d.ctx_width = d.a_t * d.d;
   if (m.multi_latent_attention) {
@@ -53,7 +58,7 @@ ActDims MakeActDims(const ModelSpec& m, const ParallelConfig& p, Precision preci
     d.latents = (m.q_lora_rank > 0 ? m.q_lora_rank : m.hidden_size) + m.kv_lora_rank +
                 m.qk_pos_emb_head_dim;
   }
-  d.moe = moe_layer && m.moe();
+  d.moe = HasExperts(kind) && m.moe();
   if (d.moe) {
     const double swiglu = m.activation == Activation::kSwiglu ? 2 : 1;
     const double tokens = d.s * d.b / (d.sp ? d.t : 1);  // routed by this GPU
@@ -67,15 +72,22 @@ ActDims MakeActDims(const ModelSpec& m, const ParallelConfig& p, Precision preci
     d.f_s = static_cast<double>(m.moe_shared_expert_intermediate_size) / p.tp;
     d.fc1_s = swiglu * d.f_s;
   }
+  if (kind == LayerKind::kMamba) {
+    const double heads = static_cast<double>(m.mamba_num_heads) / p.tp;
+    d.inner = heads * m.mamba_head_dim;
+    d.groups = static_cast<double>(m.mamba_num_groups) / p.tp;
+    d.in_width = 2 * d.inner + 2 * d.groups * m.mamba_state_dim + heads;
+    d.cp = p.cp;
+  }
   return d;
 }
 
 // The parts of LayerActivationBytes: outside the tensor-parallel region (sharded only by
 // sequence parallelism), inside it, and the attention part selective recompute drops.
 struct LayerParts {
-  double replicated, sharded, attention;
+  double replicated = 0, sharded = 0, attention = 0;
   // Of replicated + sharded, what each selective recompute module drops (what recomputing it
-  // holds again): the two norms' outputs (the QKV and fc1 inputs), the experts' activation
+  // holds again): the norms' outputs (the first linears' inputs), the experts' activation
   // output, the dense MLP's hidden tensors, the shared experts', the whole MoE layer's, MLA's
   // up-projected Q, K and V less the latents the checkpoint keeps instead.
   double norm_outputs = 0, moe_act = 0, mlp = 0, shared_experts = 0, moe = 0, mla_up = 0;
@@ -83,36 +95,54 @@ struct LayerParts {
 
 LayerParts Parts(const ActDims& d) {
   const double sb = d.s * d.b;
+  const double per_token = 1 / (d.sp ? d.t : 1);  // of the replicated [s b, h] tensors
   LayerParts parts;
-  // Two norm inputs (e bytes), the QKV and fc1 inputs (x bytes), two dropout masks (1 byte,
-  // with dropout).
-  parts.replicated = sb * d.h * (2 * d.e + 2 * d.x + 2 * d.mask) / (d.sp ? d.t : 1);
-  parts.norm_outputs = sb * d.h * 2 * d.x / (d.sp ? d.t : 1);
-  const double projection_input = d.flash ? d.e + (d.fp8 ? d.x : 0) : d.x;
-  const double qkv = d.e * sb * d.qkv_width;                  // Q, K, V
-  parts.sharded = qkv + projection_input * sb * d.ctx_width;  // and the projection's input
-  if (d.latents > 0) parts.mla_up = std::max(0.0, qkv - d.e * sb * d.latents / (d.sp ? d.t : 1));
+  // Each block: its norm's input (e bytes), the first linear's input (x bytes), the dropout
+  // mask of its bias-dropout-add (1 byte, with dropout).
+  const double block_inputs = sb * d.h * (d.e + d.x + d.mask) * per_token;
+  const double norm_output = sb * d.h * d.x * per_token;  // what the layernorm module drops
+  if (HasAttention(d.kind)) {
+    parts.replicated += block_inputs;
+    parts.norm_outputs += norm_output;
+    const double projection_input = d.flash ? d.e + (d.fp8 ? d.x : 0) : d.x;
+    const double qkv = d.e * sb * d.qkv_width;                   // Q, K, V
+    parts.sharded += qkv + projection_input * sb * d.ctx_width;  // and the projection's input
+    if (d.latents > 0) parts.mla_up = std::max(0.0, qkv - d.e * sb * d.latents * per_token);
+    if (d.flash) {
+      parts.attention = 4 * d.a_t * d.s * d.b;  // fp32 log-sum-exp per query and head
+    } else {
+      parts.sharded += d.e * sb * d.d * 2 * (d.a_t - d.g_t);  // K, V repeated per head (GQA)
+      // The softmax output, and with dropout its mask and output.
+      parts.attention = (d.attention_dropout ? 2 * d.e + 1 : d.e) * d.a_t * d.s * d.s * d.b;
+    }
+  }
   if (d.moe) {
+    parts.replicated += block_inputs;
+    parts.norm_outputs += norm_output;
     parts.shared_experts = d.e * sb * d.fc1_s + d.x * sb * d.f_s;
     parts.moe_act = d.R * d.x * d.f_e;
     // The experts keep their fc1 input, fc1 output and fc2 input; the routing probabilities
     // multiply the activation's output inside the experts (moe/experts.py bias_act_func with
     // permuted_probs) and the combine's unpermute runs without them, so no expert output is
     // kept for the probabilities' gradient.
-    parts.moe = 4 * sb / (d.sp ? d.t : 1) * d.experts              // router scores
+    parts.moe = 4 * sb * per_token * d.experts                     // router scores
                 + d.R * (d.x * d.h + d.e * d.fc1_e + d.x * d.f_e)  // experts
                 + parts.shared_experts;
     parts.sharded += parts.moe;
-  } else {
+  } else if (HasDenseMlp(d.kind)) {
+    parts.replicated += block_inputs;
+    parts.norm_outputs += norm_output;
     parts.mlp = d.e * sb * d.fc1_t + d.x * sb * d.f_t;  // the activation's input, output
     parts.sharded += parts.mlp;
   }
-  if (d.flash) {
-    parts.attention = 4 * d.a_t * d.s * d.b;  // fp32 log-sum-exp per query and head
-  } else {
-    parts.sharded += d.e * sb * d.d * 2 * (d.a_t - d.g_t);  // K, V repeated per head (GQA)
-    // The softmax output, and with dropout its mask and output.
-    parts.attention = (d.attention_dropout ? 2 * d.e + 1 : d.e) * d.a_t * d.s * d.s * d.b;
+  if (d.kind == LayerKind::kMamba) {
+    // mamba_split_conv1d_scan_combined keeps its input z x B C dt and its ungated output; the
+    // grouped RMSNorm its input and fp32 1/rms per group; out_proj its input. (With context
+    // parallelism the kernel's tensors are s tokens of 1/cp the width: the same bytes.)
+    parts.replicated += block_inputs;
+    parts.sharded += d.e * sb * d.in_width + d.e * sb * d.inner  // the scan's input, output
+                     + d.e * sb * d.inner + 4 * sb * d.groups    // the gated norm's
+                     + d.x * sb * d.inner;                       // out_proj's input
   }
   return parts;
 }
@@ -167,9 +197,9 @@ double KorthikantiTable2Bytes(double s, double b, double h, double a, double t,
 }
 
 double LayerActivationBytes(const ModelSpec& m, const ParallelConfig& p, Precision precision,
-                            const CostOptions& options, bool bf16_layer, bool moe_layer) {
+                            const CostOptions& options, bool bf16_layer, LayerKind kind) {
   const ActDims d = MakeActDims(m, p, precision, FlashAttention(precision, options, p), bf16_layer,
-                                moe_layer, options.moe_load_imbalance);
+                                kind, options.moe_load_imbalance);
   if (p.recompute == Recompute::kFull) {
     return d.e * d.s * d.b * d.h / (d.sp ? d.t : 1);
   }
@@ -181,21 +211,30 @@ double LayerActivationBytes(const ModelSpec& m, const ParallelConfig& p, Precisi
 }
 
 double LayerWeightGradActivationBytes(const ModelSpec& m, const ParallelConfig& p,
-                                      Precision precision, bool bf16_layer, bool moe_layer) {
-  const ActDims d = MakeActDims(m, p, precision, false, bf16_layer, moe_layer);
+                                      Precision precision, bool bf16_layer, LayerKind kind) {
+  const ActDims d = MakeActDims(m, p, precision, false, bf16_layer, kind);
   const double sb = d.s * d.b;
+  const double block_input = d.h / (d.sp ? d.t : 1);  // a norm output, gathered again for W
   // Inputs of QKV and fc1 (the norm outputs; sharded with sequence parallelism and gathered
   // again for W), of the projection (the context) and of fc2 (the activation's output); in a
-  // MoE layer the experts' fc1 and fc2 inputs and the shared experts' fc2 input instead.
-  const double mlp = d.moe ? d.R * (d.h + d.f_e) / sb + d.f_s : d.f_t;
-  return d.x * sb * (2 * d.h / (d.sp ? d.t : 1) + d.ctx_width + mlp);
+  // MoE layer the experts' fc1 and fc2 inputs and the shared experts' fc2 input instead; in a
+  // Mamba layer in_proj's and out_proj's inputs.
+  double per_token = 0;
+  if (HasAttention(kind)) per_token += block_input + d.ctx_width;
+  if (d.moe) {
+    per_token += block_input + d.R * (d.h + d.f_e) / sb + d.f_s;
+  } else if (HasDenseMlp(kind)) {
+    per_token += block_input + d.f_t;
+  }
+  if (kind == LayerKind::kMamba) per_token += block_input + d.inner;
+  return d.x * sb * per_token;
 }
 
 double LayerRecomputeTransientBytes(const ModelSpec& m, const ParallelConfig& p,
                                     Precision precision, const CostOptions& options,
-                                    bool bf16_layer, bool moe_layer) {
+                                    bool bf16_layer, LayerKind kind) {
   const LayerParts parts = Parts(MakeActDims(m, p, precision, FlashAttention(precision, options, p),
-                                             bf16_layer, moe_layer, options.moe_load_imbalance));
+                                             bf16_layer, kind, options.moe_load_imbalance));
   switch (p.recompute) {
     case Recompute::kFull:
       return parts.replicated + parts.sharded + parts.attention;
@@ -251,25 +290,34 @@ MemoryEstimate EstimateMemory(const ModelSpec& m, const ClusterSpec& cluster,
   const Precision precision = training.precision;
   const BytesPerParameter per_param = BytesPerParam(training, p, options);
   const double layer_params = LayerParameters(m, p.tp);
-  const double linear_weights = LayerLinearWeights(m, p.tp);
-  const MoeLayerParams moe = m.moe() ? MoeLayerParameters(m, p) : MoeLayerParams{};
   const BytesPerParameter expert_per_param =
       m.moe() ? BytesPerParam(training, p, options, p.expert_dp()) : BytesPerParameter{};
-  // Per layer kind [moe][fp8][recompute]: activations kept, and what recomputing one holds;
-  // computed when a chunk first has such layers.
-  double act[2][2][2], transient[2][2][2];
-  bool have[2][2][2] = {};
+  // Per layer kind: its parameters on this GPU; and per [kind][fp8][recompute] the activations
+  // kept and what recomputing one holds; each computed when a chunk first has such layers.
+  LayerParams params[kNumLayerKinds];
+  bool have_params[kNumLayerKinds] = {};
+  const auto params_of = [&](int kind) -> const LayerParams& {
+    if (!have_params[kind]) {
+      params[kind] = LayerKindParams(m, p, static_cast<LayerKind>(kind));
+      have_params[kind] = true;
+    }
+    return params[kind];
+  };
+  double act[kNumLayerKinds][2][2], transient[kNumLayerKinds][2][2];
+  bool have[kNumLayerKinds][2][2] = {};
   const auto kind = [&](int e, int f, int r) {
     if (!have[e][f][r]) {
       ParallelConfig q = p;
       if (r == 0) q.recompute = Recompute::kNone;
-      act[e][f][r] = LayerActivationBytes(m, q, precision, options, f == 0, e == 1);
+      const LayerKind lk = static_cast<LayerKind>(e);
+      act[e][f][r] = LayerActivationBytes(m, q, precision, options, f == 0, lk);
       transient[e][f][r] =
-          r == 0 ? 0 : LayerRecomputeTransientBytes(m, q, precision, options, f == 0, e == 1);
+          r == 0 ? 0 : LayerRecomputeTransientBytes(m, q, precision, options, f == 0, lk);
       have[e][f][r] = true;
     }
   };
   const bool mtp_moe = m.IsMoeLayer(m.num_layers - 1);
+  const LayerKind mtp_kind = mtp_moe ? LayerKind::kMoeTransformer : LayerKind::kTransformer;
   double mtp_act = 0;
   if (m.mtp_num_layers > 0) {
     const int fp8_end =
@@ -277,7 +325,7 @@ MemoryEstimate EstimateMemory(const ModelSpec& m, const ClusterSpec& cluster,
     ParallelConfig q = p;
     q.recompute = Recompute::kNone;
     mtp_act =
-        m.mtp_num_layers * (LayerActivationBytes(m, q, precision, options, fp8_end == 0, mtp_moe) +
+        m.mtp_num_layers * (LayerActivationBytes(m, q, precision, options, fp8_end == 0, mtp_kind) +
                             OutputActivationBytes(m, p, precision));
   }
   const double embedding_act = EmbeddingActivationBytes(m, p);
@@ -287,33 +335,44 @@ MemoryEstimate EstimateMemory(const ModelSpec& m, const ClusterSpec& cluster,
   const double e = BytesPerElement(precision);
   const double grad_bytes = GradientBytes(precision, options);
 
-  // A stage's chunks: their layers, FP8 layers, the largest chunk's activations and the
-  // largest recomputation transient. With uniform chunks every stage's are alike.
+  // A stage's chunks: their layers' parameters (dense and experts), FP8 linear weights, the
+  // largest chunk's activations, the largest recomputation transient, the largest layer (a
+  // hybrid model's; a transformer's FSDP unit is its dense layer). With uniform chunks every
+  // stage's are alike.
   struct Chunks {
-    double layers = 0, moe_layers = 0, fp8_weights = 0, largest = 0, transient = 0;
+    double layers = 0, dense = 0, experts = 0, fp8_weights = 0, largest = 0, transient = 0;
+    double largest_layer = 0;
     std::vector<double> bytes;  // each chunk's activations (kept when the chunks differ)
   };
   const bool uniform = UniformChunks(m, training, p);
   const int64_t microbatches = NumMicrobatches(training, p);
   const ChunkKinds chunk_kinds(m, training, p);
+  const int kind_end = LayerKindEnd(m);
   const auto chunks_of = [&](int r) {
     Chunks s;
     for (int c = 0; c < p.virtual_stages; ++c) {
       const ChunkLayers k = chunk_kinds(c * p.pp + r);
       double bytes = 0;
-      for (int i = 0; i < 8; ++i) {
-        const int e = i / 4, f = i / 2 % 2, rc = i % 2;
-        if (k.count[e][f][rc] == 0) continue;
-        kind(e, f, rc);
-        bytes += k.count[e][f][rc] * act[e][f][rc];
-        s.transient = std::max(s.transient, transient[e][f][rc]);
+      for (int e = 0; e < kind_end; ++e) {
+        if (k.OfKind(static_cast<LayerKind>(e)) == 0) continue;
+        const LayerParams& lp = params_of(e);
+        s.largest_layer = std::max(s.largest_layer, m.hybrid() ? lp.total() : layer_params);
+        for (int f = 0; f < 2; ++f) {
+          for (int rc = 0; rc < 2; ++rc) {
+            const int n = k.count[e][f][rc];
+            if (n == 0) continue;
+            kind(e, f, rc);
+            bytes += n * act[e][f][rc];
+            s.transient = std::max(s.transient, transient[e][f][rc]);
+            s.dense += n * lp.dense;
+            s.experts += n * lp.experts;
+            if (f == 1) s.fp8_weights += n * lp.linear_weights;
+          }
+        }
       }
       s.largest = std::max(s.largest, bytes);
       if (!uniform) s.bytes.push_back(bytes);
       s.layers += k.total();
-      s.moe_layers += k.moe();
-      s.fp8_weights += (k.count[0][1][0] + k.count[0][1][1]) * linear_weights +
-                       (k.count[1][1][0] + k.count[1][1][1]) * moe.linear_weights;
     }
     return s;
   };
@@ -324,11 +383,11 @@ MemoryEstimate EstimateMemory(const ModelSpec& m, const ClusterSpec& cluster,
     // The last stage's MTP layers too (cost_model.cc counts them the same way).
     const double mtp = r == p.pp - 1 ? m.mtp_num_layers : 0;
     const double mtp_extra = 2.0 * m.hidden_size * m.hidden_size / p.tp + 3.0 * m.hidden_size;
-    const double dense = (k.layers - k.moe_layers) * layer_params + k.moe_layers * moe.dense +
-                         (r == 0 ? EmbeddingParameters(m, p.tp) : 0) +
+    const LayerParams& mtp_params = mtp > 0 ? params_of(static_cast<int>(mtp_kind)) : params[0];
+    const double dense = k.dense + (r == 0 ? EmbeddingParameters(m, p.tp) : 0) +
                          (r == p.pp - 1 ? OutputParameters(m, p) : 0) +
-                         mtp * ((mtp_moe ? moe.dense : layer_params) + mtp_extra);
-    const double experts = (k.moe_layers + (mtp_moe ? mtp : 0)) * moe.experts;
+                         mtp * (mtp_params.dense + mtp_extra);
+    const double experts = k.experts + mtp * mtp_params.experts;
     st.parameters = dense + experts;
     st.weights_bytes = dense * per_param.weights + experts * expert_per_param.weights;
     if (k.fp8_weights > 0) {
@@ -341,9 +400,9 @@ MemoryEstimate EstimateMemory(const ModelSpec& m, const ClusterSpec& cluster,
     st.optimizer_bytes = dense * per_param.optimizer + experts * expert_per_param.optimizer;
     st.reserved_bytes = reserved;
     if (p.fsdp == Fsdp::kOptimGradsParams && k.layers > 0) {
-      st.fsdp_buffer_bytes = 2 * layer_params * e + layer_params * grad_bytes;
+      st.fsdp_buffer_bytes = 2 * k.largest_layer * e + k.largest_layer * grad_bytes;
     } else if (p.fsdp == Fsdp::kOptimGrads && k.layers > 0) {
-      st.fsdp_buffer_bytes = layer_params * grad_bytes;  // one layer's gradients before the RS
+      st.fsdp_buffer_bytes = k.largest_layer * grad_bytes;  // one layer's gradients before the RS
     }
     return st;
   };

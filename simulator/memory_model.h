@@ -43,30 +43,39 @@ double KorthikantiTable2Bytes(double s, double b, double h, double a, double t,
 // With context parallelism s is each GPU's s / cp tokens (ring attention keeps only the local
 // keys and values: the others' blocks are passed around again in the backward).
 // For 16-bit GPT with unfused attention it equals KorthikantiTable2Bytes. `bf16_layer`: a layer
-// kept in bf16 in fp8 training. `moe_layer`: a MoE layer, whose MLP part is instead the
-// router's fp32 scores 4 s b E (s b / t tokens with sequence parallelism), for the R tokens its
-// experts take (layer_work.h) their fc1 input x R h, fc1 output e R fc1_e and activation output
-// x R f_e (the probabilities multiply inside the experts, so the combine keeps nothing), and the
-// shared experts' as a dense MLP of their width.
+// kept in bf16 in fp8 training. `kind` (ModelSpec::KindOfLayer): a MoE layer's MLP part is
+// instead the router's fp32 scores 4 s b E (s b / t tokens with sequence parallelism), for the
+// R tokens its experts take (layer_work.h) their fc1 input x R h, fc1 output e R fc1_e and
+// activation output x R f_e (the probabilities multiply inside the experts, so the combine keeps
+// nothing), and the shared experts' as a dense MLP of their width. A hybrid model's attention,
+// MLP and MoE layers hold their block's part (its norm input, first linear's input and mask, and
+// what follows); a Mamba layer its norm's input, in_proj's input and the mask, plus (d_i =
+// d_inner / t, g_t = g / t Mamba groups, w_t = 2 d_i + 2 g_t N + heads / t in_proj's output
+// width):
+//   e sb w_t (the combined conv + scan kernel's input z x B C dt) + e sb d_i (its ungated
+//   output) + e sb d_i + 4 sb g_t (the gated RMSNorm's input and 1/rms) + x sb d_i (out_proj's
+//   input) (mamba_ssm MambaSplitConv1dScanCombinedFn saves zxbcdt and out_x; the conv output
+//   and the chunk states are recomputed in its backward).
 // Selective recompute drops what its modules name (ParallelConfig::recompute_modules): core_attn
-// the attention part above; layernorm the QKV and fc1 inputs; mlp the dense MLP's fc1 output and
-// fc2 input; moe_act the experts' x R f_e; shared_experts theirs; moe the whole MoE part;
-// mla_up_proj MLA's Q, K, V less the latents it keeps (q and kv latent widths, e sb each).
+// the attention part above; layernorm the norms' outputs (the first linears' inputs); mlp the
+// dense MLP's fc1 output and fc2 input; moe_act the experts' x R f_e; shared_experts theirs; moe
+// the whole MoE part; mla_up_proj MLA's Q, K, V less the latents it keeps.
 double LayerActivationBytes(const ModelSpec& model, const ParallelConfig& parallel,
                             Precision precision, const CostOptions& options,
-                            bool bf16_layer = false, bool moe_layer = false);
+                            bool bf16_layer = false, LayerKind kind = LayerKind::kTransformer);
 
 // What the weight-gradient pass (W) still needs once the input gradient (B) is done: the inputs
-// of the four linears of a layer (Qi et al. 2023's split of the backward).
+// of the linears of a layer (Qi et al. 2023's split of the backward).
 double LayerWeightGradActivationBytes(const ModelSpec& model, const ParallelConfig& parallel,
                                       Precision precision, bool bf16_layer = false,
-                                      bool moe_layer = false);
+                                      LayerKind kind = LayerKind::kTransformer);
 
 // What one layer's recomputation holds while its backward runs (one micro-batch): the whole
 // layer's activations with full recompute, the attention's with selective, 0 without.
 double LayerRecomputeTransientBytes(const ModelSpec& model, const ParallelConfig& parallel,
                                     Precision precision, const CostOptions& options,
-                                    bool bf16_layer = false, bool moe_layer = false);
+                                    bool bf16_layer = false,
+                                    LayerKind kind = LayerKind::kTransformer);
 
 // Stage 0, per micro-batch: the embedding dropout's mask (Korthikanti et al. 2022, section 4.3),
 // sbh bytes (divided by t with sequence parallelism); 0 without hidden dropout.

@@ -149,6 +149,12 @@ double GroupedGemmTime(const GemmTable& table, const GpuSpec& gpu, Precision pre
   return std::max(s.flops() / (PeakFlops(gpu, precision) * efficiency), MemoryTime(gpu, bytes));
 }
 
+double ScanTime(const GemmTable& table, const GpuSpec& gpu, Precision precision, const GemmShape& s,
+                double flops, double bytes) {
+  const double efficiency = table.Efficiency(s.m * s.batch, s.n, s.k);
+  return std::max(flops / (PeakFlops(gpu, precision) * efficiency), MemoryTime(gpu, bytes));
+}
+
 double MemoryTime(const GpuSpec& gpu, double bytes) {
   return bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency);
 }

@@ -85,6 +85,12 @@ double GemmTime(const GemmTable& table, const GpuSpec& gpu, Precision precision,
 double GroupedGemmTime(const GemmTable& table, const GpuSpec& gpu, Precision precision,
                        const GemmShape& shape, double bytes);
 
+// Roofline time of a kernel of many small matrix products (the Mamba-2 SSD chunked scan,
+// layer_work.h SsdScanWork): max(flops / (peak * the table's efficiency for `shape` looked up as
+// GemmTime does, m * batch rows), memory time).
+double ScanTime(const GemmTable& table, const GpuSpec& gpu, Precision precision,
+                const GemmShape& shape, double flops, double bytes);
+
 // Time of a memory-bound kernel moving `bytes` (reads plus writes) through HBM.
 double MemoryTime(const GpuSpec& gpu, double bytes);
 

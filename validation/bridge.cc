@@ -119,6 +119,7 @@ std::string PresetFor(const std::string& model) {
   if (model == "Qwen3-235B-A22B") return "qwen3-235b-a22b";
   if (model == "GPT-OSS-120B") return "gpt-oss-120b";
   if (model == "DeepSeek-V3") return "deepseek-v3";
+  if (model == "Nemotron-3-Nano") return "nemotron-3-nano";
   return "";
 }
 
@@ -210,10 +211,6 @@ BridgeSetup BridgePlan(const BridgeRow& row, const ClusterSpec& cluster,
   BridgeSetup s;
   if (row.tokens_per_s_per_gpu <= 0) {
     s.unexpressible = "no measured tokens/s in the table";
-    return s;
-  }
-  if (row.model.starts_with("Nemotron")) {
-    s.unexpressible = "hybrid Mamba-2 layers (Nemotron-H) are not modelled";
     return s;
   }
   const std::string preset = PresetFor(row.model);
@@ -365,6 +362,9 @@ BridgeSetup BridgePlan(const BridgeRow& row, const ClusterSpec& cluster,
     if (Contains(n, "moe_ep_a2a_overlap=yes") || Contains(n, "EP A2A overlap")) {
       s.settings.push_back("EP all-to-all overlap (not modelled)");
     }
+  }
+  if (plan.model.hybrid() && Contains(n, "cuda_graphs=transformer_engine:[mamba]")) {
+    s.settings.push_back("CUDA graphs of the Mamba layers (not modelled)");
   }
 
   const std::vector<Violation> v = CheckParallelConfig(plan.model, t, p, plan.num_gpus, o);

@@ -74,13 +74,14 @@ TEST(HfConfig, BadInputNamesTheKey) {
             "config.json:1: intermediate_size: missing required key");
   EXPECT_EQ(HfError("{\"model_type\": \"llama\",\n \"num_hidden_layers\": \"2\"}"),
             "config.json:2: num_hidden_layers: expected an integer, got the quoted string \"2\"");
-  EXPECT_EQ(HfError("{\"model_type\": \"bert\"}"),
-            "config.json:1: model_type: unsupported model_type \"bert\" (hint: supported: llama, "
-            "mistral, qwen3, mixtral, qwen3_moe, deepseek_v2, deepseek_v3, gpt_oss, gpt2)");
+  EXPECT_EQ(
+      HfError("{\"model_type\": \"bert\"}"),
+      "config.json:1: model_type: unsupported model_type \"bert\" (hint: supported: llama, "
+      "mistral, qwen3, mixtral, qwen3_moe, deepseek_v2, deepseek_v3, gpt_oss, nemotron_h, gpt2)");
   EXPECT_EQ(HfError("{\"vocab_size\": 10}"),
             "config.json:1: model_type: missing: cannot tell the model family (hint: a Hugging "
             "Face config.json names its model_type (llama, mistral, qwen3, mixtral, qwen3_moe, "
-            "deepseek_v2, deepseek_v3, gpt_oss, gpt2))");
+            "deepseek_v2, deepseek_v3, gpt_oss, nemotron_h, gpt2))");
   EXPECT_EQ(HfError("{\"model_type\": \"llama\", \"num_local_experts\": 8}"),
             "config.json:1: num_local_experts: a mixture-of-experts key in a \"llama\" config "
             "(hint: the mixture-of-experts model types: mixtral, qwen3_moe, deepseek_v2, "

@@ -18,14 +18,14 @@ TEST(Presets, TheContractsPresetsExist) {
         "gpt3-13b",        "gpt3-175b",       "llama2-7b",       "llama2-13b",
         "llama2-70b",      "llama3-8b",       "llama3-70b",      "llama3-405b",
         "mixtral-8x7b",    "qwen3-30b-a3b",   "qwen3-235b-a22b", "gpt-oss-120b",
-        "deepseek-v3"}) {
+        "deepseek-v3",     "nemotron-3-nano"}) {
     EXPECT_NO_THROW(ModelPreset(name)) << name;
   }
   for (const char* name :
        {"dgx-a100-80gb", "dgx-a100-40gb", "vtrain-a100", "dgx-h100", "hgx-h200", "cpu-local"}) {
     EXPECT_NO_THROW(ClusterPreset(name)) << name;
   }
-  EXPECT_EQ(ModelPresetFiles().size(), 29u);
+  EXPECT_EQ(ModelPresetFiles().size(), 30u);
   EXPECT_EQ(ClusterPresetFiles().size(), 6u);
 }
 

@@ -162,8 +162,9 @@ TEST(BadInput, WrongTypes) {
             "m.yaml:6: tied_embeddings: expected true or false, got \"yes\"");
   EXPECT_EQ(ModelError(kTinyModel + "name: {a: 1}\n"),
             "m.yaml:6: name: expected a string, got a map");
-  EXPECT_EQ(ModelError(kTinyModel + "activation: relu\n"),
-            "m.yaml:6: activation: unknown value \"relu\" (expected one of: gelu, swiglu)");
+  EXPECT_EQ(
+      ModelError(kTinyModel + "activation: relu\n"),
+      "m.yaml:6: activation: unknown value \"relu\" (expected one of: gelu, swiglu, squared_relu)");
 }
 
 TEST(BadInput, NonPositiveSizes) {

@@ -313,6 +313,15 @@ TEST(CheckExecutable, RunsMoePlansAndRefusesWhatItsMoeLayersDoNotImplement) {
   modules.parallel.recompute = Recompute::kSelective;
   modules.parallel.recompute_modules = kRecomputeCoreAttn | kRecomputeLayernorm;
   EXPECT_EQ(only(modules).rfind("parallel.recompute_modules: \"core_attn,layernorm\"", 0), 0u);
+  Plan relu2 = TinyPlan({});
+  relu2.model.activation = Activation::kSquaredRelu;
+  EXPECT_EQ(only(relu2).rfind("model.activation: squared_relu is not implemented", 0), 0u);
+  Plan hybrid = TinyPlan({});
+  hybrid.model.hybrid_layer_pattern = std::string(hybrid.model.num_layers, '*');
+  EXPECT_EQ(only(hybrid).rfind("model.hybrid_layer_pattern: hybrid models", 0), 0u);
+  Plan no_positions = TinyPlan({});
+  no_positions.model.position_embedding = PositionEmbedding::kNone;
+  EXPECT_EQ(only(no_positions).rfind("model.position_embedding: none", 0), 0u);
 }
 
 }  // namespace

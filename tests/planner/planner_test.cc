@@ -136,7 +136,9 @@ TEST(Planner, ExpertParallelismIsSearchedExactly) {
   std::set<std::pair<int, int>> layouts;
   Rejections rejected;
   EnumerateConfigs(req.model, req.training, req.gpus, req.constraints, rejected,
-                   [&](const ParallelConfig& p) { layouts.insert({p.ep, p.expert_tp()}); });
+                   [&](const ParallelConfig& p) {
+                     layouts.insert({p.ep, p.expert_tp()});
+                   });
   EXPECT_TRUE(layouts.count({8, 1}));
   EXPECT_TRUE(layouts.count({4, 2}));
   EXPECT_FALSE(layouts.count({16, 1}));  // 8 experts cannot split 16 ways
@@ -150,6 +152,44 @@ TEST(Planner, ExpertParallelismIsSearchedExactly) {
   PlanRequest dense = Request("seed-example", "dgx-a100-80gb", 8, 128);
   EnumerateConfigs(dense.model, dense.training, dense.gpus, dense.constraints, rejected,
                    [&](const ParallelConfig& p) { EXPECT_EQ(p.ep, 1); });
+}
+
+TEST(Planner, HybridModelOnSixteenH100s) {
+  // Nemotron-3-Nano (Mamba-2, attention and MoE layers) on 16 H100s: plans are found, their
+  // pipelines split the pattern by layers as Megatron's hybrid stack does (evenly or by first /
+  // last stage counts, never counting the embedding or loss, no virtual stages without a
+  // layout), and the search agrees with brute force.
+  PlanRequest req = Request("nemotron-3-nano", "dgx-h100", 16, 64);
+  req.constraints.recomputes = {Recompute::kNone, Recompute::kFull};
+  req.top_k = 10;
+  const PlanSearchResult fast = SearchPlans(req);
+  ASSERT_FALSE(fast.plans.empty());
+  const std::vector<RankedPlan> slow = BruteForcePlans(req);
+  ASSERT_EQ(fast.plans.size(), slow.size());
+  for (size_t i = 0; i < slow.size(); ++i) {
+    EXPECT_EQ(fast.plans[i].plan.parallel, slow[i].plan.parallel) << "rank " << i + 1;
+  }
+  for (const RankedPlan& r : fast.plans) {
+    EXPECT_TRUE(r.plan.model.hybrid());
+    EXPECT_EQ(r.report.memory_problem, "");
+  }
+  Rejections rejected;
+  int pipelined = 0;
+  EnumerateConfigs(req.model, req.training, req.gpus, req.constraints, rejected,
+                   [&](const ParallelConfig& p) {
+                     EXPECT_EQ(p.virtual_stages, 1);
+                     EXPECT_FALSE(p.account_for_embedding || p.account_for_loss);
+                     EXPECT_EQ(req.model.mamba_num_groups % p.tp, 0);
+                     pipelined += p.pp > 1;
+                   });
+  EXPECT_GT(pipelined, 0);
+  // Tensor parallelism beyond the 8 Mamba groups breaks Megatron's check.
+  EXPECT_GT(rejected.counts["hybrid-model"], 0);
+  // Asked for, interleaving is examined and refused in Megatron's words.
+  req.constraints.schedules = {Schedule::kInterleaved};
+  const PlanSearchResult none = SearchPlans(req);
+  EXPECT_TRUE(none.plans.empty());
+  EXPECT_GT(none.rejected.counts.count("hybrid-model"), 0u);
 }
 
 TEST(Planner, PipelineSplitsOfLlama405B) {

@@ -55,12 +55,25 @@ TEST(BridgeCsv, RowsBecomePlansFromTheirColumnsAndNotes) {
   const std::vector<BridgeRow> rows = LoadBridgeCsv(kFile);
   ASSERT_EQ(rows.size(), 37u);
   const ClusterSpec h100 = ClusterPreset("dgx-h100");
-  int simulated = 0, mamba = 0, no_tokens = 0;
+  int simulated = 0, nemotron = 0, no_tokens = 0;
   for (const BridgeRow& r : rows) {
     const BridgeSetup s = BridgePlan(r, h100);
     simulated += s.unexpressible.empty();
-    mamba += s.unexpressible.starts_with("hybrid Mamba-2");
     no_tokens += s.unexpressible.starts_with("no measured");
+    if (r.model == "Nemotron-3-Nano") {
+      // The hybrid Mamba-2 / attention / MoE model: TP 1, EP 8 (ETP 1) over 16 H100s, the flex
+      // (HybridEP) dispatcher, FP8 with current scaling.
+      ASSERT_EQ(s.unexpressible, "") << r.line;
+      ++nemotron;
+      EXPECT_TRUE(s.plan.model.hybrid());
+      EXPECT_EQ(s.plan.model.hybrid_layer_pattern.size(), 52u);
+      EXPECT_EQ(s.plan.parallel.ep, 8);
+      EXPECT_EQ(s.plan.parallel.expert_tp(), 1);
+      EXPECT_EQ(s.plan.parallel.dp, 16);
+      EXPECT_EQ(s.plan.options.moe_token_dispatcher, MoeDispatcher::kFlex);
+      EXPECT_EQ(s.plan.training.fp8_recipe, Fp8Recipe::kTensorwise);
+      EXPECT_EQ(s.plan.training.fp8_bf16_layers_at_start, 0);
+    }
     if (r.model == "Qwen3-235B-A22B") {
       ASSERT_EQ(s.unexpressible, "") << r.line;
       EXPECT_EQ(s.plan.parallel.ep, 32);
@@ -101,10 +114,9 @@ TEST(BridgeCsv, RowsBecomePlansFromTheirColumnsAndNotes) {
       EXPECT_EQ(s.plan.parallel.recompute_num_layers, r.release == "25.11" ? 5 : 0);
     }
   }
-  // Every row is expressible but the hybrid Mamba model's and the one without a measured
-  // throughput.
-  EXPECT_EQ(simulated, 32);
-  EXPECT_EQ(mamba, 4);
+  // Every row is expressible but the one without a measured throughput.
+  EXPECT_EQ(simulated, 36);
+  EXPECT_EQ(nemotron, 4);
   EXPECT_EQ(no_tokens, 1);
 }
 
