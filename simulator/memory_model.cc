@@ -417,7 +417,9 @@ MemoryEstimate EstimateMemory(const ModelSpec& m, const ClusterSpec& cluster,
   double largest = -1;
   for (int r = 0; r < p.pp; ++r) {
     const bool inner = alike && r > 0 && r < p.pp - 1;
-    const Chunks k = uniform ? same : inner ? middle_chunks : chunks_of(r);
+    Chunks own;
+    if (!uniform && !inner) own = chunks_of(r);
+    const Chunks& k = uniform ? same : inner ? middle_chunks : own;
     StageMemory st = inner ? middle : stage_memory(r, k);
     st.in_flight = in_flight[r];
     // Every in-flight chunk holds its layers; stage 0's chunk 0 adds the embedding's mask
@@ -426,10 +428,10 @@ MemoryEstimate EstimateMemory(const ModelSpec& m, const ClusterSpec& cluster,
     if (!uniform && p.schedule == Schedule::kInterleaved &&
         static_cast<int>(k.bytes.size()) == p.virtual_stages) {
       // Chunks of different sizes: which of them are in flight at the peak, exactly.
-      std::vector<double> weight = k.bytes;
-      if (r == 0) weight[0] += embedding_act;
+      std::vector<double> first;  // stage 0's chunk 0 with the embedding's mask
+      if (r == 0 && embedding_act > 0) (first = k.bytes)[0] += embedding_act;
       held = PeakInFlightWeight(p.schedule, p.pp, static_cast<int>(microbatches), p.virtual_stages,
-                                r, weight);
+                                r, first.empty() ? std::span<const double>(k.bytes) : first);
     }
     st.activations_bytes = held + (r == p.pp - 1 ? output_act + mtp_act : 0) + k.transient;
     const double used = st.weights_bytes + st.gradients_bytes + st.optimizer_bytes +
