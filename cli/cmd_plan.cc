@@ -42,8 +42,9 @@ void AddPlanOptions(po::options_description& o) {
       "communication groups (size, nodes, link, bandwidth, what travels, time and bytes)")(
       "fix", po::value<std::vector<std::string>>()->composing()->value_name("KEY=VALUE"),
       "fix a knob (repeatable): tp, cp, cp-comm (p2p | a2a | allgather), ep, etp, pp, dp, mbs, v, "
-      "schedule, sp, recompute, dist-opt, fsdp (none | optim | optim_grads | "
-      "optim_grads_params), uneven (on | off)")("max-tp", po::value<std::string>()->value_name("T"),
+      "schedule, sp, recompute, recompute-modules (Megatron's names joined by +, e.g. "
+      "moe_act+layernorm), dist-opt, fsdp (none | optim | optim_grads | optim_grads_params), "
+      "uneven (on | off), layout (Megatron's --pipeline-model-parallel-layout string)")("max-tp", po::value<std::string>()->value_name("T"),
                                                 "largest tensor-parallel size")(
       "max-pp", po::value<std::string>()->value_name("P"), "largest pipeline-parallel size")(
       "max-cp", po::value<std::string>()->value_name("C"), "largest context-parallel size")(
