@@ -47,11 +47,9 @@ void CheckDivisible(const YamlMap& map, std::string_view key, int value, std::st
   }
 }
 
-// What every family descended from Llama shares: depth, width, vocabulary, positions, a SiLU
-// gate (SwiGLU), RMSNorm, RoPE, untied embeddings unless tie_word_embeddings, and no dropout
-// but the attention_dropout the config names (Megatron-Bridge builds them with hidden_dropout
-// 0).
-ModelSpec ReadDecoder(const YamlMap& map) {
+// The name, depth, width, vocabulary and positions every config names alike (the training
+// sequence is the longest the positions allow).
+ModelSpec ReadSizes(const YamlMap& map) {
   ModelSpec m;
   m.name = NameOf(map);
   m.num_layers = Positive(map, "num_hidden_layers");
@@ -59,6 +57,15 @@ ModelSpec ReadDecoder(const YamlMap& map) {
   m.vocab_size = Positive(map, "vocab_size");
   m.max_position_embeddings = Positive(map, "max_position_embeddings");
   m.seq_length = m.max_position_embeddings;
+  return m;
+}
+
+// What every family descended from Llama shares: depth, width, vocabulary, positions, a SiLU
+// gate (SwiGLU), RMSNorm, RoPE, untied embeddings unless tie_word_embeddings, and no dropout
+// but the attention_dropout the config names (Megatron-Bridge builds them with hidden_dropout
+// 0).
+ModelSpec ReadDecoder(const YamlMap& map) {
+  ModelSpec m = ReadSizes(map);
   const std::string act = map.Has("hidden_act") ? map.String("hidden_act") : "silu";
   if (act != "silu" && act != "swish") {
     map.Fail(
@@ -258,13 +265,7 @@ ModelSpec ReadGptOss(const YamlMap& map) {
 // hybrid model): one block per layer after hybrid_override_pattern, squared-ReLU MLPs and
 // experts, RMSNorm, no position embedding, no biases.
 ModelSpec ReadNemotronH(const YamlMap& map) {
-  ModelSpec m;
-  m.name = NameOf(map);
-  m.num_layers = Positive(map, "num_hidden_layers");
-  m.hidden_size = Positive(map, "hidden_size");
-  m.vocab_size = Positive(map, "vocab_size");
-  m.max_position_embeddings = Positive(map, "max_position_embeddings");
-  m.seq_length = m.max_position_embeddings;
+  ModelSpec m = ReadSizes(map);
   m.hybrid_layer_pattern = map.String("hybrid_override_pattern");
   m.num_attention_heads = Positive(map, "num_attention_heads");
   m.num_query_groups =
