@@ -118,7 +118,7 @@ struct ParallelConfig {
   // stage order (vs = c * pp + r), pp * virtual_stages of them; empty: not given. The embedding
   // is in virtual stage 0 and the loss (and a model's MTP layers) in the last, as Megatron's
   // layout strings must put them ("Et|(tt|)*30mL").
-  std::vector<int> layout;
+  std::vector<int> layout = {};
 
   bool operator==(const ParallelConfig&) const = default;
 

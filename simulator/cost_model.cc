@@ -503,7 +503,7 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
   // The layers' part of a chunk, the same for every chunk of the same kinds (most of them).
   struct LayerSums {
     ChunkLayers kinds;
-    LayerCost sum;
+    LayerCost sum = {};
     double params = 0;
   } sums;
   bool have_sums = false;

@@ -510,7 +510,6 @@ void AddMlaUpForward(PassWork& f, const Dims& d) {
 }
 
 void AddMlaForward(PassWork& f, const Dims& d) {
-  const double q_width = d.a_t * (d.qk + d.rope_d);
   if (d.fp8 && d.current_scaling) AddCast(f, "mla down input cast fp8", d.Tn * d.h, d);
   if (d.q_lora > 0) {
     f.Add(Linear("q down", d.Tn, d.q_lora, d.h, d));
