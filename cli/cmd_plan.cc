@@ -44,8 +44,8 @@ void AddPlanOptions(po::options_description& o) {
       "fix a knob (repeatable): tp, cp, cp-comm (p2p | a2a | allgather), ep, etp, pp, dp, mbs, v, "
       "schedule, sp, recompute, recompute-modules (Megatron's names joined by +, e.g. "
       "moe_act+layernorm), dist-opt, fsdp (none | optim | optim_grads | optim_grads_params), "
-      "uneven (on | off), layout (Megatron's --pipeline-model-parallel-layout string)")("max-tp", po::value<std::string>()->value_name("T"),
-                                                "largest tensor-parallel size")(
+      "uneven (on | off), layout (Megatron's --pipeline-model-parallel-layout string)")(
+      "max-tp", po::value<std::string>()->value_name("T"), "largest tensor-parallel size")(
       "max-pp", po::value<std::string>()->value_name("P"), "largest pipeline-parallel size")(
       "max-cp", po::value<std::string>()->value_name("C"), "largest context-parallel size")(
       "max-ep", po::value<std::string>()->value_name("E"), "largest expert-parallel size")(

@@ -293,9 +293,18 @@ void AddCommBytes(const std::array<double, kCommGroups>& bytes, StageBreakdown& 
   br.etp_comm_bytes += of(CommGroup::kEtp);
 }
 
-// A chunk's layers' (or one layer's) CP and MoE collectives into the chunk's timeline figures,
-// their expert tensor-parallel time and all their bytes into the stage's breakdown.
-void AddLayerComm(const LayerCost& l, ChunkCosts& ch, StageBreakdown& br) {
+// A chunk's layers' (or one layer's) costs into the stage's breakdown (compute, overhead,
+// recompute, TP / CP / EP / ETP communication and what overlap hides, all their bytes) and their
+// CP and MoE collectives into the chunk's timeline figures.
+void AddLayerBreakdown(const LayerCost& l, ChunkCosts& ch, StageBreakdown& br) {
+  br.compute_s += l.compute;
+  br.overhead_s += l.overhead;
+  br.tp_comm_s += l.comm - l.cp_comm - l.ep_comm;
+  br.cp_comm_s += l.cp_comm;
+  br.recompute_s += l.recompute;
+  br.tp_comm_hidden_s += l.comm_hidden;
+  br.cp_comm_hidden_s += l.cp_hidden;
+  br.ep_comm_s += l.ep_comm;
   ch.forward_cp_s += l.f_cp;
   ch.forward_ep_dispatch_s += l.f_dispatch;
   ch.forward_ep_combine_s += l.f_combine;
@@ -560,15 +569,7 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
       ch.backward_weight_s = s.backward_weight;
       ch.activation_bytes = s.activation_bytes;
       ch.weight_grad_activation_bytes = s.weight_grad_activation_bytes;
-      br.compute_s += s.compute;
-      br.overhead_s += s.overhead;
-      br.tp_comm_s += s.comm - s.cp_comm - s.ep_comm;
-      br.cp_comm_s += s.cp_comm;
-      br.recompute_s += s.recompute;
-      br.tp_comm_hidden_s += s.comm_hidden;
-      br.cp_comm_hidden_s += s.cp_hidden;
-      br.ep_comm_s += s.ep_comm;
-      AddLayerComm(s, ch, br);
+      AddLayerBreakdown(s, ch, br);
       double chunk_params = sums.params;
       ch.send_forward_s = last ? 0 : send[r];
       ch.send_backward_s = first ? 0 : send[r == 0 ? pp - 1 : r - 1];
@@ -603,14 +604,7 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
           ch.forward_s += l.forward;
           ch.backward_input_s += l.backward_input;
           ch.backward_weight_s += l.backward_weight;
-          br.compute_s += l.compute;
-          br.overhead_s += l.overhead;
-          br.tp_comm_s += l.comm - l.cp_comm - l.ep_comm;
-          br.cp_comm_s += l.cp_comm;
-          br.ep_comm_s += l.ep_comm;
-          br.tp_comm_hidden_s += l.comm_hidden;
-          br.cp_comm_hidden_s += l.cp_hidden;
-          AddLayerComm(l, ch, br);
+          AddLayerBreakdown(l, ch, br);  // not recomputed: its recompute is 0
           ch.activation_bytes += l.activation_bytes;
           ch.weight_grad_activation_bytes += l.weight_grad_activation_bytes;
           add_part(of, ob, ow, out_act);

@@ -391,6 +391,51 @@ std::pair<int, int> AddDenseMlpWeightGrad(PassWork& w, const Dims& d, double f_t
   return {begin, end};
 }
 
+// The names of one pass's way to the experts or back: the gradients of the backward travel
+// the forward's tensors' way in reverse.
+struct ExpertRoute {
+  const char* gather;      // the all-gather dispatcher's collective over EP x ETP
+  const char* all_to_all;  // over EP
+  const char* etp;         // over expert TP
+  const char* shuffle;     // the sort by expert (to) or its undoing (back)
+};
+
+// To the experts' ranks: every token of the EP x ETP group to every rank with the all-gather
+// dispatcher; else each rank's k copies all-to-all over EP, gathered over ETP and sorted by
+// expert.
+void AddToExperts(PassWork& p, const Dims& d, const ExpertRoute& n) {
+  if (d.dispatcher == MoeDispatcher::kAllGather) {
+    p.Add(CommWork{n.gather, Collective::kAllGather, d.Tn * d.h * d.e * d.ep * d.etp,
+                   CommGroup::kEpEtp});
+    return;
+  }
+  const double tok = d.Tn * d.k;
+  p.Add(
+      CommWork{n.all_to_all, Collective::kAllToAll, tok * d.h * d.e * d.imbalance, CommGroup::kEp});
+  if (d.etp > 1) {
+    p.Add(CommWork{n.etp, Collective::kAllGather, tok * d.etp * d.h * d.e * d.imbalance,
+                   CommGroup::kEtp});
+  }
+  if (d.ep > 1 || d.etp > 1) p.Add(Memory(n.shuffle, 2 * d.R * d.h * d.e));
+}
+
+// Back from the experts' ranks, the reverse of AddToExperts.
+void AddFromExperts(PassWork& p, const Dims& d, const ExpertRoute& n) {
+  if (d.dispatcher == MoeDispatcher::kAllGather) {
+    p.Add(CommWork{n.gather, Collective::kReduceScatter, d.Tn * d.h * d.e * d.ep * d.etp,
+                   CommGroup::kEpEtp});
+    return;
+  }
+  const double tok = d.Tn * d.k;
+  if (d.ep > 1 || d.etp > 1) p.Add(Memory(n.shuffle, 2 * d.R * d.h * d.e));
+  if (d.etp > 1) {
+    p.Add(CommWork{n.etp, Collective::kReduceScatter, tok * d.etp * d.h * d.e * d.imbalance,
+                   CommGroup::kEtp});
+  }
+  p.Add(
+      CommWork{n.all_to_all, Collective::kAllToAll, tok * d.h * d.e * d.imbalance, CommGroup::kEp});
+}
+
 // A MoE layer's routed experts (Megatron's MoELayer with the token dispatcher of
 // options.moe_token_dispatcher), on the GPU's T_n tokens after the second norm: the router (a
 // replicated h x E linear, then softmax / top-k on fp32 scores), the dispatch of each token's k
@@ -399,77 +444,44 @@ std::pair<int, int> AddDenseMlpWeightGrad(PassWork& w, const Dims& d, double f_t
 // sends (its T_n k copies, the busiest rank receiving `imbalance` times the mean).
 void AddMoeForward(PassWork& f, const Dims& d) {
   const double tok = d.Tn * d.k, experts = d.E_l * d.ep;
-  const bool shuffle = d.ep > 1 || d.etp > 1;
+  const bool all_gather = d.dispatcher == MoeDispatcher::kAllGather;
   f.Add(Gemm("router", d.Tn, experts, d.h, 1, d.e));
   f.Add(Memory("router softmax top-k", d.Tn * experts * (d.e + 8) + tok * 8));
-  if (d.dispatcher == MoeDispatcher::kAllGather) {
-    // Every token of the ep x etp group to every rank, each keeping its experts' copies.
-    f.Add(CommWork{"moe all-gather tokens", Collective::kAllGather, d.Tn * d.h * d.e * d.ep * d.etp,
-                   CommGroup::kEpEtp});
+  if (!all_gather) f.Add(Memory("permute tokens", 2 * tok * d.h * d.e));
+  AddToExperts(f, d,
+               {"moe all-gather tokens", "ep all-to-all dispatch",
+                "etp all-gather dispatched tokens", "sort tokens by expert"});
+  if (all_gather) {
+    // Each rank keeps its experts' copies of the gathered tokens.
     f.Add(
         Memory("select local experts' tokens", d.Tn * d.ep * d.etp * d.h * d.e + d.R * d.h * d.e));
-  } else {
-    f.Add(Memory("permute tokens", 2 * tok * d.h * d.e));
-    f.Add(CommWork{"ep all-to-all dispatch", Collective::kAllToAll, tok * d.h * d.e * d.imbalance,
-                   CommGroup::kEp});
-    if (d.etp > 1) {
-      f.Add(CommWork{"etp all-gather dispatched tokens", Collective::kAllGather,
-                     tok * d.etp * d.h * d.e * d.imbalance, CommGroup::kEtp});
-    }
-    if (shuffle) f.Add(Memory("sort tokens by expert", 2 * d.R * d.h * d.e));
   }
   if (d.fp8) AddCast(f, "experts fc1 input cast fp8", d.R * d.h, d);
   f.Add(GroupedLinear("experts fc1", d.m_e, d.fc1_e, d.h, d.E_l, d));
   f.Add(Memory("experts activation", (d.fc1_e + d.f_e) * d.R * d.e));
   if (d.fp8) AddCast(f, "experts fc2 input cast fp8", d.R * d.f_e, d);
   f.Add(GroupedLinear("experts fc2", d.m_e, d.h, d.f_e, d.E_l, d));
-  if (d.dispatcher == MoeDispatcher::kAllGather) {
-    f.Add(CommWork{"moe reduce-scatter outputs", Collective::kReduceScatter,
-                   d.Tn * d.h * d.e * d.ep * d.etp, CommGroup::kEpEtp});
-  } else {
-    if (shuffle) f.Add(Memory("unsort tokens", 2 * d.R * d.h * d.e));
-    if (d.etp > 1) {
-      f.Add(CommWork{"etp reduce-scatter expert outputs", Collective::kReduceScatter,
-                     tok * d.etp * d.h * d.e * d.imbalance, CommGroup::kEtp});
-    }
-    f.Add(CommWork{"ep all-to-all combine", Collective::kAllToAll, tok * d.h * d.e * d.imbalance,
-                   CommGroup::kEp});
-  }
+  AddFromExperts(f, d,
+                 {"moe reduce-scatter outputs", "ep all-to-all combine",
+                  "etp reduce-scatter expert outputs", "unsort tokens"});
   f.Add(Memory("unpermute and weight", tok * d.h * d.e + d.Tn * d.h * d.e + tok * 4));
 }
 
 void AddMoeBackward(PassWork& b, const Dims& d) {
   const double tok = d.Tn * d.k, experts = d.E_l * d.ep;
-  const bool shuffle = d.ep > 1 || d.etp > 1;
   b.Add(Memory("unpermute backward", tok * d.h * d.e + d.Tn * d.h * d.e + tok * 4));
-  if (d.dispatcher == MoeDispatcher::kAllGather) {
-    b.Add(CommWork{"moe all-gather output grads", Collective::kAllGather,
-                   d.Tn * d.h * d.e * d.ep * d.etp, CommGroup::kEpEtp});
-  } else {
-    b.Add(CommWork{"ep all-to-all combine backward", Collective::kAllToAll,
-                   tok * d.h * d.e * d.imbalance, CommGroup::kEp});
-    if (d.etp > 1) {
-      b.Add(CommWork{"etp all-gather output grads", Collective::kAllGather,
-                     tok * d.etp * d.h * d.e * d.imbalance, CommGroup::kEtp});
-    }
-    if (shuffle) b.Add(Memory("sort output grads by expert", 2 * d.R * d.h * d.e));
-  }
+  AddToExperts(b, d,
+               {"moe all-gather output grads", "ep all-to-all combine backward",
+                "etp all-gather output grads", "sort output grads by expert"});
   if (d.fp8) AddCast(b, "experts fc2 output grad cast fp8", d.R * d.h, d);
   b.Add(GroupedLinear("experts fc2 dgrad", d.m_e, d.f_e, d.h, d.E_l, d));
   b.Add(Memory("experts activation backward", (d.f_e + 2 * d.fc1_e) * d.R * d.e));
   if (d.fp8) AddCast(b, "experts fc1 output grad cast fp8", d.R * d.fc1_e, d);
   b.Add(GroupedLinear("experts fc1 dgrad", d.m_e, d.h, d.fc1_e, d.E_l, d));
-  if (d.dispatcher == MoeDispatcher::kAllGather) {
-    b.Add(CommWork{"moe reduce-scatter input grads", Collective::kReduceScatter,
-                   d.Tn * d.h * d.e * d.ep * d.etp, CommGroup::kEpEtp});
-  } else {
-    if (shuffle) b.Add(Memory("unsort input grads", 2 * d.R * d.h * d.e));
-    if (d.etp > 1) {
-      b.Add(CommWork{"etp reduce-scatter input grads", Collective::kReduceScatter,
-                     tok * d.etp * d.h * d.e * d.imbalance, CommGroup::kEtp});
-    }
-    b.Add(CommWork{"ep all-to-all dispatch backward", Collective::kAllToAll,
-                   tok * d.h * d.e * d.imbalance, CommGroup::kEp});
+  AddFromExperts(b, d,
+                 {"moe reduce-scatter input grads", "ep all-to-all dispatch backward",
+                  "etp reduce-scatter input grads", "unsort input grads"});
+  if (d.dispatcher != MoeDispatcher::kAllGather) {
     b.Add(Memory("permute backward", 2 * tok * d.h * d.e));
   }
   b.Add(Memory("router softmax top-k backward", d.Tn * experts * (d.e + 8)));

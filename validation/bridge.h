@@ -25,8 +25,9 @@
 //    --overlap-param-gather (the recipes' distributed-optimizer settings), --tp-comm-overlap when
 //    the notes turn it on ("TP comm overlap ON", "tp_comm_overlap=True") and sequence
 //    parallelism is on.
-// Not expressible (yet), each counted with its reason: mixture-of-experts models (expert parallelism, routers), models without a preset, rows without a
-// measured tokens/s, rows whose layout breaks Megatron's rules as ptdp reads them.
+// Not expressible (yet), each counted with its reason: mixture-of-experts models (expert
+// parallelism, routers), models without a preset, rows without a measured tokens/s, rows whose
+// layout breaks Megatron's rules as ptdp reads them.
 #pragma once
 
 #include <span>

@@ -268,7 +268,8 @@ TEST(RecomputeModules, EachDropsItsPartAndRerunsItsForward) {
     return LayerActivationBytes(m, p, Precision::kBf16, o, false,
                                 moe ? LayerKind::kMoeTransformer : LayerKind::kTransformer);
   };
-  const double kept = LayerActivationBytes(m, none, Precision::kBf16, o, false, LayerKind::kMoeTransformer);
+  const double kept =
+      LayerActivationBytes(m, none, Precision::kBf16, o, false, LayerKind::kMoeTransformer);
   const double s = 4096, h = 2048, e = 2, k = 8, f_e = 768;
   const double R = s * k;  // the routed copies a rank takes, balanced
   // Flash attention keeps only fp32 statistics: core_attn drops 4 a s b.
@@ -281,7 +282,8 @@ TEST(RecomputeModules, EachDropsItsPartAndRerunsItsForward) {
                    4 * s * 128 + R * (e * h + e * 2 * f_e + e * f_e));
   // "mlp" is the dense MLP only: nothing in a MoE layer, the hidden tensors in a dense one.
   EXPECT_DOUBLE_EQ(kept - bytes(kRecomputeMlp, true), 0.0);
-  const double dense = LayerActivationBytes(m, none, Precision::kBf16, o, false, LayerKind::kTransformer);
+  const double dense =
+      LayerActivationBytes(m, none, Precision::kBf16, o, false, LayerKind::kTransformer);
   EXPECT_DOUBLE_EQ(dense - bytes(kRecomputeMlp, false), e * s * 2 * 6144 + e * s * 6144);
 
   // What recomputing re-runs.
@@ -303,9 +305,11 @@ TEST(RecomputeModules, EachDropsItsPartAndRerunsItsForward) {
   const ModelSpec ds = ModelPreset("deepseek-v3");
   ParallelConfig p{.tp = 2, .ep = 8, .recompute = Recompute::kSelective};
   p.recompute_modules = kRecomputeMlaUpProj;
-  const double with = LayerActivationBytes(ds, p, Precision::kBf16, o, false, LayerKind::kMoeTransformer);
+  const double with =
+      LayerActivationBytes(ds, p, Precision::kBf16, o, false, LayerKind::kMoeTransformer);
   p.recompute_modules = 0;
-  const double without = LayerActivationBytes(ds, p, Precision::kBf16, o, false, LayerKind::kMoeTransformer);
+  const double without =
+      LayerActivationBytes(ds, p, Precision::kBf16, o, false, LayerKind::kMoeTransformer);
   const double qkv = e * s * 64 * (128 + 64 + 128 + 64 + 128);  // 64 heads per GPU: q, k, v
   const double latents = e * s * (1536 + 512 + 64);
   EXPECT_DOUBLE_EQ(without - with, qkv - latents);
@@ -316,9 +320,9 @@ TEST(RecomputeModules, EachDropsItsPartAndRerunsItsForward) {
   EXPECT_EQ(Find(up.recompute, "kv down"), nullptr);
   // And the recompute transient is the largest module's, recomputed one at a time.
   p.recompute_modules = kRecomputeMlaUpProj | kRecomputeCoreAttn;
-  EXPECT_DOUBLE_EQ(LayerRecomputeTransientBytes(ds, p, Precision::kBf16, o, false,
-                                                LayerKind::kMoeTransformer),
-                   qkv - latents);
+  EXPECT_DOUBLE_EQ(
+      LayerRecomputeTransientBytes(ds, p, Precision::kBf16, o, false, LayerKind::kMoeTransformer),
+      qkv - latents);
 }
 
 TEST(RecomputeModules, MegatronsRules) {
