@@ -3,6 +3,9 @@
 // per-stage memory (EstimateMemory), without the event simulation. The schedule's in-flight
 // counts are computed once per (schedule, p, m, v) outside the timed loop, as the planner does.
 #include <benchmark/benchmark.h>
+#include <fmt/format.h>
+
+#include <utility>
 
 #include "core/presets.h"
 #include "core/schedule.h"
@@ -31,17 +34,30 @@ Case MakeCase(const char* model, const char* cluster, int64_t batch, ParallelCon
   return c;
 }
 
-void Evaluate(benchmark::State& state, const Case& c) {
+// What is timed: a cold evaluation (no cache: the efficiency tables prepared and every layer
+// kind's kernels worked out, as `ptdp simulate` pays once), its two halves, and the planner's
+// per-candidate evaluation, where the layer costs, placements and tables come from the search's
+// LayerCostCache (warmed by the first iteration, as the first candidate of a search warms it).
+enum class Mode { kCold, kStepCold, kMemory, kPlanner };
+
+// Not inlined: a profiler (valgrind --toggle-collect) can count one evaluation's instructions.
+[[gnu::noinline]] void Evaluate(benchmark::State& state, const Case& c, Mode mode) {
+  LayerCostCache cache;
   for (auto _ : state) {
-    StepEstimate est = EstimateStep(c.model, c.cluster, c.training, c.parallel, c.options);
-    MemoryEstimate mem =
-        EstimateMemory(c.model, c.cluster, c.training, c.parallel, c.in_flight, c.options);
-    benchmark::DoNotOptimize(est);
-    benchmark::DoNotOptimize(mem);
+    if (mode != Mode::kMemory) {
+      StepEstimate est = EstimateStep(c.model, c.cluster, c.training, c.parallel, c.options,
+                                      mode == Mode::kPlanner ? &cache : nullptr);
+      benchmark::DoNotOptimize(est);
+    }
+    if (mode != Mode::kStepCold) {
+      MemoryEstimate mem =
+          EstimateMemory(c.model, c.cluster, c.training, c.parallel, c.in_flight, c.options);
+      benchmark::DoNotOptimize(mem);
+    }
   }
 }
 
-void BM_Gpt3_175b_Interleaved(benchmark::State& state) {
+const Case& CaseGpt3175bInterleaved() {
   static const Case c = MakeCase("gpt3-175b", "dgx-a100-80gb", 1536,
                                  {.tp = 8,
                                   .pp = 8,
@@ -52,45 +68,41 @@ void BM_Gpt3_175b_Interleaved(benchmark::State& state) {
                                   .sequence_parallel = true,
                                   .recompute = Recompute::kSelective,
                                   .distributed_optimizer = true});
-  Evaluate(state, c);
+  return c;
 }
-BENCHMARK(BM_Gpt3_175b_Interleaved);
 
-void BM_Llama3_70b_1F1B(benchmark::State& state) {
+const Case& CaseLlama370b1F1B() {
   static const Case c =
       MakeCase("llama3-70b", "hgx-h200", 512, {.tp = 4, .pp = 4, .dp = 4, .micro_batch_size = 1});
-  Evaluate(state, c);
+  return c;
 }
-BENCHMARK(BM_Llama3_70b_1F1B);
 
-void BM_Megatron_1t_64Stages(benchmark::State& state) {
+const Case& CaseMegatron1t64Stages() {
   static const Case c =
       MakeCase("megatron-1t", "dgx-a100-80gb", 3072,
                {.tp = 8, .pp = 64, .dp = 6, .micro_batch_size = 1, .recompute = Recompute::kFull});
-  Evaluate(state, c);
+  return c;
 }
-BENCHMARK(BM_Megatron_1t_64Stages);
 
 // Today's settings: FP8 with Megatron-Bridge's recipe, an uneven split, TP and DP overlap.
-void BM_Llama3_405b_Fp8Uneven(benchmark::State& state) {
-  CostOptions o;
-  o.overlap_grad_reduce = o.overlap_param_gather = o.tp_comm_overlap = true;
-  static const Case c = MakeCase("llama3-405b", "dgx-h100", 2048,
-                                 {.tp = 8,
-                                  .pp = 16,
-                                  .dp = 128,
-                                  .micro_batch_size = 1,
-                                  .sequence_parallel = true,
-                                  .distributed_optimizer = true,
-                                  .first_stage_layers = 7,
-                                  .last_stage_layers = 7},
-                                 Precision::kFp8, o);
-  Evaluate(state, c);
+const Case& CaseLlama3405bFp8Uneven() {
+  static const Case c = MakeCase(
+      "llama3-405b", "dgx-h100", 2048,
+      {.tp = 8,
+       .pp = 16,
+       .dp = 128,
+       .micro_batch_size = 1,
+       .sequence_parallel = true,
+       .distributed_optimizer = true,
+       .first_stage_layers = 7,
+       .last_stage_layers = 7},
+      Precision::kFp8,
+      {.overlap_grad_reduce = true, .overlap_param_gather = true, .tp_comm_overlap = true});
+  return c;
 }
-BENCHMARK(BM_Llama3_405b_Fp8Uneven);
 
 // Megatron-FSDP with the per-layer gathers, 8B on 8 GPUs.
-void BM_Llama3_8b_Fsdp(benchmark::State& state) {
+const Case& CaseLlama38bFsdp() {
   static const Case c = MakeCase("llama3-8b", "dgx-h100", 128,
                                  {.tp = 1,
                                   .pp = 1,
@@ -99,13 +111,12 @@ void BM_Llama3_8b_Fsdp(benchmark::State& state) {
                                   .distributed_optimizer = true,
                                   .fsdp = Fsdp::kOptimGradsParams},
                                  Precision::kFp8);
-  Evaluate(state, c);
+  return c;
 }
-BENCHMARK(BM_Llama3_8b_Fsdp);
 
 // A hybrid model: Mamba-2, attention and MoE layers, each pipeline stage its share of the
 // pattern (per-stage layer kinds), FP8 with Megatron-Bridge's recipe.
-void BM_Nemotron3Nano_Hybrid(benchmark::State& state) {
+const Case& CaseNemotron3NanoHybrid() {
   static const Case c = MakeCase("nemotron-3-nano", "dgx-h100", 1024,
                                  {.tp = 2,
                                   .pp = 4,
@@ -116,9 +127,38 @@ void BM_Nemotron3Nano_Hybrid(benchmark::State& state) {
                                   .sequence_parallel = true,
                                   .distributed_optimizer = true},
                                  Precision::kFp8);
-  Evaluate(state, c);
+  return c;
 }
-BENCHMARK(BM_Nemotron3Nano_Hybrid);
+
+void Register() {
+  const std::pair<const char*, const Case& (*)()> cases[] = {
+      {"Gpt3_175b_Interleaved", CaseGpt3175bInterleaved},
+      {"Llama3_70b_1F1B", CaseLlama370b1F1B},
+      {"Megatron_1t_64Stages", CaseMegatron1t64Stages},
+      {"Llama3_405b_Fp8Uneven", CaseLlama3405bFp8Uneven},
+      {"Llama3_8b_Fsdp", CaseLlama38bFsdp},
+      {"Nemotron3Nano_Hybrid", CaseNemotron3NanoHybrid}};
+  const std::pair<const char*, Mode> modes[] = {{"Cold", Mode::kCold},
+                                                {"StepCold", Mode::kStepCold},
+                                                {"Memory", Mode::kMemory},
+                                                {"Planner", Mode::kPlanner}};
+  for (const auto& [mode_name, mode] : modes) {
+    for (const auto& [name, make] : cases) {
+      benchmark::RegisterBenchmark(
+          fmt::format("{}/{}", mode_name, name).c_str(),
+          [make, mode](benchmark::State& s) { Evaluate(s, make(), mode); });
+    }
+  }
+}
 
 }  // namespace
 }  // namespace ptdp
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  ptdp::Register();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

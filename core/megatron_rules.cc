@@ -55,9 +55,11 @@ namespace {
 // The rules, in Megatron's order; each broken one goes to add(rule, key, message, hint), the
 // message and hint as functions that format them (so that a caller wanting the rule alone pays
 // nothing for the words).
+// The leading rules, checked before all others: they depend on the model, the batch and the
+// sizes tp, pp, cp, dp and the micro-batch alone (FirstBrokenLeadingRule).
 template <typename Add>
-void CheckRules(const ModelSpec& model, const TrainingSpec& training, const ParallelConfig& p,
-                int64_t num_gpus, const CostOptions& options, const Add& add) {
+void CheckLeadingRules(const ModelSpec& model, const TrainingSpec& training,
+                       const ParallelConfig& p, int64_t num_gpus, const Add& add) {
   if (p.world_size() != num_gpus) {
     // arguments.py: total_model_size = tp * pp * cp; data_parallel_size = world // it.
     const int64_t model_size = int64_t{p.tp} * p.pp * p.cp;
@@ -131,6 +133,14 @@ void CheckRules(const ModelSpec& model, const TrainingSpec& training, const Para
               "use a tensor-parallel size that divides, or is a multiple of, the query groups");
         });
   }
+}
+
+template <typename Add>
+void CheckRules(const ModelSpec& model, const TrainingSpec& training, const ParallelConfig& p,
+                int64_t num_gpus, const CostOptions& options, const Add& add) {
+  CheckLeadingRules(model, training, p, num_gpus, add);
+  const int64_t per_step = int64_t{p.micro_batch_size} * p.dp;
+  const bool batch_ok = training.global_batch_size % per_step == 0;
 
   // A hybrid model's Mamba mixers split their heads and groups over TP (mamba_mixer.py
   // MambaMixer.__init__), and over TP x CP with context parallelism (mamba_context_parallel.py).
@@ -655,6 +665,16 @@ std::vector<Violation> CheckParallelConfig(const ModelSpec& model, const Trainin
                out.push_back({rule, std::string(key), message(), hint()});
              });
   return out;
+}
+
+std::optional<Rule> FirstBrokenLeadingRule(const ModelSpec& model, const TrainingSpec& training,
+                                           const ParallelConfig& p, int64_t num_gpus) {
+  std::optional<Rule> first;
+  CheckLeadingRules(model, training, p, num_gpus,
+                    [&](Rule rule, std::string_view, const auto&, const auto&) {
+                      if (!first) first = rule;
+                    });
+  return first;
 }
 
 std::optional<Rule> FirstBrokenRule(const ModelSpec& model, const TrainingSpec& training,

@@ -64,5 +64,11 @@ std::vector<Violation> CheckParallelConfig(const ModelSpec& model, const Trainin
 std::optional<Rule> FirstBrokenRule(const ModelSpec& model, const TrainingSpec& training,
                                     const ParallelConfig& parallel, int64_t num_gpus,
                                     const CostOptions& options = {});
+// The first of the leading rules broken, which Megatron checks before all others and which depend
+// on tp, pp, cp, dp and the micro-batch size alone (world size, batch divisibility, heads and
+// query groups over tp): when one is broken, it is FirstBrokenRule's answer for every setting of
+// the other fields.
+std::optional<Rule> FirstBrokenLeadingRule(const ModelSpec& model, const TrainingSpec& training,
+                                           const ParallelConfig& parallel, int64_t num_gpus);
 
 }  // namespace ptdp

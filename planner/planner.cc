@@ -102,6 +102,9 @@ PlanSearchResult SearchPlans(const PlanRequest& req) {
   std::optional<std::pair<ParallelConfig, MemoryEstimate>> last_memory;
   std::vector<CandidatePoint> fitting;
   double closest_ratio = std::numeric_limits<double>::infinity();
+  // Counted here and added once (the first example met), not per candidate.
+  int64_t out_of_memory = 0;
+  std::string out_of_memory_example;
 
   res.examined = EnumerateConfigs(
       req.model, req.training, req.gpus, req.constraints, res.rejected,
@@ -132,7 +135,7 @@ PlanSearchResult SearchPlans(const PlanRequest& req) {
           fitting.push_back(point);
           return;
         }
-        res.rejected.Add("out-of-memory", [&] { return OutOfMemory(point, mem, limit); });
+        if (out_of_memory++ == 0) out_of_memory_example = OutOfMemory(point, mem, limit);
         if (point.peak_memory_bytes / limit < closest_ratio) {
           closest_ratio = point.peak_memory_bytes / limit;
           res.closest_out_of_memory = point;
@@ -140,6 +143,10 @@ PlanSearchResult SearchPlans(const PlanRequest& req) {
         }
       },
       req.options);
+  if (out_of_memory > 0) {
+    res.rejected.Add(
+        "out-of-memory", [&] { return out_of_memory_example; }, out_of_memory);
+  }
   res.fits = static_cast<int64_t>(fitting.size());
 
   // The reference layout: simulated on its own (it may be outside the constraints).

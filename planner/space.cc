@@ -267,7 +267,19 @@ int64_t EnumerateConfigs(const ModelSpec& model, const TrainingSpec& training, i
         for (int64_t mbs : mbs_list) {
           if (!Allowed(c.micro_batch_size, mbs)) continue;
           if (c.max_micro_batch_size > 0 && mbs > c.max_micro_batch_size) continue;
+          // A leading rule broken here is the first broken rule of every candidate below (most
+          // of a large space's rejections: heads not divisible by tp): checked once.
+          const std::optional<Rule> leading =
+              FirstBrokenLeadingRule(model, training,
+                                     ParallelConfig{.tp = static_cast<int>(tp),
+                                                    .pp = static_cast<int>(pp),
+                                                    .dp = static_cast<int>(dp),
+                                                    .cp = static_cast<int>(cp),
+                                                    .micro_batch_size = static_cast<int>(mbs)},
+                                     num_gpus);
           for (const ParallelConfig& split : splits) {
+            // Each candidate below: the split with every other field set (copied once here).
+            ParallelConfig p = split;
             const std::vector<int64_t> v_list =
                 split.layout.empty()
                     ? ChunkCounts(L, static_cast<int>(pp), split)
@@ -314,7 +326,6 @@ int64_t EnumerateConfigs(const ModelSpec& model, const TrainingSpec& training, i
                       }
                       for (CpComm comm : comms) {
                         for (auto [ep, etp] : experts) {
-                          ParallelConfig p = split;
                           p.ep = ep;
                           p.etp = etp;
                           p.tp = static_cast<int>(tp);
@@ -327,14 +338,17 @@ int64_t EnumerateConfigs(const ModelSpec& model, const TrainingSpec& training, i
                           p.schedule = schedule;
                           p.sequence_parallel = sp == 1;
                           p.recompute = recompute;
-                          if (recompute == Recompute::kSelective && c.recompute_modules) {
-                            p.recompute_modules = *c.recompute_modules;
-                          }
+                          p.recompute_modules =
+                              recompute == Recompute::kSelective && c.recompute_modules
+                                  ? *c.recompute_modules
+                                  : split.recompute_modules;
                           p.distributed_optimizer = sh.distributed_optimizer;
                           p.fsdp = sh.fsdp;
                           ++examined;
                           if (const std::optional<Rule> rule =
-                                  FirstBrokenRule(model, training, p, num_gpus, options)) {
+                                  leading
+                                      ? leading
+                                      : FirstBrokenRule(model, training, p, num_gpus, options)) {
                             // Counted per rule here, in the map at the end; the first example met.
                             const int r = static_cast<int>(*rule);
                             if (broken[r]++ == 0) {

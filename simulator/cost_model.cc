@@ -315,6 +315,29 @@ void AddLayerBreakdown(const LayerCost& l, ChunkCosts& ch, StageBreakdown& br) {
   AddCommBytes(l.comm_bytes, br);
 }
 
+// A breakdown's figures added to another's (each field; the order of the sums is the same as
+// adding their parts one by one when `from` was built from zero).
+void AddBreakdown(const StageBreakdown& from, StageBreakdown& to) {
+  to.compute_s += from.compute_s;
+  to.tp_comm_s += from.tp_comm_s;
+  to.tp_comm_hidden_s += from.tp_comm_hidden_s;
+  to.cp_comm_s += from.cp_comm_s;
+  to.cp_comm_hidden_s += from.cp_comm_hidden_s;
+  to.ep_comm_s += from.ep_comm_s;
+  to.etp_comm_s += from.etp_comm_s;
+  to.pp_comm_s += from.pp_comm_s;
+  to.recompute_s += from.recompute_s;
+  to.overhead_s += from.overhead_s;
+  to.dp_comm_s += from.dp_comm_s;
+  to.dp_exposed_s += from.dp_exposed_s;
+  to.tp_comm_bytes += from.tp_comm_bytes;
+  to.cp_comm_bytes += from.cp_comm_bytes;
+  to.ep_comm_bytes += from.ep_comm_bytes;
+  to.etp_comm_bytes += from.etp_comm_bytes;
+  to.pp_comm_bytes += from.pp_comm_bytes;
+  to.dp_comm_bytes += from.dp_comm_bytes;
+}
+
 PartKey KeyOf(const ParallelConfig& p, const CostOptions& options, const GroupPlacements& groups,
               int part) {
   return {p.tp,
@@ -368,6 +391,7 @@ struct LayerCostCache::Impl {
   std::optional<KernelTimer> timer;
   std::unordered_map<PartKey, LayerCost, PartKeyHash> layers;
   std::unordered_map<PartKey, EndParts, PartKeyHash> ends;
+  double model_flops = -1;  // per step (flops.h), once known
 
   // The timer for this model, cluster, training and software; checks that they do not change.
   const KernelTimer& Bind(const ModelSpec& m, const ClusterSpec& c, const TrainingSpec& t,
@@ -384,29 +408,29 @@ struct LayerCostCache::Impl {
 LayerCostCache::LayerCostCache() : impl_(std::make_unique<Impl>()) {}
 LayerCostCache::~LayerCostCache() = default;
 
-StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const TrainingSpec& training,
-                          const ParallelConfig& p, const CostOptions& options,
-                          LayerCostCache* cache) {
-  PTDP_CHECK(p.tp >= 1 && p.pp >= 1 && p.dp >= 1 && p.cp >= 1 && p.virtual_stages >= 1);
+namespace {
+
+// What EstimateStep needs besides the configuration: the layout's group placements, the kernel
+// timer, the embedding's and output layer's passes, and, from a search's cache, the layer costs
+// met before (null: none kept) and the model's FLOPs per step (negative: not known yet).
+struct Prepared {
+  const LayoutPlacements& placed;
+  const KernelTimer& timer;
+  const EndParts& ends;
+  LayerCostCache::Impl* shared;
+};
+
+StepEstimate EstimatePrepared(const ModelSpec& m, const ClusterSpec& c,
+                              const TrainingSpec& training, const ParallelConfig& p,
+                              const CostOptions& options, const Prepared& prepared) {
   const Precision precision = training.precision;
   const int pp = p.pp, v = p.virtual_stages, vstages = pp * v;
-  LayerCostCache::Impl* shared = cache != nullptr ? &cache->impl() : nullptr;
-  std::optional<LayoutPlacements> own_placements;
-  const LayoutPlacements* placed = nullptr;
-  if (shared != nullptr) {
-    const auto [it, inserted] =
-        shared->placements.try_emplace({p.tp, p.cp, p.dp, p.pp, p.ep, p.expert_tp()});
-    if (inserted) it->second = PlaceLayout(p, c.gpus_per_node);
-    placed = &it->second;
-  } else {
-    placed = &own_placements.emplace(PlaceLayout(p, c.gpus_per_node));
-  }
+  LayerCostCache::Impl* shared = prepared.shared;
+  const LayoutPlacements* placed = &prepared.placed;
   const GroupPlacement& tp = placed->tp;
   const GroupPlacement& dp = placed->dp;
   const GroupPlacements groups{tp, placed->cp, placed->ep, placed->etp, placed->ep_etp};
-  std::optional<KernelTimer> own_timer;
-  if (shared == nullptr) own_timer.emplace(c, precision, options);
-  const KernelTimer& timer = shared != nullptr ? shared->Bind(m, c, training, options) : *own_timer;
+  const KernelTimer& timer = prepared.timer;
 
   // One cost per layer slot [kind][fp8][recompute], computed when a chunk first has such
   // layers (kept by pointer: most configurations meet two or three of the slots).
@@ -438,35 +462,34 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
     return *layer[slot];
   };
 
-  std::optional<EndParts> own_ends;
-  const EndParts* ends = nullptr;
-  if (shared != nullptr) {
-    const auto [it, inserted] = shared->ends.try_emplace(KeyOf(p, options, groups, kEndsPart));
-    if (inserted) it->second = CostOfEnds(m, c, training, p, options, timer, groups);
-    ends = &it->second;
-  } else {
-    ends = &own_ends.emplace(CostOfEnds(m, c, training, p, options, timer, groups));
-  }
+  const EndParts* ends = &prepared.ends;
   const PassTimes &ef = ends->ef, &eb = ends->eb, &ew = ends->ew;
   const PassTimes &of = ends->of, &ob = ends->ob, &ow = ends->ow;
   const double emb_act = ends->emb_act, out_act = ends->out_act;
 
-  // Sends from each stage to the next (index r: r -> r + 1 mod p). The pairs r -> r + 1 share
-  // one placement when the ranks between stages fill whole nodes (or more); then time it once.
-  std::vector<double> send(pp, 0.0);
+  // Sends from each stage to the next (r: r -> r + 1 mod p). The pairs r -> r + 1 < p share
+  // one placement when the ranks between stages fill whole nodes (or more); then time it once,
+  // else each (kept only then).
   const double send_bytes = pp > 1 ? SendBytes(m, p, precision, options) : 0;
   const int64_t stage_ranks = p.tp * p.dp_cp();
   const bool same_pairs = stage_ranks % c.gpus_per_node == 0 || stage_ranks >= c.gpus_per_node;
+  double uniform_send = 0, wrap_send = 0;
+  std::vector<double> pair_send;
   if (pp > 1) {
-    const double uniform_send =
-        same_pairs ? SendTime(c, m, p, precision, options, placed->first_pair, tp) : 0;
-    for (int r = 0; r < pp - 1; ++r) {
-      send[r] = same_pairs ? uniform_send
-                           : SendTime(c, m, p, precision, options,
-                                      PipelinePair(p, r, c.gpus_per_node), tp);
+    if (same_pairs) {
+      uniform_send = SendTime(c, m, p, precision, options, placed->first_pair, tp);
+    } else {
+      pair_send.resize(pp - 1);
+      for (int r = 0; r < pp - 1; ++r) {
+        pair_send[r] =
+            SendTime(c, m, p, precision, options, PipelinePair(p, r, c.gpus_per_node), tp);
+      }
     }
-    send[pp - 1] = SendTime(c, m, p, precision, options, placed->last_pair, tp);
+    wrap_send = SendTime(c, m, p, precision, options, placed->last_pair, tp);
   }
+  const auto send = [&](int r) {
+    return r == pp - 1 ? wrap_send : same_pairs ? uniform_send : pair_send[r];
+  };
 
   // Megatron-FSDP's per-micro-batch data-parallel traffic of one layer (Megatron-FSDP v1,
   // megatron/core/distributed/fsdp): sharded gradients are reduce-scattered after each layer's
@@ -509,25 +532,76 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
   est.microbatches = NumMicrobatches(training, p);
   est.costs.chunks.reserve(vstages);
   est.stages.assign(pp, StageBreakdown{});
-  // The layers' part of a chunk, the same for every chunk of the same kinds (most of them).
+  // The layers' part of a chunk, the same for every chunk of the same kinds (most of them): as
+  // it enters the chunk's costs and the stage's breakdown, worked out once per distinct chunk.
   struct LayerSums {
     ChunkLayers kinds;
     LayerCost sum = {};
     double params = 0;
+    ChunkCosts chunk = {};
+    StageBreakdown breakdown = {};
   } sums;
   bool have_sums = false;
   const bool uniform = UniformChunks(m, training, p);
+  const bool alike = MiddleStagesAlike(m, training, p);
   const ChunkKinds chunk_kinds(m, training, p);
   const int kind_end = LayerKindEnd(m);
-  const auto same = [](const ChunkLayers& a, const ChunkLayers& b) { return a == b; };
+  // With uniform sends, a virtual stage's costs and what it adds to its stage's breakdown
+  // depend only on its layers and on whether it is its stage's first chunk, the first or last
+  // virtual stage, or on the first or last pipeline stage: each such kind is worked out once and
+  // copied (a 64-stage pipeline has three; an uneven split a few more). The layer compositions
+  // are told apart among the first kMaxCompositions met (with uniform chunks there is one).
+  constexpr int kMaxCompositions = 4, kPositions = 32, kMaxRepeats = 32;
+  struct Repeat {
+    ChunkCosts chunk;
+    StageBreakdown breakdown;
+  };
+  union Repeats {  // filled as met: nothing zeroed beforehand
+    Repeats() {}
+    Repeat at[kMaxRepeats];
+  } repeat;
+  // Only in a search (with a cache): a single evaluation works every virtual stage out, and the
+  // tests compare the two.
+  const bool copy_repeats = same_pairs && shared != nullptr;
+  std::array<int8_t, kMaxCompositions * kPositions> repeat_at;
+  if (copy_repeats) repeat_at.fill(-1);
+  int repeats_known = 0;
+  std::array<ChunkLayers, kMaxCompositions> compositions;
+  int num_compositions = 0;
+  ChunkLayers own_kinds;
   for (int chunk = 0, vs = 0; chunk < v; ++chunk) {
     for (int r = 0; r < pp; ++r, ++vs) {
       const bool first = vs == 0, last = vs == vstages - 1;
-      ChunkCosts ch;
-      StageBreakdown& br = est.stages[r];
-      // With uniform chunks every chunk is the first's (no comparison).
-      const ChunkLayers k = uniform && have_sums ? sums.kinds : chunk_kinds(vs);
-      if (!have_sums || (!uniform && !same(k, sums.kinds))) {
+      // With uniform chunks every chunk is the first's (no comparison); with middle stages
+      // alike, a row's middle chunks are its second rank's.
+      if (!have_sums || (!uniform && !(alike && r >= 2 && r < pp - 1))) {
+        own_kinds = chunk_kinds(vs);
+      }
+      const ChunkLayers& k = uniform && have_sums ? sums.kinds : own_kinds;
+      int key = -1;
+      if (copy_repeats) {
+        int id = 0;
+        if (!uniform) {
+          while (id < num_compositions && !(compositions[id] == k)) ++id;
+          if (id == num_compositions) {
+            if (num_compositions < kMaxCompositions) {
+              compositions[num_compositions++] = k;
+            } else {
+              id = -1;
+            }
+          }
+        }
+        const int position =
+            (chunk == 0) << 4 | first << 3 | last << 2 | (r == 0) << 1 | (r == pp - 1);
+        if (id >= 0) key = id * kPositions + position;
+      }
+      if (key >= 0 && repeat_at[key] >= 0) {
+        const Repeat& known = repeat.at[repeat_at[key]];
+        est.costs.chunks.push_back(known.chunk);
+        AddBreakdown(known.breakdown, est.stages[r]);
+        continue;
+      }
+      if (!have_sums || (!uniform && !(k == sums.kinds))) {
         sums = LayerSums{.kinds = k};
         for (int e = 0; e < kind_end; ++e) {
           if (k.OfKind(static_cast<LayerKind>(e)) == 0) continue;
@@ -561,18 +635,21 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
             sums.params += n * params_of(e).total();
           }
         }
+        const LayerCost& s = sums.sum;
+        sums.chunk.forward_s = s.forward;
+        sums.chunk.backward_input_s = s.backward_input;
+        sums.chunk.backward_weight_s = s.backward_weight;
+        sums.chunk.activation_bytes = s.activation_bytes;
+        sums.chunk.weight_grad_activation_bytes = s.weight_grad_activation_bytes;
+        AddLayerBreakdown(s, sums.chunk, sums.breakdown);
         have_sums = true;
       }
-      const LayerCost& s = sums.sum;
-      ch.forward_s = s.forward;
-      ch.backward_input_s = s.backward_input;
-      ch.backward_weight_s = s.backward_weight;
-      ch.activation_bytes = s.activation_bytes;
-      ch.weight_grad_activation_bytes = s.weight_grad_activation_bytes;
-      AddLayerBreakdown(s, ch, br);
+      // The chunk's costs, and what it adds to its stage's breakdown.
+      ChunkCosts ch = sums.chunk;
+      StageBreakdown br = sums.breakdown;
       double chunk_params = sums.params;
-      ch.send_forward_s = last ? 0 : send[r];
-      ch.send_backward_s = first ? 0 : send[r == 0 ? pp - 1 : r - 1];
+      ch.send_forward_s = last ? 0 : send(r);
+      ch.send_backward_s = first ? 0 : send(r == 0 ? pp - 1 : r - 1);
       br.pp_comm_s += ch.send_forward_s + ch.send_backward_s;
       br.pp_comm_bytes += ((last ? 0 : 1) + (first ? 0 : 1)) * send_bytes;
       if (chunk == 0) {
@@ -638,6 +715,11 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
         ch.send_forward_s = ch.send_backward_s = 0;
       }
       est.costs.chunks.push_back(ch);
+      AddBreakdown(br, est.stages[r]);
+      if (key >= 0 && repeats_known < kMaxRepeats) {
+        repeat_at[key] = static_cast<int8_t>(repeats_known);
+        new (&repeat.at[repeats_known++]) Repeat{.chunk = ch, .breakdown = br};
+      }
     }
   }
 
@@ -743,7 +825,7 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
   };
   // The stages between the first and the last are alike when their layers are (and their
   // sends, which the overlapped parameter gather's share depends on): compute one.
-  if (same_pairs && MiddleStagesAlike(m, training, p)) {
+  if (same_pairs && alike) {
     est.costs.stages.assign(pp, pp > 2 ? stage_costs(1) : StageCosts{});
     est.costs.stages[0] = stage_costs(0);
     est.costs.stages[pp - 1] = stage_costs(pp - 1);
@@ -752,9 +834,38 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
     for (int r = 0; r < pp; ++r) est.costs.stages.push_back(stage_costs(r));
   }
 
-  est.model_flops = ModelFlopsPerStep(m, training, options);
-  est.hardware_flops = HardwareFlopsPerStep(m, training, p, options);
+  if (shared != nullptr && shared->model_flops < 0) {
+    shared->model_flops = ModelFlopsPerStep(m, training, options);
+  }
+  est.model_flops =
+      shared != nullptr ? shared->model_flops : ModelFlopsPerStep(m, training, options);
+  est.hardware_flops = est.model_flops + RecomputedFlopsPerStep(m, training, p, options);
   return est;
+}
+
+}  // namespace
+
+StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const TrainingSpec& training,
+                          const ParallelConfig& p, const CostOptions& options,
+                          LayerCostCache* cache) {
+  PTDP_CHECK(p.tp >= 1 && p.pp >= 1 && p.dp >= 1 && p.cp >= 1 && p.virtual_stages >= 1);
+  if (cache == nullptr) {
+    const LayoutPlacements placed = PlaceLayout(p, c.gpus_per_node);
+    const KernelTimer timer(c, training.precision, options);
+    const GroupPlacements groups{placed.tp, placed.cp, placed.ep, placed.etp, placed.ep_etp};
+    const EndParts ends = CostOfEnds(m, c, training, p, options, timer, groups);
+    return EstimatePrepared(m, c, training, p, options, {placed, timer, ends, nullptr});
+  }
+  LayerCostCache::Impl& shared = cache->impl();
+  const auto [at, placed_now] =
+      shared.placements.try_emplace({p.tp, p.cp, p.dp, p.pp, p.ep, p.expert_tp()});
+  if (placed_now) at->second = PlaceLayout(p, c.gpus_per_node);
+  const LayoutPlacements& placed = at->second;
+  const KernelTimer& timer = shared.Bind(m, c, training, options);
+  const GroupPlacements groups{placed.tp, placed.cp, placed.ep, placed.etp, placed.ep_etp};
+  const auto [it, inserted] = shared.ends.try_emplace(KeyOf(p, options, groups, kEndsPart));
+  if (inserted) it->second = CostOfEnds(m, c, training, p, options, timer, groups);
+  return EstimatePrepared(m, c, training, p, options, {placed, timer, it->second, &shared});
 }
 
 double ClosedFormStepTime(const StepCosts& costs, Schedule kind, int stages, int64_t microbatches,

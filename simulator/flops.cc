@@ -143,8 +143,9 @@ double ModelFlopsPerStep(const ModelSpec& m, const TrainingSpec& training,
   return 3 * forward * static_cast<double>(training.global_batch_size);
 }
 
-double HardwareFlopsPerStep(const ModelSpec& m, const TrainingSpec& training,
-                            const ParallelConfig& parallel, const CostOptions& options) {
+double RecomputedFlopsPerStep(const ModelSpec& m, const TrainingSpec& training,
+                              const ParallelConfig& parallel, const CostOptions& options) {
+  if (parallel.recompute == Recompute::kNone) return 0;
   // The recomputed forward products: a layer's all (full), with the s x s ones halved as the
   // model FLOPs count them (a hybrid or MoE model's full recompute: the mean layer's); or the
   // two s x s ones of each layer with attention (selective).
@@ -164,8 +165,13 @@ double HardwareFlopsPerStep(const ModelSpec& m, const TrainingSpec& training,
   } else if (parallel.recompute == Recompute::kSelective) {
     recomputed_flops = layers.attention_layers * attention;
   }
+  return recomputed_flops * static_cast<double>(training.global_batch_size);
+}
+
+double HardwareFlopsPerStep(const ModelSpec& m, const TrainingSpec& training,
+                            const ParallelConfig& parallel, const CostOptions& options) {
   return ModelFlopsPerStep(m, training, options) +
-         recomputed_flops * static_cast<double>(training.global_batch_size);
+         RecomputedFlopsPerStep(m, training, parallel, options);
 }
 
 double Mfu(double model_flops, double step_time_s, int64_t num_gpus, double peak_flops) {

@@ -50,6 +50,10 @@ double ModelFlopsPerStep(const ModelSpec& model, const TrainingSpec& training,
 double HardwareFlopsPerStep(const ModelSpec& model, const TrainingSpec& training,
                             const ParallelConfig& parallel,
                             const CostOptions& options = Megatron2022Options());
+// The recomputed part of the hardware FLOPs alone (0 without recomputation).
+double RecomputedFlopsPerStep(const ModelSpec& model, const TrainingSpec& training,
+                              const ParallelConfig& parallel,
+                              const CostOptions& options = Megatron2022Options());
 
 // Whether a stack's FLOP count halves the causal attention products (core: yes).
 bool CausalHalving(const CostOptions& options);

@@ -1020,10 +1020,19 @@ int ChunkKinds::MoeIn(int a, int b) const {
 }
 
 void ChunkKinds::AddRange(ChunkLayers& c, int a, int b, int fp8, int recompute, int sign) const {
+  // Each pattern symbol's layer kind (-1: none), looked up without branching on the symbol.
+  static const std::array<int8_t, 256> kKindOf = [] {
+    std::array<int8_t, 256> kinds;
+    for (int symbol = 0; symbol < 256; ++symbol) {
+      const std::optional<LayerKind> kind = HybridSymbolKind(static_cast<char>(symbol));
+      kinds[symbol] = kind ? static_cast<int8_t>(*kind) : int8_t{-1};
+    }
+    return kinds;
+  }();
   for (int i = a; i < b; ++i) {
-    const std::optional<LayerKind> kind = HybridSymbolKind(pattern_[i]);
-    PTDP_CHECK(kind.has_value());
-    int16_t& n = c.count[static_cast<int>(*kind)][fp8][recompute];
+    const int kind = kKindOf[static_cast<unsigned char>(pattern_[i])];
+    PTDP_CHECK(kind >= 0);
+    int16_t& n = c.count[kind][fp8][recompute];
     n = static_cast<int16_t>(n + sign);
   }
 }
@@ -1034,6 +1043,14 @@ ChunkLayers ChunkKinds::operator()(int vs) const {
   const int recomputed = recompute_ == Recompute::kNone
                              ? 0
                              : (recompute_num_layers_ > 0 ? std::min(n, recompute_num_layers_) : n);
+  if (pattern_.empty() && !fp8_ && !moe_) {
+    // A dense transformer in 16 bits: its layers, recomputed or not.
+    ChunkLayers c;
+    auto& k = c.count[static_cast<int>(LayerKind::kTransformer)][0];
+    k[1] = static_cast<int16_t>(recomputed);
+    k[0] = static_cast<int16_t>(n - recomputed);
+    return c;
+  }
   // The chunk [first, first + n); its recomputed prefix [first, first + recomputed); the FP8
   // layers [start, end). Each pair's intersection is an interval: count the layers of each
   // kind in it, then the four (fp8, recompute) kinds by inclusion and exclusion:

@@ -415,31 +415,38 @@ MemoryEstimate EstimateMemory(const ModelSpec& m, const ClusterSpec& cluster,
   MemoryEstimate est;
   est.stages.reserve(p.pp);
   double largest = -1;
+  Chunks own;
   for (int r = 0; r < p.pp; ++r) {
     const bool inner = alike && r > 0 && r < p.pp - 1;
-    Chunks own;
     if (!uniform && !inner) own = chunks_of(r);
     const Chunks& k = uniform ? same : inner ? middle_chunks : own;
-    StageMemory st = inner ? middle : stage_memory(r, k);
+    if (inner) {
+      est.stages.push_back(middle);
+    } else {
+      est.stages.push_back(stage_memory(r, k));
+    }
+    StageMemory& st = est.stages.back();
     st.in_flight = in_flight[r];
     // Every in-flight chunk holds its layers; stage 0's chunk 0 adds the embedding's mask
     // (counted for every in-flight chunk: a bound, off by the few non-first chunks' masks).
-    double held = in_flight[r] * (k.largest + (r == 0 ? embedding_act : 0));
+    double held = in_flight[r] * (r == 0 ? k.largest + embedding_act : k.largest);
     if (!uniform && p.schedule == Schedule::kInterleaved &&
-        static_cast<int>(k.bytes.size()) == p.virtual_stages) {
-      // Chunks of different sizes: which of them are in flight at the peak, exactly.
+        static_cast<int>(k.bytes.size()) == p.virtual_stages &&
+        (r == 0 || std::any_of(k.bytes.begin(), k.bytes.end(),
+                               [&](double b) { return b != k.bytes.front(); }))) {
+      // Chunks of different sizes: which of them are in flight at the peak, exactly (alike
+      // ones all count as the largest).
       std::vector<double> first;  // stage 0's chunk 0 with the embedding's mask
       if (r == 0 && embedding_act > 0) (first = k.bytes)[0] += embedding_act;
       held = PeakInFlightWeight(p.schedule, p.pp, static_cast<int>(microbatches), p.virtual_stages,
                                 r, first.empty() ? std::span<const double>(k.bytes) : first);
     }
-    st.activations_bytes = held + (r == p.pp - 1 ? output_act + mtp_act : 0) + k.transient;
+    st.activations_bytes = (r == p.pp - 1 ? held + (output_act + mtp_act) : held) + k.transient;
     const double used = st.weights_bytes + st.gradients_bytes + st.optimizer_bytes +
                         st.activations_bytes + st.fsdp_buffer_bytes;
     st.fragmentation_bytes = used * fragmentation;
     st.peak_bytes = used + st.fragmentation_bytes + st.reserved_bytes;
     if (st.peak_bytes > largest) largest = st.peak_bytes, est.largest_stage = r;
-    est.stages.push_back(st);
   }
   return est;
 }

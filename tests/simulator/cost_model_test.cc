@@ -4,10 +4,15 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <string>
+
+#include "core/megatron_rules.h"
 #include "core/presets.h"
 #include "core/schedule.h"
 #include "simulator/collectives.h"
 #include "simulator/event_sim.h"
+#include "simulator/flops.h"
 #include "simulator/layer_work.h"
 #include "simulator/memory_model.h"
 
@@ -156,6 +161,169 @@ TEST(ClosedForm, AgreesWithTheEventSimulationOnRealCosts) {
     const double closed =
         ClosedFormStepTime(est.costs, kind, 8, est.microbatches, s.parallel.virtual_stages);
     EXPECT_NEAR(closed / simulated, 1.0, 0.01) << Name(kind);
+  }
+}
+
+// The planner's path (a LayerCostCache shared across layouts, virtual stages of the same kind
+// copied) and a cold evaluation agree to the bit on every field, over layouts that exercise the
+// copies: uniform and uneven splits, interleaving, sends within a node (not copied), FSDP,
+// MoE with multi-token prediction, a hybrid model and FP8's bf16 layers.
+TEST(EstimateStep, ThePlannersCacheAndTheColdPathAgreeOnEveryField) {
+  struct Case {
+    const char* model;
+    int64_t gpus, batch;
+    ParallelConfig p;
+    Precision precision = Precision::kBf16;
+    const char* cluster = "dgx-h100";
+  };
+  const Case cases[] = {
+      {"gpt3-175b", 256, 256, {.tp = 8, .pp = 8, .dp = 4, .micro_batch_size = 1}},
+      {"gpt3-175b",
+       192,
+       192,
+       {.tp = 8,
+        .pp = 8,
+        .dp = 3,
+        .micro_batch_size = 1,
+        .virtual_stages = 3,
+        .schedule = Schedule::kInterleaved,
+        .sequence_parallel = true,
+        .recompute = Recompute::kSelective,
+        .distributed_optimizer = true},
+       Precision::kBf16,
+       "vtrain-a100"},  // its host.microbatch_overhead_us tells each stage's first chunk apart
+      {"megatron-1t",
+       512,
+       512,
+       {.tp = 8,
+        .pp = 8,
+        .dp = 8,
+        .micro_batch_size = 1,
+        .virtual_stages = 2,
+        .schedule = Schedule::kInterleaved,
+        .recompute = Recompute::kFull,
+        .first_stage_layers = 4,
+        .last_stage_layers = 4}},
+      // tp x dp = 3 ranks per stage on 8-GPU nodes: the pipeline pairs differ, nothing copied.
+      {"llama3-8b", 12, 24, {.tp = 1, .pp = 4, .dp = 3, .micro_batch_size = 1}},
+      {"llama3-8b",
+       16,
+       64,
+       {.tp = 2,
+        .pp = 2,
+        .dp = 4,
+        .micro_batch_size = 2,
+        .distributed_optimizer = true,
+        .fsdp = Fsdp::kOptimGradsParams}},
+      {"llama3-405b",
+       2048,
+       2048,
+       {.tp = 8,
+        .pp = 16,
+        .dp = 16,
+        .micro_batch_size = 1,
+        .sequence_parallel = true,
+        .distributed_optimizer = true,
+        .first_stage_layers = 7,
+        .last_stage_layers = 7},
+       Precision::kFp8},
+      // 61 layers and the embedding and loss as two more: 9 per stage.
+      {"deepseek-v3",
+       896,
+       896,
+       {.tp = 2,
+        .pp = 7,
+        .dp = 64,
+        .ep = 64,
+        .etp = 1,
+        .micro_batch_size = 1,
+        .sequence_parallel = true,
+        .distributed_optimizer = true,
+        .account_for_embedding = true,
+        .account_for_loss = true}},
+      {"nemotron-3-nano",
+       64,
+       1024,
+       {.tp = 2,
+        .pp = 4,
+        .dp = 8,
+        .ep = 8,
+        .etp = 1,
+        .micro_batch_size = 1,
+        .sequence_parallel = true,
+        .distributed_optimizer = true},
+       Precision::kFp8},
+  };
+  const auto same_bits = [](const auto& a, const auto& b) {
+    return std::memcmp(&a, &b, sizeof(a)) == 0;
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.model);
+    ModelSpec model = ModelPreset(c.model);
+    if (std::string(c.model) == "deepseek-v3") model.mtp_num_layers = 1;
+    const ClusterSpec cluster = ClusterPreset(c.cluster);
+    TrainingSpec training;
+    training.global_batch_size = c.batch;
+    training.precision = c.precision;
+    ASSERT_TRUE(CheckParallelConfig(model, training, c.p, c.gpus).empty());
+    CostOptions options;
+    options.overlap_grad_reduce = options.overlap_param_gather = true;
+    LayerCostCache cache;
+    // Twice through the cache: the second time every layer cost is found there.
+    for (int pass = 0; pass < 2; ++pass) {
+      const StepEstimate cold = EstimateStep(model, cluster, training, c.p, options);
+      const StepEstimate warm = EstimateStep(model, cluster, training, c.p, options, &cache);
+      ASSERT_EQ(cold.costs.chunks.size(), static_cast<size_t>(c.p.pp * c.p.virtual_stages));
+      ASSERT_EQ(warm.costs.chunks.size(), cold.costs.chunks.size());
+      for (size_t i = 0; i < cold.costs.chunks.size(); ++i) {
+        EXPECT_TRUE(same_bits(cold.costs.chunks[i], warm.costs.chunks[i])) << "chunk " << i;
+      }
+      ASSERT_EQ(warm.stages.size(), cold.stages.size());
+      for (size_t r = 0; r < cold.stages.size(); ++r) {
+        EXPECT_TRUE(same_bits(cold.stages[r], warm.stages[r])) << "breakdown " << r;
+        const StageCosts &a = cold.costs.stages[r], &b = warm.costs.stages[r];
+        EXPECT_EQ(a.dp_grad_sync_s, b.dp_grad_sync_s);
+        EXPECT_EQ(a.dp_param_gather_s, b.dp_param_gather_s);
+        EXPECT_EQ(a.dp_param_gather_hidden_s, b.dp_param_gather_hidden_s);
+        EXPECT_EQ(a.embedding_sync_s, b.embedding_sync_s);
+        EXPECT_EQ(a.optimizer_s, b.optimizer_s);
+        EXPECT_EQ(a.dp_buckets, b.dp_buckets);
+        EXPECT_EQ(a.static_bytes, b.static_bytes);
+        EXPECT_EQ(a.expert_dp_comm_s, b.expert_dp_comm_s);
+      }
+      EXPECT_EQ(cold.model_flops, warm.model_flops);
+      EXPECT_EQ(cold.hardware_flops, warm.hardware_flops);
+      EXPECT_EQ(cold.hardware_flops, HardwareFlopsPerStep(model, training, c.p, options));
+    }
+  }
+}
+
+// Copied virtual stages are the ones a stage-by-stage walk would work out: with uniform layers
+// the chunks of the middle stages are alike, and each stage's breakdown is its chunks' sum.
+TEST(EstimateStep, CopiedStagesMatchTheirNeighbours) {
+  Config s;
+  s.parallel.pp = 8, s.parallel.virtual_stages = 3;
+  CostOptions overlap;
+  overlap.overlap_p2p_communication = true;
+  const StepEstimate est = EstimateStep(s.model, s.cluster, s.training, s.parallel, overlap);
+  const int pp = 8;
+  for (int c = 0; c < 3; ++c) {
+    const ChunkCosts& second = est.costs.chunks[c * pp + 1];
+    for (int r = 2; r < pp - 1; ++r) {
+      const ChunkCosts& ch = est.costs.chunks[c * pp + r];
+      EXPECT_EQ(ch.forward_s, second.forward_s);
+      EXPECT_EQ(ch.backward_input_s, second.backward_input_s);
+      EXPECT_EQ(ch.send_forward_s, second.send_forward_s);
+      EXPECT_EQ(ch.activation_bytes, second.activation_bytes);
+    }
+  }
+  for (int r = 0; r < pp; ++r) {
+    double sends = 0;
+    for (int c = 0; c < 3; ++c) {
+      sends += est.costs.chunks[c * pp + r].send_forward_s +
+               est.costs.chunks[c * pp + r].send_backward_s;
+    }
+    EXPECT_NEAR(est.stages[r].pp_comm_s, sends, 1e-12 * sends);
   }
 }
 
