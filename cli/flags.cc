@@ -92,21 +92,25 @@ std::string Flags::String(std::string_view flag) const {
   return *value;
 }
 
-std::optional<int64_t> Flags::OptionalPositiveInt(std::string_view flag) const {
+std::optional<int64_t> Flags::OptionalPositiveInt(std::string_view flag, int64_t max) const {
   const auto text = OptionalString(flag);
   if (!text) return std::nullopt;
   int64_t value = 0;
   const char* end = text->data() + text->size();
   const auto [ptr, ec] = std::from_chars(text->data(), end, value);
+  if (ec == std::errc::result_out_of_range) {
+    Fail(flag, fmt::format("at most {}, got {}", max, *text));
+  }
   if (text->empty() || ec != std::errc() || ptr != end) {
     Fail(flag, fmt::format("expected a positive integer, got \"{}\"", *text));
   }
   if (value <= 0) Fail(flag, fmt::format("must be positive, got {}", value));
+  if (value > max) Fail(flag, fmt::format("at most {}, got {}", max, value));
   return value;
 }
 
-int64_t Flags::PositiveInt(std::string_view flag) const {
-  auto value = OptionalPositiveInt(flag);
+int64_t Flags::PositiveInt(std::string_view flag, int64_t max) const {
+  auto value = OptionalPositiveInt(flag, max);
   if (!value) Fail(flag, "is required");
   return *value;
 }

@@ -5,6 +5,7 @@
 
 #include <boost/program_options.hpp>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -29,8 +30,11 @@ class Flags {
   std::optional<std::string> OptionalString(std::string_view flag) const;
   // Every value of a flag declared with po::value<std::vector<std::string>>()->composing().
   std::vector<std::string> Strings(std::string_view flag) const;
-  int64_t PositiveInt(std::string_view flag) const;  // required
-  std::optional<int64_t> OptionalPositiveInt(std::string_view flag) const;
+  // Positive integers of at most `max` (by default what an int holds: the sizes and counts
+  // below are ints); a larger value is refused naming the flag, never truncated.
+  static constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+  int64_t PositiveInt(std::string_view flag, int64_t max = kIntMax) const;  // required
+  std::optional<int64_t> OptionalPositiveInt(std::string_view flag, int64_t max = kIntMax) const;
 
   // The flag's value must be one of the names; absent -> `default_value`.
   template <typename E, size_t N>

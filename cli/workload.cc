@@ -4,6 +4,7 @@
 
 #include <charconv>
 
+#include "core/limits.h"
 #include "core/presets.h"
 
 namespace po = boost::program_options;
@@ -46,8 +47,8 @@ Workload ReadWorkload(const Flags& flags) {
   Workload w;
   w.model = ResolveModel(flags.String("model"));
   w.cluster = ResolveCluster(flags.String("cluster"));
-  w.gpus = flags.PositiveInt("gpus");
-  w.training.global_batch_size = flags.PositiveInt("global-batch");
+  w.gpus = flags.PositiveInt("gpus", kMaxGpus);
+  w.training.global_batch_size = flags.PositiveInt("global-batch", kMaxGlobalBatch);
   w.training.precision = flags.Enum("precision", kPrecisionNames, Precision::kBf16);
   ReadFp8Flags(flags, w.training, w.cluster);
   if (auto seq = flags.OptionalPositiveInt("seq-length")) {
@@ -153,7 +154,7 @@ CostOptions ReadCostOptions(const Flags& flags, const CostOptions& base) {
   }
   o.overlap_grad_reduce = o.overlap_grad_reduce || flags.Switch("overlap-grad-reduce");
   o.overlap_param_gather = o.overlap_param_gather || flags.Switch("overlap-param-gather");
-  if (flags.Has("ddp-bucket-size")) o.ddp_bucket_size = flags.PositiveInt("ddp-bucket-size");
+  if (flags.Has("ddp-bucket-size")) o.ddp_bucket_size = flags.PositiveInt("ddp-bucket-size", std::numeric_limits<int64_t>::max());
   o.tp_comm_overlap = o.tp_comm_overlap || flags.Switch("tp-comm-overlap");
   o.overlap_p2p_communication =
       o.overlap_p2p_communication || flags.Switch("overlap-p2p-communication");

@@ -23,8 +23,12 @@ std::string LayoutLine(const Plan& plan) {
                                             Name(p.cp_comm), p.pp, p.dp)
                               : fmt::format("TP {} x PP {} x DP {}", p.tp, p.pp, p.dp);
   if (plan.model.moe()) text += fmt::format(", EP {} (ETP {})", p.ep, p.expert_tp());
-  text += fmt::format(", micro-batch {} (m = {}), {}", p.micro_batch_size,
-                      NumMicrobatches(plan.training, p), Name(p.schedule));
+  // A layout given to be checked may not divide the batch: then it has no m to say.
+  const int64_t per_step = int64_t{p.micro_batch_size} * p.dp;
+  const bool whole = per_step > 0 && plan.training.global_batch_size % per_step == 0;
+  text += whole ? fmt::format(", micro-batch {} (m = {}), {}", p.micro_batch_size,
+                              NumMicrobatches(plan.training, p), Name(p.schedule))
+                : fmt::format(", micro-batch {}, {}", p.micro_batch_size, Name(p.schedule));
   if (p.schedule == Schedule::kInterleaved) text += fmt::format(" v={}", p.virtual_stages);
   if (!p.layout.empty()) {
     text += fmt::format(", layout {}", PipelineLayoutText(p.layout, plan.model.mtp_num_layers));

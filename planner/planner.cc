@@ -226,6 +226,14 @@ std::vector<RankedPlan> BruteForcePlans(const PlanRequest& req) {
 std::vector<std::string> UnblockHints(const PlanRequest& req, const PlanSearchResult& res) {
   std::vector<std::string> hints;
   if (!res.plans.empty()) return hints;
+  if (res.examined == 0) {
+    // Nothing to examine: the constraints leave no layout of this GPU count (tp=3 on 64 GPUs).
+    hints.push_back(fmt::format(
+        "no layout of {} GPUs meets the constraints (--fix, --max-*): tp x pp x cp must divide "
+        "the GPU count; relax them",
+        req.gpus));
+    return hints;
+  }
   if (res.valid == 0) {
     std::string worst;
     int64_t most = -1;

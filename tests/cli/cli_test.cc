@@ -196,6 +196,21 @@ TEST(Cli, PlanConstraintFlags) {
             "interleaved, zb-h1) (hint: see `ptdp plan --help`)\n");
   const Result compare = Cli({"plan", "--compare", "tp=8,pp=1,mbs=16"});
   EXPECT_NE(compare.out.find("Your layout, TP 8 x PP 1 x DP 1, micro-batch 16"), std::string::npos);
+  // A compared layout that does not divide the batch is an answer, not an internal error.
+  const Result indivisible =
+      Cli({"plan", "--gpus", "64", "--global-batch", "512", "--compare", "tp=2,pp=4,mbs=3"});
+  EXPECT_EQ(indivisible.code, kExitOk) << indivisible.err;
+  EXPECT_NE(indivisible.out.find("Your layout, TP 2 x PP 4 x DP 8, micro-batch 3, 1f1b: not a "
+                                 "valid plan: global batch size (512) is not divisible by micro "
+                                 "batch size (3) times data parallel size (8)\n"),
+            std::string::npos);
+  // Constraints no layout meets: said, not "map::at".
+  const Result none = Cli({"plan", "--gpus", "64", "--global-batch", "512", "--fix", "tp=3"});
+  EXPECT_EQ(none.code, kExitFailed);
+  EXPECT_NE(none.out.find("  - no layout of 64 GPUs meets the constraints (--fix, --max-*): tp x "
+                          "pp x cp must divide the GPU count; relax them\n"),
+            std::string::npos)
+      << none.out << none.err;
 }
 
 TEST(Cli, BadFlagsExitTwoNamingTheFlag) {
@@ -226,6 +241,22 @@ TEST(Cli, BadFlagsExitTwoNamingTheFlag) {
       {{"frobnicate"}, "frobnicate: unknown command (hint: `ptdp --help` lists the commands)"},
       {{"check", "python", "pretrain_gpt.py"},
        "unexpected argument \"python\" (hint: put the Megatron-LM command line after a lone --)"},
+      // Values beyond an int or the documented limits (core/limits.h) are refused, never
+      // truncated (4294967297 once simulated TP 1) or left to divide by zero.
+      {{"simulate", "--model", "gpt3-175b", "--cluster", "dgx-a100-80gb", "--gpus", "64",
+        "--global-batch", "512", "--pp", "1", "--tp", "4294967296"},
+       "--tp: at most 2147483647, got 4294967296 (hint: see `ptdp simulate --help`)"},
+      {{"simulate", "--model", "gpt3-175b", "--cluster", "dgx-a100-80gb", "--gpus", "64",
+        "--global-batch", "512", "--pp", "1", "--tp", "8", "--micro-batch",
+        "99999999999999999999999"},
+       "--micro-batch: at most 2147483647, got 99999999999999999999999 (hint: see `ptdp "
+       "simulate --help`)"},
+      {{"plan", "--gpus", "4294967296"},
+       "--gpus: at most 1048576, got 4294967296 (hint: see `ptdp plan --help`)"},
+      {{"plan", "--global-batch", "1000000000000000"},
+       "--global-batch: at most 1048576, got 1000000000000000 (hint: see `ptdp plan --help`)"},
+      {{"plan", "--top", "2147483648"},
+       "--top: at most 2147483647, got 2147483648 (hint: see `ptdp plan --help`)"},
   };
   for (const Case& c : cases) {
     const Result r = Cli(c.args);
