@@ -154,7 +154,8 @@ CostOptions ReadCostOptions(const Flags& flags, const CostOptions& base) {
   }
   o.overlap_grad_reduce = o.overlap_grad_reduce || flags.Switch("overlap-grad-reduce");
   o.overlap_param_gather = o.overlap_param_gather || flags.Switch("overlap-param-gather");
-  if (flags.Has("ddp-bucket-size")) o.ddp_bucket_size = flags.PositiveInt("ddp-bucket-size", std::numeric_limits<int64_t>::max());
+  if (flags.Has("ddp-bucket-size"))
+    o.ddp_bucket_size = flags.PositiveInt("ddp-bucket-size", std::numeric_limits<int64_t>::max());
   o.tp_comm_overlap = o.tp_comm_overlap || flags.Switch("tp-comm-overlap");
   o.overlap_p2p_communication =
       o.overlap_p2p_communication || flags.Switch("overlap-p2p-communication");

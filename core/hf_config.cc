@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/limits.h"
 #include "core/yaml_io.h"
 
 namespace ptdp {
@@ -16,9 +17,9 @@ namespace {
 
 constexpr std::string_view kMoeFamilies = "mixtral, qwen3_moe, deepseek_v2, deepseek_v3, gpt_oss";
 
-int Positive(const YamlMap& map, std::string_view key) {
+int Positive(const YamlMap& map, std::string_view key, int64_t max = kMaxModelDimension) {
   const int64_t value = map.PositiveInt(key);
-  if (value > 1'000'000'000) map.Fail(key, fmt::format("{} is implausibly large", value));
+  if (value > max) map.Fail(key, fmt::format("at most {}, got {}", max, value));
   return static_cast<int>(value);
 }
 
@@ -27,7 +28,9 @@ int Count(const YamlMap& map, std::string_view key, int default_value) {
   if (!map.Has(key)) return default_value;
   const int64_t value = map.Int(key);
   if (value < 0) map.Fail(key, fmt::format("must not be negative, got {}", value));
-  if (value > 1'000'000'000) map.Fail(key, fmt::format("{} is implausibly large", value));
+  if (value > kMaxModelDimension) {
+    map.Fail(key, fmt::format("at most {}, got {}", kMaxModelDimension, value));
+  }
   return static_cast<int>(value);
 }
 
@@ -52,7 +55,7 @@ void CheckDivisible(const YamlMap& map, std::string_view key, int value, std::st
 ModelSpec ReadSizes(const YamlMap& map) {
   ModelSpec m;
   m.name = NameOf(map);
-  m.num_layers = Positive(map, "num_hidden_layers");
+  m.num_layers = Positive(map, "num_hidden_layers", kMaxLayers);
   m.hidden_size = Positive(map, "hidden_size");
   m.vocab_size = Positive(map, "vocab_size");
   m.max_position_embeddings = Positive(map, "max_position_embeddings");

@@ -10,5 +10,9 @@ namespace ptdp {
 
 inline constexpr int64_t kMaxGpus = int64_t{1} << 20;         // 1,048,576 GPUs
 inline constexpr int64_t kMaxGlobalBatch = int64_t{1} << 20;  // sequences per step
+// A model's widths, counts and lengths (hidden and FFN sizes, heads, vocabulary, sequence,
+// experts...): 4 x the largest still fits an int, and products of two fit an int64.
+inline constexpr int64_t kMaxModelDimension = int64_t{1} << 24;  // 16,777,216
+inline constexpr int64_t kMaxLayers = int64_t{1} << 14;          // 16,384 layers
 
 }  // namespace ptdp

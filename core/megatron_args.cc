@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <charconv>
 #include <map>
+#include <tuple>
 
 #include "core/error.h"
+#include "core/limits.h"
 #include "core/megatron_flags.inc"
 #include "core/megatron_rules.h"
 #include "core/text.h"
@@ -769,7 +771,30 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
   ReadMoeFlags(r, m);
   m.mtp_num_layers = ToInt(std::max<int64_t>(0, r.Int("--mtp-num-layers").value_or(0)));
   const std::vector<int> hybrid_segments = ReadHybridFlags(r, m, c.script);
-  c.model_complete = m.num_layers > 0 && m.hidden_size > 0 && m.num_attention_heads > 0 &&
+  // Sizes ptdp can work with (core/limits.h): a given size out of range is an error, and no
+  // figures are computed from it.
+  bool sizes_in_range = true;
+  for (auto [flag, value, max] :
+       {std::tuple{"--num-layers", m.num_layers, kMaxLayers},
+        {"--hidden-size", m.hidden_size, kMaxModelDimension},
+        {"--num-attention-heads", m.num_attention_heads, kMaxModelDimension},
+        {"--seq-length", m.seq_length, kMaxModelDimension},
+        {"--max-position-embeddings", m.max_position_embeddings, kMaxModelDimension},
+        {"--ffn-hidden-size", m.ffn_hidden_size, kMaxModelDimension},
+        {"--kv-channels", m.kv_channels, kMaxModelDimension},
+        {"--num-query-groups", m.num_query_groups, kMaxModelDimension},
+        {"--vocab-size", m.vocab_size, kMaxModelDimension},
+        {"--make-vocab-size-divisible-by", m.make_vocab_size_divisible_by, kMaxModelDimension}}) {
+    if (!r.Has(flag) || (value > 0 && value <= max)) continue;
+    sizes_in_range = false;
+    r.Add(Severity::kError, flag,
+          value <= 0
+              ? fmt::format("{} must be positive, got {}", flag, value)
+              : fmt::format("{} is beyond what ptdp models (at most {}), got {}", flag, max, value),
+          "");
+  }
+  c.model_complete = sizes_in_range && m.vocab_size > 0 && m.make_vocab_size_divisible_by > 0 &&
+                     m.num_layers > 0 && m.hidden_size > 0 && m.num_attention_heads > 0 &&
                      m.seq_length > 0 && m.kv_channels > 0 && m.ffn_hidden_size > 0 &&
                      m.num_query_groups > 0 && m.num_attention_heads % m.num_query_groups == 0 &&
                      m.max_position_embeddings >= m.seq_length && HybridModelProblem(m).empty();
@@ -788,13 +813,20 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
     r.Add(Severity::kError, "--micro-batch-size", "assert args.micro_batch_size is not None",
           "add --micro-batch-size");
   }
-  for (auto [flag, value] : {std::pair{"--tensor-model-parallel-size", p.tp},
-                             {"--pipeline-model-parallel-size", p.pp},
-                             {"--context-parallel-size", p.cp},
-                             {"--expert-model-parallel-size", p.ep},
-                             {"--micro-batch-size", p.micro_batch_size}}) {
-    if (value <= 0) {
-      r.Add(Severity::kError, flag, fmt::format("{} must be positive, got {}", flag, value), "");
+  for (auto [flag, size] : {std::pair{"--tensor-model-parallel-size", &p.tp},
+                            {"--pipeline-model-parallel-size", &p.pp},
+                            {"--context-parallel-size", &p.cp},
+                            {"--expert-model-parallel-size", &p.ep},
+                            {"--micro-batch-size", &p.micro_batch_size}}) {
+    if (*size <= 0) {
+      r.Add(Severity::kError, flag, fmt::format("{} must be positive, got {}", flag, *size), "");
+    } else if (*size > kMaxGpus) {
+      // Said, and checked as if 1 (core/limits.h).
+      r.Add(Severity::kError, flag,
+            fmt::format("{} is beyond what ptdp models (at most {}), got {}", flag, kMaxGpus,
+                        *r.Int(flag)),
+            "");
+      *size = 1;
     }
   }
   p.tp = std::max(p.tp, 1);

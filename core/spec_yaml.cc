@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/limits.h"
 #include "core/megatron_rules.h"
 #include "core/units.h"
 #include "core/yaml_io.h"
@@ -17,8 +18,9 @@
 namespace ptdp {
 namespace {
 
-int ToInt(const YamlMap& map, std::string_view key, int64_t value) {
-  if (value > 1'000'000'000) map.Fail(key, fmt::format("{} is implausibly large", value));
+int ToInt(const YamlMap& map, std::string_view key, int64_t value,
+          int64_t max = kMaxModelDimension) {
+  if (value > max) map.Fail(key, fmt::format("at most {}, got {}", max, value));
   return static_cast<int>(value);
 }
 
@@ -434,7 +436,7 @@ void ReadHybrid(const YamlMap& map, ModelSpec& m) {
 ModelSpec ReadModel(const YamlMap& map, std::string_view default_name) {
   ModelSpec m;
   m.name = map.OptionalString("name").value_or(std::string(default_name));
-  m.num_layers = PositiveInt32(map, "num_layers");
+  m.num_layers = ToInt(map, "num_layers", map.PositiveInt("num_layers"), kMaxLayers);
   m.hidden_size = PositiveInt32(map, "hidden_size");
   m.num_attention_heads = PositiveInt32(map, "num_attention_heads");
   m.num_query_groups =

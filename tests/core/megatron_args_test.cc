@@ -160,6 +160,18 @@ TEST(MegatronArgs, MegatronsOwnRefusals) {
   EXPECT_EQ(first_error("stray"), "unrecognized arguments: stray");
   EXPECT_EQ(first_error("--max-position-embeddings 1024"),
             "max_position_embeddings (1024) must be greater than or equal to seq_length (2048).");
+  // Sizes ptdp cannot work with are errors, and nothing is simulated from them (a vocabulary
+  // of 0 once reached the cost model as an internal error).
+  EXPECT_EQ(first_error("--vocab-size 0"), "--vocab-size must be positive, got 0");
+  EXPECT_FALSE(ReadMegatronCommand(base + "--vocab-size 0", "cmd").model_complete);
+  EXPECT_EQ(first_error("--hidden-size 1000000000"),
+            "--hidden-size is beyond what ptdp models (at most 16777216), got 1000000000");
+  EXPECT_EQ(first_error("--pipeline-model-parallel-size 99999999999"),
+            "--pipeline-model-parallel-size is beyond what ptdp models (at most 1048576), got "
+            "99999999999");
+  EXPECT_EQ(
+      ReadMegatronCommand(base + "--pipeline-model-parallel-size 99999999999", "cmd").parallel.pp,
+      1);
 
   // Sequence parallelism at TP 1 is switched off with Megatron's warning, not refused.
   const MegatronCommand sp = ReadMegatronCommand(base + "--sequence-parallel", "cmd");

@@ -172,6 +172,11 @@ TEST(BadInput, NonPositiveSizes) {
             "m.yaml:1: num_layers: must be positive, got 0");
   EXPECT_EQ(ModelError(Replace(kTinyModel, "seq_length: 32", "seq_length: -32")),
             "m.yaml:5: seq_length: must be positive, got -32");
+  // Beyond the limits (core/limits.h): 4 x hidden_size once overflowed an int.
+  EXPECT_EQ(ModelError(Replace(kTinyModel, "num_layers: 2", "num_layers: 1000000")),
+            "m.yaml:1: num_layers: at most 16384, got 1000000");
+  EXPECT_EQ(ModelError(Replace(kTinyModel, "seq_length: 32", "seq_length: 100000000")),
+            "m.yaml:5: seq_length: at most 16777216, got 100000000");
 }
 
 TEST(BadInput, DuplicateKeysSyntaxErrorsAndEmptyFiles) {
