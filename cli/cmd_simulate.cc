@@ -1,6 +1,8 @@
 // `ptdp simulate`: one configuration, operation by operation.
 #include <fmt/format.h>
 
+#include <charconv>
+#include <cmath>
 #include <limits>
 
 #include "cli/cli.h"
@@ -195,12 +197,15 @@ int RunSimulate(const Flags& flags, std::ostream& out, std::ostream&) {
   if (auto path = flags.OptionalString("svg")) {
     TimelineTitle title = SimulationTitle(plan, report);
     if (auto until = flags.OptionalString("svg-until")) {
-      try {
-        title.axis_end_s = std::stod(*until);
-      } catch (const std::exception&) {
-        title.axis_end_s = -1;
+      // A finite positive number, all of the text ("inf" once drew ticks without end).
+      double seconds = -1;
+      const char* end = until->data() + until->size();
+      const auto [ptr, ec] = std::from_chars(until->data(), end, seconds);
+      if (ec != std::errc() || ptr != end || !std::isfinite(seconds) || !(seconds > 0)) {
+        flags.Fail("svg-until",
+                   fmt::format("expected a finite positive number of seconds, got \"{}\"", *until));
       }
-      if (!(title.axis_end_s > 0)) flags.Fail("svg-until", "expected a positive number of seconds");
+      title.axis_end_s = seconds;
     }
     WriteOutputFile(*path, TimelineSvg(report.schedule, report.sim, title), "--svg");
   }

@@ -35,6 +35,18 @@ std::string StemOf(const std::string& source) {
 
 std::string_view Bool(bool b) { return b ? "true" : "false"; }
 
+// A peak rate or a bandwidth in the profile's units (TFLOP/s, GB/s): positive, and within what
+// any device has (a subnormal rate once made every time infinite).
+double Rate(const YamlMap& map, std::string_view key) {
+  constexpr double kLowest = 1e-6, kHighest = 1e9;
+  const double value = map.PositiveNumber(key);
+  if (value < kLowest || value > kHighest) {
+    map.Fail(key, fmt::format("expected a rate between {:g} and {:g}, got {}", kLowest, kHighest,
+                              YamlNumber(value)));
+  }
+  return value;
+}
+
 // A number in (0, 1].
 double Fraction(const YamlMap& map, std::string_view key) {
   const double value = map.PositiveNumber(key);
@@ -509,11 +521,11 @@ ClusterSpec ReadCluster(const YamlMap& map) {
   {
     const YamlMap gpu = map.Map("gpu");
     c.gpu.name = gpu.String("name");
-    c.gpu.peak_bf16_flops = gpu.PositiveNumber("peak_bf16_tflops") * units::kTflops;
-    c.gpu.peak_fp16_flops = gpu.PositiveNumber("peak_fp16_tflops") * units::kTflops;
-    c.gpu.peak_fp32_flops = gpu.PositiveNumber("peak_fp32_tflops") * units::kTflops;
+    c.gpu.peak_bf16_flops = Rate(gpu, "peak_bf16_tflops") * units::kTflops;
+    c.gpu.peak_fp16_flops = Rate(gpu, "peak_fp16_tflops") * units::kTflops;
+    c.gpu.peak_fp32_flops = Rate(gpu, "peak_fp32_tflops") * units::kTflops;
     c.gpu.hbm_bytes = gpu.PositiveInt("hbm_bytes");
-    c.gpu.hbm_bandwidth_bytes_per_s = gpu.PositiveNumber("hbm_bandwidth_gb_per_s") * units::kGBPerS;
+    c.gpu.hbm_bandwidth_bytes_per_s = Rate(gpu, "hbm_bandwidth_gb_per_s") * units::kGBPerS;
     c.gpu.memory_efficiency = Fraction(gpu, "memory_efficiency");
     c.gpu.reserved_bytes = gpu.Int("reserved_bytes");
     if (c.gpu.reserved_bytes < 0 || c.gpu.reserved_bytes >= c.gpu.hbm_bytes) {
@@ -528,7 +540,7 @@ ClusterSpec ReadCluster(const YamlMap& map) {
     c.gpu.gemm_efficiency = ReadGemmTable(gpu, "gemm_efficiency");
     // FP8: both the peak and its table, or neither.
     if (gpu.Has("peak_fp8_tflops") || gpu.Has("gemm_efficiency_fp8")) {
-      c.gpu.peak_fp8_flops = gpu.PositiveNumber("peak_fp8_tflops") * units::kTflops;
+      c.gpu.peak_fp8_flops = Rate(gpu, "peak_fp8_tflops") * units::kTflops;
       if (!gpu.Has("gemm_efficiency_fp8")) {
         gpu.Fail("peak_fp8_tflops", "needs its GEMM table, gpu.gemm_efficiency_fp8");
       }
@@ -545,8 +557,8 @@ ClusterSpec ReadCluster(const YamlMap& map) {
   {
     const YamlMap node = map.Map("node");
     c.gpus_per_node = PositiveInt32(node, "gpus_per_node");
-    c.nvlink_bytes_per_s = node.PositiveNumber("nvlink_gb_per_s") * units::kGBPerS;
-    c.nvlink_busbw_bytes_per_s = node.PositiveNumber("nvlink_busbw_gb_per_s") * units::kGBPerS;
+    c.nvlink_bytes_per_s = Rate(node, "nvlink_gb_per_s") * units::kGBPerS;
+    c.nvlink_busbw_bytes_per_s = Rate(node, "nvlink_busbw_gb_per_s") * units::kGBPerS;
     c.nvlink_step_latency_s =
         node.NonNegativeNumber("nvlink_step_latency_us") * units::kMicrosecond;
     node.RejectUnknownKeys();
@@ -554,8 +566,8 @@ ClusterSpec ReadCluster(const YamlMap& map) {
   {
     const YamlMap net = map.Map("network");
     c.nics_per_node = PositiveInt32(net, "nics_per_node");
-    c.nic_bytes_per_s = net.PositiveNumber("nic_gb_per_s") * units::kGBPerS;
-    c.nic_busbw_bytes_per_s = net.PositiveNumber("nic_busbw_gb_per_s") * units::kGBPerS;
+    c.nic_bytes_per_s = Rate(net, "nic_gb_per_s") * units::kGBPerS;
+    c.nic_busbw_bytes_per_s = Rate(net, "nic_busbw_gb_per_s") * units::kGBPerS;
     if (c.nic_busbw_bytes_per_s > c.nic_bytes_per_s) {
       net.Fail("nic_busbw_gb_per_s",
                fmt::format("achieved bus bandwidth ({} GB/s) exceeds the NIC's rate ({} GB/s)",

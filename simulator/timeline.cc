@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/error.h"
 #include "core/json.h"
 #include "core/text.h"
 
@@ -120,6 +121,7 @@ std::string TimelineSvg(const PipelineSchedule& s, const SimResult& r, const Tim
   const double inner_lane = inner ? inner_h + 1 : 0;
   const double pitch = row + inner_lane + lane + 4;
   const double plot_w = width - left - right;
+  PTDP_CHECK(std::isfinite(r.step_time_s) && std::isfinite(t.axis_end_s));
   const double end = std::max({r.step_time_s, t.axis_end_s, 1e-30});
   const double scale = plot_w / end;
   const double axis_y = top + p * pitch + 6;

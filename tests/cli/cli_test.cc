@@ -255,6 +255,11 @@ TEST(Cli, BadFlagsExitTwoNamingTheFlag) {
        "--gpus: at most 1048576, got 4294967296 (hint: see `ptdp plan --help`)"},
       {{"plan", "--global-batch", "1000000000000000"},
        "--global-batch: at most 1048576, got 1000000000000000 (hint: see `ptdp plan --help`)"},
+      {{"simulate", "--model", "gpt3-175b", "--cluster", "dgx-a100-80gb", "--gpus", "64",
+        "--global-batch", "512", "--tp", "8", "--pp", "8", "--svg",
+        ::testing::TempDir() + "/until.svg", "--svg-until", "inf"},
+       "--svg-until: expected a finite positive number of seconds, got \"inf\" (hint: see `ptdp "
+       "simulate --help`)"},
       {{"plan", "--top", "2147483648"},
        "--top: at most 2147483647, got 2147483648 (hint: see `ptdp plan --help`)"},
   };

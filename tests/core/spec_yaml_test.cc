@@ -203,6 +203,12 @@ TEST(BadInput, ImpossibleModels) {
 
 TEST(BadInput, ClusterProfiles) {
   const std::string text = WriteClusterYaml(ClusterPreset("dgx-h100"));
+  // A subnormal rate once made every time infinite (and the output "inf s", exit 0).
+  const std::string peak = text.substr(text.find("  peak_bf16_tflops:"));
+  EXPECT_EQ(ErrorOf(ParseClusterYaml,
+                    Replace(text, peak.substr(0, peak.find('\n')), "  peak_bf16_tflops: 1e-310")),
+            "m.yaml:" + std::to_string(LineOf(text, "  peak_bf16_tflops")) +
+                ": gpu.peak_bf16_tflops: expected a rate between 1e-06 and 1e+09, got 1e-310");
   EXPECT_EQ(ErrorOf(ParseClusterYaml, Replace(text, "  gpus_per_node: 8", "  gpus_per_node: 0")),
             "m.yaml:" + std::to_string(LineOf(text, "  gpus_per_node")) +
                 ": node.gpus_per_node: must be positive, got 0");
