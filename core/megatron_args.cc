@@ -217,7 +217,7 @@ std::string Suggest(std::string_view flag) {
   std::string best;
   size_t best_distance = 3;
   for (const KnownFlag& f : kMegatronFlags) {
-    const size_t d = EditDistance(flag, f.name);
+    const size_t d = EditDistance(flag, f.name, best_distance - 1);
     if (d < best_distance) best_distance = d, best = std::string(f.name);
   }
   if (best.empty() && flag.find('_') != std::string_view::npos) {

@@ -8,8 +8,10 @@
 
 namespace ptdp {
 
-// Levenshtein distance, for did-you-mean suggestions.
-size_t EditDistance(std::string_view a, std::string_view b);
+// Levenshtein distance, for did-you-mean suggestions. Beyond `limit` it answers limit + 1 without
+// the full computation when the lengths alone tell (a pasted megabyte-long word is compared in
+// O(1), not O(length) per candidate).
+size_t EditDistance(std::string_view a, std::string_view b, size_t limit = SIZE_MAX);
 
 // Text safe inside XML/HTML (SVG and the HTML report): & < > " escaped.
 std::string XmlEscape(std::string_view text);

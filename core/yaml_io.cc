@@ -239,7 +239,7 @@ void YamlMap::RejectUnknownKeys() const {
     std::string best;
     size_t best_distance = 3, best_prefix = 0;
     for (const std::string& k : known_) {
-      const size_t d = EditDistance(e.key, k);
+      const size_t d = EditDistance(e.key, k, best_distance);
       const size_t prefix = static_cast<size_t>(
           std::mismatch(e.key.begin(), e.key.end(), k.begin(), k.end()).first - e.key.begin());
       if (d < best_distance || (d == best_distance && !best.empty() && prefix > best_prefix)) {
