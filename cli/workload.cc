@@ -51,7 +51,7 @@ Workload ReadWorkload(const Flags& flags) {
   w.training.global_batch_size = flags.PositiveInt("global-batch", kMaxGlobalBatch);
   w.training.precision = flags.Enum("precision", kPrecisionNames, Precision::kBf16);
   ReadFp8Flags(flags, w.training, w.cluster);
-  if (auto seq = flags.OptionalPositiveInt("seq-length")) {
+  if (auto seq = flags.OptionalPositiveInt("seq-length", kMaxModelDimension)) {
     if (*seq > w.model.max_position_embeddings &&
         w.model.position_embedding == PositionEmbedding::kLearned) {
       flags.Fail("seq-length", fmt::format("{} exceeds the model's max_position_embeddings ({})",
@@ -166,11 +166,13 @@ CostOptions ReadCostOptions(const Flags& flags, const CostOptions& base) {
   if (auto text = flags.OptionalString("moe-load-imbalance")) {
     double x = 0;
     const auto [ptr, ec] = std::from_chars(text->data(), text->data() + text->size(), x);
-    if (ec != std::errc() || ptr != text->data() + text->size() || !(x >= 1)) {
+    // At most every token on one rank: the EP size, itself at most kMaxGpus.
+    if (ec != std::errc() || ptr != text->data() + text->size() || !(x >= 1) ||
+        !(x <= static_cast<double>(kMaxGpus))) {
       flags.Fail("moe-load-imbalance",
-                 fmt::format("expected a number of at least 1 (the busiest rank over the mean), "
+                 fmt::format("expected a number from 1 to {} (the busiest rank over the mean), "
                              "got \"{}\"",
-                             *text));
+                             kMaxGpus, *text));
     }
     o.moe_load_imbalance = x;
   }

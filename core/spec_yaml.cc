@@ -336,6 +336,10 @@ CostOptions ReadOptions(const YamlMap& map) {
                fmt::format("the busiest rank holds at least the mean: must be 1 or more, got {}",
                            YamlNumber(o.moe_load_imbalance)));
     }
+    if (o.moe_load_imbalance > static_cast<double>(kMaxGpus)) {
+      map.Fail("moe_load_imbalance", fmt::format("at most {} (every token on one rank), got {}",
+                                                 kMaxGpus, YamlNumber(o.moe_load_imbalance)));
+    }
   }
   if (o.overlap_param_gather && !o.overlap_grad_reduce) {
     map.Fail("overlap_param_gather", "Must use --overlap-param-gather with --overlap-grad-reduce",

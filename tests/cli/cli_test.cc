@@ -260,6 +260,11 @@ TEST(Cli, BadFlagsExitTwoNamingTheFlag) {
         ::testing::TempDir() + "/until.svg", "--svg-until", "inf"},
        "--svg-until: expected a finite positive number of seconds, got \"inf\" (hint: see `ptdp "
        "simulate --help`)"},
+      {{"plan", "--seq-length", "100000000"},
+       "--seq-length: at most 16777216, got 100000000 (hint: see `ptdp plan --help`)"},
+      {{"plan", "--model", "mixtral-8x7b", "--moe-load-imbalance", "inf"},
+       "--moe-load-imbalance: expected a number from 1 to 1048576 (the busiest rank over the "
+       "mean), got \"inf\" (hint: see `ptdp plan --help`)"},
       {{"plan", "--top", "2147483648"},
        "--top: at most 2147483647, got 2147483648 (hint: see `ptdp plan --help`)"},
   };
