@@ -21,8 +21,9 @@ struct Plan {
   ClusterSpec cluster;
   int64_t num_gpus = 0;  // == parallel.world_size() in a valid plan
   TrainingSpec training;
-  ParallelConfig parallel;
-  CostOptions options;  // the software that runs it (plan key `options`; absent: Megatron-Core)
+  ParallelConfig parallel = {};
+  CostOptions options =
+      {};  // the software that runs it (plan key `options`; absent: Megatron-Core)
 
   bool operator==(const Plan&) const = default;
 };

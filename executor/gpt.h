@@ -56,14 +56,14 @@ struct LayerActs {
   // The softmax (B, H_loc, S, S) when cp == 1, the attention's log-sum-exp (context_parallel.h)
   // when cp > 1; empty with selective recompute.
   std::shared_ptr<Tensor> probs, lse;
-  std::shared_ptr<Tensor> ctx;                 // (T, H_loc d): the projection's input
-  std::shared_ptr<Tensor> mid;                 // (T_loc, h): residual after attention, N2 input
-  std::shared_ptr<Tensor> ln2_mean, ln2_rstd;  // (T_loc)
+  std::shared_ptr<Tensor> ctx;  // (T, H_loc d): the projection's input
+  std::shared_ptr<Tensor> mid;  // (T_loc, h): residual after attention, N2 input
+  std::shared_ptr<Tensor> ln2_mean = {}, ln2_rstd = {};  // (T_loc)
   // The MLP's (in a MoE layer the shared experts'; empty without them):
-  std::shared_ptr<Tensor> ln2_full;  // (T, h): fc1's input
-  std::shared_ptr<Tensor> fc1;       // (T, f_loc) or (T, 2 f_loc) [gate | up]: act input
-  std::shared_ptr<Tensor> gelu;      // (T, f_loc): the activation's output, fc2's input
-  MoeActs moe;                       // a MoE layer's routed experts (on N2's T_loc rows)
+  std::shared_ptr<Tensor> ln2_full = {};  // (T, h): fc1's input
+  std::shared_ptr<Tensor> fc1 = {};       // (T, f_loc) or (T, 2 f_loc) [gate | up]: act input
+  std::shared_ptr<Tensor> gelu = {};      // (T, f_loc): the activation's output, fc2's input
+  MoeActs moe = {};                       // a MoE layer's routed experts (on N2's T_loc rows)
 };
 
 // Everything one (micro-batch, chunk) keeps between its forward and backward.

@@ -93,8 +93,8 @@ struct LayerParams {
   // The MLP; in a MoE layer the shared experts' (empty when the model has none).
   ParamRef ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
   bool moe = false;  // a MoE layer: the router and this rank's experts below
-  ParamRef router_w;
-  std::vector<ExpertParams> experts;  // experts [first_expert, first_expert + experts_local)
+  ParamRef router_w = {};
+  std::vector<ExpertParams> experts = {};  // experts [first_expert, first_expert + experts_local)
   int64_t first_expert = 0;
 };
 

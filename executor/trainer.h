@@ -33,10 +33,10 @@ namespace ptdp {
 
 struct ExecuteOptions {
   int64_t steps = 10;         // train until this many optimizer steps are done (a resumed run too)
-  std::string data;           // text file, "synthetic", or "" for kDefaultDataFile
-  std::string save_dir;       // "" = no checkpoints
+  std::string data = {};      // text file, "synthetic", or "" for kDefaultDataFile
+  std::string save_dir = {};  // "" = no checkpoints
   int64_t save_interval = 0;  // save every K steps (and after the last); 0 = after the last only
-  std::string load_dir;       // "" = start from the initialisation
+  std::string load_dir = {};  // "" = start from the initialisation
   bool keep_trace = false;    // keep every operation's interval for a Chrome trace
   bool gather_parameters = false;  // assemble the final full model on world rank 0
   // Validation loss (forward only, on one global batch of held-out sequences: the same ones
@@ -45,8 +45,8 @@ struct ExecuteOptions {
   DType dtype = DType::kF32;
   // Test hooks for fault injection, called on every rank: before each step (1-based), and
   // after each pipeline operation of a step (its 1-based index in the stage's list).
-  std::function<void(int64_t step)> on_step_begin;
-  std::function<void(int64_t step, int64_t operation)> on_operation;
+  std::function<void(int64_t step)> on_step_begin = {};
+  std::function<void(int64_t step, int64_t operation)> on_operation = {};
 };
 
 // Everything that stops the CPU executor from running `plan` (model features it does not

@@ -25,16 +25,16 @@ struct PlanRequest {
   ClusterSpec cluster;
   TrainingSpec training;
   int64_t gpus = 0;
-  SearchConstraints constraints;
-  CostOptions options;
+  SearchConstraints constraints = {};
+  CostOptions options = {};
   int top_k = 10;
   double memory_headroom = 0;  // fraction of the GPU's memory a plan must leave free
   // A layout to place in the ranking (the user's, the paper's); it need not pass the
   // constraints. Its rank is exact: every candidate that could beat it is simulated.
-  std::optional<ParallelConfig> reference;
+  std::optional<ParallelConfig> reference = {};
   // The software the reference runs with, when it is not PlanOptions' (a pasted command's own
   // flags).
-  std::optional<CostOptions> reference_options;
+  std::optional<CostOptions> reference_options = {};
   bool keep_points = false;  // record every candidate that fits, for charts
   // For the core stack: run every candidate with --overlap-grad-reduce, and with the
   // distributed optimizer --overlap-param-gather (Megatron-Core's recipes do; they only hide
@@ -57,8 +57,8 @@ struct CandidatePoint {
 
 struct ReferenceResult {
   ParallelConfig parallel;
-  std::string problem;  // why it is not a valid plan ("" if it is): a rule or the memory
-  std::optional<RankedPlan> simulated;  // when it passes Megatron's rules
+  std::string problem = {};  // why it is not a valid plan ("" if it is): a rule or the memory
+  std::optional<RankedPlan> simulated = {};  // when it passes Megatron's rules
   int64_t rank = 0;  // 1-based among the valid plans that fit; 0 if it does not fit or is invalid
 };
 

@@ -77,8 +77,8 @@ struct BridgeResult {
   double simulated_tokens_per_s_per_gpu = 0;
   double simulated_step_s = 0, measured_step_s = 0;
   double peak_memory_bytes = 0;
-  std::string memory_problem;
-  StepBreakdown breakdown;
+  std::string memory_problem = {};
+  StepBreakdown breakdown = {};
   // Signed relative error of the simulated tokens/s per GPU.
   double error() const {
     return (simulated_tokens_per_s_per_gpu - row.tokens_per_s_per_gpu) / row.tokens_per_s_per_gpu;

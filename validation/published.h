@@ -16,11 +16,11 @@ namespace ptdp {
 struct PaperLayoutRanking {
   NarayananRow row;
   ParallelConfig paper_layout;
-  double paper_s = 0;         // the paper's layout, simulated (0 if it does not fit)
-  std::string paper_problem;  // why the paper's layout is not a valid plan here ("" if it is)
-  int64_t paper_rank = 0;     // 1-based among the valid plans that fit
-  int64_t fits = 0;           // valid plans that fit
-  ParallelConfig best_layout;
+  double paper_s = 0;              // the paper's layout, simulated (0 if it does not fit)
+  std::string paper_problem = {};  // why the paper's layout is not a valid plan here ("" if it is)
+  int64_t paper_rank = 0;          // 1-based among the valid plans that fit
+  int64_t fits = 0;                // valid plans that fit
+  ParallelConfig best_layout = {};
   double best_s = 0;
   double search_s = 0;  // wall-clock time of the search (with the exact rank)
 };

@@ -34,7 +34,9 @@ TEST(Presets, EveryModelPresetIsNamedAfterItsFileAndRoundTrips) {
     const ModelSpec m = ModelPreset(file.name);
     EXPECT_EQ(m.name, file.name);
     // Heads of hidden / heads each, except the models whose cards say otherwise.
-    if (!m.moe()) EXPECT_EQ(m.kv_channels * m.num_attention_heads, m.hidden_size) << file.name;
+    if (!m.moe()) {
+      EXPECT_EQ(m.kv_channels * m.num_attention_heads, m.hidden_size) << file.name;
+    }
     EXPECT_EQ(ParseModelYaml(WriteModelYaml(m)), m) << file.name;
   }
 }

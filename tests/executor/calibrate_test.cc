@@ -126,7 +126,9 @@ TEST(Calibrate, ProfileReadsBackExactlyWithEveryKeyExplained) {
   std::istringstream lines(text);
   std::string comment;  // the comment lines above the current line
   for (std::string line; std::getline(lines, line);) {
-    if (line.rfind("description:", 0) != 0) EXPECT_LE(line.size(), 100u) << line;
+    if (line.rfind("description:", 0) != 0) {
+      EXPECT_LE(line.size(), 100u) << line;
+    }
     const size_t at = line.find_first_not_of(' ');
     if (at != std::string::npos && line[at] == '#') {
       comment += line.substr(at + 2) + " ";
@@ -134,7 +136,9 @@ TEST(Calibrate, ProfileReadsBackExactlyWithEveryKeyExplained) {
     }
     const bool key = at != std::string::npos && line[at] != '-' && line.back() != ':' &&
                      line.rfind("description:", 0) != 0;
-    if (key) EXPECT_FALSE(comment.empty()) << line;
+    if (key) {
+      EXPECT_FALSE(comment.empty()) << line;
+    }
     if (line.find("nic_busbw_gb_per_s:") != std::string::npos) {
       EXPECT_EQ(comment.rfind("NOT MEASURED: kept from the cpu-local preset.", 0), 0u) << comment;
     }

@@ -19,7 +19,9 @@ TEST(CudaProbe, AnswersWithoutCrashingAndExplainsItself) {
   const CudaStatus s = QueryCuda();
   EXPECT_EQ(s.usable, s.device_count > 0);
   EXPECT_EQ(s.usable, s.reason.empty());
-  if (s.built) EXPECT_FALSE(s.nccl_version.empty());
+  if (s.built) {
+    EXPECT_FALSE(s.nccl_version.empty());
+  }
 }
 
 TEST_F(CudaTest, DeviceMemoryRoundTrip) {

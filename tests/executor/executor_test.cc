@@ -418,7 +418,9 @@ TEST(CpuBackend, AttentionBlocksComposeToCausalAttention) {
   const auto want = host(ctx.span()), got = host(bctx.span()), gathered = host(gctx.span());
   for (size_t i = 0; i < want.size(); ++i) {
     ASSERT_NEAR(got[i], want[i], 1e-12) << i;
-    if (i >= want.size() / 2) ASSERT_NEAR(gathered[i - want.size() / 2], want[i], 1e-12) << i;
+    if (i >= want.size() / 2) {
+      ASSERT_NEAR(gathered[i - want.size() / 2], want[i], 1e-12) << i;
+    }
   }
 
   Tensor dq = zeros({S * B, W}), dkv = zeros({S * B, Wkv});

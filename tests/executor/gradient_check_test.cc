@@ -127,7 +127,9 @@ TEST_P(GradientCheck, BackwardMatchesFiniteDifferencesInFp64) {
       worst = std::max(worst, err);
       EXPECT_LT(err, 1e-5) << p.name << " element " << local << ": backward " << g
                            << ", finite difference " << fd;
-      if (local / p.local_cols >= p.model_rows) EXPECT_EQ(g, 0.0) << p.name << " padding row";
+      if (local / p.local_cols >= p.model_rows) {
+        EXPECT_EQ(g, 0.0) << p.name << " padding row";
+      }
     }
     ++checked;
   }

@@ -193,9 +193,15 @@ TEST(LayerWork, MemoryBoundKernelsMoveTheirTensors) {
   const double scores = 4.0 * 12 * 2048 * 2048;  // b * a/t * s^2 elements
   for (int i = 0; i < w.forward.num_work; ++i) {
     const std::string name = w.forward.work[i].name;
-    if (name == "scale mask softmax") EXPECT_DOUBLE_EQ(w.forward.work[i].bytes, 4 * scores);
-    if (name == "attention dropout") EXPECT_DOUBLE_EQ(w.forward.work[i].bytes, 5 * scores);
-    if (name == "norm 1") EXPECT_DOUBLE_EQ(w.forward.work[i].bytes, 2 * 2 * 4 * 2048.0 * 2304);
+    if (name == "scale mask softmax") {
+      EXPECT_DOUBLE_EQ(w.forward.work[i].bytes, 4 * scores);
+    }
+    if (name == "attention dropout") {
+      EXPECT_DOUBLE_EQ(w.forward.work[i].bytes, 5 * scores);
+    }
+    if (name == "norm 1") {
+      EXPECT_DOUBLE_EQ(w.forward.work[i].bytes, 2 * 2 * 4 * 2048.0 * 2304);
+    }
   }
   // Megatron 2021 adds the weight gradients to the main gradients in a separate kernel
   // (2-byte gradient + 2-byte main gradient read and written: 6 bytes per parameter).
