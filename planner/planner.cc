@@ -13,6 +13,7 @@
 #include "core/schedule.h"
 #include "simulator/bounds.h"
 #include "simulator/cost_model.h"
+#include "simulator/layer_work.h"
 #include "simulator/memory_model.h"
 
 namespace ptdp {
@@ -62,6 +63,38 @@ std::string OutOfMemory(const CandidatePoint& c, const MemoryEstimate& mem, doub
                      mem.largest_stage, mem.peak_bytes() / 1e9, limit / 1e9);
 }
 
+// A lower bound on a layout's peak memory per GPU from its parameters alone, for transformers
+// outside FP8 training (0 otherwise: no bound): the largest stage holds at least the mean of the
+// stages' weights, gradients and optimizer state, plus the profile's reserved bytes (activations,
+// buffers, fragmentation, the embedding and output parts only add). Layer parameters are kept by
+// (tp, ep, etp).
+class MemoryLowerBound {
+ public:
+  double operator()(const ModelSpec& m, const ClusterSpec& c, const TrainingSpec& t,
+                    const ParallelConfig& p, const CostOptions& o) {
+    if (m.hybrid() || t.precision == Precision::kFp8) return 0;
+    const auto key = std::make_tuple(p.tp, p.ep, p.expert_tp());
+    auto it = layers_.find(key);
+    if (it == layers_.end()) {
+      const double moe_layers = m.NumMoeLayers(), dense_layers = m.num_layers - moe_layers;
+      const LayerParams dense = LayerKindParams(m, p, LayerKind::kTransformer);
+      const LayerParams moe =
+          moe_layers > 0 ? LayerKindParams(m, p, LayerKind::kMoeTransformer) : LayerParams{};
+      it = layers_
+               .emplace(key, std::pair{dense_layers * dense.dense + moe_layers * moe.dense,
+                                       moe_layers * moe.experts})
+               .first;
+    }
+    const auto [dense, experts] = it->second;
+    double bytes = dense * BytesPerParam(t, p, o).total();
+    if (experts > 0) bytes += experts * BytesPerParam(t, p, o, p.expert_dp()).total();
+    return bytes / p.pp + static_cast<double>(c.gpu.reserved_bytes);
+  }
+
+ private:
+  std::map<std::tuple<int, int, int>, std::pair<double, double>> layers_;
+};
+
 }  // namespace
 
 CostOptions PlanOptions(const PlanRequest& request, const ParallelConfig& parallel) {
@@ -105,6 +138,7 @@ PlanSearchResult SearchPlans(const PlanRequest& req) {
   // Counted here and added once (the first example met), not per candidate.
   int64_t out_of_memory = 0;
   std::string out_of_memory_example;
+  MemoryLowerBound lower_bound;
 
   res.examined = EnumerateConfigs(
       req.model, req.training, req.gpus, req.constraints, res.rejected,
@@ -114,6 +148,16 @@ PlanSearchResult SearchPlans(const PlanRequest& req) {
         // Memory first: most candidates of a large search do not fit, and they need no time.
         const int64_t m = NumMicrobatches(req.training, p);
         const std::vector<int>& held = in_flight.Get(p.schedule, p.pp, m, p.virtual_stages);
+        // A layout that cannot fit by its parameters alone needs no estimate, unless it is the
+        // first out of memory (its example), could be the closest to fitting, or every point is
+        // kept: it is counted as out of memory all the same.
+        if (!req.keep_points && out_of_memory > 0) {
+          const double bound = lower_bound(req.model, req.cluster, req.training, p, options);
+          if (bound > limit && bound / limit >= closest_ratio) {
+            ++out_of_memory;
+            return;
+          }
+        }
         // The exchange of context parallelism changes no memory: the layouts that differ in it
         // alone (enumerated one after the other) share one estimate.
         ParallelConfig memory_key = p;

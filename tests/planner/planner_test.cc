@@ -256,6 +256,30 @@ TEST(Planner, RejectionsAddUpAndNameMegatronsRules) {
   }
 }
 
+TEST(Planner, SkippingHopelessLayoutsChangesNoCountOrExample) {
+  // Layouts whose parameters alone overflow the GPU get no memory estimate (unless one is kept
+  // for every point): the rejection counts, examples and the closest layout are the same as
+  // when every layout is estimated, and the estimates kept confirm each skipped one was over.
+  for (const char* model : {"megatron-1t", "mixtral-8x7b"}) {
+    SCOPED_TRACE(model);
+    PlanRequest req = Request(model, "dgx-a100-80gb", 256, 512);
+    const PlanSearchResult fast = SearchPlans(req);
+    req.keep_points = true;
+    const PlanSearchResult every = SearchPlans(req);
+    EXPECT_EQ(fast.rejected.counts, every.rejected.counts);
+    EXPECT_EQ(fast.rejected.examples, every.rejected.examples);
+    ASSERT_TRUE(fast.closest_out_of_memory && every.closest_out_of_memory);
+    EXPECT_EQ(fast.closest_out_of_memory->parallel, every.closest_out_of_memory->parallel);
+    EXPECT_EQ(fast.closest_out_of_memory_problem, every.closest_out_of_memory_problem);
+    EXPECT_EQ(fast.fits, every.fits);
+    ASSERT_EQ(fast.plans.size(), every.plans.size());
+    for (size_t i = 0; i < fast.plans.size(); ++i) {
+      EXPECT_EQ(fast.plans[i].plan.parallel, every.plans[i].plan.parallel);
+    }
+    EXPECT_GT(every.rejected.counts.at("out-of-memory"), 0);
+  }
+}
+
 TEST(Planner, ConstraintsAreHonoured) {
   PlanRequest req = Request("gpt3-6.7b", "dgx-a100-80gb", 32, 256);
   ApplyFix("tp=4", req.constraints);
