@@ -64,15 +64,16 @@ std::string OutOfMemory(const CandidatePoint& c, const MemoryEstimate& mem, doub
 }
 
 // A lower bound on a layout's peak memory per GPU from its parameters alone, for transformers
-// outside FP8 training (0 otherwise: no bound): the largest stage holds at least the mean of the
-// stages' weights, gradients and optimizer state, plus the profile's reserved bytes (activations,
-// buffers, fragmentation, the embedding and output parts only add). Layer parameters are kept by
-// (tp, ep, etp).
+// (0 for a hybrid model: no bound): the largest stage holds at least the mean of the stages'
+// weights, gradients and optimizer state, plus the profile's reserved bytes (activations,
+// buffers, fragmentation, the embedding and output parts, FP8's weight copies only add: those
+// copies take 2 bytes per FP8 weight, or replace its 16-bit weight, never less). Layer
+// parameters are kept by (tp, ep, etp).
 class MemoryLowerBound {
  public:
   double operator()(const ModelSpec& m, const ClusterSpec& c, const TrainingSpec& t,
                     const ParallelConfig& p, const CostOptions& o) {
-    if (m.hybrid() || t.precision == Precision::kFp8) return 0;
+    if (m.hybrid()) return 0;
     const auto key = std::make_tuple(p.tp, p.ep, p.expert_tp());
     auto it = layers_.find(key);
     if (it == layers_.end()) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <string>
 
 #include "core/error.h"
 #include "core/presets.h"
@@ -260,9 +261,14 @@ TEST(Planner, SkippingHopelessLayoutsChangesNoCountOrExample) {
   // Layouts whose parameters alone overflow the GPU get no memory estimate (unless one is kept
   // for every point): the rejection counts, examples and the closest layout are the same as
   // when every layout is estimated, and the estimates kept confirm each skipped one was over.
-  for (const char* model : {"megatron-1t", "mixtral-8x7b"}) {
+  for (const char* model : {"megatron-1t", "mixtral-8x7b", "llama3-70b"}) {
     SCOPED_TRACE(model);
-    PlanRequest req = Request(model, "dgx-a100-80gb", 256, 512);
+    const bool fp8 = std::string(model) == "llama3-70b";
+    PlanRequest req = Request(model, fp8 ? "dgx-h100" : "dgx-a100-80gb", fp8 ? 64 : 256, 512);
+    if (fp8) {
+      req.training.precision = Precision::kFp8;
+      req.training.fp8_param_gather = true;
+    }
     const PlanSearchResult fast = SearchPlans(req);
     req.keep_points = true;
     const PlanSearchResult every = SearchPlans(req);
