@@ -231,7 +231,13 @@ PlanSearchResult SearchPlans(const PlanRequest& req) {
     const double kth = static_cast<int>(top.size()) < req.top_k
                            ? std::numeric_limits<double>::infinity()
                            : top.back().report.step_time_s;
-    if (c.step_lower_bound_s > kth && c.step_lower_bound_s > reference_time) break;
+    // The bound equals the simulation for uniform stages up to rounding (it can exceed it by an
+    // ulp or so): stop only clearly above, so that a tie is still simulated and ranked.
+    constexpr double kRounding = 1e-9;
+    if (c.step_lower_bound_s > kth * (1 + kRounding) &&
+        c.step_lower_bound_s > reference_time * (1 + kRounding)) {
+      break;
+    }
     RankedPlan r{MakePlan(req, c.parallel), {}};
     r.report = SimulatePlan(r.plan);
     ++res.simulated;
