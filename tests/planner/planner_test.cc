@@ -306,6 +306,7 @@ TEST(Planner, ConstraintsAreHonoured) {
   EXPECT_THROW(ApplyFix("schedule=2f2b", c), InputError);
   try {
     ApplyFix("tp", c);
+    FAIL() << "ApplyFix(\"tp\") accepted a key without a value";
   } catch (const InputError& e) {
     EXPECT_EQ(e.where().key, "--fix");
     EXPECT_EQ(e.message(), "\"tp\": expected KEY=VALUE");

@@ -188,20 +188,22 @@ TEST(LayerWork, TensorParallelCollectivesPerLayer) {
 
 TEST(LayerWork, MemoryBoundKernelsMoveTheirTensors) {
   const ModelSpec m = ModelPreset("megatron-1.7b");  // s 2048, h 2304, a 24
-  const LayerWork w =
-      TransformerLayerWork(m, {.tp = 2, .micro_batch_size = 4}, Precision::kFp16, {});
+  // Megatron 2022's unfused attention (fused scale-mask-softmax, dropout): the s x s kernels.
+  const LayerWork w = TransformerLayerWork(m, {.tp = 2, .micro_batch_size = 4}, Precision::kFp16,
+                                           Megatron2022Options());
   const double scores = 4.0 * 12 * 2048 * 2048;  // b * a/t * s^2 elements
-  for (int i = 0; i < w.forward.num_work; ++i) {
-    const std::string name = w.forward.work[i].name;
-    if (name == "scale mask softmax") {
-      EXPECT_DOUBLE_EQ(w.forward.work[i].bytes, 4 * scores);
+  // Each kernel checked must be there (a renamed kernel fails here rather than going unchecked).
+  const std::pair<const char*, double> expected[] = {{"scale mask softmax", 4 * scores},
+                                                     {"attention dropout", 5 * scores},
+                                                     {"norm 1", 2 * 2 * 4 * 2048.0 * 2304}};
+  for (const auto& [kernel, bytes] : expected) {
+    int found = 0;
+    for (int i = 0; i < w.forward.num_work; ++i) {
+      if (std::string(w.forward.work[i].name) != kernel) continue;
+      ++found;
+      EXPECT_DOUBLE_EQ(w.forward.work[i].bytes, bytes) << kernel;
     }
-    if (name == "attention dropout") {
-      EXPECT_DOUBLE_EQ(w.forward.work[i].bytes, 5 * scores);
-    }
-    if (name == "norm 1") {
-      EXPECT_DOUBLE_EQ(w.forward.work[i].bytes, 2 * 2 * 4 * 2048.0 * 2304);
-    }
+    EXPECT_EQ(found, 1) << kernel;
   }
   // Megatron 2021 adds the weight gradients to the main gradients in a separate kernel
   // (2-byte gradient + 2-byte main gradient read and written: 6 bytes per parameter).
