@@ -410,11 +410,13 @@ LayerCostCache::~LayerCostCache() = default;
 
 namespace {
 
-// What EstimateStep needs besides the configuration: the layout's group placements, the kernel
-// timer, the embedding's and output layer's passes, and, from a search's cache, the layer costs
-// met before (null: none kept) and the model's FLOPs per step (negative: not known yet).
+// What EstimateStep needs besides the configuration: the layout's group placements (and the
+// groups the passes' collectives name), the kernel timer, the embedding's and output layer's
+// passes, and a search's cache (null: none), which keeps the layer costs met before and the
+// model's FLOPs per step.
 struct Prepared {
   const LayoutPlacements& placed;
+  const GroupPlacements& groups;
   const KernelTimer& timer;
   const EndParts& ends;
   LayerCostCache::Impl* shared;
@@ -429,7 +431,7 @@ StepEstimate EstimatePrepared(const ModelSpec& m, const ClusterSpec& c,
   const LayoutPlacements* placed = &prepared.placed;
   const GroupPlacement& tp = placed->tp;
   const GroupPlacement& dp = placed->dp;
-  const GroupPlacements groups{tp, placed->cp, placed->ep, placed->etp, placed->ep_etp};
+  const GroupPlacements& groups = prepared.groups;
   const KernelTimer& timer = prepared.timer;
 
   // One cost per layer slot [kind][fp8][recompute], computed when a chunk first has such
@@ -854,7 +856,7 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
     const KernelTimer timer(c, training.precision, options);
     const GroupPlacements groups{placed.tp, placed.cp, placed.ep, placed.etp, placed.ep_etp};
     const EndParts ends = CostOfEnds(m, c, training, p, options, timer, groups);
-    return EstimatePrepared(m, c, training, p, options, {placed, timer, ends, nullptr});
+    return EstimatePrepared(m, c, training, p, options, {placed, groups, timer, ends, nullptr});
   }
   LayerCostCache::Impl& shared = cache->impl();
   const auto [at, placed_now] =
@@ -865,7 +867,7 @@ StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const Traini
   const GroupPlacements groups{placed.tp, placed.cp, placed.ep, placed.etp, placed.ep_etp};
   const auto [it, inserted] = shared.ends.try_emplace(KeyOf(p, options, groups, kEndsPart));
   if (inserted) it->second = CostOfEnds(m, c, training, p, options, timer, groups);
-  return EstimatePrepared(m, c, training, p, options, {placed, timer, it->second, &shared});
+  return EstimatePrepared(m, c, training, p, options, {placed, groups, timer, it->second, &shared});
 }
 
 double ClosedFormStepTime(const StepCosts& costs, Schedule kind, int stages, int64_t microbatches,
