@@ -98,8 +98,10 @@ std::optional<int64_t> Flags::OptionalPositiveInt(std::string_view flag, int64_t
   int64_t value = 0;
   const char* end = text->data() + text->size();
   const auto [ptr, ec] = std::from_chars(text->data(), end, value);
-  if (ec == std::errc::result_out_of_range) {
-    Fail(flag, fmt::format("at most {}, got {}", max, *text));
+  if (ec == std::errc::result_out_of_range && ptr == end) {
+    // A whole number beyond int64: too large, or below zero.
+    Fail(flag, (*text)[0] == '-' ? fmt::format("must be positive, got {}", *text)
+                                 : fmt::format("at most {}, got {}", max, *text));
   }
   if (text->empty() || ec != std::errc() || ptr != end) {
     Fail(flag, fmt::format("expected a positive integer, got \"{}\"", *text));

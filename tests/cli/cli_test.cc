@@ -251,6 +251,8 @@ TEST(Cli, BadFlagsExitTwoNamingTheFlag) {
         "99999999999999999999999"},
        "--micro-batch: at most 2147483647, got 99999999999999999999999 (hint: see `ptdp "
        "simulate --help`)"},
+      {{"plan", "--gpus", "-99999999999999999999"},
+       "--gpus: must be positive, got -99999999999999999999 (hint: see `ptdp plan --help`)"},
       {{"plan", "--gpus", "4294967296"},
        "--gpus: at most 1048576, got 4294967296 (hint: see `ptdp plan --help`)"},
       {{"plan", "--global-batch", "1000000000000000"},
