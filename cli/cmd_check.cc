@@ -1,6 +1,9 @@
 // `ptdp check`: a pasted Megatron-LM command line, checked and compared with the best plan.
 #include <fmt/format.h>
 
+#include <filesystem>
+#include <sstream>
+
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "cli/report.h"
@@ -24,7 +27,29 @@ void AddCheckOptions(po::options_description& o) {
       "hardware profile: name (ptdp profiles) or YAML file")(
       "file", po::value<std::string>()->value_name("FILE"), "read the command line from a file")(
       "vocab-size", po::value<std::string>()->value_name("V"),
-      "the tokenizer's vocabulary, when the command does not give --vocab-size");
+      "the tokenizer's vocabulary, when the command does not give --vocab-size")(
+      "script-args", po::value<std::string>()->value_name("WORDS"),
+      "the script's own arguments ($1, $2, ...), space-separated; a parameter not given reads "
+      "as an unknown value")(
+      "require-fit", po::bool_switch(),
+      "exit 4 when Megatron-LM would accept the command but it does not fit in memory")(
+      "version", po::bool_switch(), "say which Megatron-LM commit the option table comes from");
+}
+
+// `source FILE` in a launch script: FILE as written, else beside the script (a path the script
+// builds from `pwd` or $(dirname $0) reaches the interpreter partly unknown: its file name
+// is looked up next to the script).
+std::function<std::optional<std::string>(const std::string&)> SourcedFileReader(
+    const std::string& script) {
+  const std::filesystem::path dir = std::filesystem::path(script).parent_path();
+  return [dir](const std::string& path) -> std::optional<std::string> {
+    for (const std::filesystem::path& candidate :
+         {std::filesystem::path(path), dir / path, dir / std::filesystem::path(path).filename()}) {
+      std::error_code ec;
+      if (std::filesystem::is_regular_file(candidate, ec)) return ReadTextFile(candidate.string());
+    }
+    return std::nullopt;
+  };
 }
 
 std::string Where(const MegatronFinding& f, bool show_lines) {
@@ -35,6 +60,10 @@ std::string Where(const MegatronFinding& f, bool show_lines) {
 }
 
 int RunCheck(const Flags& flags, std::ostream& out, std::ostream&) {
+  if (flags.Switch("version")) {
+    out << MegatronTableVersion() << "\n";
+    return kExitOk;
+  }
   std::string text, source;
   if (auto file = flags.OptionalString("file")) {
     if (!flags.passthrough().empty()) {
@@ -51,7 +80,13 @@ int RunCheck(const Flags& flags, std::ostream& out, std::ostream&) {
   }
   const ClusterSpec cluster = ResolveCluster(flags.String("cluster"));
   const std::optional<int64_t> gpus = flags.OptionalPositiveInt("gpus");
-  CheckReport report = CheckMegatronCommand(text, source, gpus);
+  MegatronReadOptions read;
+  if (auto words = flags.OptionalString("script-args")) {
+    std::istringstream in(*words);
+    for (std::string w; in >> w;) read.script_args.push_back(w);
+  }
+  if (flags.Has("file")) read.read_file = SourcedFileReader(source);
+  CheckReport report = CheckMegatronCommand(text, source, gpus, read);
   MegatronCommand& c = report.command;
   if (auto vocab = flags.OptionalPositiveInt("vocab-size")) {
     c.model.vocab_size = static_cast<int>(*vocab);
@@ -94,9 +129,12 @@ int RunCheck(const Flags& flags, std::ostream& out, std::ostream&) {
       p.sequence_parallel ? ", SP" : "",
       p.recompute != Recompute::kNone ? fmt::format(", {} recompute", Name(p.recompute)) : "",
       Name(c.training.precision));
+  // Exit codes mean one thing each: 1 when Megatron-LM would refuse the command; a command it
+  // accepts exits 0 even when ptdp cannot simulate it or it does not fit (4 with --require-fit).
+  const int verdict = report.failed() ? kExitFailed : kExitOk;
   if (!c.model_complete) {
     out << "The model is incomplete, so the layout cannot be checked or simulated.\n";
-    return kExitFailed;
+    return verdict;
   }
   if (report.violations.empty()) {
     out << "Megatron-LM's layout rules: all pass.\n";
@@ -106,7 +144,8 @@ int RunCheck(const Flags& flags, std::ostream& out, std::ostream&) {
       out << "  " << v.message << "\n      fix: " << v.hint << "\n";
     }
   }
-  if (!report.simulatable()) return kExitFailed;
+  if (!report.not_simulated.empty()) out << "Not simulated: " << report.not_simulated << ".\n";
+  if (!report.simulatable()) return verdict;
 
   // Simulate the command's layout and search the best plan for the same model, GPUs and batch.
   if (c.training.precision == Precision::kFp8 && cluster.gpu.peak_fp8_flops <= 0) {
@@ -156,7 +195,10 @@ int RunCheck(const Flags& flags, std::ostream& out, std::ostream&) {
     out << "  note: with neither --bf16 nor --fp16 Megatron-LM trains in fp32, without tensor-core "
            "rates; `ptdp plan --precision bf16` shows what bf16 would take.\n";
   }
-  return report.failed() || !yours.problem.empty() ? kExitFailed : kExitOk;
+  if (verdict == kExitOk && !yours.problem.empty() && flags.Switch("require-fit")) {
+    return kExitDoesNotFit;
+  }
+  return verdict;
 }
 
 }  // namespace
@@ -168,16 +210,24 @@ const Command kCheckCommand{
         "ptdp check [--gpus N] [--cluster C] -- <Megatron-LM command line>\n"
         "       ptdp check [--gpus N] [--cluster C] --file cmd.sh",
     .description =
-        "Reads a Megatron-LM command line as pasted (python pretrain_gpt.py or torchrun ..., "
-        "line\ncontinuations, comments, VAR=value lines), says in Megatron-LM's words what it "
-        "would refuse and\nhow to fix it (unknown flags such as --num-microbatches or "
-        "--learning-rate, missing required\narguments, layout rules), then simulates the "
-        "layout and compares it with the best plan for\nthe same model, GPUs and batch. Exits 1 "
-        "when Megatron-LM would refuse the command.",
+        "Reads a Megatron-LM launch as written: a pasted command, or a launch script played as "
+        "bash\nwould play it (arrays, ${VAR:-x}, $((...)), if/case/for, functions, `source`, "
+        "quotes over\nseveral lines, export and inline VAR=1, torchrun / python -m "
+        "torch.distributed.run / srun /\nmpirun and their GPU counts, `sh -c` and sbatch job "
+        "scripts). Says in Megatron-LM's words what\nits parse_args and validate_args would "
+        "refuse and how to fix it (the option table is generated\nfrom one Megatron-LM commit: "
+        "--version says which), warns once for every flag that changes\nthe run but is not "
+        "simulated, then simulates the layout and compares it with the best plan\nfor the same "
+        "model, GPUs and batch.\n\n"
+        "Exit codes: 0 Megatron-LM would accept the command (even when it does not fit, unless\n"
+        "--require-fit); 1 Megatron-LM would refuse it; 2 bad input (no command, unreadable "
+        "file);\n4 with --require-fit: accepted, but it does not fit in memory.",
     .examples =
-        "ptdp check --gpus 8 --file pretrain_gpt.sh\n"
+        "ptdp check --file train_gpt3_175b_distributed.sh --script-args \"/ckpt /tb /vocab.json "
+        "/merges.txt /data\"\n"
         "ptdp check --gpus 16 -- torchrun --nproc-per-node 8 --nnodes 2 pretrain_gpt.py "
-        "--num-layers 24 ...",
+        "--num-layers 24 ...\n"
+        "ptdp check --version",
     .implemented = true,
     .tracked_in = "",
     .add_options = AddCheckOptions,

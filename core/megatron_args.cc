@@ -5,12 +5,15 @@
 #include <algorithm>
 #include <charconv>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "core/error.h"
+#include "core/launcher_flags.inc"
 #include "core/limits.h"
 #include "core/megatron_flags.inc"
 #include "core/megatron_rules.h"
+#include "core/shell.h"
 #include "core/text.h"
 
 namespace ptdp {
@@ -26,153 +29,85 @@ struct Token {
   int line = 0;
 };
 
-// ---- Lexing: lines -> commands of tokens -------------------------------------------------
+// ---- The launch script: commands of words ------------------------------------------------
 
 struct Lexed {
   std::vector<std::vector<Token>> commands;
   std::vector<MegatronFinding> findings;
+  std::vector<std::map<std::string, std::string>> environments;  // one per command
+  // Per command: the words of the commands that handed it to a shell (`srun -N 2 sh -c "..."`),
+  // outermost first: launcher words too.
+  std::vector<std::vector<Token>> outer;
 };
 
-std::string Substitute(const std::string& word, const std::map<std::string, std::string>& vars) {
-  std::string out;
-  for (size_t i = 0; i < word.size(); ++i) {
-    if (word[i] != '$' || i + 1 >= word.size()) {
-      out += word[i];
-      continue;
-    }
-    size_t start = i + 1, end;
-    const bool braced = word[start] == '{';
-    if (braced) ++start;
-    end = start;
-    while (end < word.size() &&
-           (std::isalnum(static_cast<unsigned char>(word[end])) || word[end] == '_')) {
-      ++end;
-    }
-    const std::string name = word.substr(start, end - start);
-    const auto it = vars.find(name);
-    if (name.empty() || it == vars.end() || (braced && (end >= word.size() || word[end] != '}'))) {
-      out += word[i];
-      continue;
-    }
-    out += it->second;
-    i = braced ? end : end - 1;
-  }
-  return out;
+bool IsShell(std::string_view program) {
+  const std::string_view base = program.substr(program.rfind('/') + 1);
+  return base == "bash" || base == "sh" || base == "dash" || base == "zsh";
 }
 
-// Splits the text into commands (a newline ends a command unless the line ends with a
-// backslash; `;`, `&&` and `||` end one too) of shell words with their lines. Comment lines
-// inside a continued command are skipped with a warning: in a real shell they end it.
-Lexed Lex(std::string_view text, const std::string& source) {
-  Lexed out;
-  std::vector<Token> current;
-  std::map<std::string, std::string> vars;
-  bool continuing = false;
-  int line_no = 0, last_comment_line = -1;
-  constexpr std::string_view kCommentFix =
-      "move the comment above the command, or end the line before it without \\";
-  auto finish = [&]() {
-    if (current.empty()) return;
-    // A command made only of NAME=value words (optionally after `export`) defines variables.
-    size_t first = current[0].text == "export" ? 1 : 0;
-    bool all_assignments = first < current.size();
-    for (size_t i = first; i < current.size(); ++i) {
-      const size_t eq = current[i].text.find('=');
-      if (eq == std::string::npos || eq == 0 || current[i].text[0] == '-') all_assignments = false;
-    }
-    if (all_assignments) {
-      for (size_t i = first; i < current.size(); ++i) {
-        const size_t eq = current[i].text.find('=');
-        vars[current[i].text.substr(0, eq)] = current[i].text.substr(eq + 1);
-      }
-    } else {
-      out.commands.push_back(std::move(current));
-    }
-    current.clear();
-  };
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    size_t nl = text.find('\n', pos);
-    if (nl == std::string_view::npos) nl = text.size();
-    std::string_view line = text.substr(pos, nl - pos);
-    pos = nl + 1;
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    const size_t first_char = line.find_first_not_of(" \t");
-    if (first_char != std::string_view::npos && line[first_char] == '#') {
-      if (continuing) {
-        // One finding per run of comment lines.
-        auto& f = out.findings;
-        if (!f.empty() && f.back().flag.empty() && f.back().line > 0 &&
-            f.back().message.starts_with("comment line") && f.back().fix == kCommentFix &&
-            last_comment_line == line_no - 1) {
-          f.back().message = fmt::format(
-              "comment lines {}-{} inside a command continued with \\ end the command in a "
-              "real shell: the flags after them never reach Megatron",
-              f.back().line, line_no);
-        } else {
-          f.push_back({Severity::kWarning, "", line_no,
-                       fmt::format("comment line {} inside a command continued with \\ ends "
-                                   "the command in a real shell: the flags after it never "
-                                   "reach Megatron",
-                                   line_no),
-                       std::string(kCommentFix)});
-        }
-        last_comment_line = line_no;
-      }
-      continue;  // ptdp reads on, as the author meant
-    }
-    std::string word;
-    bool in_word = false, ends_with_backslash = false;
-    char quote = 0;
-    for (size_t i = 0; i < line.size(); ++i) {
-      const char c = line[i];
-      if (quote != 0) {
-        if (c == quote) {
-          quote = 0;
-        } else if (c == '\\' && quote == '"' && i + 1 < line.size()) {
-          word += line[++i];
-        } else {
-          word += c;
-        }
-        continue;
-      }
-      if (c == '\'' || c == '"') {
-        quote = c;
-        in_word = true;
-      } else if (c == '\\') {
-        if (i + 1 == line.size()) {
-          ends_with_backslash = true;
-        } else {
-          word += line[++i];
-          in_word = true;
-        }
-      } else if (c == ' ' || c == '\t') {
-        if (in_word) current.push_back({Substitute(word, vars), line_no});
-        word.clear();
-        in_word = false;
-      } else if (c == '#' && !in_word) {
-        break;  // comment to the end of the line
-      } else if (c == ';' || ((c == '&' || c == '|') && i + 1 < line.size() && line[i + 1] == c)) {
-        if (in_word) current.push_back({Substitute(word, vars), line_no});
-        word.clear();
-        in_word = false;
-        finish();
-        if (c != ';') ++i;
-      } else {
-        word += c;
-        in_word = true;
+// The script a command hands to a shell: `bash -c "..."`, `srun ... sh -x -c "$CMD"`; nothing
+// when it does not.
+std::optional<std::string> ShellScriptOf(const ShellCommand& command) {
+  const auto& w = command.words;
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (!IsShell(w[i].text)) continue;
+    for (size_t j = i + 1; j + 1 < w.size() && w[j].text.starts_with("-"); ++j) {
+      if (w[j].text.find('c') != std::string::npos && !w[j].text.starts_with("--")) {
+        return w[j + 1].text;
       }
     }
-    if (quote != 0) {
-      throw InputError({source, line_no, ""}, fmt::format("unclosed {} quote", quote),
-                       "ptdp reads one command line; close the quote on the same line");
-    }
-    if (in_word) current.push_back({Substitute(word, vars), line_no});
-    continuing = ends_with_backslash;
-    if (!continuing) finish();
   }
-  finish();
+  return std::nullopt;
+}
+
+// Plays the launch script as bash would (core/shell.h), and the scripts its commands hand to a
+// shell (`srun ... bash -c "$CMD"`, a heredoc fed to sbatch or bash), to depth 4.
+void AddCommands(std::string_view text, const std::string& source, const ShellOptions& options,
+                 int depth, const std::vector<Token>& outer, Lexed& out) {
+  const ShellResult result = InterpretShell(text, source, options);
+  for (const ShellNote& note : result.notes) {
+    if (!note.warning) continue;
+    out.findings.push_back(
+        {Severity::kWarning, "", note.source == source ? note.line : 0,
+         note.source == source ? note.message : fmt::format("{}: {}", note.source, note.message),
+         note.fix});
+  }
+  for (const ShellCommand& command : result.commands) {
+    std::vector<Token> words;
+    for (const ShellWord& w : command.words) {
+      words.push_back({w.text, w.source == source ? w.line : 0});
+    }
+    out.commands.push_back(words);
+    out.environments.push_back(command.environment);
+    out.outer.push_back(outer);
+    std::optional<std::string> inner = ShellScriptOf(command);
+    if (!inner && !command.words.empty() && command.words.front().text.ends_with("sbatch") &&
+        options.read_file) {
+      // `sbatch [options] job.sh [args]`: the job script, read as the interpreter reads a
+      // sourced file (its options may take values, so try the words from the end).
+      for (size_t i = command.words.size(); i-- > 1 && !inner;) {
+        if (command.words[i].text.starts_with("-")) continue;
+        inner = options.read_file(command.words[i].text);
+      }
+    }
+    if (inner && depth < 4) {
+      ShellOptions nested = options;
+      nested.environment = command.environment;
+      nested.positional.clear();
+      std::vector<Token> launcher = outer;
+      launcher.insert(launcher.end(), words.begin(), words.end());
+      AddCommands(*inner, source, nested, depth + 1, launcher, out);
+    }
+  }
+}
+
+Lexed Lex(std::string_view text, const std::string& source, const MegatronReadOptions& read) {
+  Lexed out;
+  ShellOptions options;
+  options.positional = read.script_args;
+  options.environment = read.environment;
+  options.read_file = read.read_file;
+  AddCommands(text, source, options, 0, {}, out);
   return out;
 }
 
@@ -201,6 +136,10 @@ constexpr Mistake kMistakes[] = {
      "write --tensor-model-parallel-size"},
     {"--pipeline-parallel-size", "the flag is --pipeline-model-parallel-size",
      "write --pipeline-model-parallel-size"},
+    {"--overlap-p2p-communication",
+     "Megatron-LM no longer has --overlap-p2p-communication: the interleaved schedule overlaps "
+     "its pipeline sends by default (--no-overlap-p2p-communication turns that off)",
+     "remove it"},
 };
 
 // Flags argparse accepts but validate_args refuses (megatron/training/arguments.py).
@@ -212,6 +151,105 @@ constexpr Mistake kDeprecated[] = {
     {"--checkpoint-activations", "--checkpoint-activations is no longer valid",
      "use --recompute-activations, or --recompute-granularity and --recompute-method"},
 };
+
+// Whether a flag Megatron-LM accepts can change a step's time or memory. Whole sections of the
+// parser cannot (logging, checkpointing, data, the learning-rate schedule, ...); in the others,
+// the flags that only change numerics or bookkeeping (initialisation, RoPE's base, loss scaling,
+// router losses, profiling, timeouts) cannot either. A flag that can, and that reading the
+// command never looked at, is not simulated: `check` says so.
+bool CanChangeTheStep(const KnownFlag& flag) {
+  static constexpr std::string_view kSections[] = {
+      "network_size",  "distributed",
+      "training",      "mixed_precision",
+      "mla",           "moe",
+      "experimental",  "transformer_engine",
+      "heterogeneous", "experimental_attention_variant"};
+  if (std::find(std::begin(kSections), std::end(kSections), flag.section) == std::end(kSections)) {
+    return false;
+  }
+  static constexpr std::string_view kInertPrefixes[] = {
+      "--init-method-std",
+      "--embedding-init-method-std",
+      "--rotary-",
+      "--rope-",
+      "--use-rope-",
+      "--yarn-",
+      "--no-yarn-",
+      "--mscale",
+      "--norm-epsilon",
+      "--apply-layernorm-1p",
+      "--apply-query-key-layer-scaling",
+      "--attention-softmax-in-fp32",
+      "--train-iters",
+      "--train-samples",
+      "--exit-",
+      "--distributed-timeout-",
+      "--distributed-backend",
+      "--local-rank",
+      "--lazy-mpu-init",
+      "--use-cpu-initialization",
+      "--init-model-with-meta",
+      "--no-initialization",
+      "--use-mcore-models",
+      "--profile",
+      "--pytorch-profiler-",
+      "--use-pytorch-profiler",
+      "--record-",
+      "--memory-snapshot-path",
+      "--nvtx-ranges",
+      "--flight-recorder-",
+      "--disable-flight-recorder-",
+      "--no-flight-recorder-",
+      "--check-for-large-grads",
+      "--no-check-for-nan-in-loss-and-grad",
+      "--check-weight-hash-across-dp-replicas-interval",
+      "--config-logger-dir",
+      "--dump-param-to-param-group-map",
+      "--result-rejected-tracker-filename",
+      "--iterations-to-skip",
+      "--manual-gc",
+      "--no-manual-gc-eval",
+      "--disable-manual-gc-eval",
+      "--gpu-sniff-test-interval",
+      "--train-sync-interval",
+      "--initial-loss-scale",
+      "--loss-scale",
+      "--min-loss-scale",
+      "--hysteresis",
+      "--mup-",
+      "--use-mup",
+      "--moe-aux-loss-coeff",
+      "--moe-z-loss-coeff",
+      "--moe-input-jitter-eps",
+      "--moe-router-bias-update-rate",
+      "--moe-router-enable-expert-bias",
+      "--moe-router-score-function",
+      "--moe-router-pre-softmax",
+      "--moe-router-topk-scaling-factor",
+      "--moe-router-load-balancing-type",
+      "--moe-per-layer-logging",
+      "--moe-router-dtype",
+      "--mtp-loss-scaling-factor",
+      "--qk-clip",
+      "--dataloader-type",
+      "--calculate-per-token-loss",
+      "--onnx-safe",
+      "--bert-no-binary-head",
+      "--fake-process-group",
+      "--disable-gloo-process-groups",
+      "--tp-comm-bootstrap-backend",
+      "--nccl-communicator-config-path",
+      "--ddp-average-in-collective",
+      "--accumulate-allreduce-grads-in-fp32",
+      "--seed",
+      "--spec",
+      "--check-for-spiky-loss",
+      "--fp8-amax-",
+      "--fp8-margin",
+      "--fp8-interval"};
+  return std::none_of(std::begin(kInertPrefixes), std::end(kInertPrefixes),
+                      [&](std::string_view prefix) { return flag.name.starts_with(prefix); });
+}
 
 std::string Suggest(std::string_view flag) {
   std::string best;
@@ -228,7 +266,84 @@ std::string Suggest(std::string_view flag) {
   return best;
 }
 
+// What argparse says of `value` for this flag (its type and choices, core/megatron_flags.inc),
+// or "" when it takes it. A value the script computes at run time ($(...), an argument not
+// given) is taken.
+std::string ValueProblem(const KnownFlag& flag, std::string_view value) {
+  if (value.find('$') != std::string_view::npos || value.find('`') != std::string_view::npos) {
+    return "";
+  }
+  std::string_view number = value;
+  if (number.starts_with('+')) number.remove_prefix(1);
+  if (flag.type == "int") {
+    int64_t n = 0;
+    const auto [ptr, ec] = std::from_chars(number.data(), number.data() + number.size(), n);
+    if (ec != std::errc() || ptr != number.data() + number.size() || number.empty()) {
+      return fmt::format("invalid int value: '{}'", value);
+    }
+  } else if (flag.type == "float") {
+    double x = 0;
+    const auto [ptr, ec] = std::from_chars(number.data(), number.data() + number.size(), x);
+    const bool special = number == "inf" || number == "nan" || number == "-inf";
+    if (!special && (ec != std::errc() || ptr != number.data() + number.size() || number.empty())) {
+      return fmt::format("invalid float value: '{}'", value);
+    }
+  }
+  if (flag.choices.empty()) return "";
+  std::string listed;
+  for (std::string_view rest = flag.choices; !rest.empty();) {
+    const size_t bar = rest.find('|');
+    const std::string_view choice = rest.substr(0, bar);
+    if (choice == value) return "";
+    listed += fmt::format("{}'{}'", listed.empty() ? "" : ", ", choice);
+    rest = bar == std::string_view::npos ? std::string_view() : rest.substr(bar + 1);
+  }
+  return fmt::format("invalid choice: '{}' (choose from {})", value, listed);
+}
+
 bool IsScript(std::string_view word) { return word.size() > 3 && word.ends_with(".py"); }
+
+// ---- Launchers ---------------------------------------------------------------------------
+
+std::optional<int64_t> PositiveNumber(std::string_view text) {
+  int64_t n = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec != std::errc() || ptr != text.data() + text.size() || n <= 0) return std::nullopt;
+  return n;
+}
+
+// The world size the launcher words before the script start: torchrun (or python -m
+// torch.distributed.run / .launch) --nproc-per-node x --nnodes; srun --ntasks, or --nodes x
+// --ntasks-per-node; mpirun / mpiexec -np. Nothing when they do not say (a value the script
+// computes at run time, or a launcher ptdp does not know).
+std::optional<int64_t> LauncherWorldSize(std::span<const Token> words) {
+  std::map<std::string, int64_t> given;  // flag (dashes, no '=') -> value
+  for (size_t i = 0; i < words.size(); ++i) {
+    std::string flag = words[i].text, value;
+    if (!flag.starts_with("-")) continue;
+    const size_t eq = flag.find('=');
+    if (eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+    } else if (i + 1 < words.size() && !words[i + 1].text.starts_with("-")) {
+      const KnownFlag* known = Find(kLauncherFlags, flag);
+      if (known == nullptr || known->arity != FlagArity::kSwitch) value = words[++i].text;
+    }
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    if (auto n = PositiveNumber(value)) given[flag] = *n;
+  }
+  auto get = [&](std::initializer_list<const char*> names) -> std::optional<int64_t> {
+    for (const char* name : names) {
+      if (auto it = given.find(name); it != given.end()) return it->second;
+    }
+    return std::nullopt;
+  };
+  if (auto nproc = get({"--nproc-per-node"})) return *nproc * get({"--nnodes"}).value_or(1);
+  if (auto tasks = get({"--ntasks", "-n", "-np", "--np"})) return *tasks;
+  if (auto per_node = get({"--ntasks-per-node"}))
+    return *per_node * get({"--nodes", "-N"}).value_or(1);
+  return std::nullopt;
+}
 
 // ---- Reading the values ------------------------------------------------------------------
 
@@ -237,9 +352,10 @@ class Reader {
   explicit Reader(MegatronCommand& c) : c_(c) {}
 
   const MegatronCommand::Arg* Last(std::string_view flag) const {
+    consulted_.emplace(flag);
     const MegatronCommand::Arg* found = nullptr;
     for (const auto& a : c_.args) {
-      if (a.flag == flag) found = &a;
+      if (a.flag == flag && a.valid) found = &a;
     }
     return found;
   }
@@ -252,11 +368,7 @@ class Reader {
     int64_t value = 0;
     const auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), value);
     if (ec != std::errc() || ptr != v.data() + v.size()) {
-      Error(*a, fmt::format("argument {}: invalid int value: '{}'", flag, v),
-            v.find('$') != std::string::npos ? "define the shell variable in the pasted text, or "
-                                               "write the number"
-                                             : "");
-      return std::nullopt;
+      return std::nullopt;  // argparse's refusal, or a value known at run time only: said once
     }
     return value;
   }
@@ -267,8 +379,7 @@ class Reader {
     double value = 0;
     const auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), value);
     if (ec != std::errc() || ptr != v.data() + v.size()) {
-      Error(*a, fmt::format("argument {}: invalid float value: '{}'", flag, v), "");
-      return std::nullopt;
+      return std::nullopt;  // argparse's refusal, or a value known at run time only: said once
     }
     return value;
   }
@@ -289,8 +400,12 @@ class Reader {
         {severity, std::string(flag), LineOf(flag), std::move(message), std::move(fix)});
   }
 
+  // Whether reading the command looked at `flag`: a flag it never looked at is not simulated.
+  bool Consulted(std::string_view flag) const { return consulted_.contains(flag); }
+
  private:
   MegatronCommand& c_;
+  mutable std::set<std::string, std::less<>> consulted_;
 };
 
 int ToInt(int64_t v) {
@@ -425,8 +540,9 @@ void ReadMoeFlags(Reader& r, ModelSpec& m) {
                           pattern.size(), m.num_layers, *freq),
               "");
       } else if (!found) {
-        r.Add(Severity::kError, "--moe-layer-freq",
-              "ptdp models MoE layer patterns of some dense layers first, then every n-th layer",
+        r.Add(Severity::kWarning, "--moe-layer-freq",
+              "ptdp models MoE layer patterns of some dense layers first, then every n-th layer: "
+              "simulated with every layer an MoE layer",
               "");
       }
     }
@@ -435,8 +551,9 @@ void ReadMoeFlags(Reader& r, ModelSpec& m) {
     if (auto b = ValueOf<MoeLoadBalancing>(kMoeLoadBalancingNames, *type)) {
       m.moe_router_load_balancing_type = *b;
     } else {
-      r.Add(Severity::kError, "--moe-router-load-balancing-type",
-            UnknownValueMessage<MoeLoadBalancing>(kMoeLoadBalancingNames, *type), "");
+      r.Add(Severity::kWarning, "--moe-router-load-balancing-type",
+            fmt::format("ptdp does not model the {} router loss: simulated as aux_loss", *type),
+            "");
     }
   }
   if (auto cf = r.Number("--moe-expert-capacity-factor")) {
@@ -449,7 +566,30 @@ void ReadMoeFlags(Reader& r, ModelSpec& m) {
 // Returns the layers of each pipeline segment when the pattern has '|' separators (Megatron's
 // explicit stages: virtual stages = segments / pp), else nothing.
 std::vector<int> ReadHybridFlags(Reader& r, ModelSpec& m, std::string_view script) {
-  const auto pattern = r.String("--hybrid-override-pattern");
+  // --hybrid-layer-pattern, or its deprecated alias --hybrid-override-pattern (arguments.py).
+  auto pattern = r.String("--hybrid-layer-pattern");
+  if (auto old = r.String("--hybrid-override-pattern")) {
+    if (pattern) {
+      r.Add(Severity::kError, "--hybrid-override-pattern",
+            "--hybrid-override-pattern and --hybrid-layer-pattern cannot both be specified. "
+            "--hybrid-override-pattern is deprecated; use --hybrid-layer-pattern instead.",
+            "keep --hybrid-layer-pattern");
+    }
+    pattern = old;
+  }
+  // The main pattern's layers give --num-layers; '/' parts after it are the multi-token
+  // prediction depths, which ptdp does not simulate in a hybrid model.
+  if (pattern && pattern->find('/') != std::string::npos) {
+    r.Add(Severity::kWarning, "--hybrid-layer-pattern",
+          "multi-token prediction in a hybrid model is not simulated: simulated without the MTP "
+          "layers after '/'",
+          "");
+    pattern = pattern->substr(0, pattern->find('/'));
+  }
+  if (pattern) {
+    m.num_layers = static_cast<int>(
+        std::count_if(pattern->begin(), pattern->end(), [](char ch) { return ch != '|'; }));
+  }
   const double attention_ratio = r.Number("--hybrid-attention-ratio").value_or(0);
   const double mlp_ratio = r.Number("--hybrid-mlp-ratio").value_or(0);
   const bool mamba_script = script.find("mamba") != std::string_view::npos ||
@@ -520,6 +660,11 @@ std::vector<int> ReadHybridFlags(Reader& r, ModelSpec& m, std::string_view scrip
     }
     m.mamba_num_heads = 2 * m.hidden_size / m.mamba_head_dim;
   }
+  if (m.mtp_num_layers > 0) {
+    r.Add(Severity::kWarning, "--mtp-num-layers",
+          "multi-token prediction in a hybrid model is not simulated: simulated without it", "");
+    m.mtp_num_layers = 0;
+  }
   const std::string problem = HybridModelProblem(m);
   if (!problem.empty()) {
     const bool mixer = problem.starts_with("nheads") || problem.starts_with("mamba_");
@@ -528,29 +673,135 @@ std::vector<int> ReadHybridFlags(Reader& r, ModelSpec& m, std::string_view scrip
   return segments;
 }
 
+// Torch FSDP2's requirements (arguments.py validate_args, the `if args.use_torch_fsdp2:` block)
+// and --deterministic-mode's (megatron/training/determinism.py), in Megatron's words.
+void CheckFsdp2AndDeterminism(Reader& r, const MegatronCommand& c) {
+  if (r.Has("--use-torch-fsdp2")) {
+    const ParallelConfig& p = c.parallel;
+    const std::string format = r.String("--ckpt-format").value_or("torch_dist");
+    const std::pair<bool, const char*> rules[] = {
+        {p.pp == 1, "--use-torch-fsdp2 is not supported with pipeline parallelism"},
+        {p.ep == 1, "--use-torch-fsdp2 is not supported with expert parallelism"},
+        {!r.Has("--use-distributed-optimizer"),
+         "--use-torch-fsdp2 is not supported with MCore's distributed optimizer"},
+        {r.Has("--no-gradient-accumulation-fusion"),
+         "--use-torch-fsdp2 is not supported with gradient accumulation fusion (add "
+         "--no-gradient-accumulation-fusion)"},
+        {format == "torch_dist" || format == "torch_dcp",
+         "--use-torch-fsdp2 requires --ckpt-format torch_dist or torch_dcp"},
+        {r.Has("--untie-embeddings-and-output-weights"),
+         "--use-torch-fsdp2 requires --untie-embeddings-and-output-weights"},
+        {!r.Has("--fp16"), "--use-torch-fsdp2 not supported with fp16 yet"},
+    };
+    for (const auto& [holds, message] : rules) {
+      if (!holds) r.Add(Severity::kError, "--use-torch-fsdp2", message, "");
+    }
+  }
+  if (r.Has("--deterministic-mode")) {
+    std::vector<std::string> mismatched;
+    if (r.Has("--cross-entropy-loss-fusion"))
+      mismatched.push_back("cross_entropy_loss_fusion=False (got True)");
+    if (r.Has("--tp-comm-overlap")) mismatched.push_back("tp_comm_overlap=False (got True)");
+    if (!mismatched.empty()) {
+      std::string joined;
+      for (const std::string& m : mismatched) joined += (joined.empty() ? "" : ", ") + m;
+      r.Add(Severity::kError, "--deterministic-mode",
+            fmt::format("--deterministic-mode requires: {}. Adjust these options to continue.",
+                        joined),
+            "");
+    }
+  }
+}
+
+// CUDA_DEVICE_MAX_CONNECTIONS at launch, as validate_args asserts it on GPUs before Blackwell:
+// FSDP (Megatron's or Torch's) needs it unset or above 1; otherwise tensor or context
+// parallelism needs it at 1 (unless --overlap-moe-expert-parallel-comm, which only warns).
+// When the script does not set it, the user's shell may: `check` then says what Megatron needs.
+void CheckDeviceConnections(Reader& r, MegatronCommand& c, bool environment_complete) {
+  const auto it = c.environment.find("CUDA_DEVICE_MAX_CONNECTIONS");
+  const std::optional<std::string> value =
+      it != c.environment.end() ? std::optional(it->second) : std::nullopt;
+  const bool known = value || environment_complete;
+  const ParallelConfig& p = c.parallel;
+  if (r.Has("--use-torch-fsdp2") || r.Has("--use-megatron-fsdp")) {
+    if (value == "1") {
+      r.Add(Severity::kError,
+            r.Has("--use-megatron-fsdp") ? "--use-megatron-fsdp" : "--use-torch-fsdp2",
+            "FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset.",
+            "do not export CUDA_DEVICE_MAX_CONNECTIONS=1 for this run");
+    }
+    return;
+  }
+  if ((p.tp <= 1 && p.cp <= 1) || r.Has("--overlap-moe-expert-parallel-comm") || value == "1") {
+    return;
+  }
+  const char* flag = p.tp > 1 ? "--tensor-model-parallel-size" : "--context-parallel-size";
+  if (known) {
+    r.Add(Severity::kError, flag,
+          fmt::format("Using tensor model parallelism or context parallelism require setting the "
+                      "environment variable CUDA_DEVICE_MAX_CONNECTIONS to 1 (it is {} at launch)",
+                      value ? "'" + *value + "'" : "unset"),
+          "export CUDA_DEVICE_MAX_CONNECTIONS=1 before launching");
+  } else {
+    r.Add(Severity::kWarning, flag,
+          "with tensor or context parallelism Megatron-LM asserts the environment variable "
+          "CUDA_DEVICE_MAX_CONNECTIONS=1 on GPUs before Blackwell; the command does not set it",
+          "export CUDA_DEVICE_MAX_CONNECTIONS=1 before launching");
+  }
+}
+
+// One warning per flag that can change the step but that reading the command never looked at:
+// the simulation runs as if it were absent.
+void WarnAboutWhatIsNotSimulated(Reader& r, MegatronCommand& c) {
+  std::set<std::string, std::less<>> warned;
+  const size_t given = c.args.size();
+  for (size_t i = 0; i < given; ++i) {
+    const MegatronCommand::Arg& a = c.args[i];
+    const KnownFlag* known = Find(kMegatronFlags, a.flag);
+    if (known == nullptr || r.Consulted(a.flag) || !CanChangeTheStep(*known) ||
+        !warned.insert(a.flag).second) {
+      continue;
+    }
+    c.findings.push_back({Severity::kWarning, a.flag, a.line,
+                          fmt::format("not simulated: ptdp simulates as if {} were absent", a.flag),
+                          ""});
+  }
+}
+
 }  // namespace
 
 std::span<const KnownFlag> MegatronFlags() { return kMegatronFlags; }
 std::span<const KnownFlag> LauncherFlags() { return kLauncherFlags; }
+
+std::string MegatronTableVersion() {
+  return fmt::format("Megatron-LM option table: NVIDIA/Megatron-LM commit {} ({}), {} options",
+                     PTDP_MEGATRON_COMMIT, PTDP_MEGATRON_COMMIT_DATE, std::size(kMegatronFlags));
+}
 
 bool MegatronCommand::has_errors() const {
   return std::any_of(findings.begin(), findings.end(),
                      [](const MegatronFinding& f) { return f.severity == Severity::kError; });
 }
 
-MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& source) {
-  Lexed lexed = Lex(text, source);
+MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& source,
+                                    const MegatronReadOptions& read) {
+  Lexed lexed = Lex(text, source, read);
   MegatronCommand c;
   c.findings = std::move(lexed.findings);
 
   // The command that runs a Python script; the last one when there are several.
   const std::vector<Token>* command = nullptr;
   size_t script_at = 0;
-  for (const auto& cmd : lexed.commands) {
+  std::vector<Token> launcher;  // the words before the script, with those of outer commands
+  for (size_t k = 0; k < lexed.commands.size(); ++k) {
+    const auto& cmd = lexed.commands[k];
+    if (cmd.empty() || cmd[0].text == "echo" || cmd[0].text == "printf") continue;
     for (size_t i = 0; i < cmd.size(); ++i) {
       if (IsScript(cmd[i].text)) {
         command = &cmd;
         script_at = i;
+        c.environment = lexed.environments[k];
+        launcher = lexed.outer[k];
         break;
       }
     }
@@ -562,28 +813,9 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
   const std::vector<Token>& words = *command;
   c.script = words[script_at].text;
 
-  // Launcher words before the script: torchrun's --nproc-per-node and --nnodes give the world.
-  std::optional<int64_t> nproc, nnodes;
-  for (size_t i = 0; i < script_at; ++i) {
-    std::string flag = words[i].text, value;
-    if (!flag.starts_with("--")) continue;
-    const size_t eq = flag.find('=');
-    if (eq != std::string::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-    } else if (i + 1 < script_at && !words[i + 1].text.starts_with("-")) {
-      const KnownFlag* known = Find(kLauncherFlags, flag);
-      if (known == nullptr || known->arity != FlagArity::kSwitch) value = words[++i].text;
-    }
-    std::string dashed = flag;
-    std::replace(dashed.begin(), dashed.end(), '_', '-');
-    int64_t n = 0;
-    const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-    const bool numeric = ec == std::errc() && ptr == value.data() + value.size() && n > 0;
-    if (dashed == "--nproc-per-node" && numeric) nproc = n;
-    if (dashed == "--nnodes" && numeric) nnodes = n;
-  }
-  if (nproc) c.world_size = *nproc * nnodes.value_or(1);
+  launcher.insert(launcher.end(), words.begin(), words.begin() + static_cast<long>(script_at));
+  c.world_size = LauncherWorldSize(launcher);
+  for (size_t i = script_at + 1; i < words.size(); ++i) c.argv.push_back(words[i].text);
 
   // Megatron's own flags after the script.
   for (size_t i = script_at + 1; i < words.size(); ++i) {
@@ -636,6 +868,21 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
       }
       c.findings.push_back({Severity::kError, arg.flag, w.line, message, fix});
     } else {
+      for (const std::string& v : arg.values) {
+        if (v.find('$') != std::string::npos || v.find('`') != std::string::npos) {
+          c.findings.push_back(
+              {Severity::kWarning, arg.flag, w.line,
+               fmt::format("the value '{}' is known only when the script runs: not checked", v),
+               "give the value in the script (or the script's arguments: --script-args)"});
+          break;
+        }
+        if (std::string problem = ValueProblem(*known, v); !problem.empty()) {
+          c.findings.push_back({Severity::kError, arg.flag, w.line,
+                                fmt::format("argument {}: {}", arg.flag, problem), ""});
+          arg.valid = false;
+          break;
+        }
+      }
       for (const Mistake& m : kDeprecated) {
         if (m.flag == arg.flag) {
           c.findings.push_back(
@@ -666,7 +913,10 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
                              {"--hidden-size", hidden},
                              {"--num-attention-heads", heads},
                              {"--max-position-embeddings", max_pos}}) {
-    if (!value && !r.Has(flag)) {
+    const bool from_pattern =
+        flag == std::string_view("--num-layers") &&
+        (r.Has("--hybrid-layer-pattern") || r.Has("--hybrid-override-pattern"));
+    if (!value && !r.Has(flag) && !from_pattern) {
       r.Add(
           Severity::kError, flag,
           fmt::format("{} argument is None: Megatron-LM requires it", std::string(flag).substr(2)),
@@ -741,9 +991,14 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
     m.position_embedding = PositionEmbedding::kRope;
   } else if (pos_type && *pos_type == "none") {
     m.position_embedding = PositionEmbedding::kNone;
+  } else if (pos_type && (*pos_type == "yarn" || *pos_type == "mrope")) {
+    m.position_embedding = PositionEmbedding::kRope;  // rotary variants: the same costs
   } else if (pos_type && *pos_type != "learned_absolute") {
-    r.Add(Severity::kError, "--position-embedding-type",
-          fmt::format("ptdp models learned_absolute, rope and none positions, not {}", *pos_type),
+    m.position_embedding = PositionEmbedding::kNone;
+    r.Add(Severity::kWarning, "--position-embedding-type",
+          fmt::format("ptdp models learned_absolute, rope and none positions: {} is simulated "
+                      "as none",
+                      *pos_type),
           "");
   }
   m.tied_embeddings = !r.Has("--untie-embeddings-and-output-weights");
@@ -1110,7 +1365,8 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
   o.overlap_grad_reduce = r.Has("--overlap-grad-reduce");
   o.overlap_param_gather = r.Has("--overlap-param-gather");
   o.tp_comm_overlap = r.Has("--tp-comm-overlap");
-  o.overlap_p2p_communication = r.Has("--overlap-p2p-communication");
+  // On by default, for the interleaved schedule only (validate_args turns it off otherwise).
+  o.overlap_p2p_communication = p.virtual_stages > 1 && !r.Has("--no-overlap-p2p-communication");
   if (auto bucket = r.Int("--ddp-bucket-size")) o.ddp_bucket_size = std::max<int64_t>(*bucket, 0);
   if (o.overlap_param_gather) {
     if (!p.distributed_optimizer) {
@@ -1210,17 +1466,23 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
   }
 
   if (auto world = r.Int("--world-size")) c.world_size = *world;
-  if (p.fsdp != Fsdp::kNone || r.Has("--use-megatron-fsdp")) {
-    r.Add(Severity::kWarning, "--use-megatron-fsdp",
-          "Megatron-FSDP asserts that CUDA_DEVICE_MAX_CONNECTIONS is not 1 (it needs several "
-          "streams)",
-          "leave CUDA_DEVICE_MAX_CONNECTIONS unset (or above 1) when launching");
-  } else if (p.tp > 1) {
-    r.Add(Severity::kWarning, "--tensor-model-parallel-size",
-          "with tensor parallelism Megatron-LM asserts the environment variable "
-          "CUDA_DEVICE_MAX_CONNECTIONS=1 on GPUs before Blackwell",
-          "export CUDA_DEVICE_MAX_CONNECTIONS=1 before launching");
+  if (const auto* a = r.Last("--hierarchical-context-parallel-sizes"); a != nullptr) {
+    int64_t product = 1;
+    for (const std::string& v : a->values) product *= std::max<int64_t>(1, std::atoll(v.c_str()));
+    if (product != p.cp) {
+      r.Add(Severity::kError, "--hierarchical-context-parallel-sizes",
+            fmt::format("assert args.context_parallel_size == prod(args."
+                        "hierarchical_context_parallel_sizes): {} != {}",
+                        p.cp, product),
+            "give sizes whose product is --context-parallel-size");
+    }
   }
+  if (auto g = r.Int("--microbatch-group-size-per-virtual-pipeline-stage")) {
+    c.microbatch_group_size = ToInt(*g);
+  }
+  CheckFsdp2AndDeterminism(r, c);
+  CheckDeviceConnections(r, c, read.environment_complete);
+  WarnAboutWhatIsNotSimulated(r, c);
   return c;
 }
 
@@ -1328,7 +1590,11 @@ std::vector<std::string> MegatronArgs(const Plan& plan) {
     if (o.overlap_param_gather) a.push_back("--overlap-param-gather");
     if (o.ddp_bucket_size > 0) add("--ddp-bucket-size", o.ddp_bucket_size);
     if (o.tp_comm_overlap) a.push_back("--tp-comm-overlap");
-    if (o.overlap_p2p_communication) a.push_back("--overlap-p2p-communication");
+    // Megatron overlaps the interleaved schedule's sends unless told not to (arguments.py:
+    // --no-overlap-p2p-communication, dest overlap_p2p_comm, default True).
+    if (p.virtual_stages > 1 && !o.overlap_p2p_communication) {
+      a.push_back("--no-overlap-p2p-communication");
+    }
   }
   add("--num-layers", m.num_layers);
   add("--hidden-size", m.hidden_size);

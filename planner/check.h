@@ -20,6 +20,8 @@ struct CheckReport {
   bool gpus_assumed = false;          // neither --gpus nor the launcher said; tp x pp assumed
   std::vector<Violation> violations;  // Megatron's layout rules (core/megatron_rules.h)
   int64_t microbatches = 0;           // m = GBS / (MBS x DP), when that divides
+  // Why ptdp cannot simulate a layout Megatron-LM accepts ("" when it can).
+  std::string not_simulated;
 
   // The command cannot run as written: a finding is an error or a layout rule is broken.
   bool failed() const;
@@ -31,6 +33,7 @@ struct CheckReport {
 // `gpus` (the user's --gpus) wins over the launcher's world size; with neither, the world is
 // assumed to be tp x pp (one data-parallel replica) and the report says so.
 CheckReport CheckMegatronCommand(std::string_view text, const std::string& source,
-                                 std::optional<int64_t> gpus);
+                                 std::optional<int64_t> gpus,
+                                 const MegatronReadOptions& options = {});
 
 }  // namespace ptdp

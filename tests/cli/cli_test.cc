@@ -1119,3 +1119,80 @@ TEST(CliModern, TheBestPlansFlagsPassCheck) {
 
 }  // namespace
 }  // namespace ptdp::cli
+
+namespace ptdp::cli {
+namespace {
+
+// Exit codes that mean one thing (issue 15): 1 only when Megatron-LM would refuse the command;
+// a command it accepts that does not fit exits 0, or 4 with --require-fit.
+TEST(CliCheck, DoesNotFitIsItsOwnVerdict) {
+  const std::vector<std::string> gpt3 = {"check",
+                                         "--gpus",
+                                         "8",
+                                         "--cluster",
+                                         "dgx-h100",
+                                         "--",
+                                         "CUDA_DEVICE_MAX_CONNECTIONS=1",
+                                         "torchrun",
+                                         "--nproc-per-node",
+                                         "8",
+                                         "pretrain_gpt.py",
+                                         "--num-layers",
+                                         "96",
+                                         "--hidden-size",
+                                         "12288",
+                                         "--num-attention-heads",
+                                         "96",
+                                         "--seq-length",
+                                         "2048",
+                                         "--max-position-embeddings",
+                                         "2048",
+                                         "--tensor-model-parallel-size",
+                                         "8",
+                                         "--micro-batch-size",
+                                         "1",
+                                         "--global-batch-size",
+                                         "64",
+                                         "--bf16",
+                                         "--vocab-size",
+                                         "50257"};
+  const Result accepted = Cli(gpt3);
+  EXPECT_EQ(accepted.code, kExitOk) << accepted.out << accepted.err;
+  EXPECT_NE(accepted.out.find("DOES NOT FIT"), std::string::npos) << accepted.out;
+  EXPECT_EQ(accepted.out.find("would refuse"), std::string::npos) << accepted.out;
+  std::vector<std::string> strict = gpt3;
+  strict.insert(strict.begin() + 1, "--require-fit");
+  EXPECT_EQ(Cli(strict).code, kExitDoesNotFit);
+}
+
+TEST(CliCheck, VersionNamesTheMegatronCommit) {
+  const Result r = Cli({"check", "--version"});
+  EXPECT_EQ(r.code, kExitOk);
+  EXPECT_EQ(r.out,
+            "Megatron-LM option table: NVIDIA/Megatron-LM commit "
+            "d98e8a64ddf34856e74b24714e3bedb2f5a39553 (2026-08-22), 900 options\n");
+}
+
+// A launch script as written: arrays, a variable's default, the script's own arguments.
+TEST(CliCheck, AScriptWithArraysAndItsArguments) {
+  const std::string path = testing::TempDir() + "/train.sh";
+  {
+    std::ofstream out(path);
+    out << "#!/bin/bash\nexport CUDA_DEVICE_MAX_CONNECTIONS=1\nDATA=$1\nTP=${TP:-2}\n"
+           "ARGS=(\n  --num-layers 24 --hidden-size 2048 --num-attention-heads 32\n"
+           "  --seq-length 2048 --max-position-embeddings 2048   # the model\n"
+           "  --tensor-model-parallel-size $TP --micro-batch-size 4 --global-batch-size 128\n"
+           "  --bf16 --vocab-size 50257 --data-path $DATA\n)\n"
+           "torchrun --nproc_per_node 8 pretrain_gpt.py \"${ARGS[@]}\"\n";
+  }
+  const Result r = Cli({"check", "--file", path, "--script-args", "/data/text"});
+  EXPECT_EQ(r.code, kExitOk) << r.out << r.err;
+  EXPECT_NE(r.out.find("on 8 x dgx-a100-80gb\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Layout: TP 2 x PP 1 x DP 4, micro-batch 4, global batch 128"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("CUDA_DEVICE_MAX_CONNECTIONS"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace ptdp::cli

@@ -459,17 +459,22 @@ TEST(MoeFlags, RefusalsAndLayerPatterns) {
     return "";
   };
   EXPECT_EQ(read("--moe-layer-freq 2").model.moe_layer_freq, 2);
-  const MegatronCommand pattern = read("--moe-layer-freq ([0]*2+[1]*6)");
+  const MegatronCommand pattern = read("--moe-layer-freq '([0]*2+[1]*6)'");
   EXPECT_EQ(pattern.model.moe_first_dense_layers, 2);
   EXPECT_EQ(pattern.model.moe_layer_freq, 1);
   const MegatronCommand alternating = read("--moe-layer-freq [1,0,1,0,1,0,1,0]");
   EXPECT_EQ(alternating.model.moe_layer_freq, 2);
-  EXPECT_EQ(first_error("--moe-layer-freq ([0]*2+[1]*5)"),
+  EXPECT_EQ(first_error("--moe-layer-freq '([0]*2+[1]*5)'"),
             "--moe-layer-freq: Invalid length of moe_layer_pattern: 7, expected 8, current moe "
             "layer pattern: ([0]*2+[1]*5)");
-  EXPECT_EQ(first_error("--moe-layer-freq [1,1,0,1,1,0,1,1]"),
-            "--moe-layer-freq: ptdp models MoE layer patterns of some dense layers first, then "
-            "every n-th layer");
+  // A pattern Megatron takes but ptdp cannot model is a warning, not a refusal.
+  EXPECT_EQ(first_error("--moe-layer-freq [1,1,0,1,1,0,1,1]"), "");
+  const MegatronCommand irregular = read("--moe-layer-freq [1,1,0,1,1,0,1,1]");
+  EXPECT_TRUE(std::any_of(irregular.findings.begin(), irregular.findings.end(),
+                          [](const MegatronFinding& f) {
+                            return f.flag == "--moe-layer-freq" &&
+                                   f.message.starts_with("ptdp models MoE layer patterns");
+                          }));
   EXPECT_EQ(first_error("--moe-router-topk 9"),
             "--moe-router-topk: moe_router_topk (9) must be between 1 and num_experts (8)");
   EXPECT_EQ(first_error("--moe-token-dispatcher-type a2a"),

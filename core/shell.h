@@ -1,0 +1,93 @@
+// A safe interpreter for the subset of bash that launch scripts are written in.
+//
+// `ptdp check` reads a Megatron-LM launch script as its author wrote it: bash arrays, ${VAR:-x},
+// $((A*B)), if/case/for, functions, `source`, quotes over several lines. InterpretShell plays the
+// script the way bash would and lists every command it would run with each argument exactly as
+// bash would pass it. It never runs a program, reads a file only through
+// ShellOptions::read_file, and stops with an InputError instead of looping or growing without
+// bound.
+//
+// What it cannot know becomes visible instead of guessed: a `$(cmd)` or backquoted command, a
+// script argument ($1...) that was not given, `$RANDOM` make the word `unknown` (its text is the
+// expansion as written); a condition that depends on such a word, or on a program's exit status,
+// is not decided: the `else` branch (or none) is taken and a note says so. Loops `while` and
+// `until` are not run; `for` runs at most 1,000 iterations in all.
+//
+// Deliberate differences from bash, each with a note: a comment line inside a command continued
+// with `\` ends the command in bash, here the command reads on as its author meant (with a
+// warning); file tests (-f, -d, ...) assume the file exists.
+//
+// Not implemented (the words stay as written): brace expansion {a,b}, pathname expansion
+// (globs are assumed to match no file, as bash leaves them then), associative arrays, ${!name},
+// `=~`, IFS other than blanks and newline, aliases, `read`, `getopts`, `coproc`, `select`.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ptdp {
+
+// One argument of a command, after expansion, word splitting and quote removal.
+struct ShellWord {
+  std::string text;
+  // Where the word's text was written: its first character's line, or for a word that an
+  // expansion made, the expansion's line; an array element or a function argument keeps the
+  // line where the element or argument was written.
+  int line = 0;
+  // The word came (partly) from something the interpreter cannot know: `$(cmd)`, a backquoted
+  // command, a script argument that was not given, $RANDOM. Its text is that part as written.
+  bool unknown = false;
+  std::string source;  // the file `line` is in: the script, or a file it sources
+
+  bool operator==(const ShellWord&) const = default;
+};
+
+// A command bash would run (or a builtin that only prints or changes the directory: echo, set,
+// cd...). Assignments, declarations, tests, control flow and function calls are interpreted,
+// not listed; a function's commands are.
+struct ShellCommand {
+  std::vector<ShellWord> words;  // redirections removed; words[0] is the program
+  int line = 0;                  // the line the command starts on
+  std::string source;            // the file `line` is in
+  // Exported variables in effect, plus the command's own `NAME=value` prefixes.
+  std::map<std::string, std::string> environment;
+};
+
+// Something the reader should know: a condition that could not be decided, a loop not run, a
+// file not read, a script argument not given (warning = false for notes that only inform).
+struct ShellNote {
+  bool warning = true;
+  int line = 0;
+  std::string message;
+  std::string fix;     // what to change in the script; may be empty
+  std::string source;  // the file `line` is in
+};
+
+struct ShellOptions {
+  std::vector<std::string> positional;  // $1, $2, ...; $0 is the source name
+  // The starting environment; its variables are exported. Nothing else is inherited: $HOME,
+  // $PWD, $USER are unset unless given here.
+  std::map<std::string, std::string> environment;
+  // Reads the file that `source FILE` or `. FILE` names (the path as written after expansion);
+  // nullopt when it cannot. When empty, sourced files are not read (a note says so).
+  std::function<std::optional<std::string>(const std::string& path)> read_file;
+};
+
+struct ShellResult {
+  std::vector<ShellCommand> commands;  // in the order bash would run them
+  std::vector<ShellNote> notes;        // in the order they arose
+};
+
+// Interprets `text` (named `source` in notes, errors and $0). Throws InputError naming the
+// source and line for a syntax error the user must fix (an unclosed quote, `(` array, `$(`,
+// `${` or `if`; `fi` without `if`; a redirection without a target), and when the script would
+// produce more than 1,000,000 words, a value over 16 MiB, more than 256 MiB of expanded text or
+// run more than 1,000,000 commands. A syntax error in a sourced file is a note, as in bash.
+ShellResult InterpretShell(std::string_view text, const std::string& source,
+                           const ShellOptions& options = {});
+
+}  // namespace ptdp
