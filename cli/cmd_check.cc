@@ -119,6 +119,11 @@ int RunCheck(const Flags& flags, std::ostream& out, std::ostream&) {
     }
   }
 
+  if (!c.simulated_flags.empty()) {
+    std::string flags_read;
+    for (const std::string& f : c.simulated_flags) flags_read += " " + f;
+    out << "\nRead by the simulation:" << flags_read << ".\n";
+  }
   const ParallelConfig& p = c.parallel;
   out << fmt::format(
       "\nLayout: {}, micro-batch {}, global batch {}{}, {}{}{}{}, {}\n", SizesText(p),

@@ -60,8 +60,50 @@ std::optional<std::string> ShellScriptOf(const ShellCommand& command) {
   return std::nullopt;
 }
 
-// Plays the launch script as bash would (core/shell.h), and the scripts its commands hand to a
-// shell (`srun ... bash -c "$CMD"`, a heredoc fed to sbatch or bash), to depth 4.
+bool IsSbatch(const ShellCommand& command) {
+  return !command.words.empty() && command.words.front().text.ends_with("sbatch");
+}
+
+// The script a command runs in another shell: `sh -c "..."`, a here-document fed to a shell or
+// to sbatch (Megatron-LM's examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh: `sbatch <<EOF ...
+// srun ... EOF`), or sbatch's job script file, read as a sourced file is (its options may take
+// values, so the words are tried from the end).
+std::optional<std::string> InnerScript(const ShellCommand& command, const ShellOptions& options) {
+  if (auto script = ShellScriptOf(command)) return script;
+  if (command.words.empty()) return std::nullopt;
+  if (command.input && (IsShell(command.words.front().text) || IsSbatch(command))) {
+    return command.input->text;
+  }
+  if (!IsSbatch(command) || !options.read_file) return std::nullopt;
+  for (size_t i = command.words.size(); i-- > 1;) {
+    if (command.words[i].text.starts_with("-")) continue;
+    if (auto text = options.read_file(command.words[i].text)) return text;
+  }
+  return std::nullopt;
+}
+
+// A job script's `#SBATCH --nodes=4 --ntasks-per-node=8` lines, as launcher words (sbatch's own
+// command-line options come after them and win).
+std::vector<Token> SbatchDirectives(std::string_view script) {
+  std::vector<Token> out;
+  for (size_t start = 0; start < script.size();) {
+    const size_t end = std::min(script.find('\n', start), script.size());
+    std::string_view line = script.substr(start, end - start);
+    start = end + 1;
+    if (!line.starts_with("#SBATCH")) continue;
+    line.remove_prefix(7);
+    for (size_t i = 0; i < line.size();) {
+      const size_t word_end = std::min(line.find_first_of(" \t", i), line.size());
+      if (word_end > i) out.push_back({std::string(line.substr(i, word_end - i)), 0});
+      i = word_end + 1;
+    }
+  }
+  return out;
+}
+
+// Plays the launch script as bash would (core/shell.h), and the scripts its commands run in
+// another shell (InnerScript), to depth 4. The words of the commands that led to each command
+// are kept as its launcher words.
 void AddCommands(std::string_view text, const std::string& source, const ShellOptions& options,
                  int depth, const std::vector<Token>& outer, Lexed& out) {
   const ShellResult result = InterpretShell(text, source, options);
@@ -80,24 +122,18 @@ void AddCommands(std::string_view text, const std::string& source, const ShellOp
     out.commands.push_back(words);
     out.environments.push_back(command.environment);
     out.outer.push_back(outer);
-    std::optional<std::string> inner = ShellScriptOf(command);
-    if (!inner && !command.words.empty() && command.words.front().text.ends_with("sbatch") &&
-        options.read_file) {
-      // `sbatch [options] job.sh [args]`: the job script, read as the interpreter reads a
-      // sourced file (its options may take values, so try the words from the end).
-      for (size_t i = command.words.size(); i-- > 1 && !inner;) {
-        if (command.words[i].text.starts_with("-")) continue;
-        inner = options.read_file(command.words[i].text);
-      }
+    const std::optional<std::string> inner = InnerScript(command, options);
+    if (!inner || depth >= 4) continue;
+    ShellOptions nested = options;
+    nested.environment = command.environment;
+    nested.positional.clear();
+    std::vector<Token> launcher = outer;
+    if (IsSbatch(command)) {
+      const std::vector<Token> directives = SbatchDirectives(*inner);
+      launcher.insert(launcher.end(), directives.begin(), directives.end());
     }
-    if (inner && depth < 4) {
-      ShellOptions nested = options;
-      nested.environment = command.environment;
-      nested.positional.clear();
-      std::vector<Token> launcher = outer;
-      launcher.insert(launcher.end(), words.begin(), words.end());
-      AddCommands(*inner, source, nested, depth + 1, launcher, out);
-    }
+    launcher.insert(launcher.end(), words.begin(), words.end());
+    AddCommands(*inner, source, nested, depth + 1, launcher, out);
   }
 }
 
@@ -758,10 +794,12 @@ void WarnAboutWhatIsNotSimulated(Reader& r, MegatronCommand& c) {
   for (size_t i = 0; i < given; ++i) {
     const MegatronCommand::Arg& a = c.args[i];
     const KnownFlag* known = Find(kMegatronFlags, a.flag);
-    if (known == nullptr || r.Consulted(a.flag) || !CanChangeTheStep(*known) ||
-        !warned.insert(a.flag).second) {
+    if (known == nullptr || !warned.insert(a.flag).second) continue;
+    if (r.Consulted(a.flag)) {
+      c.simulated_flags.push_back(a.flag);
       continue;
     }
+    if (!CanChangeTheStep(*known)) continue;
     c.findings.push_back({Severity::kWarning, a.flag, a.line,
                           fmt::format("not simulated: ptdp simulates as if {} were absent", a.flag),
                           ""});
@@ -821,9 +859,24 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
   for (size_t i = script_at + 1; i < words.size(); ++i) {
     const Token& w = words[i];
     if (!w.text.starts_with("-")) {
-      c.findings.push_back({Severity::kError, "", w.line,
-                            fmt::format("unrecognized arguments: {}", w.text),
-                            "every value follows the flag it belongs to"});
+      // Stray words, said once per run as argparse says them. After a one-value flag they
+      // are usually its value split by the shell (an unquoted array or variable).
+      std::string stray = w.text;
+      while (i + 1 < words.size() && !words[i + 1].text.starts_with("-")) {
+        stray += " " + words[++i].text;
+      }
+      std::string fix = "every value follows the flag it belongs to";
+      if (!c.args.empty()) {
+        const KnownFlag* before = Find(kMegatronFlags, c.args.back().flag);
+        if (before != nullptr && before->arity == FlagArity::kOne) {
+          fix = fmt::format(
+              "{} takes one value: if these words belong to it, the shell split them apart; "
+              "quote the value, and expand arrays quoted (\"${{ARGS[@]}}\")",
+              c.args.back().flag);
+        }
+      }
+      c.findings.push_back(
+          {Severity::kError, "", w.line, fmt::format("unrecognized arguments: {}", stray), fix});
       continue;
     }
     MegatronCommand::Arg arg{w.text, {}, w.line};

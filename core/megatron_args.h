@@ -74,6 +74,9 @@ struct MegatronCommand {
   std::vector<Arg> args;
   std::vector<std::string> argv;          // the words after the script, as bash passes them
   std::vector<MegatronFinding> findings;  // errors Megatron would raise, things ptdp ignores
+  // The given flags ptdp reads, in the order given (the others are either inert, such as
+  // logging and checkpointing, or named by a "not simulated" warning).
+  std::vector<std::string> simulated_flags;
 
   bool has_errors() const;
 };

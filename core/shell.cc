@@ -21,11 +21,11 @@ namespace {
 
 // ---- Limits: hostile input must neither hang nor exhaust memory ------------------------------
 
-constexpr size_t kMaxWords = 1'000'000;                // words in all listed commands
-constexpr size_t kMaxValueBytes = size_t{16} << 20;    // one variable's value
+constexpr size_t kMaxWords = 1'000'000;                  // words in all listed commands
+constexpr size_t kMaxValueBytes = size_t{16} << 20;      // one variable's value
 constexpr size_t kMaxExpandedBytes = size_t{256} << 20;  // all text expansions produce
-constexpr size_t kFieldOverheadBytes = 32;             // charged per field: bounds their count
-constexpr int64_t kMaxCommands = 1'000'000;            // commands run, functions' included
+constexpr size_t kFieldOverheadBytes = 32;               // charged per field: bounds their count
+constexpr int64_t kMaxCommands = 1'000'000;              // commands run, functions' included
 constexpr int64_t kMaxWork = 200'000'000;  // arithmetic tokens and pattern-matching steps
 constexpr int kMaxLoopIterations = 1000;   // `for` iterations in all loops together
 constexpr int kMaxCallDepth = 16;          // nested function calls
@@ -222,6 +222,9 @@ enum class TokenKind { kWord, kNewline, kOperator, kRedirect, kArith, kEnd };
 struct Token {
   TokenKind kind = TokenKind::kEnd;
   Word word;  // the word; for the others, text is the operator or the (( )) expression
+  // A here-document's body as written (word.line: its first line), for a << redirection.
+  Word body;
+  bool body_quoted = false;  // <<'EOF': the body is not expanded
 };
 
 constexpr std::string_view kCommentFix =
@@ -252,8 +255,8 @@ class Lexer {
   }
 
   bool NewlineAt(size_t i) const {
-    return i < s_.size() && (s_[i] == '\n' || (s_[i] == '\r' && i + 1 < s_.size() &&
-                                               s_[i + 1] == '\n'));
+    return i < s_.size() &&
+           (s_[i] == '\n' || (s_[i] == '\r' && i + 1 < s_.size() && s_[i + 1] == '\n'));
   }
   size_t NewlineLength(size_t i) const { return s_[i] == '\r' ? 2 : 1; }
   bool ContinuationAt(size_t i) const { return i < s_.size() && s_[i] == '\\' && NewlineAt(i + 1); }
@@ -317,23 +320,29 @@ class Lexer {
     } else if (!ReadOperator()) {
       Word word = ReadWord(false);
       if (heredoc_word_expected_) {
-        heredocs_.push_back({HeredocDelimiter(word.text), heredoc_strip_tabs_});
+        Token& redirect = tokens_.back();
+        redirect.body_quoted = word.text.find_first_of("'\"\\") != npos;
+        heredocs_.push_back({HeredocDelimiter(word.text), tokens_.size() - 1});
         heredoc_word_expected_ = false;
       }
-      tokens_.push_back({TokenKind::kWord, std::move(word)});
+      Token token;
+      token.kind = TokenKind::kWord;
+      token.word = std::move(word);
+      tokens_.push_back(std::move(token));
     }
   }
 
   void Emit(TokenKind kind, std::string text) {
-    Token token{kind, {}};
+    Token token;
+    token.kind = kind;
     token.word.text = std::move(text);
     token.word.line = line_;
     tokens_.push_back(std::move(token));
   }
 
   bool ReadOperator() {
-    static constexpr std::string_view kOperators[] = {";;&", ";;", ";&", ";", "&&", "||",
-                                                      "|&",  "|",  "&",  ")"};
+    static constexpr std::string_view kOperators[] = {";;&", ";;", ";&", ";", "&&",
+                                                      "||",  "|&", "|",  "&", ")"};
     if (s_.substr(i_, 2) == "((" && ReadArithmeticCommand()) return true;
     if (s_[i_] == '(') {
       Emit(TokenKind::kOperator, "(");
@@ -351,9 +360,14 @@ class Lexer {
     return false;
   }
 
-  // (( expression )) as a command or in `for ((...))`.
+  // (( expression )) as a command or in `for ((...))`. Each try scans ahead for the closing
+  // parentheses; the scans are counted so that a text of many unclosed (( stays linear-ish.
   bool ReadArithmeticCommand() {
     const size_t end = SkipParens(s_, i_, 0);
+    arith_scanned_ += (end == npos ? s_.size() : end) - i_;
+    if (arith_scanned_ > kMaxArithScan) {
+      Fail(line_, "too many unclosed (( in the text", "close each (( with ))");
+    }
     if (end == npos || SkipParens(s_, i_ + 1, 0) != end - 1) return false;
     const std::string_view expr = s_.substr(i_ + 2, end - 2 - (i_ + 2));
     Emit(TokenKind::kArith, std::string(expr));
@@ -380,7 +394,6 @@ class Lexer {
       i_ = j + op.size();
       if (op == "<<" || op == "<<-") {
         heredoc_word_expected_ = true;
-        heredoc_strip_tabs_ = op == "<<-";
       }
       return true;
     }
@@ -514,17 +527,22 @@ class Lexer {
     return out;
   }
 
-  // The body of each here-document begun on the line just ended: skipped (the command stays).
+  // The body of each here-document begun on the line just ended: kept on its redirection
+  // (<<- strips leading tabs), never read as commands.
   void ReadHeredocBodies() {
     for (const Heredoc& doc : heredocs_) {
+      Token& redirect = tokens_[doc.token];
+      const bool strip_tabs = redirect.word.text.ends_with("<<-");
+      redirect.body.line = line_;
       while (i_ < s_.size()) {
         const size_t nl = s_.find('\n', i_);
         std::string_view line = s_.substr(i_, (nl == npos ? s_.size() : nl) - i_);
         i_ = nl == npos ? s_.size() : nl + 1;
         ++line_;
         if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-        if (doc.strip_tabs) line.remove_prefix(std::min(line.find_first_not_of('\t'), line.size()));
+        if (strip_tabs) line.remove_prefix(std::min(line.find_first_not_of('\t'), line.size()));
         if (line == doc.delimiter) break;
+        redirect.body.text.append(line).append("\n");
       }
     }
     heredocs_.clear();
@@ -532,7 +550,7 @@ class Lexer {
 
   struct Heredoc {
     std::string delimiter;
-    bool strip_tabs = false;
+    size_t token = 0;  // its << redirection
   };
 
   std::string_view s_;
@@ -542,8 +560,10 @@ class Lexer {
   std::vector<ShellNote>& notes_;
   std::vector<Token> tokens_;
   std::vector<Heredoc> heredocs_;
-  bool heredoc_word_expected_ = false, heredoc_strip_tabs_ = false;
+  bool heredoc_word_expected_ = false;
   int last_comment_line_ = -1;
+  size_t arith_scanned_ = 0;
+  static constexpr size_t kMaxArithScan = size_t{64} << 20;
 };
 
 // ---- Parsing: tokens -> commands ------------------------------------------------------------
@@ -584,6 +604,9 @@ struct Command {
   int line = 0;
   std::vector<Word> assignments;
   std::vector<Word> words;
+  std::optional<Word> input;      // kSimple: a here-document's body or a here-string's word
+  bool input_literal = false;     // <<'EOF'
+  bool input_herestring = false;  // <<< word
   std::string name;
   std::string text;
   bool negated = false;
@@ -596,8 +619,8 @@ struct Command {
 // Words that bash reserves at the start of a command, when written without quotes.
 bool IsReserved(std::string_view w) {
   static constexpr std::string_view kReserved[] = {
-      "if", "then", "elif", "else", "fi", "for", "in", "do", "done", "while", "until",
-      "case", "esac", "select", "function", "{", "}", "!", "[[", "]]", "time"};
+      "if",   "then", "elif",   "else",     "fi", "for", "in", "do", "done", "while", "until",
+      "case", "esac", "select", "function", "{",  "}",   "!",  "[[", "]]",   "time"};
   return std::find(std::begin(kReserved), std::end(kReserved), w) != std::end(kReserved);
 }
 
@@ -617,7 +640,7 @@ class Parser {
   const Token& Peek(size_t ahead = 0) const {
     return tokens_[std::min(pos_ + ahead, tokens_.size() - 1)];
   }
-  Token Next() { return pos_ < tokens_.size() - 1 ? tokens_[pos_++] : tokens_.back(); }
+  const Token& Next() { return pos_ < tokens_.size() - 1 ? tokens_[pos_++] : tokens_.back(); }
   bool AtOperator(std::string_view op) const {
     return Peek().kind == TokenKind::kOperator && Peek().word.text == op;
   }
@@ -637,7 +660,7 @@ class Parser {
     const Token& t = Peek();
     if (t.kind == TokenKind::kEnd) Fail(t.word.line, "syntax error: unexpected end of the text");
     static constexpr std::pair<std::string_view, std::string_view> kOpeners[] = {
-        {"then", "if"}, {"elif", "if"}, {"else", "if"}, {"fi", "if"},
+        {"then", "if"},         {"elif", "if"},           {"else", "if"},   {"fi", "if"},
         {"do", "for or while"}, {"done", "for or while"}, {"esac", "case"}, {"}", "{"}};
     for (const auto& [closer, opener] : kOpeners) {
       if (t.kind == TokenKind::kWord && t.word.text == closer) {
@@ -762,11 +785,24 @@ class Parser {
     Unexpected();
   }
 
-  void SkipRedirections() {
+  // Redirections are dropped; a simple command keeps what a here-document or here-string
+  // feeds it.
+  void SkipRedirections(Command* command = nullptr) {
     while (Peek().kind == TokenKind::kRedirect) {
-      Next();
+      const Token& redirect = Next();
       if (Peek().kind != TokenKind::kWord) Unexpected();
-      Next();
+      const Word& target = Next().word;
+      if (command == nullptr) continue;
+      const std::string& op = redirect.word.text;
+      if (op.ends_with("<<<")) {
+        command->input = target;
+        command->input_herestring = true;
+        command->input_literal = false;
+      } else if (op.ends_with("<<") || op.ends_with("<<-")) {
+        command->input = redirect.body;
+        command->input_herestring = false;
+        command->input_literal = redirect.body_quoted;
+      }
     }
   }
 
@@ -775,7 +811,7 @@ class Parser {
     command->line = Peek().word.line;
     while (true) {
       if (Peek().kind == TokenKind::kRedirect) {
-        SkipRedirections();
+        SkipRedirections(command.get());
       } else if (Peek().kind == TokenKind::kWord) {
         Word word = Next().word;
         if (command->words.empty() && (word.is_array || AssignmentEquals(word.text) != npos)) {
@@ -812,7 +848,7 @@ class Parser {
 
   CommandPtr ParseFor(int depth) {
     auto command = std::make_unique<Command>();
-    const Token keyword = Next();
+    const Token& keyword = Next();
     command->line = keyword.word.line;
     command->kind = keyword.word.text == "for" ? Command::Kind::kFor : Command::Kind::kLoop;
     command->text = keyword.word.text;
@@ -912,10 +948,9 @@ class Parser {
     command->kind = Command::Kind::kCond;
     command->line = Next().word.line;
     while (!AtReserved("]]")) {
-      const Token t = Next();
+      const Token& t = Next();
       if (t.kind == TokenKind::kEnd) {
-        Fail(command->line, fmt::format("`[[` on line {} has no `]]`", command->line),
-             "add `]]`");
+        Fail(command->line, fmt::format("`[[` on line {} has no `]]`", command->line), "add `]]`");
       }
       if (t.kind != TokenKind::kNewline) command->words.push_back(t.word);
     }
@@ -938,8 +973,8 @@ class Parser {
     }
     SkipNewlines();
     if (!AtOperator("(") && !AtReserved("{") && !AtReserved("if") && !AtReserved("for") &&
-        !AtReserved("while") && !AtReserved("until") && !AtReserved("case") &&
-        !AtReserved("[[") && Peek().kind != TokenKind::kArith) {
+        !AtReserved("while") && !AtReserved("until") && !AtReserved("case") && !AtReserved("[[") &&
+        Peek().kind != TokenKind::kArith) {
       Unexpected();
     }
     command->parts.push_back(ParseCommand(depth + 1));
@@ -1023,7 +1058,8 @@ class Budget {
   }
   void Work(int64_t units) {
     work_ += units;
-    if (work_ > kMaxWork) Fail("the script's arithmetic and patterns take too long to evaluate");
+    if (work_ > kMaxWork)
+      Fail("the script's expansions, arithmetic and patterns take too long to evaluate");
   }
   [[noreturn]] void Fail(const std::string& message) const {
     throw InputError({(*files)[file], line, ""}, message,
@@ -1118,8 +1154,6 @@ class FieldBuilder {
     return std::move(fields_);
   }
 
-  Mode mode() const { return mode_; }
-
  private:
   // text[begin, end) with its unknown parts, unless empty.
   void Piece(std::string_view text, size_t begin, size_t end, const Unknown& unknown, Origin at) {
@@ -1178,8 +1212,8 @@ class Arithmetic {
     try {
       result.value = Whole();
     } catch (const Error& e) {
-      result.error = fmt::format("{}: {} (error token is \"{}\")", e.expression, e.message,
-                                 e.token);
+      result.error =
+          fmt::format("{}: {} (error token is \"{}\")", e.expression, e.message, e.token);
     }
     result.unknown = unknown_;
     return result;
@@ -1316,8 +1350,8 @@ class Arithmetic {
   // Left-associative binary operators, loosest first.
   int64_t BinaryLevel(size_t level) {
     static constexpr std::string_view kLevels[][4] = {
-        {"|"}, {"^"}, {"&"}, {"==", "!="}, {"<=", ">=", "<", ">"}, {"<<", ">>"}, {"+", "-"},
-        {"*", "/", "%"}};
+        {"|"},        {"^"},      {"&"},          {"==", "!="}, {"<=", ">=", "<", ">"},
+        {"<<", ">>"}, {"+", "-"}, {"*", "/", "%"}};
     if (level == std::size(kLevels)) return Power();
     int64_t v = BinaryLevel(level + 1);
     while (true) {
@@ -1383,7 +1417,7 @@ class Arithmetic {
     } else if (op == "-" || op == "+" || op == "!" || op == "~") {
       Accept(op);
       const int64_t operand = Unary();
-      v = op == "-" ? Wrap(0 - static_cast<uint64_t>(operand))
+      v = op == "-"   ? Wrap(0 - static_cast<uint64_t>(operand))
           : op == "+" ? operand
           : op == "!" ? operand == 0
                       : ~operand;
@@ -1498,7 +1532,8 @@ class Arithmetic {
   bool unknown_ = false;
 };
 
-// ---- Patterns: case, [[ == ]], ${X#pattern} ------------------------------------------------------
+// ---- Patterns: case, [[ == ]], ${X#pattern}
+// ------------------------------------------------------
 
 // Matches bash glob patterns (* ? [...] [!...] and \ escapes) over the whole text. Greedy with
 // one backtracking point per `*`, so time is O(text x pattern), charged to the budget.
@@ -1533,8 +1568,6 @@ class Glob {
     while (p < p_.size() && p_[p] == '*') ++p;
     return p == p_.size();
   }
-
-  bool HasSpecial() const { return p_.find_first_of("*?[\\") != npos; }
 
  private:
   // Whether the pattern element at p matches c; next is set past the element.
@@ -1629,12 +1662,14 @@ struct ScriptExit {};
 struct CommandAbort {};
 
 // How the text being expanded is quoted. from_expansion: unquoted text inside ${X:-text} splits
-// like an expansion's result; assignment: a ~ after ':' expands too.
+// like an expansion's result; assignment: a ~ after ':' expands too; heredoc: a here-document's
+// body, where quotes are ordinary characters.
 struct Context {
   bool quoted = false;
   bool from_expansion = false;
   bool assignment = false;
   int depth = 0;
+  bool heredoc = false;
 };
 
 // A parameter's value(s) as an expansion sees them.
@@ -1648,43 +1683,50 @@ struct Param {
   std::string name;
 };
 
+// How an assignment sets its variable: the attributes of declare -x -r -a -i, local.
 struct AssignOptions {
   bool local = false;
   bool exported = false;
+  bool unexported = false;  // export -n, declare +x
   bool readonly = false;
   bool array = false;
   bool integer = false;
+  bool functions = false;  // declare -f/-F/-p: prints, assigns nothing
 };
 
-int DigitValueHex(char c) {
-  return IsDigit(c) ? c - '0' : (std::tolower(static_cast<unsigned char>(c)) - 'a' + 10);
+// Up to `max` digits in `base` (8 or 16) from s[i]; i is left past them.
+int ReadEscapeDigits(std::string_view s, size_t& i, int base, int max) {
+  int v = 0;
+  for (int n = 0; n < max && i < s.size(); ++n, ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const int d = IsDigit(s[i]) ? c - '0' : std::isxdigit(c) ? std::tolower(c) - 'a' + 10 : 99;
+    if (d >= base) break;
+    v = v * base + d;
+  }
+  return v;
 }
 
-// ANSI-C escapes of $'...'.
+// ANSI-C escapes of $'...': \n \t \\ \' \xHH \NNN \cX and the rest of C's.
 std::string DecodeAnsiC(std::string_view s) {
+  static constexpr std::string_view kFrom = "abefnrtvE\\'\"?";
+  static constexpr std::string_view kTo = "\a\b\x1b\f\n\r\t\v\x1b\\'\"?";
   std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
+  for (size_t i = 0; i < s.size();) {
     if (s[i] != '\\' || i + 1 == s.size()) {
-      out += s[i];
+      out += s[i++];
       continue;
     }
-    const char c = s[++i];
-    static constexpr std::string_view kFrom = "abefnrtvE\\'\"?", kTo = "\a\b\x1b\f\n\r\t\v\x1b\\'\"?";
+    const char c = s[i + 1];
+    i += 2;
     if (const size_t k = kFrom.find(c); k != npos) {
       out += kTo[k];
     } else if (c >= '0' && c <= '7') {
-      int v = 0;
-      for (int n = 0; n < 3 && i < s.size() && s[i] >= '0' && s[i] <= '7'; ++n) v = v * 8 + (s[i++] - '0');
-      --i;
-      out += static_cast<char>(v);
-    } else if (c == 'x' && i + 1 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1]))) {
-      int v = 0;
-      for (int n = 0; n < 2 && i + 1 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])); ++n) {
-        v = v * 16 + DigitValueHex(s[++i]);
-      }
-      out += static_cast<char>(v);
-    } else if (c == 'c' && i + 1 < s.size()) {
-      out += static_cast<char>(s[++i] & 0x1f);
+      --i;  // the first digit is one of the three
+      out += static_cast<char>(ReadEscapeDigits(s, i, 8, 3));
+    } else if (c == 'x' && i < s.size() && std::isxdigit(static_cast<unsigned char>(s[i]))) {
+      out += static_cast<char>(ReadEscapeDigits(s, i, 16, 2));
+    } else if (c == 'c' && i < s.size()) {
+      out += static_cast<char>(s[i++] & 0x1f);
     } else {
       out += '\\';
       out += c;
@@ -1695,9 +1737,8 @@ std::string DecodeAnsiC(std::string_view s) {
 
 // Characters, not bytes, as bash counts them in a UTF-8 locale.
 size_t Utf8Length(std::string_view s) {
-  return static_cast<size_t>(std::count_if(s.begin(), s.end(), [](char c) {
-    return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
-  }));
+  return static_cast<size_t>(std::count_if(
+      s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
 }
 
 std::string Join(const std::vector<Value>& values) {
@@ -1877,8 +1918,7 @@ class Interpreter final : public ArithVariables {
   }
 
   [[noreturn]] void ArithmeticError(const std::string& error) {
-    Note(true, line_,
-         fmt::format("bash abandons the command on line {}: {}", line_, error),
+    Note(true, line_, fmt::format("bash abandons the command on line {}: {}", line_, error),
          "fix the arithmetic expression");
     throw CommandAbort{};
   }
@@ -1955,12 +1995,16 @@ class Interpreter final : public ArithVariables {
   Flow RunSimple(const Command& c);
   std::optional<Flow> RunBuiltin(const Command& c, const std::vector<Field>& fields);
   Flow RunDeclaration(const Command& c);
+  AssignOptions DeclarationOptions(const Command& c, size_t& k);
   Flow CallFunction(const Function& function, const Command& c, const std::vector<Field>& fields);
   void List(const Command& c, const std::vector<Field>& fields);
+  ShellWord ToShellWord(const Field& f) const;
+  Field ExpandInput(const Command& c);
   Flow RunAndOr(const Command& c);
   Flow RunPipeline(const Command& c);
   Flow RunIf(const Command& c);
   Flow RunFor(const Command& c);
+  Flow RunWhile(const Command& c);
   Flow RunArithFor(const Command& c);
   Flow RunCase(const Command& c);
   Flow RunSource(const std::vector<Field>& fields);
@@ -2033,7 +2077,7 @@ class Interpreter final : public ArithVariables {
   int file_ = 0;                    // the file whose commands run
   int line_ = 0;                    // the line of the command that runs
   Budget budget_;
-  std::vector<std::unique_ptr<Sequence>> programs_;  // parsed texts; functions point into them
+  std::vector<std::unique_ptr<Sequence>> programs_;      // parsed texts; functions point into them
   std::vector<std::map<std::string, Variable>> scopes_;  // [0] global; then one per call
   std::vector<Positional> positional_;
   std::map<std::string, Function> functions_;
@@ -2072,7 +2116,7 @@ class Interpreter::Expander {
     const char c = raw_[i_];
     if (c == '\\') return Backslash();
     if (c == '\'' && !ctx_.quoted) return SingleQuoted();
-    if (c == '"') return DoubleQuoted();
+    if (c == '"' && !ctx_.heredoc) return DoubleQuoted();
     if (c == '`') return CommandSubstitution(SkipBackquoted(raw_, i_));
     if (c == '$') return Dollar();
     if (c == '~' && TildeAllowed()) return Tilde();
@@ -2099,7 +2143,7 @@ class Interpreter::Expander {
   }
 
   Context Inner(bool quoted, bool from_expansion) const {
-    return {quoted, from_expansion, false, ctx_.depth + 1};
+    return {quoted, from_expansion, false, ctx_.depth + 1, false};
   }
 
   // The construct from i_ to `end` (npos: the rest) as written, and the line after it.
@@ -2118,7 +2162,8 @@ class Interpreter::Expander {
       ++at_.line;
       return;
     }
-    if (i_ + 1 >= n || (ctx_.quoted && std::string_view("$`\"\\").find(next) == npos)) {
+    const std::string_view escapable = ctx_.heredoc ? "$`\\" : "$`\"\\";
+    if (i_ + 1 >= n || (ctx_.quoted && escapable.find(next) == npos)) {
       Add('\\');
       ++i_;
       return;
@@ -2145,8 +2190,7 @@ class Interpreter::Expander {
     const size_t end = SkipDoubleQuoted(raw_, i_, 0);
     const std::string_view text = Take(end);
     // An unclosed one (possible only inside "${X-'q"q'}") loses just its opening quote.
-    const std::string_view content =
-        end == npos ? text.substr(1) : text.substr(1, text.size() - 2);
+    const std::string_view content = end == npos ? text.substr(1) : text.substr(1, text.size() - 2);
     Expander inner(sh_, content, at_, Inner(true, false), out_);
     inner.Run();
     // "" is a word even when empty, but "${A[@]}" of no elements is none.
@@ -2316,6 +2360,7 @@ class Interpreter::Expander {
 
 void Interpreter::ExpandInto(std::string_view raw, Origin at, const Context& ctx,
                              FieldBuilder& out) {
+  budget_.Work(static_cast<int64_t>(raw.size()));  // a word can be long and produce nothing
   Expander(*this, raw, at, ctx, out).Run();
 }
 
@@ -2521,14 +2566,15 @@ void Interpreter::Expander::Transform(const Param& p, std::string_view op,
     known = Slice(result, op.substr(1));
   } else if (op[0] == '#' || op[0] == '%') {
     const bool longest = op.size() > 1 && op[1] == op[0];
-    const Field pattern = sh_.ExpandString(op.substr(longest ? 2 : 1), at_, Mode::kPattern,
-                                           Inner(false, false));
+    const Field pattern =
+        sh_.ExpandString(op.substr(longest ? 2 : 1), at_, Mode::kPattern, Inner(false, false));
     known = !pattern.unknown;
     const Glob glob(pattern.text, sh_.budget_);
     for (Value& v : result.values) v.text = TrimPattern(v.text, glob, op[0], longest);
   } else if (op[0] == '/') {
     known = Replace(result, op.substr(1));
-  } else if ((op[0] == '^' || op[0] == ',') && op.size() <= 2 && (op.size() == 1 || op[1] == op[0])) {
+  } else if ((op[0] == '^' || op[0] == ',') && op.size() <= 2 &&
+             (op.size() == 1 || op[1] == op[0])) {
     for (Value& v : result.values) {
       const size_t count = op.size() == 2 ? v.text.size() : std::min<size_t>(1, v.text.size());
       for (size_t k = 0; k < count; ++k) {
@@ -2552,8 +2598,7 @@ bool Interpreter::Expander::Replace(Param& p, std::string_view op) {
   const size_t slash = FindUnquotedSlash(op);
   const std::string_view pattern_text = op.substr(0, slash);
   const std::string_view replacement_text = slash == npos ? "" : op.substr(slash + 1);
-  const Field pattern =
-      sh_.ExpandString(pattern_text, at_, Mode::kPattern, Inner(false, false));
+  const Field pattern = sh_.ExpandString(pattern_text, at_, Mode::kPattern, Inner(false, false));
   const Field replacement =
       sh_.ExpandString(replacement_text, at_, Mode::kPattern, Inner(false, false));
   if (pattern.unknown || replacement.unknown) return false;
@@ -2641,8 +2686,8 @@ Param Interpreter::Lookup(std::string_view name, std::optional<std::string_view>
 }
 
 void Interpreter::LookupVariable(Param& p, std::optional<std::string_view> subscript, Origin at) {
-  static constexpr std::string_view kDynamic[] = {"RANDOM", "SRANDOM", "SECONDS", "EPOCHSECONDS",
-                                                 "EPOCHREALTIME", "BASHPID", "PPID"};
+  static constexpr std::string_view kDynamic[] = {
+      "RANDOM", "SRANDOM", "SECONDS", "EPOCHSECONDS", "EPOCHREALTIME", "BASHPID", "PPID"};
   const bool all = subscript && (*subscript == "@" || *subscript == "*");
   p.list = all && *subscript == "@";
   p.star = all && *subscript == "*";
@@ -2684,16 +2729,17 @@ Status Or(Status a, Status b) {
 Status FromBool(bool b) { return b ? Status::kTrue : Status::kFalse; }
 
 bool IsFileTest(std::string_view op) {
-  return op.size() == 2 && op[0] == '-' && std::string_view("abcdefghkprsuwxGLNOS").find(op[1]) != npos;
+  return op.size() == 2 && op[0] == '-' &&
+         std::string_view("abcdefghkprsuwxGLNOS").find(op[1]) != npos;
 }
 bool IsUnaryTest(std::string_view op) {
   return IsFileTest(op) || op == "-z" || op == "-n" || op == "-v" || op == "-t" || op == "-o" ||
          op == "-R";
 }
 bool IsBinaryTest(std::string_view op, bool in_cond) {
-  static constexpr std::string_view kOperators[] = {"=",   "==",  "!=",  "<",   ">",   "-eq",
-                                                    "-ne", "-lt", "-le", "-gt", "-ge", "-nt",
-                                                    "-ot", "-ef", "=~"};
+  static constexpr std::string_view kOperators[] = {"=",   "==",  "!=",  "<",   ">",
+                                                    "-eq", "-ne", "-lt", "-le", "-gt",
+                                                    "-ge", "-nt", "-ot", "-ef", "=~"};
   if (op == "=~" && !in_cond) return false;
   return std::find(std::begin(kOperators), std::end(kOperators), op) != std::end(kOperators);
 }
@@ -2862,8 +2908,7 @@ class Interpreter::TestCommand {
 // splitting; the right side of == and != is a pattern.
 class Interpreter::CondExpression {
  public:
-  CondExpression(Interpreter& shell, const std::vector<Word>& words)
-      : sh_(shell), words_(words) {}
+  CondExpression(Interpreter& shell, const std::vector<Word>& words) : sh_(shell), words_(words) {}
 
   Status Evaluate() {
     const Status s = AnyOf();
@@ -2965,9 +3010,11 @@ Flow Interpreter::Dispatch(const Command& c) {
     case Kind::kArithFor:
       return RunArithFor(c);
     case Kind::kLoop:
+      if (c.text == "while" || c.text == "until") return RunWhile(c);
       Note(true, c.line,
-           fmt::format("the `{}` loop on line {} was not run: ptdp runs only `for` loops", c.text,
-                       c.line),
+           fmt::format("the `{}` loop on line {} was not run: ptdp runs only `for`, `while` "
+                       "and `until` loops",
+                       c.text, c.line),
            "write the commands the loop would run without the loop");
       SetStatus(Status::kUnknown, fmt::format("the `{}` loop was not run", c.text));
       return Flow::kNormal;
@@ -3061,6 +3108,23 @@ std::optional<Flow> Interpreter::RunBuiltin(const Command& c, const std::vector<
   return Flow::kNormal;
 }
 
+ShellWord Interpreter::ToShellWord(const Field& f) const {
+  return {f.text, f.origin.line, static_cast<bool>(f.unknown), files_[f.origin.file]};
+}
+
+// A here-document's body expands like double-quoted text in which quotes are ordinary; a
+// here-string is its word expanded, plus a newline.
+Field Interpreter::ExpandInput(const Command& c) {
+  const Origin at{c.input->line, file_};
+  if (c.input_literal) return Field{c.input->text, at};
+  if (c.input_herestring) {
+    Field f = ExpandString(c.input->text, at);
+    f.text += '\n';
+    return f;
+  }
+  return ExpandString(c.input->text, at, Mode::kString, {.quoted = true, .heredoc = true});
+}
+
 void Interpreter::List(const Command& c, const std::vector<Field>& fields) {
   words_listed_ += fields.size();
   if (words_listed_ > kMaxWords) {
@@ -3071,10 +3135,8 @@ void Interpreter::List(const Command& c, const std::vector<Field>& fields) {
   ShellCommand command;
   command.line = c.line;
   command.source = files_[file_];
-  for (const Field& f : fields) {
-    command.words.push_back(
-        {f.text, f.origin.line, static_cast<bool>(f.unknown), files_[f.origin.file]});
-  }
+  for (const Field& f : fields) command.words.push_back(ToShellWord(f));
+  if (c.input) command.input = ToShellWord(ExpandInput(c));
   // NAME=value before the program: in its environment only, each seeing the ones before it.
   scopes_.emplace_back();
   const OnExit pop{[&] { scopes_.pop_back(); }};
@@ -3087,8 +3149,8 @@ Flow Interpreter::CallFunction(const Function& function, const Command& c,
                                const std::vector<Field>& fields) {
   if (call_depth_ >= kMaxCallDepth) {
     Note(true, line_,
-         fmt::format("{} was not run: functions call each other more than {} deep",
-                     fields[0].text, kMaxCallDepth));
+         fmt::format("{} was not run: functions call each other more than {} deep", fields[0].text,
+                     kMaxCallDepth));
     SetStatus(Status::kUnknown, "a function was not run");
     return Flow::kNormal;
   }
@@ -3108,43 +3170,52 @@ Flow Interpreter::CallFunction(const Function& function, const Command& c,
   return flow == Flow::kExit ? Flow::kExit : Flow::kNormal;
 }
 
-Flow Interpreter::RunDeclaration(const Command& c) {
+// The options of export/declare/typeset/local/readonly; `k` is left on the first operand.
+AssignOptions Interpreter::DeclarationOptions(const Command& c, size_t& k) {
   const std::string& builtin = c.words[0].text;
   AssignOptions options;
   options.exported = builtin == "export";
   options.readonly = builtin == "readonly";
-  options.local = builtin == "local" || ((builtin == "declare" || builtin == "typeset") &&
-                                         call_depth_ > 0);
-  if (builtin == "local" && call_depth_ == 0) {
-    Note(true, c.line, "local outside a function: bash refuses it and goes on");
-    return Flow::kNormal;
-  }
-  bool unexport = false, functions = false;
-  size_t k = 1;
-  for (; k < c.words.size() && !c.words[k].is_array && AssignmentEquals(c.words[k].text) == npos;
+  options.local = builtin == "local" || (builtin != "export" && builtin != "readonly" &&
+                                         call_depth_ > 0);  // declare in a function
+  for (k = 1;
+       k < c.words.size() && !c.words[k].is_array && AssignmentEquals(c.words[k].text) == npos;
        ++k) {
-    const Field option = ExpandString(c.words[k].text, {c.words[k].line, file_});
-    if (option.text == "--") {
+    const std::string option = ExpandString(c.words[k].text, {c.words[k].line, file_}).text;
+    if (option == "--") {
       ++k;
       break;
     }
-    if (option.text.size() < 2 || (option.text[0] != '-' && option.text[0] != '+')) break;
-    const bool on = option.text[0] == '-';
-    for (char flag : option.text.substr(1)) {
-      if (flag == 'x') (on ? options.exported : unexport) = true;
+    if (option.size() < 2 || (option[0] != '-' && option[0] != '+')) break;
+    const bool on = option[0] == '-';
+    for (char flag : option.substr(1)) {
+      if (flag == 'x') (on ? options.exported : options.unexported) = true;
+      if (flag == 'n' && builtin == "export") options.unexported = true;
       if (flag == 'r') options.readonly = on;
       if (flag == 'a' || flag == 'A') options.array = on;
+      if (flag == 'i') options.integer = on;
+      if (flag == 'g') options.local = false;
+      if (flag == 'f' || flag == 'F' || flag == 'p') options.functions = true;
       if (flag == 'A') {
         Note(true, c.line, "associative arrays are not interpreted: their keys are read as numbers",
              "use an indexed array or plain variables");
       }
-      if (flag == 'i') options.integer = on;
-      if (flag == 'g') options.local = false;
-      if (flag == 'n' && builtin == "export") unexport = true;
-      if (flag == 'f' || flag == 'F' || flag == 'p') functions = true;
     }
   }
-  for (; k < c.words.size() && !functions; ++k) {
+  return options;
+}
+
+// export, declare, typeset, local, readonly: their NAME=value operands are assignments (no word
+// splitting), the other operands name variables to give the attributes.
+Flow Interpreter::RunDeclaration(const Command& c) {
+  SetStatus(Status::kTrue);
+  if (c.words[0].text == "local" && call_depth_ == 0) {
+    Note(true, c.line, "local outside a function: bash refuses it and goes on");
+    return Flow::kNormal;
+  }
+  size_t k = 0;
+  const AssignOptions options = DeclarationOptions(c, k);
+  for (; k < c.words.size() && !options.functions; ++k) {
     const Word& w = c.words[k];
     if (w.is_array || AssignmentEquals(w.text) != npos) {
       Assign(w, options);
@@ -3153,13 +3224,12 @@ Flow Interpreter::RunDeclaration(const Command& c) {
     for (const Field& f : ExpandWord(w, Mode::kFields)) {
       if (f.unknown || f.text.empty() || !IsNameStart(f.text[0])) continue;
       Variable& v = Target(f.text, options.local);
-      v.exported = (v.exported || options.exported) && !unexport;
+      v.exported = (v.exported || options.exported) && !options.unexported;
       v.readonly |= options.readonly;
       v.array |= options.array;
       v.integer |= options.integer;
     }
   }
-  SetStatus(Status::kTrue);
   return Flow::kNormal;
 }
 
@@ -3173,7 +3243,7 @@ void Interpreter::Assign(const Word& word, const AssignOptions& options) {
   const size_t bracket = lhs.find('[');
   const std::string name(lhs.substr(0, bracket));
   Variable& v = Target(name, options.local);
-  v.exported = v.exported || options.exported;
+  v.exported = (v.exported || options.exported) && !options.unexported;
   v.integer = v.integer || options.integer;
   if (!CheckWritable(name, v)) return;
   if (word.is_array) {
@@ -3184,10 +3254,9 @@ void Interpreter::Assign(const Word& word, const AssignOptions& options) {
     const Field f = ExpandString(raw, at, Mode::kString, {.assignment = true});
     Value value{f.text, at, f.unknown};
     const int64_t index =
-        bracket == npos ? 0
-                        : ResolveIndex(v, EvaluateIndex(lhs.substr(bracket + 1,
-                                                                   lhs.size() - bracket - 2),
-                                                        at));
+        bracket == npos
+            ? 0
+            : ResolveIndex(v, EvaluateIndex(lhs.substr(bracket + 1, lhs.size() - bracket - 2), at));
     Value& slot = v.elements[index];
     if (v.integer && !value.unknown) {
       const std::string expression =
@@ -3263,8 +3332,8 @@ void Interpreter::RunUnset(const std::vector<Field>& args) {
         scope->erase(it);
       } else {
         const std::string_view sub = std::string_view(f.text).substr(bracket + 1);
-        it->second.elements.erase(ResolveIndex(
-            it->second, EvaluateIndex(sub.substr(0, sub.find(']')), f.origin)));
+        it->second.elements.erase(
+            ResolveIndex(it->second, EvaluateIndex(sub.substr(0, sub.find(']')), f.origin)));
       }
       break;
     }
@@ -3307,7 +3376,8 @@ void Interpreter::RunShift(const std::vector<Field>& args) {
   SetStatus(Status::kTrue);
 }
 
-// ---- Lists, pipelines, conditions, loops ---------------------------------------------------------
+// ---- Lists, pipelines, conditions, loops
+// ---------------------------------------------------------
 
 // A test that has no effect but its status: evaluating it where bash might not changes nothing.
 bool Interpreter::IsPureTest(const Command& c) const {
@@ -3317,8 +3387,8 @@ bool Interpreter::IsPureTest(const Command& c) const {
       return true;
     case Kind::kSimple:
       return c.assignments.empty() && !c.words.empty() &&
-             (c.words[0].text == "[" || c.words[0].text == "test" ||
-              c.words[0].text == "true" || c.words[0].text == "false");
+             (c.words[0].text == "[" || c.words[0].text == "test" || c.words[0].text == "true" ||
+              c.words[0].text == "false");
     case Kind::kPipeline:
       return c.parts.size() == 1 && IsPureTest(*c.parts[0]);
     case Kind::kAnd:
@@ -3440,6 +3510,33 @@ Flow Interpreter::RunFor(const Command& c) {
   return Flow::kNormal;
 }
 
+// while / until: the condition must be known each time round (the loop that parses a
+// script's own arguments, `while [[ $# -gt 0 ]]; do case $1 in ...; shift; done`, is the usual
+// one); iterations count against the limit for all loops.
+Flow Interpreter::RunWhile(const Command& c) {
+  const bool until = c.text == "until";
+  while (true) {
+    const Flow condition = Run(c.lists[0]);
+    if (condition != Flow::kNormal) return condition;
+    if (status_ != Status::kTrue && status_ != Status::kFalse) {  // unknown, or assumed
+      Note(true, c.line,
+           fmt::format("cannot tell whether the `{}` loop on line {} goes on ({}): it was "
+                       "stopped",
+                       c.text, c.line,
+                       status_ == Status::kUnknown ? reason_ : "a program's exit status"),
+           "give the script the value it tests");
+      break;
+    }
+    if ((status_ == Status::kTrue) == until) break;
+    if (!StepLoop(c.line)) break;
+    bool stop = false;
+    const Flow flow = LoopBody(c.lists[1], stop);
+    if (stop) return flow;
+  }
+  SetStatus(Status::kTrue);
+  return Flow::kNormal;
+}
+
 // for ((init; test; step)): the test must be known each time round.
 Flow Interpreter::RunArithFor(const Command& c) {
   std::vector<std::string> parts;
@@ -3528,7 +3625,8 @@ Flow Interpreter::RunCase(const Command& c) {
   return Flow::kNormal;
 }
 
-// ---- source and eval ------------------------------------------------------------------------------
+// ---- source and eval
+// ------------------------------------------------------------------------------
 
 Flow Interpreter::RunSource(const std::vector<Field>& fields) {
   SetStatus(Status::kFalse);
@@ -3540,13 +3638,14 @@ Flow Interpreter::RunSource(const std::vector<Field>& fields) {
     return Flow::kNormal;
   }
   if (!options_.read_file) {
-    Note(true, line_, fmt::format("{} was not read: ptdp reads only the script it is given",
-                                  path.text), fix);
+    Note(true, line_,
+         fmt::format("{} was not read: ptdp reads only the script it is given", path.text), fix);
     return Flow::kNormal;
   }
   if (source_depth_ >= kMaxSourceDepth) {
-    Note(true, line_, fmt::format("{} was not read: sourced files nest more than {} deep",
-                                  path.text, kMaxSourceDepth));
+    Note(true, line_,
+         fmt::format("{} was not read: sourced files nest more than {} deep", path.text,
+                     kMaxSourceDepth));
     return Flow::kNormal;
   }
   const std::optional<std::string> text = options_.read_file(path.text);
@@ -3623,7 +3722,12 @@ Flow Interpreter::RunNested(const Sequence& program, int file, const std::vector
 ShellResult InterpretShell(std::string_view text, const std::string& source,
                            const ShellOptions& options) {
   ShellResult result;
-  Interpreter(source, options, result).RunMain(text);
+  try {
+    Interpreter(source, options, result).RunMain(text);
+  } catch (const TooDeep&) {  // the lexer refuses such nesting first; a safety net
+    throw InputError({source, 0, ""},
+                     fmt::format("expansions nest more than {} deep", kMaxNesting));
+  }
   return result;
 }
 

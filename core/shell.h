@@ -2,24 +2,32 @@
 //
 // `ptdp check` reads a Megatron-LM launch script as its author wrote it: bash arrays, ${VAR:-x},
 // $((A*B)), if/case/for, functions, `source`, quotes over several lines. InterpretShell plays the
-// script the way bash would and lists every command it would run with each argument exactly as
-// bash would pass it. It never runs a program, reads a file only through
+// script the way bash 5 would and lists every command it would run with each argument exactly
+// as bash would pass it. It never runs a program, reads a file only through
 // ShellOptions::read_file, and stops with an InputError instead of looping or growing without
 // bound.
 //
-// What it cannot know becomes visible instead of guessed: a `$(cmd)` or backquoted command, a
-// script argument ($1...) that was not given, `$RANDOM` make the word `unknown` (its text is the
-// expansion as written); a condition that depends on such a word, or on a program's exit status,
-// is not decided: the `else` branch (or none) is taken and a note says so. Loops `while` and
-// `until` are not run; `for` runs at most 1,000 iterations in all.
+// What it cannot know becomes visible instead of guessed. A `$(cmd)` or backquoted command, a
+// script argument ($1...) that was not given, $RANDOM are unknown parts of a word, kept as
+// written; the known text around them still splits into words as usual (`OPTS="--data $1 --lr
+// 1"; python t.py $OPTS` gives --data, $1, --lr, 1). Only $(pwd) is known: it is $PWD when the
+// environment gives one. A condition that depends on an unknown part, or on whether a program
+// succeeds, is not decided: the `else` branch (or none) is taken and a note says so; in
+// `a || b` and `a && b` a program is taken to succeed. `while` and `until` loops are not run;
+// `for` loops run at most 1,000 iterations in all; functions call each other at most 16 deep.
 //
 // Deliberate differences from bash, each with a note: a comment line inside a command continued
 // with `\` ends the command in bash, here the command reads on as its author meant (with a
-// warning); file tests (-f, -d, ...) assume the file exists.
+// warning, as ptdp's earlier reader did); file tests (-f, -d, ...) assume the file exists; a CR
+// before a newline (a script saved on Windows) is ignored.
+//
+// As bash does: an arithmetic error ($((1/0))) abandons the rest of its line and a note says so;
+// ${X:?message} ends the script; a sourced file with a syntax error is skipped with a note.
 //
 // Not implemented (the words stay as written): brace expansion {a,b}, pathname expansion
 // (globs are assumed to match no file, as bash leaves them then), associative arrays, ${!name},
-// `=~`, IFS other than blanks and newline, aliases, `read`, `getopts`, `coproc`, `select`.
+// `=~`, IFS other than blanks and newline, aliases, `read`, `getopts`, `coproc`, `select`,
+// commands inside $(...) (they are not listed).
 #pragma once
 
 #include <functional>
@@ -55,6 +63,10 @@ struct ShellCommand {
   std::string source;            // the file `line` is in
   // Exported variables in effect, plus the command's own `NAME=value` prefixes.
   std::map<std::string, std::string> environment;
+  // What a here-document (<<EOF ... EOF) or here-string (<<< word) feeds the command, expanded
+  // as bash expands it (<<'EOF' keeps it as written); its line is where the text starts. The
+  // body is never run here: `sbatch <<EOF` lists sbatch only, and the caller may read the job.
+  std::optional<ShellWord> input;
 };
 
 // Something the reader should know: a condition that could not be decided, a loop not run, a

@@ -113,8 +113,30 @@ TEST(Shell, RedirectionsAreRemovedFromTheWords) {
 
 TEST(Shell, HeredocBodiesAreSkippedAndTheCommandKept) {
   EXPECT_EQ(Commands(Interpret("sbatch <<EOF\nsrun \"${X}\" --flag\nEOF\n"
-                         "cat <<-'END' >f\n\tbody\n\tEND\nafter")),
+                               "cat <<-'END' >f\n\tbody\n\tEND\nafter")),
             (std::vector<Words>{{"sbatch"}, {"cat"}, {"after"}}));
+}
+
+TEST(Shell, HereDocumentsAndStringsAreTheCommandsInputExpandedAsInBash) {
+  const ShellResult r = Interpret(
+      "X=val; A=(1 2)\n"
+      "sbatch <<EOF\n"
+      "srun --x=${X} \"q\" 'sq' \\$HOME \\\n"
+      "  ${A[@]} $((1+2)) $(hostname)\n"
+      "EOF\n"
+      "cat <<'EOF'\nraw $X\nEOF\n"
+      "cat <<-EOF\n\ttabbed $X\n\tEOF\n"
+      "cmd <<< \"here $X\"\n"
+      "cmd");
+  ASSERT_EQ(r.commands.size(), 5u);
+  ASSERT_TRUE(r.commands[0].input.has_value());
+  EXPECT_EQ(r.commands[0].input->text, "srun --x=val \"q\" 'sq' $HOME   1 2 3 $(hostname)\n");
+  EXPECT_EQ(r.commands[0].input->line, 3);
+  EXPECT_TRUE(r.commands[0].input->unknown);
+  EXPECT_EQ(r.commands[1].input->text, "raw $X\n");
+  EXPECT_EQ(r.commands[2].input->text, "tabbed val\n");
+  EXPECT_EQ(r.commands[3].input->text, "here val\n");
+  EXPECT_FALSE(r.commands[4].input.has_value());
 }
 
 // ---- Syntax errors ---------------------------------------------------------------------------
@@ -250,12 +272,17 @@ TEST(Shell, DeclarationBuiltins) {
       "f() { local V=inner; declare D=local; cmd $V $D; }\n"
       "f\n"
       "cmd \"${L[@]}\" $R $N \"$V\" \"$D\"");
-  EXPECT_EQ(Commands(r), (std::vector<Words>{{"cmd", "inner", "local"},
-                                             {"cmd", "x", "y z", "1", "6", "", ""}}));
+  EXPECT_EQ(Commands(r),
+            (std::vector<Words>{{"cmd", "inner", "local"}, {"cmd", "x", "y z", "1", "6", "", ""}}));
   EXPECT_EQ(r.commands[1].environment.at("E"), "exported");
   const ShellNote* note = FindNote(r, "R is readonly");
   ASSERT_NE(note, nullptr);
   EXPECT_EQ(note->line, 4);
+}
+
+TEST(Shell, ExportDashNAndDeclarePlusXUnexport) {
+  const ShellResult r = Interpret("export A=1 B=2\nexport -n A\ndeclare +x B\ndeclare -x C=3\ncmd");
+  EXPECT_EQ(r.commands[0].environment, (std::map<std::string, std::string>{{"C", "3"}}));
 }
 
 TEST(Shell, UnsetRemovesVariablesElementsAndExports) {
@@ -283,10 +310,10 @@ TEST(Shell, LengthsOfStringsAndArrays) {
 }
 
 TEST(Shell, ArrayExpansions) {
-  EXPECT_EQ(Only("A=(x \"y z\" '' w); cmd ${A[@]} \"${A[@]}\" \"${A[*]}\" ${A[1]} \"${A[-1]}\" "
-                 "$A"),
-            (Words{"cmd", "x", "y", "z", "w", "x", "y z", "", "w", "x y z  w", "y", "z", "w",
-                   "x"}));
+  EXPECT_EQ(
+      Only("A=(x \"y z\" '' w); cmd ${A[@]} \"${A[@]}\" \"${A[*]}\" ${A[1]} \"${A[-1]}\" "
+           "$A"),
+      (Words{"cmd", "x", "y", "z", "w", "x", "y z", "", "w", "x y z  w", "y", "z", "w", "x"}));
 }
 
 TEST(Shell, UnquotedExpansionsSplitAtBlanksAndEmptyOnesVanish) {
@@ -303,8 +330,8 @@ TEST(Shell, PositionalParameters) {
   ShellOptions options;
   options.positional = {"a", "b c", "3", "4", "5", "6", "7", "8", "9", "ten"};
   EXPECT_EQ(Only("cmd $0 $1 \"$2\" ${10} $# \"$@\"", options),
-            (Words{"cmd", "launch.sh", "a", "b c", "ten", "10", "a", "b c", "3", "4", "5", "6",
-                   "7", "8", "9", "ten"}));
+            (Words{"cmd", "launch.sh", "a", "b c", "ten", "10", "a", "b c", "3", "4", "5", "6", "7",
+                   "8", "9", "ten"}));
   EXPECT_EQ(Commands(Interpret("set -- x \"y z\"; shift; cmd \"$*\" $#", options)),
             (std::vector<Words>{{"set", "--", "x", "y z"}, {"cmd", "y z", "1"}}));
 }
@@ -312,8 +339,8 @@ TEST(Shell, PositionalParameters) {
 TEST(Shell, MissingScriptArgumentIsOneUnknownWordAndOneNote) {
   ShellOptions options;
   options.positional = {"ckpt"};
-  const ShellResult r = Interpret("CHECKPOINT=$1\nDATA=$2\ncmd --load $CHECKPOINT --data $DATA \"$2/x\"",
-                            options);
+  const ShellResult r =
+      Interpret("CHECKPOINT=$1\nDATA=$2\ncmd --load $CHECKPOINT --data $DATA \"$2/x\"", options);
   ASSERT_EQ(r.commands.size(), 1u);
   const std::vector<ShellWord>& w = r.commands[0].words;
   EXPECT_EQ(WordsOf(r.commands[0]), (Words{"cmd", "--load", "ckpt", "--data", "$2", "$2/x"}));
@@ -323,11 +350,13 @@ TEST(Shell, MissingScriptArgumentIsOneUnknownWordAndOneNote) {
   ASSERT_EQ(r.notes.size(), 1u);
   EXPECT_FALSE(r.notes[0].warning);
   EXPECT_EQ(r.notes[0].line, 2);
-  EXPECT_EQ(r.notes[0].message, "$2 is not given: the script's argument 2 is read as an unknown value");
+  EXPECT_EQ(r.notes[0].message,
+            "$2 is not given: the script's argument 2 is read as an unknown value");
 }
 
 TEST(Shell, MissingScriptArgumentWithADefaultTakesTheDefault) {
-  const ShellResult r = Interpret("P=${1:-\"checkpoints/llama3_8b_fp8\"}\nQ=${2-x}\ncmd $P $Q ${3:+alt}");
+  const ShellResult r =
+      Interpret("P=${1:-\"checkpoints/llama3_8b_fp8\"}\nQ=${2-x}\ncmd $P $Q ${3:+alt}");
   EXPECT_EQ(Commands(r), (std::vector<Words>{{"cmd", "checkpoints/llama3_8b_fp8", "x"}}));
   EXPECT_TRUE(r.notes.empty());
 }
@@ -340,8 +369,8 @@ TEST(Shell, ArithmeticExpansion) {
   EXPECT_EQ(Only("A=8; B=2; cmd $(($A*$B)) $((A/B+1)) $(( (1+2) * -3 )) $((7%3)) $((2**10)) "
                  "$((-7/2)) $((1<2)) $((A==8 && B>5)) $((16#ff)) $((0x10)) $((010)) $((X+1)) "
                  "$((A>B ? A : B)) $((1<<4))"),
-            (Words{"cmd", "16", "5", "-9", "1", "1024", "-3", "1", "0", "255", "16", "8", "1",
-                   "8", "16"}));
+            (Words{"cmd", "16", "5", "-9", "1", "1024", "-3", "1", "0", "255", "16", "8", "1", "8",
+                   "16"}));
 }
 
 TEST(Shell, ArithmeticAssignmentsAndIncrements) {
@@ -358,7 +387,8 @@ TEST(Shell, ArithmeticErrorAbandonsItsLineAsBashDoes) {
 }
 
 TEST(Shell, CommandSubstitutionIsNotRunAndTheWordIsUnknown) {
-  const ShellResult r = Interpret("N=$(nproc)\ncmd --n $N \"$(dirname \"$X\")/ckpt\" `hostname`x ok");
+  const ShellResult r =
+      Interpret("N=$(nproc)\ncmd --n $N \"$(dirname \"$X\")/ckpt\" `hostname`x ok");
   ASSERT_EQ(r.commands.size(), 1u);
   const std::vector<ShellWord>& w = r.commands[0].words;
   EXPECT_EQ(WordsOf(r.commands[0]),
@@ -370,7 +400,8 @@ TEST(Shell, CommandSubstitutionIsNotRunAndTheWordIsUnknown) {
 }
 
 TEST(Shell, KnownTextAroundAnUnknownPartStillSplits) {
-  const ShellResult r = Interpret("OPTS=\"--data-path $1 --lr 1e-4 --host $(hostname -f)\"\ncmd $OPTS");
+  const ShellResult r =
+      Interpret("OPTS=\"--data-path $1 --lr 1e-4 --host $(hostname -f)\"\ncmd $OPTS");
   ASSERT_EQ(r.commands.size(), 1u);
   EXPECT_EQ(WordsOf(r.commands[0]),
             (Words{"cmd", "--data-path", "$1", "--lr", "1e-4", "--host", "$(hostname -f)"}));
@@ -389,9 +420,8 @@ TEST(Shell, PwdSubstitutionReadsPwd) {
 TEST(Shell, PatternRemovalReplacementSubstringAndCase) {
   EXPECT_EQ(Only("P=/a/b/c.tar.gz; cmd ${P##*/} ${P%/*} ${P%%.*} ${P#*.} ${P/./_} ${P//\\//:} "
                  "${P:3:3} ${P: -2} ${P^^} \"${P/#\\/a/X}\" \"${P/%gz/bz}\""),
-            (Words{"cmd", "c.tar.gz", "/a/b", "/a/b/c", "tar.gz", "/a/b/c_tar.gz",
-                   ":a:b:c.tar.gz", "b/c", "gz", "/A/B/C.TAR.GZ", "X/b/c.tar.gz",
-                   "/a/b/c.tar.bz"}));
+            (Words{"cmd", "c.tar.gz", "/a/b", "/a/b/c", "tar.gz", "/a/b/c_tar.gz", ":a:b:c.tar.gz",
+                   "b/c", "gz", "/A/B/C.TAR.GZ", "X/b/c.tar.gz", "/a/b/c.tar.bz"}));
 }
 
 TEST(Shell, TildeIsHome) {
@@ -422,25 +452,38 @@ TEST(Shell, IfElifElseWithBracketTests) {
 
 TEST(Shell, DoubleBracketTests) {
   EXPECT_EQ(Commands(Interpret("X=fp8; P='f*'; E=\n"
-                         "[[ $X == fp8 ]] && cmd 1\n"
-                         "[[ $X == f?8 && -z $E ]] && cmd 2\n"
-                         "[[ $X == \"f?8\" ]] || cmd 3\n"
-                         "[[ $X == $P ]] && cmd 4\n"
-                         "[[ $X == \"$P\" ]] || cmd 5\n"
-                         "[[ ! ( $X != fp8 || -n $E ) ]] && cmd 6\n"
-                         "[[ 10 -gt 9 && 2+3 -eq 5 && b > a ]] && cmd 7\n"
-                         "[[ -v X && ! -v NOPE ]] && cmd 8")),
-            (std::vector<Words>{{"cmd", "1"}, {"cmd", "2"}, {"cmd", "3"}, {"cmd", "4"},
-                                {"cmd", "5"}, {"cmd", "6"}, {"cmd", "7"}, {"cmd", "8"}}));
+                               "[[ $X == fp8 ]] && cmd 1\n"
+                               "[[ $X == f?8 && -z $E ]] && cmd 2\n"
+                               "[[ $X == \"f?8\" ]] || cmd 3\n"
+                               "[[ $X == $P ]] && cmd 4\n"
+                               "[[ $X == \"$P\" ]] || cmd 5\n"
+                               "[[ ! ( $X != fp8 || -n $E ) ]] && cmd 6\n"
+                               "[[ 10 -gt 9 && 2+3 -eq 5 && b > a ]] && cmd 7\n"
+                               "[[ -v X && ! -v NOPE ]] && cmd 8")),
+            (std::vector<Words>{{"cmd", "1"},
+                                {"cmd", "2"},
+                                {"cmd", "3"},
+                                {"cmd", "4"},
+                                {"cmd", "5"},
+                                {"cmd", "6"},
+                                {"cmd", "7"},
+                                {"cmd", "8"}}));
 }
 
 TEST(Shell, TestCommandFollowsPosixArgumentCounts) {
-  EXPECT_EQ(Commands(Interpret("[ ] || cmd 1\n[ x ] && cmd 2\n[ -n ] && cmd 3\n[ ! x ] || cmd 4\n"
+  EXPECT_EQ(
+      Commands(Interpret("[ ] || cmd 1\n[ x ] && cmd 2\n[ -n ] && cmd 3\n[ ! x ] || cmd 4\n"
                          "[ a = a -a b != c ] && cmd 5\n[ a = b -o 1 -lt 2 ] && cmd 6\n"
                          "test 3 -ge 3 && cmd 7\n[ \\( a \\) ] && cmd 8\n[ 010 -eq 10 ] && cmd 9")),
-            (std::vector<Words>{{"cmd", "1"}, {"cmd", "2"}, {"cmd", "3"}, {"cmd", "4"},
-                                {"cmd", "5"}, {"cmd", "6"}, {"cmd", "7"}, {"cmd", "8"},
-                                {"cmd", "9"}}));
+      (std::vector<Words>{{"cmd", "1"},
+                          {"cmd", "2"},
+                          {"cmd", "3"},
+                          {"cmd", "4"},
+                          {"cmd", "5"},
+                          {"cmd", "6"},
+                          {"cmd", "7"},
+                          {"cmd", "8"},
+                          {"cmd", "9"}}));
 }
 
 TEST(Shell, BrokenTestIsFalseWithANoteAsInBash) {
@@ -451,9 +494,10 @@ TEST(Shell, BrokenTestIsFalseWithANoteAsInBash) {
 }
 
 TEST(Shell, AndOrBetweenTests) {
-  EXPECT_EQ(Commands(Interpret("T=MOCK; D=real\n"
-                         "if [[ \"$T\" == \"MOCK\" ]] || [[ \"$D\" == \"MOCK\" ]]; then cmd mock; fi\n"
-                         "if [ -n \"$T\" ] && [ \"$D\" = mock ]; then cmd no; else cmd yes; fi")),
+  EXPECT_EQ(Commands(Interpret(
+                "T=MOCK; D=real\n"
+                "if [[ \"$T\" == \"MOCK\" ]] || [[ \"$D\" == \"MOCK\" ]]; then cmd mock; fi\n"
+                "if [ -n \"$T\" ] && [ \"$D\" = mock ]; then cmd no; else cmd yes; fi")),
             (std::vector<Words>{{"cmd", "mock"}, {"cmd", "yes"}}));
 }
 
@@ -484,14 +528,15 @@ TEST(Shell, UndecidableConditionTakesTheElseBranchWithANote) {
 
 TEST(Shell, UndecidableTestBesideADecidingOneIsDecided) {
   EXPECT_EQ(Commands(Interpret("if [[ $1 == a ]] || [[ x == x ]]; then cmd yes; fi\n"
-                         "if [[ $1 == a ]] && [[ x == y ]]; then cmd no; else cmd else; fi")),
+                               "if [[ $1 == a ]] && [[ x == y ]]; then cmd no; else cmd else; fi")),
             (std::vector<Words>{{"cmd", "yes"}, {"cmd", "else"}}));
 }
 
 TEST(Shell, ProgramsAreAssumedToSucceedInAndOrLists) {
-  const ShellResult r = Interpret("mkdir -p logs || {\n  echo failed\n  exit 1\n}\ncd run && cmd go");
-  EXPECT_EQ(Commands(r), (std::vector<Words>{{"mkdir", "-p", "logs"}, {"cd", "run"},
-                                             {"cmd", "go"}}));
+  const ShellResult r =
+      Interpret("mkdir -p logs || {\n  echo failed\n  exit 1\n}\ncd run && cmd go");
+  EXPECT_EQ(Commands(r),
+            (std::vector<Words>{{"mkdir", "-p", "logs"}, {"cd", "run"}, {"cmd", "go"}}));
   EXPECT_TRUE(r.notes.empty());
 }
 
@@ -519,10 +564,14 @@ TEST(Shell, CaseOnAnUnknownWordTakesNoBranch) {
 
 TEST(Shell, ForLoopsRunTheirBodyPerWord) {
   EXPECT_EQ(Commands(Interpret("L=\"x y\"\nfor v in a \"b c\" $L; do cmd $v; done\n"
-                         "for i in 1 2 3 4; do\n  if [ $i -eq 2 ]; then continue; fi\n"
-                         "  if [ $i -eq 4 ]; then break; fi\n  cmd $i\ndone")),
-            (std::vector<Words>{{"cmd", "a"}, {"cmd", "b", "c"}, {"cmd", "x"}, {"cmd", "y"},
-                                {"cmd", "1"}, {"cmd", "3"}}));
+                               "for i in 1 2 3 4; do\n  if [ $i -eq 2 ]; then continue; fi\n"
+                               "  if [ $i -eq 4 ]; then break; fi\n  cmd $i\ndone")),
+            (std::vector<Words>{{"cmd", "a"},
+                                {"cmd", "b", "c"},
+                                {"cmd", "x"},
+                                {"cmd", "y"},
+                                {"cmd", "1"},
+                                {"cmd", "3"}}));
 }
 
 TEST(Shell, ArithmeticForLoops) {
@@ -534,18 +583,41 @@ TEST(Shell, LoopsStopAfter1000IterationsInAll) {
   std::string words;
   for (int i = 0; i < 600; ++i) words += " w";
   const ShellResult r = Interpret("for a in" + words + "; do cmd; done\nfor b in" + words +
-                            "; do cmd; done\ncmd after");
+                                  "; do cmd; done\ncmd after");
   EXPECT_EQ(r.commands.size(), 1001u);
   const ShellNote* note = FindNote(r, "was stopped");
   ASSERT_NE(note, nullptr);
   EXPECT_EQ(note->line, 2);
 }
 
-TEST(Shell, WhileAndUntilLoopsAreNotRun) {
-  const ShellResult r = Interpret("while true; do cmd loop; done\nuntil false; do cmd; done\ncmd after");
-  EXPECT_EQ(Commands(r), (std::vector<Words>{{"cmd", "after"}}));
-  EXPECT_NE(FindNote(r, "the `while` loop on line 1 was not run"), nullptr);
-  EXPECT_NE(FindNote(r, "the `until` loop on line 2 was not run"), nullptr);
+TEST(Shell, WhileAndUntilLoopsRunWhileTheirConditionIsKnown) {
+  // The loop scripts use to read their own arguments (Megatron-LM's examples/gptoss/02_train.sh).
+  ShellOptions options;
+  options.positional = {"--checkpoint-path", "ckpt/gpt-oss", "--nodes", "2"};
+  const ShellResult r = Interpret(
+      "CKPT=none; NODES=1\n"
+      "while [[ $# -gt 0 ]]; do\n"
+      "  case $1 in\n"
+      "    --checkpoint-path) CKPT=\"$2\"; shift 2 ;;\n"
+      "    --nodes) NODES=$2; shift 2 ;;\n"
+      "    *) shift ;;\n"
+      "  esac\n"
+      "done\n"
+      "i=0; until [ $i -ge 2 ]; do i=$((i+1)); done\n"
+      "cmd $CKPT $NODES $i",
+      options);
+  EXPECT_EQ(Commands(r), (std::vector<Words>{{"cmd", "ckpt/gpt-oss", "2", "2"}}));
+  EXPECT_TRUE(r.notes.empty());
+  // A condition the interpreter cannot know stops the loop, with a note; an endless one stops
+  // at the limit for all loops.
+  const ShellResult unknown = Interpret("while [ -n \"$(ls)\" ]; do cmd loop; done\ncmd after");
+  EXPECT_EQ(Commands(unknown), (std::vector<Words>{{"cmd", "after"}}));
+  EXPECT_NE(FindNote(unknown, "cannot tell whether the `while` loop on line 1 goes on"), nullptr);
+  const ShellResult endless = Interpret("while true; do cmd; done\ncmd after");
+  EXPECT_EQ(endless.commands.size(), 1001u);
+  EXPECT_NE(FindNote(endless, "was stopped"), nullptr);
+  const ShellResult select = Interpret("select x in a b; do cmd; done\ncmd after");
+  EXPECT_NE(FindNote(select, "the `select` loop on line 1 was not run"), nullptr);
 }
 
 TEST(Shell, FunctionsRunWithTheirArguments) {
@@ -574,7 +646,8 @@ TEST(Shell, FunctionCallsStopSixteenDeep) {
 }
 
 TEST(Shell, ExitStopsTheScript) {
-  EXPECT_EQ(Commands(Interpret("cmd 1\nf() { exit 1; }\nf\ncmd 2")), (std::vector<Words>{{"cmd", "1"}}));
+  EXPECT_EQ(Commands(Interpret("cmd 1\nf() { exit 1; }\nf\ncmd 2")),
+            (std::vector<Words>{{"cmd", "1"}}));
   EXPECT_EQ(Commands(Interpret("( exit 1 )\ncmd 2\nexec torchrun t.py\ncmd 3")),
             (std::vector<Words>{{"cmd", "2"}, {"exec", "torchrun", "t.py"}}));
 }
@@ -592,11 +665,11 @@ TEST(Shell, SourceReadsThroughTheCallback) {
     if (path == "conf.sh") return "export TP=8\nARGS=(--tp $TP)\ncmd in-conf \"$1\"";
     return std::nullopt;
   };
-  const ShellResult r = Interpret("source conf.sh\n. conf.sh given\n. missing.sh\ncmd \"${ARGS[@]}\"",
-                            options);
-  EXPECT_EQ(Commands(r), (std::vector<Words>{{"cmd", "in-conf", "top"},
-                                             {"cmd", "in-conf", "given"},
-                                             {"cmd", "--tp", "8"}}));
+  const ShellResult r =
+      Interpret("source conf.sh\n. conf.sh given\n. missing.sh\ncmd \"${ARGS[@]}\"", options);
+  EXPECT_EQ(Commands(r),
+            (std::vector<Words>{
+                {"cmd", "in-conf", "top"}, {"cmd", "in-conf", "given"}, {"cmd", "--tp", "8"}}));
   EXPECT_EQ(r.commands[0].source, "conf.sh");
   EXPECT_EQ(r.commands[0].line, 3);
   EXPECT_EQ(r.commands[2].source, "launch.sh");
@@ -641,8 +714,11 @@ TEST(Shell, EvalRunsKnownText) {
 
 TEST(Shell, OrdinaryBuiltinsAreListed) {
   EXPECT_EQ(Commands(Interpret("set -ex\ncd /tmp\necho hi\nprintf '%s' x\nmkdir -p d")),
-            (std::vector<Words>{{"set", "-ex"}, {"cd", "/tmp"}, {"echo", "hi"},
-                                {"printf", "%s", "x"}, {"mkdir", "-p", "d"}}));
+            (std::vector<Words>{{"set", "-ex"},
+                                {"cd", "/tmp"},
+                                {"echo", "hi"},
+                                {"printf", "%s", "x"},
+                                {"mkdir", "-p", "d"}}));
 }
 
 // ---- Limits on hostile input ------------------------------------------------------------------
@@ -669,7 +745,7 @@ TEST(Shell, ExponentialFunctionCallsHitTheCommandLimit) {
 }
 
 TEST(Shell, DeepNestingIsAnInputError) {
-  EXPECT_NE(ErrorOf("cmd " + std::string(5000, '(') ).find("syntax error"), std::string::npos);
+  EXPECT_NE(ErrorOf("cmd " + std::string(5000, '(')).find("syntax error"), std::string::npos);
   std::string nested = "x";
   for (int i = 0; i < 300; ++i) nested = "${U:-" + nested + "}";
   EXPECT_NE(ErrorOf("cmd " + nested).find("nest more than 100 deep"), std::string::npos);
@@ -686,7 +762,8 @@ TEST(Shell, RecursiveArithmeticIsBounded) {
   EXPECT_NE(FindNote(Interpret("cmd $((" + parens + "))"), "recursion level exceeded"), nullptr);
 }
 
-// ---- Whole scripts, in the style of Megatron-LM's examples -----------------------------------------
+// ---- Whole scripts, in the style of Megatron-LM's examples
+// -----------------------------------------
 
 // examples/gpt3/train_gpt3_175b_distributed.sh: arrays with trailing comments, $(($A*$B)),
 // script arguments, an unquoted ${ARR[@]} per group.
@@ -727,12 +804,26 @@ TEST(Shell, Gpt3StyleScript) {
       "    ${DATA_ARGS[@]}\n",
       options);
   ASSERT_EQ(r.commands.size(), 1u);
-  EXPECT_EQ(WordsOf(r.commands[0]),
-            (Words{"torchrun", "--nproc_per_node", "8", "--nnodes", "1", "pretrain_gpt.py",
-                   "--num-layers", "96", "--attention-backend", "auto",
-                   "--step-batch-size-schedule", "0:16", "2.4B:320", "--fp16",
-                   "--tensor-model-parallel-size", "8", "--data-path", "/data/text_document",
-                   "--save", "/ckpt"}));
+  EXPECT_EQ(WordsOf(r.commands[0]), (Words{"torchrun",
+                                           "--nproc_per_node",
+                                           "8",
+                                           "--nnodes",
+                                           "1",
+                                           "pretrain_gpt.py",
+                                           "--num-layers",
+                                           "96",
+                                           "--attention-backend",
+                                           "auto",
+                                           "--step-batch-size-schedule",
+                                           "0:16",
+                                           "2.4B:320",
+                                           "--fp16",
+                                           "--tensor-model-parallel-size",
+                                           "8",
+                                           "--data-path",
+                                           "/data/text_document",
+                                           "--save",
+                                           "/ckpt"}));
   EXPECT_EQ(r.commands[0].environment,
             (std::map<std::string, std::string>{{"CUDA_DEVICE_MAX_CONNECTIONS", "1"}}));
   EXPECT_EQ(r.commands[0].line, 27);
@@ -797,12 +888,26 @@ TEST(Shell, Llama3Fp8StyleScript) {
   ASSERT_EQ(r.commands.size(), 3u);
   EXPECT_EQ(WordsOf(r.commands[0]), (Words{"mkdir", "-p", "$(dirname \"$CHECKPOINT_PATH\")"}));
   EXPECT_TRUE(r.commands[0].words[2].unknown);
-  EXPECT_EQ(WordsOf(r.commands[1]),
-            (Words{"torchrun", "--nproc_per_node", "8", "pretrain_gpt.py", "--micro-batch-size",
-                   "1", "--lr", "0.00015", "--decoupled-lr", "5.0e-4",
-                   "--use-distributed-optimizer", "--overlap-grad-reduce", "--fp8-format",
-                   "hybrid", "--fp8-param-gather", "--mock-data", "--split", "'99,1,0'",
-                   "--save", "checkpoints/llama3_8b_fp8"}));
+  EXPECT_EQ(WordsOf(r.commands[1]), (Words{"torchrun",
+                                           "--nproc_per_node",
+                                           "8",
+                                           "pretrain_gpt.py",
+                                           "--micro-batch-size",
+                                           "1",
+                                           "--lr",
+                                           "0.00015",
+                                           "--decoupled-lr",
+                                           "5.0e-4",
+                                           "--use-distributed-optimizer",
+                                           "--overlap-grad-reduce",
+                                           "--fp8-format",
+                                           "hybrid",
+                                           "--fp8-param-gather",
+                                           "--mock-data",
+                                           "--split",
+                                           "'99,1,0'",
+                                           "--save",
+                                           "checkpoints/llama3_8b_fp8"}));
   EXPECT_EQ(r.commands[1].environment.at("CUDA_DEVICE_MAX_CONNECTIONS"), "1");
   EXPECT_EQ(r.commands[1].words[12].line, 19);  // "--fp8-format hybrid", where it is written
   EXPECT_EQ(WordsOf(r.commands[2]), (Words{"set", "+x"}));

@@ -184,7 +184,14 @@ std::vector<Outcome> CheckCorpus() {
     o.verdict = v;
     CheckReport report;
     try {
-      report = CheckMegatronCommand(ReadAll(kCorpus / file), file, std::nullopt, options);
+      std::string text = ReadAll(kCorpus / file);
+      for (const std::string& line : ArgvHeader(file, "fill-in")) {
+        const auto [blank, value] = FillIn(line);
+        for (size_t at; (at = text.find(blank)) != std::string::npos;) {
+          text.replace(at, blank.size(), value);
+        }
+      }
+      report = CheckMegatronCommand(text, file, std::nullopt, options);
     } catch (const std::exception& e) {
       o.first_error = std::string("cannot read: ") + e.what();
       o.refused = !v.accepted;  // counted below as neither right nor wrong: listed
@@ -217,6 +224,16 @@ std::vector<Outcome> CheckCorpus() {
   return out;
 }
 
+// Where ptdp and the judge disagree for a reason outside the judge's reach, the reason (the
+// judge runs parse_args and validate_args only, not what Megatron checks later at start-up).
+const std::map<std::string, std::string> kKnownDisagreements = {
+    {"examples/mixtral-train_mixtral_8x7b_distributed.sh",
+     "as written it runs on 1 node (8 GPUs) with PP 4 x EP 8: Megatron's "
+     "initialize_model_parallel raises 'world_size (8) is not divisible by "
+     "expert_tensor_model_pipeline_parallel size (32)' at start-up (megatron/core/"
+     "parallel_state.py), after validate_args has accepted it"},
+};
+
 TEST(MegatronCorpus, CheckAgreesWithMegatronsOwnParserAndValidation) {
   const std::vector<Outcome> outcomes = CheckCorpus();
   ASSERT_GT(outcomes.size(), 200u) << "the corpus is missing";
@@ -230,8 +247,10 @@ TEST(MegatronCorpus, CheckAgreesWithMegatronsOwnParserAndValidation) {
       report += fmt::format("  not read: {} ({})\n", o.verdict.file, o.first_error);
     } else if (o.verdict.accepted && o.refused) {
       ++false_refusals;
-      report += fmt::format("  called refused, Megatron accepts: {} ({})\n", o.verdict.file,
-                            o.first_error);
+      const auto known = kKnownDisagreements.find(o.verdict.file);
+      report += fmt::format("  called refused, Megatron accepts: {} ({}){}\n", o.verdict.file,
+                            o.first_error,
+                            known == kKnownDisagreements.end() ? "" : "; note: " + known->second);
     } else if (!o.verdict.accepted && !o.refused) {
       ++false_passes;
       report +=
