@@ -85,7 +85,15 @@ int RunCheck(const Flags& flags, std::ostream& out, std::ostream&) {
     std::istringstream in(*words);
     for (std::string w; in >> w;) read.script_args.push_back(w);
   }
-  if (flags.Has("file")) read.read_file = SourcedFileReader(source);
+  if (flags.Has("file")) {
+    // The script is taken to run from its own folder: $PWD and `pwd` name it, and the files it
+    // sources or submits are found there.
+    read.read_file = SourcedFileReader(source);
+    std::error_code ec;
+    const std::filesystem::path dir =
+        std::filesystem::absolute(std::filesystem::path(source), ec).parent_path();
+    if (!ec) read.environment["PWD"] = dir.string();
+  }
   CheckReport report = CheckMegatronCommand(text, source, gpus, read);
   MegatronCommand& c = report.command;
   if (auto vocab = flags.OptionalPositiveInt("vocab-size")) {

@@ -845,7 +845,14 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
     }
   }
   if (command == nullptr) {
-    throw InputError({source, 0, ""}, "no Megatron-LM command found: no word ends in .py",
+    // What the interpreter could not follow is the likely reason: say it.
+    std::string reasons;
+    for (const MegatronFinding& f : lexed.findings) {
+      if (reasons.size() < 400) reasons += fmt::format("; {}", f.message);
+    }
+    throw InputError({source, 0, ""},
+                     "no Megatron-LM command found: no word ends in .py" +
+                         (reasons.empty() ? "" : " (playing the script:" + reasons.substr(1) + ")"),
                      "paste the command that runs pretrain_gpt.py (python or torchrun)");
   }
   const std::vector<Token>& words = *command;
@@ -922,7 +929,10 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
       c.findings.push_back({Severity::kError, arg.flag, w.line, message, fix});
     } else {
       for (const std::string& v : arg.values) {
-        if (v.find('$') != std::string::npos || v.find('`') != std::string::npos) {
+        const bool value_matters = known->type == "int" || known->type == "float" ||
+                                   known->type == "enum" || !known->choices.empty();
+        if (value_matters &&
+            (v.find('$') != std::string::npos || v.find('`') != std::string::npos)) {
           c.findings.push_back(
               {Severity::kWarning, arg.flag, w.line,
                fmt::format("the value '{}' is known only when the script runs: not checked", v),
