@@ -29,7 +29,7 @@ import typing
 import warnings
 
 ROW = re.compile(r'^\s*\{("(?:[^"\\]|\\.)*"), FlagArity::(\w+), ("(?:[^"\\]|\\.)*"), '
-                 r'("(?:[^"\\]|\\.)*"), ("(?:[^"\\]|\\.)*")\},?(?: \\)?$')
+                 r'("(?:[^"\\]|\\.)*"), ("(?:[^"\\]|\\.)*")(?:, "[^"]*")?\},?(?: \\)?$')
 SWITCH_CLASSES = (argparse._StoreTrueAction, argparse._StoreFalseAction,
                   argparse._StoreConstAction, argparse._AppendConstAction, argparse._CountAction,
                   argparse._HelpAction, argparse._VersionAction, argparse.BooleanOptionalAction)
@@ -106,22 +106,8 @@ def type_word(action: argparse.Action) -> str:
     return "other"
 
 
-def py_repr(value) -> str:
-    """As the generator prints defaults: repr(), enum members as their names."""
-    if isinstance(value, enum.Enum):
-        return value.name
-    if isinstance(value, list):
-        return "[" + ", ".join(py_repr(v) for v in value) + "]"
-    if isinstance(value, tuple):
-        inner = ", ".join(py_repr(v) for v in value)
-        return f"({inner},)" if len(value) == 1 else f"({inner})"
-    return repr(value)
-
-
-def choices_text(choices) -> str:
-    if choices is None:
-        return ""
-    return "|".join(v.name if isinstance(v, enum.Enum) else str(v) for v in choices)
+# Defaults and choices are printed exactly as the generator prints them.
+from megatron_options import choices_text, py_repr  # noqa: E402  (same folder)
 
 
 def live_rows(parser: argparse.ArgumentParser) -> dict:
