@@ -493,6 +493,11 @@ std::vector<int> LayerPattern(std::string_view text) {
 void ReadMoeFlags(Reader& r, ModelSpec& m) {
   if (r.Has("--qk-layernorm")) m.qk_layernorm = true;
   if (r.Has("--multi-latent-attention")) {
+    if (r.Has("--group-query-attention")) {
+      r.Add(Severity::kError, "--group-query-attention",
+            "Group query attention is mutually exclusive with multi latent attention.",
+            "drop --group-query-attention");
+    }
     m.multi_latent_attention = true;
     m.q_lora_rank = ToInt(r.Int("--q-lora-rank").value_or(0));
     m.kv_lora_rank = ToInt(r.Int("--kv-lora-rank").value_or(32));
@@ -510,9 +515,14 @@ void ReadMoeFlags(Reader& r, ModelSpec& m) {
   }
   const auto experts = r.Int("--num-experts");
   if (!experts || *experts == 0) {
-    for (const char* flag :
-         {"--moe-router-topk", "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size",
-          "--moe-layer-freq", "--moe-expert-capacity-factor"}) {
+    if (r.Has("--moe-ffn-hidden-size")) {
+      r.Add(Severity::kError, "--moe-ffn-hidden-size",
+            "moe_ffn_hidden_size is set but num_moe_experts is None. Please set num_moe_experts "
+            "or remove moe_ffn_hidden_size.",
+            "add --num-experts, or drop --moe-ffn-hidden-size");
+    }
+    for (const char* flag : {"--moe-router-topk", "--moe-shared-expert-intermediate-size",
+                             "--moe-layer-freq", "--moe-expert-capacity-factor"}) {
       if (r.Has(flag)) {
         r.Add(Severity::kWarning, flag, "has no effect without --num-experts", "");
       }
@@ -1156,6 +1166,13 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
           fmt::format("--expert-tensor-parallel-size must be positive, got {}", p.etp), "");
   }
   p.etp = std::max(p.etp, 0);
+  // TransformerConfig.__post_init__ (at start-up); the expert tensor-parallel size defaults to
+  // the tensor-parallel size (arguments.py).
+  if (m.num_experts > 0 && m.add_bias_linear && (p.etp > 0 ? p.etp : p.tp) != 1) {
+    r.Add(Severity::kError, "--expert-tensor-parallel-size",
+          "Bias in Moe is only supported when ETP==1",
+          "add --disable-bias-linear, or --expert-tensor-parallel-size 1");
+  }
   // --cp-comm-type: one type for every layer, or one per layer (ptdp models one for all).
   if (const auto* a = r.Last("--cp-comm-type"); a != nullptr && !a->values.empty()) {
     const std::string& first = a->values.front();
@@ -1316,25 +1333,27 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
       const auto method = r.String("--recompute-method");
       const auto count = r.Int("--recompute-num-layers");
       if (!method) {
-        r.Add(Severity::kWarning, "--recompute-granularity",
-              "full recompute without --recompute-method: Megatron recomputes nothing",
+        // TransformerConfig.__post_init__ (at start-up).
+        r.Add(Severity::kError, "--recompute-granularity",
+              "Using recompute_granularity: full so recompute_method must be \"block\" or "
+              "\"uniform\"",
               "add --recompute-method uniform --recompute-num-layers 1");
-        p.recompute = Recompute::kNone;
-      } else if (*method == "block") {
+      } else if (!count) {
+        r.Add(Severity::kError, "--recompute-granularity",
+              fmt::format("When using recompute_granularity: full recompute_num_layers must be "
+                          "between 1 and num_layers_per_pipeline_rank: {}",
+                          m.num_layers / std::max(p.pp, 1)),
+              "add --recompute-num-layers");
+      }
+      if (method == "block") {
         // The first N layers of each model chunk recompute, the rest keep their activations.
-        if (count.value_or(0) <= 0) {
+        if (count && *count <= 0) {
           r.Add(Severity::kError, "--recompute-num-layers",
                 "the block method needs --recompute-num-layers N > 0", "");
-        } else {
+        } else if (count) {
           p.recompute_num_layers = ToInt(*count);
         }
-      } else if (*method != "uniform") {
-        r.Add(Severity::kError, "--recompute-method",
-              fmt::format("argument --recompute-method: invalid choice: '{}' (choose from "
-                          "'uniform', 'block')",
-                          *method),
-              "");
-      } else if (count.value_or(1) != 1) {
+      } else if (method == "uniform" && count.value_or(1) != 1) {
         r.Add(Severity::kWarning, "--recompute-num-layers",
               "uniform recompute in groups of several layers keeps one input per group; ptdp "
               "simulates groups of one layer (a little more memory, the same time)",
@@ -1342,6 +1361,11 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
       }
     } else if (*granularity == "selective") {
       p.recompute = Recompute::kSelective;
+      if (r.Has("--recompute-num-layers")) {
+        r.Add(Severity::kError, "--recompute-num-layers",
+              "When using recompute_granularity: selective recompute_num_layers must be None.",
+              "drop --recompute-num-layers");
+      }
       if (r.Has("--recompute-method")) {
         r.Add(Severity::kError, "--recompute-method",
               "recompute method is not yet supported for selective recomputing granularity",
@@ -1366,7 +1390,8 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
   }
   p.distributed_optimizer = r.Has("--use-distributed-optimizer");
   if (r.Has("--use-megatron-fsdp")) {
-    const std::string strategy = r.String("--data-parallel-sharding-strategy").value_or("no_shard");
+    const std::string strategy =
+        r.String("--data-parallel-sharding-strategy").value_or("optim_grads_params");
     if (strategy == "optim") {
       p.fsdp = Fsdp::kOptim;
     } else if (strategy == "optim_grads") {
@@ -1490,12 +1515,9 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
       t.fp8_recipe = Fp8Recipe::kBlockwise;
       r.Add(Severity::kWarning, "--fp8-recipe",
             "mxfp8 is for Blackwell GPUs; ptdp simulates it as blockwise scaling", "");
-    } else {
-      r.Add(Severity::kError, "--fp8-recipe",
-            fmt::format("argument --fp8-recipe: invalid choice: '{}' (choose from 'tensorwise', "
-                        "'delayed', 'mxfp8', 'blockwise', 'custom')",
-                        *recipe),
-            "");
+    } else if (*recipe == "custom") {
+      r.Add(Severity::kWarning, "--fp8-recipe",
+            "a custom FP8 recipe is simulated as delayed scaling", "");
     }
   } else {
     t.fp8_recipe = Fp8Recipe::kDelayed;  // Megatron's default
@@ -1510,6 +1532,18 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
     }
   }
   t.fp8_param_gather = r.Has("--fp8-param-gather");  // the rules check its optimizer
+  if (t.fp8_param_gather && !r.Has("--fp8-format")) {
+    r.Add(Severity::kError, "--fp8-param-gather", "fp8_param must be used together with fp8 mode.",
+          "add --fp8-format, or drop it");
+  }
+  if (t.fp8_param_gather && r.Has("--use-torch-fsdp2")) {
+    // validate_args turns it off (Transformer Engine 2.0 and later).
+    r.Add(Severity::kWarning, "--fp8-param-gather",
+          "FSDP2 FP8 param gather is not supported yet in TE 2.0, will fallback to bf16 "
+          "all_gather instead, turning off fp8_param_gather",
+          "");
+    t.fp8_param_gather = false;
+  }
   if (t.precision != Precision::kFp8) {
     t.fp8_bf16_layers_at_start = t.fp8_bf16_layers_at_end = 0;
     t.fp8_param_gather = false;

@@ -313,7 +313,8 @@ TEST(MegatronFlags, RefusalsOfTheNewFlags) {
             "--decoder-first-pipeline-num-layers: num_layers_in_first_pipeline_stage must be "
             "larger than 0");
   EXPECT_EQ(first_error("--recompute-granularity full --recompute-method block"),
-            "--recompute-num-layers: the block method needs --recompute-num-layers N > 0");
+            "--recompute-granularity: When using recompute_granularity: full recompute_num_layers "
+            "must be between 1 and num_layers_per_pipeline_rank: 32");
   const MegatronCommand local =
       ReadMegatronCommand(base + "--attention-backend local --fp8-format hybrid", "cmd");
   EXPECT_EQ(local.options.attention, AttentionBackend::kUnfused);

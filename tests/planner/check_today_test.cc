@@ -224,6 +224,58 @@ TEST(CheckToday, TodaysRulesForFsdp2DeterminismAndHierarchicalCp) {
       << Errors(fp8).at(0);
 }
 
+// Megatron's checks at start-up, in TransformerConfig.__post_init__
+// (megatron/core/transformer/transformer_config.py) and validate_args:
+// `if self.num_moe_experts is not None and self.add_bias_linear: assert
+// self.expert_tensor_parallel_size == 1, "Bias in Moe is only supported when ETP==1"`;
+// `elif self.recompute_granularity != "selective": raise ValueError(... recompute_method must be
+// "block" or "uniform")`; `if self.recompute_granularity != "selective" and
+// self.recompute_num_layers is None: raise ValueError(...)`; selective: `recompute_num_layers
+// must be None`; `fp8_param must be used together with fp8 mode.`; `moe_ffn_hidden_size is set
+// but num_moe_experts is None`; arguments.py: `Group query attention is mutually exclusive with
+// multi latent attention.`
+TEST(CheckToday, StartUpChecksOfTheTransformerConfig) {
+  const std::string cp1 = "export CUDA_DEVICE_MAX_CONNECTIONS=1\n";
+  EXPECT_EQ(Errors(Check(cp1 + Command("--num-experts 8 --tensor-model-parallel-size 2 "
+                                       "--sequence-parallel")))
+                .at(0),
+            "--expert-tensor-parallel-size: Bias in Moe is only supported when ETP==1");
+  EXPECT_TRUE(Errors(Check(cp1 + Command("--num-experts 8 --tensor-model-parallel-size 2 "
+                                         "--sequence-parallel --disable-bias-linear")))
+                  .empty());
+  EXPECT_TRUE(Errors(Check(cp1 + Command("--num-experts 8 --tensor-model-parallel-size 2 "
+                                         "--sequence-parallel --expert-tensor-parallel-size 1")))
+                  .empty());
+  EXPECT_EQ(Errors(Check(Command("--recompute-granularity full"))).at(0),
+            "--recompute-granularity: Using recompute_granularity: full so recompute_method must "
+            "be \"block\" or \"uniform\"");
+  EXPECT_EQ(Errors(Check(Command("--recompute-granularity full --recompute-method uniform"))).at(0),
+            "--recompute-granularity: When using recompute_granularity: full recompute_num_layers "
+            "must be between 1 and num_layers_per_pipeline_rank: 8");
+  EXPECT_TRUE(Errors(Check(Command("--recompute-granularity full --recompute-method uniform "
+                                   "--recompute-num-layers 1")))
+                  .empty());
+  EXPECT_EQ(
+      Errors(Check(Command("--recompute-granularity selective --recompute-num-layers 1"))).at(0),
+      "--recompute-num-layers: When using recompute_granularity: selective "
+      "recompute_num_layers must be None.");
+  EXPECT_EQ(Errors(Check(Command("--fp8-param-gather --use-distributed-optimizer"))).at(0),
+            "--fp8-param-gather: fp8_param must be used together with fp8 mode.");
+  EXPECT_EQ(Errors(Check(Command("--moe-ffn-hidden-size 512"))).at(0),
+            "--moe-ffn-hidden-size: moe_ffn_hidden_size is set but num_moe_experts is None. "
+            "Please set num_moe_experts or remove moe_ffn_hidden_size.");
+  EXPECT_EQ(Errors(Check(Command("--multi-latent-attention --group-query-attention "
+                                 "--num-query-groups 4")))
+                .at(0),
+            "--group-query-attention: Group query attention is mutually exclusive with multi "
+            "latent attention.");
+  // Megatron-FSDP shards everything unless told otherwise (its default strategy at this commit).
+  const CheckReport fsdp =
+      Check(Command("--use-megatron-fsdp --use-distributed-optimizer --ckpt-format fsdp_dtensor"));
+  EXPECT_EQ(fsdp.command.parallel.fsdp, Fsdp::kOptimGradsParams);
+  EXPECT_TRUE(Errors(Check(Command("--fp8-format hybrid --fp8-recipe custom"))).empty());
+}
+
 TEST(CheckToday, ContextParallelismIsNotFoldedIntoDataParallelism) {
   const CheckReport r = Check("export CUDA_DEVICE_MAX_CONNECTIONS=1\n" +
                               Command("--context-parallel-size 4 --global-batch-size 2"));
