@@ -816,30 +816,12 @@ void WarnAboutWhatIsNotSimulated(Reader& r, MegatronCommand& c) {
   }
 }
 
-}  // namespace
-
-std::span<const KnownFlag> MegatronFlags() { return kMegatronFlags; }
-std::span<const KnownFlag> LauncherFlags() { return kLauncherFlags; }
-
-std::string MegatronTableVersion() {
-  return fmt::format("Megatron-LM option table: NVIDIA/Megatron-LM commit {} ({}), {} options",
-                     PTDP_MEGATRON_COMMIT, PTDP_MEGATRON_COMMIT_DATE, std::size(kMegatronFlags));
-}
-
-bool MegatronCommand::has_errors() const {
-  return std::any_of(findings.begin(), findings.end(),
-                     [](const MegatronFinding& f) { return f.severity == Severity::kError; });
-}
-
-MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& source,
-                                    const MegatronReadOptions& read) {
-  Lexed lexed = Lex(text, source, read);
-  MegatronCommand c;
-  c.findings = std::move(lexed.findings);
-
-  // The command that runs a Python script; the last one when there are several.
+// The command that runs a Python script (the last one when there are several): its script, the
+// launcher words before it (the world size), its environment and its words after the script.
+// Returns the command's words and sets `script_at`.
+const std::vector<Token>& TrainingCommand(const Lexed& lexed, const std::string& source,
+                                          MegatronCommand& c, size_t& script_at) {
   const std::vector<Token>* command = nullptr;
-  size_t script_at = 0;
   std::vector<Token> launcher;  // the words before the script, with those of outer commands
   for (size_t k = 0; k < lexed.commands.size(); ++k) {
     const auto& cmd = lexed.commands[k];
@@ -857,7 +839,7 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
   if (command == nullptr) {
     // What the interpreter could not follow is the likely reason: say it.
     std::string reasons;
-    for (const MegatronFinding& f : lexed.findings) {
+    for (const MegatronFinding& f : c.findings) {
       if (reasons.size() < 400) reasons += fmt::format("; {}", f.message);
     }
     throw InputError({source, 0, ""},
@@ -867,12 +849,15 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
   }
   const std::vector<Token>& words = *command;
   c.script = words[script_at].text;
-
   launcher.insert(launcher.end(), words.begin(), words.begin() + static_cast<long>(script_at));
   c.world_size = LauncherWorldSize(launcher);
   for (size_t i = script_at + 1; i < words.size(); ++i) c.argv.push_back(words[i].text);
+  return words;
+}
 
-  // Megatron's own flags after the script.
+// Megatron's own flags after the script, as argparse reads them: arity and value types from the
+// option table, unknown flags with a suggestion, stray words, repeated flags.
+void ReadArgs(const std::vector<Token>& words, size_t script_at, MegatronCommand& c) {
   for (size_t i = script_at + 1; i < words.size(); ++i) {
     const Token& w = words[i];
     if (!w.text.starts_with("-")) {
@@ -975,9 +960,11 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
     }
     c.args.push_back(std::move(arg));
   }
+}
 
-  // What the flags mean, with Megatron's defaults and required arguments.
-  Reader r(c);
+// The model the flags describe, with Megatron's defaults and required arguments. Returns the
+// layers of each pipeline segment a hybrid pattern's '|' gives (ReadHybridFlags).
+std::vector<int> ReadModel(Reader& r, MegatronCommand& c) {
   ModelSpec& m = c.model;
   const auto layers = r.Int("--num-layers"), hidden = r.Int("--hidden-size"),
              heads = r.Int("--num-attention-heads"), seq = r.Int("--seq-length"),
@@ -1127,53 +1114,14 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
                      m.num_query_groups > 0 && m.num_attention_heads % m.num_query_groups == 0 &&
                      m.max_position_embeddings >= m.seq_length && HybridModelProblem(m).empty();
 
-  // Layout.
+  return hybrid_segments;
+}
+
+// The layout: parallel sizes, context-parallel exchange, the layer split and virtual stages.
+// --cp-comm-type: one type for every layer, or one per layer (ptdp models one for all).
+void ReadContextParallelExchange(Reader& r, MegatronCommand& c) {
+  const ModelSpec& m = c.model;
   ParallelConfig& p = c.parallel;
-  p.tp = ToInt(r.Int("--tensor-model-parallel-size").value_or(1));
-  p.pp = ToInt(r.Int("--pipeline-model-parallel-size").value_or(1));
-  p.cp = ToInt(r.Int("--context-parallel-size").value_or(1));
-  p.ep = ToInt(r.Int("--expert-model-parallel-size").value_or(1));
-  p.etp = ToInt(r.Int("--expert-tensor-parallel-size").value_or(0));
-  p.dp = 1;
-  if (auto mbs = r.Int("--micro-batch-size")) {
-    p.micro_batch_size = ToInt(*mbs);
-  } else if (!r.Has("--micro-batch-size")) {
-    r.Add(Severity::kError, "--micro-batch-size", "assert args.micro_batch_size is not None",
-          "add --micro-batch-size");
-  }
-  for (auto [flag, size] : {std::pair{"--tensor-model-parallel-size", &p.tp},
-                            {"--pipeline-model-parallel-size", &p.pp},
-                            {"--context-parallel-size", &p.cp},
-                            {"--expert-model-parallel-size", &p.ep},
-                            {"--micro-batch-size", &p.micro_batch_size}}) {
-    if (*size <= 0) {
-      r.Add(Severity::kError, flag, fmt::format("{} must be positive, got {}", flag, *size), "");
-    } else if (*size > kMaxGpus) {
-      // Said, and checked as if 1 (core/limits.h).
-      r.Add(Severity::kError, flag,
-            fmt::format("{} is beyond what ptdp models (at most {}), got {}", flag, kMaxGpus,
-                        *r.Int(flag)),
-            "");
-      *size = 1;
-    }
-  }
-  p.tp = std::max(p.tp, 1);
-  p.pp = std::max(p.pp, 1);
-  p.cp = std::max(p.cp, 1);
-  p.ep = std::max(p.ep, 1);
-  if (r.Has("--expert-tensor-parallel-size") && p.etp <= 0) {
-    r.Add(Severity::kError, "--expert-tensor-parallel-size",
-          fmt::format("--expert-tensor-parallel-size must be positive, got {}", p.etp), "");
-  }
-  p.etp = std::max(p.etp, 0);
-  // TransformerConfig.__post_init__ (at start-up); the expert tensor-parallel size defaults to
-  // the tensor-parallel size (arguments.py).
-  if (m.num_experts > 0 && m.add_bias_linear && (p.etp > 0 ? p.etp : p.tp) != 1) {
-    r.Add(Severity::kError, "--expert-tensor-parallel-size",
-          "Bias in Moe is only supported when ETP==1",
-          "add --disable-bias-linear, or --expert-tensor-parallel-size 1");
-  }
-  // --cp-comm-type: one type for every layer, or one per layer (ptdp models one for all).
   if (const auto* a = r.Last("--cp-comm-type"); a != nullptr && !a->values.empty()) {
     const std::string& first = a->values.front();
     const bool hierarchical = r.Has("--hierarchical-context-parallel-sizes");
@@ -1216,7 +1164,13 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
             "");
     }
   }
-  p.micro_batch_size = std::max(p.micro_batch_size, 1);
+}
+
+// The layer split and the virtual stages: uneven first / last stages, the embedding and the loss
+// counted as layers, a pipeline layout string or a hybrid pattern's segments.
+void ReadLayerSplit(Reader& r, MegatronCommand& c, const std::vector<int>& hybrid_segments) {
+  ModelSpec& m = c.model;
+  ParallelConfig& p = c.parallel;
   const auto per_vstage = r.Int("--num-layers-per-virtual-pipeline-stage");
   const auto vstages = r.Int("--num-virtual-stages-per-pipeline-rank");
   if (per_vstage && vstages) {
@@ -1317,6 +1271,64 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
       }
     }
   }
+}
+
+void ReadLayout(Reader& r, MegatronCommand& c, const std::vector<int>& hybrid_segments) {
+  ModelSpec& m = c.model;
+  ParallelConfig& p = c.parallel;
+  p.tp = ToInt(r.Int("--tensor-model-parallel-size").value_or(1));
+  p.pp = ToInt(r.Int("--pipeline-model-parallel-size").value_or(1));
+  p.cp = ToInt(r.Int("--context-parallel-size").value_or(1));
+  p.ep = ToInt(r.Int("--expert-model-parallel-size").value_or(1));
+  p.etp = ToInt(r.Int("--expert-tensor-parallel-size").value_or(0));
+  p.dp = 1;
+  if (auto mbs = r.Int("--micro-batch-size")) {
+    p.micro_batch_size = ToInt(*mbs);
+  } else if (!r.Has("--micro-batch-size")) {
+    r.Add(Severity::kError, "--micro-batch-size", "assert args.micro_batch_size is not None",
+          "add --micro-batch-size");
+  }
+  for (auto [flag, size] : {std::pair{"--tensor-model-parallel-size", &p.tp},
+                            {"--pipeline-model-parallel-size", &p.pp},
+                            {"--context-parallel-size", &p.cp},
+                            {"--expert-model-parallel-size", &p.ep},
+                            {"--micro-batch-size", &p.micro_batch_size}}) {
+    if (*size <= 0) {
+      r.Add(Severity::kError, flag, fmt::format("{} must be positive, got {}", flag, *size), "");
+    } else if (*size > kMaxGpus) {
+      // Said, and checked as if 1 (core/limits.h).
+      r.Add(Severity::kError, flag,
+            fmt::format("{} is beyond what ptdp models (at most {}), got {}", flag, kMaxGpus,
+                        *r.Int(flag)),
+            "");
+      *size = 1;
+    }
+  }
+  p.tp = std::max(p.tp, 1);
+  p.pp = std::max(p.pp, 1);
+  p.cp = std::max(p.cp, 1);
+  p.ep = std::max(p.ep, 1);
+  if (r.Has("--expert-tensor-parallel-size") && p.etp <= 0) {
+    r.Add(Severity::kError, "--expert-tensor-parallel-size",
+          fmt::format("--expert-tensor-parallel-size must be positive, got {}", p.etp), "");
+  }
+  p.etp = std::max(p.etp, 0);
+  // TransformerConfig.__post_init__ (at start-up); the expert tensor-parallel size defaults to
+  // the tensor-parallel size (arguments.py).
+  if (m.num_experts > 0 && m.add_bias_linear && (p.etp > 0 ? p.etp : p.tp) != 1) {
+    r.Add(Severity::kError, "--expert-tensor-parallel-size",
+          "Bias in Moe is only supported when ETP==1",
+          "add --disable-bias-linear, or --expert-tensor-parallel-size 1");
+  }
+  ReadContextParallelExchange(r, c);
+  p.micro_batch_size = std::max(p.micro_batch_size, 1);
+  ReadLayerSplit(r, c, hybrid_segments);
+}
+
+// The schedule, sequence parallelism, recompute and sharding.
+void ReadRecomputeAndSharding(Reader& r, MegatronCommand& c) {
+  ModelSpec& m = c.model;
+  ParallelConfig& p = c.parallel;
   p.schedule = p.virtual_stages > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
   p.sequence_parallel = r.Has("--sequence-parallel");
   if (p.sequence_parallel && p.tp == 1) {
@@ -1421,8 +1433,11 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
     r.Add(Severity::kWarning, "--data-parallel-sharding-strategy",
           "has no effect without --use-megatron-fsdp", "add --use-megatron-fsdp");
   }
+}
 
-  // What changes costs but not the layout.
+// What changes costs but not the layout: attention backend, dispatcher, overlaps.
+void ReadCostOptions(Reader& r, MegatronCommand& c) {
+  ParallelConfig& p = c.parallel;
   CostOptions& o = c.options;
   if (auto backend = r.String("--attention-backend")) {
     if (*backend == "flash" || *backend == "auto") {
@@ -1475,8 +1490,10 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
           "is enabled",
           "add --sequence-parallel");
   }
+}
 
-  // Training.
+// Training: precision and FP8, the optimizer, the batch.
+void ReadTraining(Reader& r, MegatronCommand& c) {
   TrainingSpec& t = c.training;
   if (r.Has("--bf16") && r.Has("--fp16")) {
     r.Add(Severity::kError, "--fp16", "assert not args.bf16: choose one of --fp16 and --bf16", "");
@@ -1561,7 +1578,12 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
   if (r.Has("--global-batch-size") && t.global_batch_size <= 0) {
     r.Add(Severity::kError, "--global-batch-size", "assert args.global_batch_size > 0", "");
   }
+}
 
+// Checks that need the whole command: the world size flag, hierarchical context parallelism,
+// the micro-batch group, Torch FSDP2 and determinism, the launch environment.
+void ReadStartUpChecks(Reader& r, MegatronCommand& c, bool environment_complete) {
+  ParallelConfig& p = c.parallel;
   if (auto world = r.Int("--world-size")) c.world_size = *world;
   if (const auto* a = r.Last("--hierarchical-context-parallel-sizes"); a != nullptr) {
     int64_t product = 1;
@@ -1578,7 +1600,39 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
     c.microbatch_group_size = ToInt(*g);
   }
   CheckFsdp2AndDeterminism(r, c);
-  CheckDeviceConnections(r, c, read.environment_complete);
+  CheckDeviceConnections(r, c, environment_complete);
+}
+
+}  // namespace
+
+std::span<const KnownFlag> MegatronFlags() { return kMegatronFlags; }
+std::span<const KnownFlag> LauncherFlags() { return kLauncherFlags; }
+
+std::string MegatronTableVersion() {
+  return fmt::format("Megatron-LM option table: NVIDIA/Megatron-LM commit {} ({}), {} options",
+                     PTDP_MEGATRON_COMMIT, PTDP_MEGATRON_COMMIT_DATE, std::size(kMegatronFlags));
+}
+
+bool MegatronCommand::has_errors() const {
+  return std::any_of(findings.begin(), findings.end(),
+                     [](const MegatronFinding& f) { return f.severity == Severity::kError; });
+}
+
+MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& source,
+                                    const MegatronReadOptions& read) {
+  Lexed lexed = Lex(text, source, read);
+  MegatronCommand c;
+  c.findings = std::move(lexed.findings);
+  size_t script_at = 0;
+  const std::vector<Token>& words = TrainingCommand(lexed, source, c, script_at);
+  ReadArgs(words, script_at, c);
+  Reader r(c);
+  const std::vector<int> hybrid_segments = ReadModel(r, c);
+  ReadLayout(r, c, hybrid_segments);
+  ReadRecomputeAndSharding(r, c);
+  ReadCostOptions(r, c);
+  ReadTraining(r, c);
+  ReadStartUpChecks(r, c, read.environment_complete);
   WarnAboutWhatIsNotSimulated(r, c);
   return c;
 }
