@@ -343,7 +343,9 @@ void CheckRules(const ModelSpec& model, const TrainingSpec& training, const Para
         if (n > 0 && n % p.virtual_stages != 0) {
           uneven_fail(
               key,
-              [&] {
+              // Init-captures: a lambda may not capture structured bindings before C++20 in
+              // every compiler (clang 14, which builds the fuzz targets).
+              [&, what = what, n = n] {
                 return std::string(
                     fmt::format("number of layers at {} stage: {} must be divisible by virtual "
                                 "pipeline parallel degree {}",
@@ -615,7 +617,7 @@ void CheckRules(const ModelSpec& model, const TrainingSpec& training, const Para
       if (n > most) {
         add(
             Rule::kFp8Options, key,
-            [&] {
+            [&, key = key, n = n] {  // init-captures: clang 14 (see above)
               return std::string(fmt::format(
                   "{} ({}) must be between 0 and number of layers per pipeline stage ({}).",
                   key == std::string_view("fp8_bf16_layers_at_start")

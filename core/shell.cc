@@ -26,11 +26,12 @@ constexpr size_t kMaxValueBytes = size_t{16} << 20;      // one variable's value
 constexpr size_t kMaxExpandedBytes = size_t{256} << 20;  // all text expansions produce
 constexpr size_t kFieldOverheadBytes = 32;               // charged per field: bounds their count
 constexpr int64_t kMaxCommands = 1'000'000;              // commands run, functions' included
-constexpr int64_t kMaxWork = 200'000'000;  // arithmetic tokens and pattern-matching steps
-constexpr int kMaxLoopIterations = 1000;   // `for` iterations in all loops together
-constexpr int kMaxCallDepth = 16;          // nested function calls
-constexpr int kMaxSourceDepth = 8;         // nested `source` and `eval`
-constexpr int kMaxNesting = 100;           // nested constructs in the text and expressions
+constexpr int64_t kMaxWork = 200'000'000;            // arithmetic tokens and pattern-matching steps
+constexpr int kMaxLoopIterations = 1000;             // `for` iterations in all loops together
+constexpr int kMaxCallDepth = 16;                    // nested function calls
+constexpr int kMaxSourceDepth = 8;                   // nested `source` and `eval`
+constexpr size_t kMaxParsedBytes = size_t{4} << 20;  // the script, sourced files, eval, in all
+constexpr int kMaxNesting = 100;  // nested constructs in the text and expressions
 
 // ---- Scanning: where a quoted string or an expansion ends -------------------------------------
 // The lexer and the expander share these so that both cut the text at the same places. Each
@@ -1827,6 +1828,16 @@ class Interpreter final : public ArithVariables {
   }
 
   const Sequence& Parse(std::string_view text, const std::string& source, int first_line) {
+    // Files that source themselves (or each other) several times over grow as a tree: the text
+    // parsed in all is bounded, not just the depth.
+    parsed_bytes_ += text.size();
+    if (parsed_bytes_ > kMaxParsedBytes) {
+      throw InputError({source, first_line, ""},
+                       fmt::format("the script and the files it sources or evals come to more "
+                                   "than {} MiB of text in all",
+                                   kMaxParsedBytes >> 20),
+                       "does a file source itself?");
+    }
     std::vector<Token> tokens = Lexer(text, source, first_line, result_.notes).Run();
     programs_.push_back(
         std::make_unique<Sequence>(Parser(std::move(tokens), source).ParseProgram()));
@@ -2084,7 +2095,8 @@ class Interpreter final : public ArithVariables {
   Status status_ = Status::kTrue;
   std::string reason_;  // why the last status is kUnknown or kAssumed
   int call_depth_ = 0, source_depth_ = 0, loop_depth_ = 0, loop_iterations_ = 0;
-  int break_levels_ = 0;  // `break N` / `continue N`: loops still to leave
+  size_t parsed_bytes_ = 0;  // all text parsed: the script, sourced files, eval
+  int break_levels_ = 0;     // `break N` / `continue N`: loops still to leave
   int64_t commands_run_ = 0;
   size_t words_listed_ = 0;
   std::set<std::string> missing_noted_;

@@ -620,6 +620,19 @@ TEST(Shell, WhileAndUntilLoopsRunWhileTheirConditionIsKnown) {
   EXPECT_NE(FindNote(select, "the `select` loop on line 1 was not run"), nullptr);
 }
 
+// Found by fuzzing (tests/fuzz/corpus/megatron_command/timeout-self-sourcing-tree): a file
+// that sources itself several times grows as a tree within the depth limit; the text parsed in
+// all is bounded too, so it ends quickly with a note.
+TEST(Shell, AFileSourcingItselfSeveralTimesIsBoundedInAll) {
+  const std::string script =
+      "# " + std::string(100'000, 'x') + "\nsource self\nsource self\nsource self\ncmd\n";
+  ShellOptions options;
+  options.read_file = [&](const std::string&) -> std::optional<std::string> { return script; };
+  const ShellResult r = Interpret(script, options);
+  EXPECT_NE(FindNote(r, "more than 4 MiB of text in all"), nullptr);
+  EXPECT_LT(r.commands.size(), 100u);
+}
+
 TEST(Shell, FunctionsRunWithTheirArguments) {
   const ShellResult r = Interpret(
       "launch() {\n"

@@ -1,0 +1,1 @@
+python pretrain_gpt.py --num-layers "24
