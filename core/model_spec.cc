@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/error.h"
 
@@ -26,11 +27,14 @@ ModelSpec ClassicGpt(std::string name, int num_layers, int hidden_size, int num_
 }
 
 int DefaultFfnHiddenSize(int hidden_size, Activation activation) {
-  if (activation == Activation::kSwiglu) {
-    // Megatron: int((4 * hidden_size * 2 / 3) / 64) * 64, computed in floating point.
-    return static_cast<int>((4.0 * hidden_size * 2.0 / 3.0) / 64.0) * 64;
-  }
-  return 4 * hidden_size;
+  // Computed in 64 bits and clamped: a hidden size beyond ptdp's limits (core/limits.h) reaches
+  // here before the readers report it (found by fuzzing).
+  const int64_t ffn = activation == Activation::kSwiglu
+                          // Megatron: int((4 * hidden_size * 2 / 3) / 64) * 64, in floating point.
+                          ? static_cast<int64_t>((4.0 * hidden_size * 2.0 / 3.0) / 64.0) * 64
+                          : int64_t{4} * hidden_size;
+  return static_cast<int>(
+      std::clamp<int64_t>(ffn, std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
 }
 
 int64_t PaddedVocabSize(const ModelSpec& model, int tensor_parallel) {

@@ -6,6 +6,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
+#include <limits>
 
 #include "core/presets.h"
 #include "core/spec_yaml.h"
@@ -118,6 +119,23 @@ INSTANTIATE_TEST_SUITE_P(Rows, NarayananTable1,
                              c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
                            return name;
                          });
+
+}  // namespace
+}  // namespace ptdp
+
+namespace ptdp {
+namespace {
+
+// Found by fuzzing the check reader (tests/fuzz/corpus/megatron_command/ubsan-ffn-overflow.sh):
+// a hidden size beyond ptdp's limits reached 4 x hidden in int before the reader reported it.
+TEST(ModelSpec, TheDefaultFfnSizeOfAnAbsurdHiddenSizeDoesNotOverflow) {
+  EXPECT_EQ(DefaultFfnHiddenSize(1'000'000'000, Activation::kGelu),
+            std::numeric_limits<int>::max());
+  EXPECT_EQ(DefaultFfnHiddenSize(1'000'000'000, Activation::kSwiglu),
+            std::numeric_limits<int>::max());
+  EXPECT_EQ(DefaultFfnHiddenSize(4096, Activation::kSwiglu), 10880);
+  EXPECT_EQ(DefaultFfnHiddenSize(4096, Activation::kGelu), 16384);
+}
 
 }  // namespace
 }  // namespace ptdp
