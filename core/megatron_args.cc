@@ -38,6 +38,7 @@ struct Lexed {
   // Per command: the words of the commands that handed it to a shell (`srun -N 2 sh -c "..."`),
   // outermost first: launcher words too.
   std::vector<std::vector<Token>> outer;
+  int scripts = 0;  // scripts played: the one given and those handed to shells
 };
 
 bool IsShell(std::string_view program) {
@@ -106,7 +107,22 @@ std::vector<Token> SbatchDirectives(std::string_view script) {
 // are kept as its launcher words.
 void AddCommands(std::string_view text, const std::string& source, const ShellOptions& options,
                  int depth, const std::vector<Token>& outer, Lexed& out) {
+  // Scripts that hand scripts to shells that hand scripts on multiply: the scripts played and
+  // the commands kept are bounded in all, not only the depth (found by fuzzing).
+  constexpr int kMaxScripts = 16;
+  constexpr size_t kMaxCommands = 100'000;
+  if (++out.scripts > kMaxScripts) {
+    throw InputError(
+        {source, 0, ""},
+        fmt::format("the script hands more than {} scripts to shells (sh -c, sbatch)", kMaxScripts),
+        "check the command that runs pretrain_gpt.py on its own");
+  }
   const ShellResult result = InterpretShell(text, source, options);
+  if (out.commands.size() + result.commands.size() > kMaxCommands) {
+    throw InputError({source, 0, ""},
+                     fmt::format("the script runs more than {} commands", kMaxCommands),
+                     "check the command that runs pretrain_gpt.py on its own");
+  }
   for (const ShellNote& note : result.notes) {
     if (!note.warning) continue;
     out.findings.push_back(

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "core/error.h"
 #include "core/megatron_args.h"
 #include "planner/check.h"
 
@@ -274,6 +275,26 @@ TEST(CheckToday, StartUpChecksOfTheTransformerConfig) {
       Check(Command("--use-megatron-fsdp --use-distributed-optimizer --ckpt-format fsdp_dtensor"));
   EXPECT_EQ(fsdp.command.parallel.fsdp, Fsdp::kOptimGradsParams);
   EXPECT_TRUE(Errors(Check(Command("--fp8-format hybrid --fp8-recipe custom"))).empty());
+}
+
+// Found by fuzzing (tests/fuzz/corpus/megatron_command/timeout-scripts-handed-on): job scripts
+// that submit themselves multiply; the scripts played are bounded in all, not only in depth.
+TEST(CheckToday, ScriptsHandedOnToShellsAreBoundedInAll) {
+  const std::string job = "sbatch job.sh\nsbatch job.sh\nsbatch job.sh\n" + Command("");
+  MegatronReadOptions options;
+  options.read_file = [&](const std::string&) -> std::optional<std::string> { return job; };
+  try {
+    CheckMegatronCommand(job, "job.sh", std::nullopt, options);
+    FAIL() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("hands more than 16 scripts to shells"), std::string::npos)
+        << e.what();
+  }
+  // Two levels, as sbatch -> srun -> bash -c, are read.
+  options.read_file = [&](const std::string&) -> std::optional<std::string> {
+    return "srun --ntasks=16 bash -c \"" + Command("", "python") + "\"\n";
+  };
+  EXPECT_EQ(CheckMegatronCommand("sbatch job.sh\n", "submit.sh", std::nullopt, options).gpus, 16);
 }
 
 TEST(CheckToday, ContextParallelismIsNotFoldedIntoDataParallelism) {
