@@ -1598,6 +1598,44 @@ void ReadTraining(Reader& r, MegatronCommand& c) {
 
 // Checks that need the whole command: the world size flag, hierarchical context parallelism,
 // the micro-batch group, Torch FSDP2 and determinism, the launch environment.
+// --overlap-moe-expert-parallel-comm's requirements (TransformerConfig.__post_init__, at
+// start-up), in Megatron's words.
+void CheckExpertParallelOverlap(Reader& r, const MegatronCommand& c) {
+  if (!r.Has("--overlap-moe-expert-parallel-comm")) return;
+  const ParallelConfig& p = c.parallel;
+  const std::string dispatcher = r.String("--moe-token-dispatcher-type").value_or("allgather");
+  bool recompute_moe = false;
+  if (const auto* a = r.Last("--recompute-modules"); a != nullptr) {
+    recompute_moe = std::find(a->values.begin(), a->values.end(), "moe") != a->values.end();
+  }
+  const std::pair<bool, const char*> rules[] = {
+      {p.pp <= 1 || p.virtual_stages > 1,
+       "If enabling EP A2A overlap, virtual_pipeline_model_parallel_size must be specified when "
+       "pipeline_model_parallel_size > 1"},
+      {p.ep > 1,
+       "overlap_moe_expert_parallel_comm is only supported with expert model parallelism"},
+      {dispatcher == "alltoall" || dispatcher == "flex",
+       "overlap_moe_expert_parallel_comm is supported with alltoall/flex token dispatcher"},
+      {r.String("--recompute-granularity").value_or("") != "full",
+       "disable full recomputation when enabling overlap_moe_expert_parallel_comm"},
+      {!r.Has("--recompute-method"),
+       "disable recomputation method when enabling overlap_moe_expert_parallel_comm"},
+      {!r.Has("--recompute-num-layers"),
+       "recompute_num_layers must be None when enabling overlap_moe_expert_parallel_comm"},
+      {!recompute_moe,
+       "disable moe in recompute_modules when enabling overlap_moe_expert_parallel_comm"},
+      {r.Has("--bf16") || r.Has("--fp16"),
+       "overlap_moe_expert_parallel_comm is only supported with bf16 or fp16 model"},
+      {!r.Has("--moe-shared-expert-overlap"),
+       "disable moe_shared_expert_overlap when enabling overlap_moe_expert_parallel_comm"},
+      {c.model.mtp_num_layers <= 1,
+       "MTP supports at most one layer when enabling overlap_moe_expert_parallel_comm."},
+  };
+  for (const auto& [holds, message] : rules) {
+    if (!holds) r.Add(Severity::kError, "--overlap-moe-expert-parallel-comm", message, "");
+  }
+}
+
 void ReadStartUpChecks(Reader& r, MegatronCommand& c, bool environment_complete) {
   ParallelConfig& p = c.parallel;
   if (auto world = r.Int("--world-size")) c.world_size = *world;
@@ -1615,6 +1653,7 @@ void ReadStartUpChecks(Reader& r, MegatronCommand& c, bool environment_complete)
   if (auto g = r.Int("--microbatch-group-size-per-virtual-pipeline-stage")) {
     c.microbatch_group_size = ToInt(*g);
   }
+  CheckExpertParallelOverlap(r, c);
   CheckFsdp2AndDeterminism(r, c);
   CheckDeviceConnections(r, c, environment_complete);
 }

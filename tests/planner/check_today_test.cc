@@ -297,6 +297,32 @@ TEST(CheckToday, ScriptsHandedOnToShellsAreBoundedInAll) {
   EXPECT_EQ(CheckMegatronCommand("sbatch job.sh\n", "submit.sh", std::nullopt, options).gpus, 16);
 }
 
+// TransformerConfig.__post_init__: `if self.overlap_moe_expert_parallel_comm: ... assert
+// self.expert_model_parallel_size > 1, 'overlap_moe_expert_parallel_comm is only supported with
+// expert model parallelism'; assert self.moe_token_dispatcher_type in ['alltoall', 'flex'], ...;
+// assert self.recompute_granularity != 'full', ...; assert self.bf16 or self.fp16, ...`.
+TEST(CheckToday, ExpertParallelOverlapRequirements) {
+  const std::string moe = Command(
+      "--num-experts 8 --moe-ffn-hidden-size 512 --disable-bias-linear "
+      "--overlap-moe-expert-parallel-comm ");
+  EXPECT_EQ(Errors(Check(moe + "--expert-model-parallel-size 8 --moe-token-dispatcher-type "
+                               "alltoall")),
+            std::vector<std::string>{});
+  const std::vector<std::string> errors = Errors(Check(moe));
+  ASSERT_EQ(errors.size(), 2u);
+  EXPECT_EQ(errors[0],
+            "--overlap-moe-expert-parallel-comm: overlap_moe_expert_parallel_comm is only "
+            "supported with expert model parallelism");
+  EXPECT_EQ(errors[1],
+            "--overlap-moe-expert-parallel-comm: overlap_moe_expert_parallel_comm is supported "
+            "with alltoall/flex token dispatcher");
+  EXPECT_EQ(Errors(Check(moe + "--expert-model-parallel-size 8 --moe-token-dispatcher-type "
+                               "alltoall --recompute-granularity full --recompute-method uniform "
+                               "--recompute-num-layers 1"))
+                .size(),
+            3u);
+}
+
 TEST(CheckToday, ContextParallelismIsNotFoldedIntoDataParallelism) {
   const CheckReport r = Check("export CUDA_DEVICE_MAX_CONNECTIONS=1\n" +
                               Command("--context-parallel-size 4 --global-batch-size 2"));
