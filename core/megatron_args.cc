@@ -31,15 +31,34 @@ struct Token {
 
 // ---- The launch script: commands of words ------------------------------------------------
 
-struct Lexed {
-  std::vector<std::vector<Token>> commands;
-  std::vector<MegatronFinding> findings;
-  std::vector<std::map<std::string, std::string>> environments;  // one per command
-  // Per command: the words of the commands that handed it to a shell (`srun -N 2 sh -c "..."`),
-  // outermost first: launcher words too.
-  std::vector<std::vector<Token>> outer;
-  int scripts = 0;  // scripts played: the one given and those handed to shells
+bool IsScript(std::string_view word) { return word.size() > 3 && word.ends_with(".py"); }
+
+// A command that runs a Python script: a candidate for the training launch.
+struct Launch {
+  std::vector<Token> words;
+  size_t script_at = 0;                            // the index of the `*.py` word
+  std::map<std::string, std::string> environment;  // exported variables and inline assignments
+  // The words of the commands that handed it to a shell (`srun -N 2 sh -c "..."`), outermost
+  // first: launcher words too.
+  std::vector<Token> outer;
 };
+
+struct Lexed {
+  std::vector<Launch> launches;  // in the order bash would run them
+  std::vector<MegatronFinding> findings;
+  int scripts = 0;      // scripts played: the one given and those handed to shells
+  size_t commands = 0;  // commands run by all of them
+};
+
+// The index of the `*.py` word of a command that runs a Python script (not one that only
+// prints its name).
+std::optional<size_t> ScriptWord(const std::vector<Token>& words) {
+  if (words.empty() || words[0].text == "echo" || words[0].text == "printf") return std::nullopt;
+  for (size_t i = 0; i < words.size(); ++i) {
+    if (IsScript(words[i].text)) return i;
+  }
+  return std::nullopt;
+}
 
 bool IsShell(std::string_view program) {
   const std::string_view base = program.substr(program.rfind('/') + 1);
@@ -118,7 +137,8 @@ void AddCommands(std::string_view text, const std::string& source, const ShellOp
         "check the command that runs pretrain_gpt.py on its own");
   }
   const ShellResult result = InterpretShell(text, source, options);
-  if (out.commands.size() + result.commands.size() > kMaxCommands) {
+  out.commands += result.commands.size();
+  if (out.commands > kMaxCommands) {
     throw InputError({source, 0, ""},
                      fmt::format("the script runs more than {} commands", kMaxCommands),
                      "check the command that runs pretrain_gpt.py on its own");
@@ -135,9 +155,9 @@ void AddCommands(std::string_view text, const std::string& source, const ShellOp
     for (const ShellWord& w : command.words) {
       words.push_back({w.text, w.source == source ? w.line : 0});
     }
-    out.commands.push_back(words);
-    out.environments.push_back(command.environment);
-    out.outer.push_back(outer);
+    if (const auto at = ScriptWord(words)) {
+      out.launches.push_back({words, *at, command.environment, outer});
+    }
     const std::optional<std::string> inner = InnerScript(command, options);
     if (!inner || depth >= 4) continue;
     ShellOptions nested = options;
@@ -352,8 +372,6 @@ std::string ValueProblem(const KnownFlag& flag, std::string_view value) {
   }
   return fmt::format("invalid choice: '{}' (choose from {})", value, listed);
 }
-
-bool IsScript(std::string_view word) { return word.size() > 3 && word.ends_with(".py"); }
 
 // ---- Launchers ---------------------------------------------------------------------------
 
@@ -816,9 +834,7 @@ void CheckDeviceConnections(Reader& r, MegatronCommand& c, bool environment_comp
 // the simulation runs as if it were absent.
 void WarnAboutWhatIsNotSimulated(Reader& r, MegatronCommand& c) {
   std::set<std::string, std::less<>> warned;
-  const size_t given = c.args.size();
-  for (size_t i = 0; i < given; ++i) {
-    const MegatronCommand::Arg& a = c.args[i];
+  for (const MegatronCommand::Arg& a : c.args) {
     const KnownFlag* known = Find(kMegatronFlags, a.flag);
     if (known == nullptr || !warned.insert(a.flag).second) continue;
     if (r.Consulted(a.flag)) {
@@ -834,25 +850,8 @@ void WarnAboutWhatIsNotSimulated(Reader& r, MegatronCommand& c) {
 
 // The command that runs a Python script (the last one when there are several): its script, the
 // launcher words before it (the world size), its environment and its words after the script.
-// Returns the command's words and sets `script_at`.
-const std::vector<Token>& TrainingCommand(const Lexed& lexed, const std::string& source,
-                                          MegatronCommand& c, size_t& script_at) {
-  const std::vector<Token>* command = nullptr;
-  std::vector<Token> launcher;  // the words before the script, with those of outer commands
-  for (size_t k = 0; k < lexed.commands.size(); ++k) {
-    const auto& cmd = lexed.commands[k];
-    if (cmd.empty() || cmd[0].text == "echo" || cmd[0].text == "printf") continue;
-    for (size_t i = 0; i < cmd.size(); ++i) {
-      if (IsScript(cmd[i].text)) {
-        command = &cmd;
-        script_at = i;
-        c.environment = lexed.environments[k];
-        launcher = lexed.outer[k];
-        break;
-      }
-    }
-  }
-  if (command == nullptr) {
+const Launch& TrainingCommand(const Lexed& lexed, const std::string& source, MegatronCommand& c) {
+  if (lexed.launches.empty()) {
     // What the interpreter could not follow is the likely reason: say it.
     std::string reasons;
     for (const MegatronFinding& f : c.findings) {
@@ -863,12 +862,16 @@ const std::vector<Token>& TrainingCommand(const Lexed& lexed, const std::string&
                          (reasons.empty() ? "" : " (playing the script:" + reasons.substr(1) + ")"),
                      "paste the command that runs pretrain_gpt.py (python or torchrun)");
   }
-  const std::vector<Token>& words = *command;
-  c.script = words[script_at].text;
-  launcher.insert(launcher.end(), words.begin(), words.begin() + static_cast<long>(script_at));
+  const Launch& launch = lexed.launches.back();
+  const std::vector<Token>& words = launch.words;
+  c.script = words[launch.script_at].text;
+  c.environment = launch.environment;
+  std::vector<Token> launcher = launch.outer;
+  launcher.insert(launcher.end(), words.begin(),
+                  words.begin() + static_cast<long>(launch.script_at));
   c.world_size = LauncherWorldSize(launcher);
-  for (size_t i = script_at + 1; i < words.size(); ++i) c.argv.push_back(words[i].text);
-  return words;
+  for (size_t i = launch.script_at + 1; i < words.size(); ++i) c.argv.push_back(words[i].text);
+  return launch;
 }
 
 // Megatron's own flags after the script, as argparse reads them: arity and value types from the
@@ -1678,9 +1681,8 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
   Lexed lexed = Lex(text, source, read);
   MegatronCommand c;
   c.findings = std::move(lexed.findings);
-  size_t script_at = 0;
-  const std::vector<Token>& words = TrainingCommand(lexed, source, c, script_at);
-  ReadArgs(words, script_at, c);
+  const Launch& launch = TrainingCommand(lexed, source, c);
+  ReadArgs(launch.words, launch.script_at, c);
   Reader r(c);
   const std::vector<int> hybrid_segments = ReadModel(r, c);
   ReadLayout(r, c, hybrid_segments);

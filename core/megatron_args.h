@@ -39,7 +39,8 @@ struct KnownFlag {
 // that come before the script.
 std::span<const KnownFlag> MegatronFlags();
 std::span<const KnownFlag> LauncherFlags();
-// "NVIDIA/Megatron-LM d98e8a6 (2026-08-22), 877 options": the commit the table speaks.
+// "Megatron-LM option table: NVIDIA/Megatron-LM commit d98e8a6... (2026-08-22), 900 options":
+// the commit the table speaks.
 std::string MegatronTableVersion();
 
 struct MegatronFinding {

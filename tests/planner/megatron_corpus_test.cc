@@ -125,24 +125,29 @@ std::pair<std::string, std::string> FillIn(const std::string& line) {
   return {line.substr(0, space), line.substr(space + 1)};
 }
 
+// `text` with the blanks the judge filled in for corpus script `file` filled the same way.
+std::string FilledIn(std::string text, const std::string& file) {
+  for (const std::string& line : ArgvHeader(file, "fill-in")) {
+    const auto [blank, value] = FillIn(line);
+    for (size_t at = text.find(blank); at != std::string::npos;
+         at = text.find(blank, at + value.size())) {
+      text.replace(at, blank.size(), value);
+    }
+  }
+  return text;
+}
+
 // `source FILE` (or sbatch FILE) in a corpus script: the copies under sourced/, found by file
-// name (the scripts name them by `pwd`, which the interpreter cannot know), with the blanks the
-// judge filled in filled the same way.
+// name (the scripts name them by `pwd`, which the interpreter cannot know), filled in as the
+// judge filled them.
 std::function<std::optional<std::string>(const std::string&)> SourcedReader(
     const std::string& file) {
-  std::vector<std::pair<std::string, std::string>> fill_ins;
-  for (const std::string& line : ArgvHeader(file, "fill-in")) fill_ins.push_back(FillIn(line));
-  return [fill_ins](const std::string& path) -> std::optional<std::string> {
+  return [file](const std::string& path) -> std::optional<std::string> {
     const std::string name = fs::path(path).filename().string();
     for (const auto& entry : fs::recursive_directory_iterator(kCorpus / "sourced")) {
-      if (!entry.is_regular_file() || entry.path().filename() != name) continue;
-      std::string text = ReadAll(entry.path());
-      for (const auto& [blank, value] : fill_ins) {
-        for (size_t at; (at = text.find(blank)) != std::string::npos;) {
-          text.replace(at, blank.size(), value);
-        }
+      if (entry.is_regular_file() && entry.path().filename() == name) {
+        return FilledIn(ReadAll(entry.path()), file);
       }
-      return text;
     }
     return std::nullopt;
   };
@@ -184,14 +189,8 @@ std::vector<Outcome> CheckCorpus() {
     o.verdict = v;
     CheckReport report;
     try {
-      std::string text = ReadAll(kCorpus / file);
-      for (const std::string& line : ArgvHeader(file, "fill-in")) {
-        const auto [blank, value] = FillIn(line);
-        for (size_t at; (at = text.find(blank)) != std::string::npos;) {
-          text.replace(at, blank.size(), value);
-        }
-      }
-      report = CheckMegatronCommand(text, file, std::nullopt, options);
+      report = CheckMegatronCommand(FilledIn(ReadAll(kCorpus / file), file), file, std::nullopt,
+                                    options);
     } catch (const std::exception& e) {
       o.first_error = std::string("cannot read: ") + e.what();
       o.refused = !v.accepted;  // counted below as neither right nor wrong: listed
