@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/output.h"
 #include "core/error.h"
 #include "executor/device.h"
 
@@ -88,6 +89,7 @@ int RunCommand(const Command& command, const std::vector<std::string>& args, std
                        command.tracked_in);
     return kExitNotImplemented;
   }
+  CheckOutputs(flags);  // before any work: an unwritable output is said at once
   return command.run(flags, out, err);
 }
 

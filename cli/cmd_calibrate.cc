@@ -99,11 +99,7 @@ int RunCalibrate(const Flags& flags, std::ostream& out, std::ostream& err) {
     throw InputError({"", 0, ""}, "ptdp calibrate runs under mpirun only as its own MPI job",
                      "run `ptdp calibrate --out FILE` without mpirun: it starts the ranks itself");
   }
-  const std::string out_path = flags.String("out");
-  const std::filesystem::path parent = std::filesystem::path(out_path).parent_path();
-  if (!parent.empty() && !std::filesystem::is_directory(parent)) {
-    flags.Fail("out", fmt::format("directory \"{}\" does not exist", parent.string()));
-  }
+  const std::string out_path = flags.String("out");  // writable: checked with every output
   MachineInfo machine = ReadMachineInfo();
   const int ranks = static_cast<int>(flags.OptionalPositiveInt("ranks").value_or(machine.cores));
   if (ranks > 1024) flags.Fail("ranks", fmt::format("at most 1024, got {}", ranks));

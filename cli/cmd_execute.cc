@@ -9,11 +9,14 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/output.h"
 #include "core/error.h"
 #include "core/spec_yaml.h"
 #include "core/trace.h"
@@ -45,9 +48,12 @@ void AddExecuteOptions(po::options_description& o) {
       "fp32 (default) | fp64 (numerical checks)");
 }
 
-// PTDP_TEST_FAULT="RANK:STEP[:throw|midstep|exit]": world rank RANK fails in step STEP: it
-// throws before the step (the error path), throws after its second pipeline operation (with
-// messages in flight), or exits at once without MPI_Finalize (a crashed process). For tests.
+// PTDP_TEST_FAULT="RANK:STEP[:MODE]": world rank RANK fails in step STEP. MODE throw: it
+// throws before the step (the error path); midstep: throws after its second pipeline operation
+// (with messages in flight); exit: exits at once without MPI_Finalize (a crashed process);
+// kill: SIGKILL after its second pipeline operation; killsave: SIGKILL in the middle of writing
+// its file of step STEP's checkpoint; killcommit: SIGKILL when every rank's file of that save is
+// written, before the manifest. For tests.
 void InstallFaultHooks(int world_rank, ExecuteOptions* options) {
   const char* spec = std::getenv("PTDP_TEST_FAULT");
   if (spec == nullptr || *spec == '\0') return;
@@ -60,26 +66,34 @@ void InstallFaultHooks(int world_rank, ExecuteOptions* options) {
   }
   if (rank != world_rank) return;
   const std::string how = mode;
-  if (how != "throw" && how != "midstep" && how != "exit") {
-    throw InputError({"", 0, "PTDP_TEST_FAULT"}, "mode must be throw, midstep or exit");
+  constexpr std::string_view kModes[] = {"throw", "midstep",  "exit",
+                                         "kill",  "killsave", "killcommit"};
+  if (std::find(std::begin(kModes), std::end(kModes), how) == std::end(kModes)) {
+    throw InputError({"", 0, "PTDP_TEST_FAULT"},
+                     "mode must be throw, midstep, exit, kill, killsave or killcommit");
   }
   options->on_step_begin = [step, how, rank](int64_t now) {
-    if (now != step || how == "midstep") return;
-    if (how == "exit") std::_Exit(7);
+    if (now != step || how != "throw") {
+      if (now == step && how == "exit") std::_Exit(7);
+      return;
+    }
     throw std::runtime_error(
         fmt::format("injected fault before step {} on rank {} (PTDP_TEST_FAULT)", step, rank));
   };
   options->on_operation = [step, how, rank](int64_t now, int64_t op) {
-    if (now != step || how != "midstep" || op != 2) return;
+    if (now != step || op != 2) return;
+    if (how == "kill") ::raise(SIGKILL);
+    if (how != "midstep") return;
     throw std::runtime_error(fmt::format(
         "injected fault after operation 2 of step {} on rank {} (PTDP_TEST_FAULT)", step, rank));
   };
-}
-
-void WriteFile(const std::string& path, const std::string& text, const char* flag) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  if (!out) throw InputError({"", 0, flag}, fmt::format("cannot write \"{}\"", path));
+  options->on_save = [step, how](int64_t now, std::string_view phase) {
+    if (now != step) return;
+    if ((how == "killsave" && phase == "rank file half written") ||
+        (how == "killcommit" && phase == "rank files written")) {
+      ::raise(SIGKILL);
+    }
+  };
 }
 
 int RunExecute(const Flags& flags, std::ostream& out, std::ostream& err) {
@@ -94,6 +108,7 @@ int RunExecute(const Flags& flags, std::ostream& out, std::ostream& err) {
     }
     const ExecuteOptions options = ReadExecuteOptions(flags);
     const Plan plan = LoadExecutablePlan(flags, options);
+    if (!flags.Has("results")) CheckOutputPath("execute-results.json", "--results");
     if (flags.Switch("launch")) {
       const LaunchCommand command =
           LaunchSelf("execute", plan.parallel.world_size(), flags, kForwarded);
@@ -272,13 +287,16 @@ int RunAsRank(std::string_view command, const Plan& plan, const ExecuteOptions& 
     }
     if (!root) return kExitOk;
     const std::string results_path = flags.OptionalString("results").value_or(default_results);
+    std::vector<OutputFile> files;
     if (!results_path.empty()) {
-      WriteFile(results_path, ResultsJson(plan, opts, result), "--results");
+      files.push_back({results_path, ResultsJson(plan, opts, result), "--results"});
     }
     if (const auto trace = flags.OptionalString("trace")) {
-      WriteFile(*trace, ChromeTraceJson("ptdp execute (measured)", result.tracks, result.events),
-                "--trace");
+      files.push_back({*trace,
+                       ChromeTraceJson("ptdp execute (measured)", result.tracks, result.events),
+                       "--trace"});
     }
+    WriteOutputFiles(files);
     if (!result.steps.empty()) {
       log << fmt::format(
           "done: steps {}..{}, loss {:.4f} -> {:.4f}; measured bubble fraction {:.3f} over {} "

@@ -293,14 +293,16 @@ int RunPlan(const Flags& flags, std::ostream& out, std::ostream& err) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
+  std::vector<OutputFile> files;
   if (!res.plans.empty()) {
     if (auto path = flags.OptionalString("out")) {
-      WriteOutputFile(*path, WritePlanYaml(res.plans.front().plan), "--out");
+      files.push_back({*path, WritePlanYaml(res.plans.front().plan), "--out"});
     }
   }
   if (auto path = flags.OptionalString("html")) {
-    WriteOutputFile(*path, PlanReportHtml(req, res), "--html");
+    files.push_back({*path, PlanReportHtml(req, res), "--html"});
   }
+  WriteOutputFiles(files);
   if (format == Format::kJson) {
     out << PlanJson(req, res, flags.Switch("explain"));
     return res.plans.empty() ? kExitFailed : kExitOk;

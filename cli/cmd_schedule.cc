@@ -66,13 +66,14 @@ int RunSchedule(const Flags& flags, std::ostream& out, std::ostream&) {
                   s.split_backward ? " (input gradient 1 + weight gradient 1)" : "",
                   100 * sim.bubble_fraction),
       /*unit_time=*/true};
-  if (auto path = flags.OptionalString("svg")) {
-    WriteOutputFile(*path, TimelineSvg(s, sim, title), "--svg");
-  }
+  std::vector<OutputFile> files;
+  if (auto path = flags.OptionalString("svg"))
+    files.push_back({*path, TimelineSvg(s, sim, title), "--svg"});
   if (auto path = flags.OptionalString("trace")) {
     const TimelineTrace trace = TimelineTraceEvents(s, sim);
-    WriteOutputFile(*path, ChromeTraceJson(title.title, trace.tracks, trace.events), "--trace");
+    files.push_back({*path, ChromeTraceJson(title.title, trace.tracks, trace.events), "--trace"});
   }
+  WriteOutputFiles(files);
 
   if (format == Format::kJson) {
     out << "{\"schedule\": \"" << Name(kind) << "\", \"pp\": " << p << ", \"microbatches\": " << m

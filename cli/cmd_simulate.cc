@@ -194,6 +194,7 @@ int RunSimulate(const Flags& flags, std::ostream& out, std::ostream&) {
   }
   const SimulationReport report = SimulatePlan(plan);
 
+  std::vector<OutputFile> files;
   if (auto path = flags.OptionalString("svg")) {
     TimelineTitle title = SimulationTitle(plan, report);
     if (auto until = flags.OptionalString("svg-until")) {
@@ -207,14 +208,15 @@ int RunSimulate(const Flags& flags, std::ostream& out, std::ostream&) {
       }
       title.axis_end_s = seconds;
     }
-    WriteOutputFile(*path, TimelineSvg(report.schedule, report.sim, title), "--svg");
+    files.push_back({*path, TimelineSvg(report.schedule, report.sim, title), "--svg"});
   }
   if (auto path = flags.OptionalString("trace")) {
     const TimelineTrace trace = TimelineTraceEvents(report.schedule, report.sim);
-    WriteOutputFile(
-        *path, ChromeTraceJson(SimulationTitle(plan, report).title, trace.tracks, trace.events),
-        "--trace");
+    files.push_back(
+        {*path, ChromeTraceJson(SimulationTitle(plan, report).title, trace.tracks, trace.events),
+         "--trace"});
   }
+  WriteOutputFiles(files);
   const bool explain = flags.Switch("explain");
   if (format == Format::kJson) {
     if (explain) {

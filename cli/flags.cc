@@ -80,6 +80,16 @@ std::optional<std::string> Flags::OptionalString(std::string_view flag) const {
   return it->second.as<std::string>();
 }
 
+std::vector<std::pair<std::string, std::string>> Flags::StringValues() const {
+  std::vector<std::pair<std::string, std::string>> result;
+  for (const auto& [flag, value] : values_) {
+    if (const auto* text = boost::any_cast<std::string>(&value.value())) {
+      result.emplace_back(flag, *text);
+    }
+  }
+  return result;
+}
+
 std::vector<std::string> Flags::Strings(std::string_view flag) const {
   const auto it = values_.find(std::string(flag));
   if (it == values_.end()) return {};

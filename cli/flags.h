@@ -41,6 +41,8 @@ class Flags {
   E Enum(std::string_view flag, const EnumName<E> (&names)[N], E default_value) const;
 
   const std::vector<std::string>& passthrough() const { return passthrough_; }
+  // Every flag given with one string value, as (flag, value), in flag order.
+  std::vector<std::pair<std::string, std::string>> StringValues() const;
   bool help() const { return Switch("help"); }
 
   [[noreturn]] void Fail(std::string_view flag, std::string message, std::string hint = "") const;

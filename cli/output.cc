@@ -1,34 +1,178 @@
 #include "cli/output.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include "core/error.h"
 
 namespace ptdp::cli {
+namespace fs = std::filesystem;
+namespace {
+
+InputError OutputError(std::string_view flag, const std::string& path, const std::string& why) {
+  return InputError({"", 0, std::string(flag)}, fmt::format("cannot write {}: {}", path, why));
+}
+
+// The file a path names: a symbolic link's target (followed to the end), else the path itself.
+fs::path Target(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_symlink(path, ec)) {
+    const fs::path target = fs::weakly_canonical(path, ec);
+    if (!ec) return target;
+  }
+  return fs::path(path);
+}
+
+// The folder a file would be created in ("." for a bare name).
+fs::path FolderOf(const fs::path& file) {
+  const fs::path parent = file.parent_path();
+  return parent.empty() ? fs::path(".") : parent;
+}
+
+void CheckFolder(const fs::path& folder, std::string_view flag, const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(folder, ec)) {
+    throw OutputError(flag, path, fmt::format("no such folder: {}", folder.string()));
+  }
+  if (!fs::is_directory(folder, ec)) {
+    throw OutputError(flag, path, fmt::format("{} is not a folder", folder.string()));
+  }
+  // A file created and removed at once: permissions, a read-only file system, quotas and
+  // access-control lists answer as they will for the real file (access(2) would say yes to root).
+  std::string probe = (folder / ".ptdp-write-check.XXXXXX").string();
+  const int fd = ::mkstemp(probe.data());
+  if (fd < 0) {
+    throw OutputError(
+        flag, path,
+        fmt::format("the folder {} is not writable ({})", folder.string(), std::strerror(errno)));
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+// The permissions open(2) gives a new file: 0666 less the umask (mkstemp's are 0600).
+mode_t NewFileMode() {
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  return 0666 & ~mask;
+}
+
+// Writes `content` to a new temporary file beside `target` (with the permissions of the file it
+// replaces, if any) and returns its name.
+std::string WriteTemporary(const fs::path& target, std::string_view content,
+                           std::string_view flag) {
+  std::string tmp = fmt::format("{}.tmp.{}.XXXXXX", target.string(), ::getpid());
+  const int fd = ::mkstemp(tmp.data());
+  if (fd < 0) throw OutputError(flag, target.string(), std::strerror(errno));
+  auto fail = [&](const std::string& why) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw OutputError(flag, target.string(), why);
+  };
+  struct stat old {};
+  const mode_t mode = ::stat(target.c_str(), &old) == 0 ? (old.st_mode & 07777) : NewFileMode();
+  if (::fchmod(fd, mode) != 0) fail(std::strerror(errno));
+  size_t done = 0;
+  while (done < content.size()) {
+    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+    if (n <= 0) fail(fmt::format("write failed: {}", std::strerror(errno)));
+    done += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    throw OutputError(flag, target.string(), std::strerror(errno));
+  }
+  return tmp;
+}
+
+}  // namespace
+
+void CheckOutputPath(const std::string& path, std::string_view flag) {
+  if (path.empty()) throw OutputError(flag, "\"\"", "the path is empty");
+  const fs::path target = Target(path);
+  std::error_code ec;
+  if (fs::is_directory(target, ec)) throw OutputError(flag, path, "it is a folder");
+  CheckFolder(FolderOf(target), flag, path);
+  if (fs::exists(target, ec) && ::access(target.c_str(), W_OK) != 0) {
+    throw OutputError(flag, path,
+                      fmt::format("the file is not writable ({})", std::strerror(errno)));
+  }
+}
+
+void CheckOutputs(const Flags& flags) {
+  const std::vector<std::pair<std::string, std::string>> values = flags.StringValues();
+  auto is_output = [](std::string_view flag) {
+    return std::find(std::begin(kOutputFileFlags), std::end(kOutputFileFlags), flag) !=
+           std::end(kOutputFileFlags);
+  };
+  std::vector<std::pair<std::string, fs::path>> outputs;  // flag, file
+  for (const auto& [flag, path] : values) {
+    if (!is_output(flag)) continue;
+    const std::string dashed = "--" + flag;
+    CheckOutputPath(path, dashed);
+    const fs::path target = fs::weakly_canonical(Target(path));
+    for (const auto& [other_flag, other] : outputs) {
+      if (other == target) {
+        throw OutputError(dashed, path, fmt::format("{} writes the same file", other_flag));
+      }
+    }
+    // An output must not replace a file the run reads (--trace plan.yaml with --plan plan.yaml).
+    for (const auto& [input_flag, input] : values) {
+      std::error_code ec;
+      if (is_output(input_flag) || input_flag == kOutputDirFlag) continue;
+      if (fs::exists(input, ec) && fs::exists(target, ec) && fs::equivalent(input, target, ec)) {
+        throw OutputError(
+            dashed, path,
+            fmt::format("it is the file given to --{}, which this run reads", input_flag));
+      }
+    }
+    outputs.emplace_back(dashed, target);
+  }
+  if (const auto save = flags.OptionalString(std::string(kOutputDirFlag))) {
+    // The folder, or the nearest folder above it that exists, must be writable.
+    const std::string dashed = "--" + std::string(kOutputDirFlag);
+    if (save->empty()) throw OutputError(dashed, "\"\"", "the path is empty");
+    std::error_code ec;
+    fs::path folder = fs::absolute(*save, ec);
+    if (fs::exists(folder, ec) && !fs::is_directory(folder, ec)) {
+      throw OutputError(dashed, *save, "it is a file, not a folder");
+    }
+    while (!fs::exists(folder, ec) && folder.has_parent_path() && folder != folder.parent_path()) {
+      folder = folder.parent_path();
+    }
+    CheckFolder(folder, dashed, *save);
+  }
+}
+
+void WriteOutputFiles(const std::vector<OutputFile>& files) {
+  std::vector<std::string> temporaries;
+  try {
+    for (const OutputFile& f : files) {
+      CheckOutputPath(f.path, f.flag);
+      temporaries.push_back(WriteTemporary(Target(f.path), f.content, f.flag));
+    }
+  } catch (...) {
+    for (const std::string& tmp : temporaries) ::unlink(tmp.c_str());
+    throw;
+  }
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (std::rename(temporaries[i].c_str(), Target(files[i].path).c_str()) != 0) {
+      const std::string why = std::strerror(errno);
+      for (size_t j = i; j < files.size(); ++j) ::unlink(temporaries[j].c_str());
+      throw OutputError(files[i].flag, files[i].path, why);
+    }
+  }
+}
 
 void WriteOutputFile(const std::string& path, std::string_view content, std::string_view flag) {
-  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
-  auto fail = [&](const std::string& why) {
-    std::remove(tmp.c_str());
-    throw InputError({"", 0, std::string(flag)}, fmt::format("cannot write {}: {}", path, why));
-  };
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) fail("it is a directory");
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) fail(std::strerror(errno));
-    out.write(content.data(), static_cast<std::streamsize>(content.size()));
-    out.flush();
-    if (!out) fail(std::strerror(errno));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail(std::strerror(errno));
+  WriteOutputFiles({{path, std::string(content), std::string(flag)}});
 }
 
 }  // namespace ptdp::cli

@@ -1,14 +1,39 @@
-// Writing output files from the CLI: atomically (a temporary name in the same directory, then a
-// rename), so an interrupted or failed write never leaves a half-written file or destroys the
-// previous one.
+// Output files of the CLI. Checked before any work (CheckOutputs: the folder exists and is
+// writable, the path is not a folder and not a file the run reads), then written all or none
+// (WriteOutputFiles: each to a temporary name in its own folder, then renamed), so that a failed
+// or interrupted run never leaves a half-written file, never destroys an earlier output, and
+// never leaves the first of two outputs written when the second fails. A replaced file keeps its
+// permissions; a symbolic link keeps pointing at the file it names, which gets the new content.
 #pragma once
 
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "cli/flags.h"
 
 namespace ptdp::cli {
 
-// Writes `content` to `path`; an unwritable path is an InputError naming `flag` and the path.
+// The flags that name a file ptdp writes, and the one that names a folder (--save).
+inline constexpr std::string_view kOutputFileFlags[] = {"out",  "svg",     "trace",
+                                                        "html", "results", "comm-results"};
+inline constexpr std::string_view kOutputDirFlag = "save";
+
+// Every output flag given in `flags` is checked; an InputError names the first flag that cannot
+// be written, and why. Run by every command before it reads its inputs.
+void CheckOutputs(const Flags& flags);
+
+// `path` can be written: InputError naming `flag` otherwise.
+void CheckOutputPath(const std::string& path, std::string_view flag);
+
+struct OutputFile {
+  std::string path;
+  std::string content;
+  std::string flag;  // "--svg": named in an error
+};
+
+// Writes every file or none (see the top of this file). InputError naming the flag otherwise.
+void WriteOutputFiles(const std::vector<OutputFile>& files);
 void WriteOutputFile(const std::string& path, std::string_view content, std::string_view flag);
 
 }  // namespace ptdp::cli

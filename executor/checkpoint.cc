@@ -4,13 +4,18 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "core/error.h"
 #include "core/spec_yaml.h"
+#include "core/yaml_io.h"
 #include "executor/rng.h"
 
 namespace ptdp {
@@ -22,27 +27,50 @@ constexpr char kMagic[8] = {'P', 'T', 'D', 'P', 'C', 'K', 'P', '1'};
 std::string StepDirName(int64_t step) { return fmt::format("step-{:08d}", step); }
 std::string RankFileName(int rank) { return fmt::format("rank-{:05d}.bin", rank); }
 
-InputError LoadError(const std::string& path, const std::string& message) {
-  return InputError({path, 0, ""}, message, "checkpoints load into the layout that saved them");
+InputError LoadError(const std::string& path, const std::string& message,
+                     const std::string& hint = "") {
+  return InputError({path, 0, ""}, message, hint);
 }
 
-// Writes `data` to `path` through `path.tmp`, flushed to disk, then renamed.
-void WriteAtomically(const fs::path& path, const std::string& data) {
+constexpr char kSameLayout[] = "checkpoints load into the layout that saved them";
+
+// Writes `data` to `path` through `path.tmp`, flushed to disk, then renamed; a failed write
+// removes the temporary file (a full disk is not filled further by retries). `on_half` (tests)
+// runs when half of the bytes are written.
+void WriteAtomically(const fs::path& path, const std::string& data,
+                     const std::function<void()>& on_half = {}) {
   const fs::path tmp = path.string() + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw InputError({tmp.string(), 0, "--save"}, "cannot create the file");
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n <= 0) {
-      ::close(fd);
-      throw InputError({tmp.string(), 0, "--save"}, "write failed (disk full?)");
-    }
-    done += static_cast<size_t>(n);
+  if (fd < 0) {
+    throw InputError({tmp.string(), 0, "--save"},
+                     fmt::format("cannot create the file: {}", std::strerror(errno)));
   }
-  ::fsync(fd);
-  ::close(fd);
-  fs::rename(tmp, path);
+  auto fail = [&](const std::string& why) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw InputError({tmp.string(), 0, "--save"}, why);
+  };
+  auto write_range = [&](size_t from, size_t to) {
+    while (from < to) {
+      const ssize_t n = ::write(fd, data.data() + from, to - from);
+      if (n <= 0) fail(fmt::format("write failed: {}", std::strerror(errno)));
+      from += static_cast<size_t>(n);
+    }
+  };
+  write_range(0, data.size() / 2);
+  if (on_half) on_half();
+  write_range(data.size() / 2, data.size());
+  if (::fsync(fd) != 0) fail(fmt::format("cannot flush to disk: {}", std::strerror(errno)));
+  if (::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    throw InputError({tmp.string(), 0, "--save"}, "write failed at close");
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    ::unlink(tmp.c_str());
+    throw InputError({path.string(), 0, "--save"}, "cannot rename into place: " + ec.message());
+  }
 }
 
 std::string ReadFile(const fs::path& path) {
@@ -63,13 +91,29 @@ std::string Header(const CheckpointState& s, const std::string& layout, int rank
   return h;
 }
 
-std::string Field(const std::string& header, const std::string& key, const std::string& file) {
-  const std::string prefix = key + "=";
-  std::istringstream lines(header);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.rfind(prefix, 0) == 0) return line.substr(prefix.size());
+// The value of "key=value" in the header; InputError naming `file` if it is missing.
+std::string_view Field(std::string_view header, std::string_view key, const std::string& file) {
+  size_t at = 0;
+  while (at < header.size()) {
+    const size_t end = std::min(header.find('\n', at), header.size());
+    const std::string_view line = header.substr(at, end - at);
+    if (line.size() > key.size() && line.substr(0, key.size()) == key && line[key.size()] == '=') {
+      return line.substr(key.size() + 1);
+    }
+    at = end + 1;
   }
-  throw LoadError(file, "the header has no " + key);
+  throw LoadError(file, fmt::format("the header has no {}", key));
+}
+
+// A header field that must be a non-negative integer.
+int64_t Count(std::string_view header, std::string_view key, const std::string& file) {
+  const std::string_view text = Field(header, key, file);
+  int64_t value = -1;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || value < 0) {
+    throw LoadError(file, fmt::format("the header's {} is not a count: \"{}\"", key, text));
+  }
+  return value;
 }
 
 fs::path ResolveStepDir(const std::string& dir) {
@@ -121,7 +165,7 @@ std::string CheckpointLayout(const Plan& plan, DType dtype) {
 
 void SaveCheckpoint(const std::string& dir, const CheckpointState& state, const std::string& layout,
                     Span params, const std::vector<Span>& optimizer_state, ProcessGroups& groups,
-                    Backend& backend) {
+                    Backend& backend, const SaveFaultHook& fault_hook) {
   const fs::path step_dir = fs::path(dir) / StepDirName(state.step);
   if (groups.world->rank() == 0) {
     std::error_code ec;
@@ -143,71 +187,146 @@ void SaveCheckpoint(const std::string& dir, const CheckpointState& state, const 
   }
   const uint64_t sum = Fnv1a64(blob);
   blob.append(reinterpret_cast<const char*>(&sum), sizeof(sum));
-  WriteAtomically(step_dir / RankFileName(groups.world->rank()), blob);
+  std::function<void()> on_half;
+  if (fault_hook) on_half = [&fault_hook] { fault_hook("rank file half written"); };
+  WriteAtomically(step_dir / RankFileName(groups.world->rank()), blob, on_half);
   groups.world->Barrier();  // every rank's file is in place
 
+  if (fault_hook) fault_hook("rank files written");
   if (groups.world->rank() == 0) {
     std::string manifest = fmt::format(
         "# ptdp checkpoint: one rank-NNNNN.bin per rank (ptdp execute --load {})\n"
         "format: ptdp-checkpoint\nversion: 1\nstep: {}\nsequences_consumed: {}\nseed: {}\n"
-        "world_size: {}\nlayout: \"{}\"\n",
-        dir, state.step, state.sequences_consumed, state.seed, groups.world->size(), layout);
+        "world_size: {}\nlayout: {}\n",
+        dir, state.step, state.sequences_consumed, state.seed, groups.world->size(),
+        YamlQuote(layout));
     WriteAtomically(step_dir / "manifest.yaml", manifest);
     WriteAtomically(fs::path(dir) / "latest", StepDirName(state.step) + "\n");
   }
   groups.world->Barrier();  // committed before anyone moves on
 }
 
+CheckpointRankFile ParseCheckpointRankFile(std::string_view blob, const std::string& file) {
+  if (blob.size() < sizeof(kMagic) + sizeof(uint64_t) ||
+      std::memcmp(blob.data(), kMagic, sizeof(kMagic)) != 0) {
+    throw LoadError(file, "not a ptdp checkpoint file");
+  }
+  uint64_t stored = 0;
+  const size_t body_end = blob.size() - sizeof(stored);
+  std::memcpy(&stored, blob.data() + body_end, sizeof(stored));
+  if (Fnv1a64(blob.substr(0, body_end)) != stored) {
+    throw LoadError(file, "checksum mismatch: the file is corrupt or truncated");
+  }
+  const size_t header_end = blob.find("\n\n", sizeof(kMagic));
+  if (header_end == std::string_view::npos || header_end >= body_end) {
+    throw LoadError(file, "the header does not end");
+  }
+  const std::string_view header = blob.substr(sizeof(kMagic), header_end + 1 - sizeof(kMagic));
+  CheckpointRankFile f;
+  f.state.step = Count(header, "step", file);
+  f.state.sequences_consumed = Count(header, "sequences_consumed", file);
+  f.state.seed = Count(header, "seed", file);
+  f.rank = Count(header, "rank", file);
+  f.layout = std::string(Field(header, "layout", file));
+  size_t at = header_end + 2;
+  for (int i = 0;; ++i) {
+    const std::string key = fmt::format("tensor{}_bytes", i);
+    if (header.find(key + "=") == std::string_view::npos) break;
+    const int64_t bytes = Count(header, key, file);
+    if (static_cast<uint64_t>(bytes) > body_end - at) {
+      throw LoadError(file,
+                      fmt::format("tensor {} ({} bytes) runs past the end of the file", i, bytes));
+    }
+    f.tensors.emplace_back(at, static_cast<size_t>(bytes));
+    at += static_cast<size_t>(bytes);
+  }
+  if (at != body_end) {
+    throw LoadError(file, fmt::format("{} bytes after the last tensor", body_end - at));
+  }
+  return f;
+}
+
+CheckpointManifest ParseCheckpointManifest(std::string_view text, const std::string& file) {
+  const YAML::Node root = ParseYamlDocument(text, file);
+  const YamlMap map(root, file, "", 1);
+  if (map.String("format") != "ptdp-checkpoint" || map.Int("version") != 1) {
+    throw LoadError(file, "not a ptdp checkpoint manifest (format ptdp-checkpoint, version 1)");
+  }
+  auto count = [&map](std::string_view key) {
+    const int64_t value = map.Int(key);
+    if (value < 0) map.Fail(key, fmt::format("must not be negative, got {}", value));
+    return value;
+  };
+  CheckpointManifest m;
+  m.state.step = count("step");
+  m.state.sequences_consumed = count("sequences_consumed");
+  m.state.seed = count("seed");
+  m.world_size = map.PositiveInt("world_size");
+  m.layout = map.String("layout");
+  map.RejectUnknownKeys();
+  return m;
+}
+
 CheckpointState LoadCheckpoint(const std::string& dir, const std::string& layout, Span params,
                                const std::vector<Span>& optimizer_state, ProcessGroups& groups,
                                Backend& backend) {
   const fs::path step_dir = ResolveStepDir(dir);
-  const std::string manifest = ReadFile(step_dir / "manifest.yaml");
-  const std::string world = fmt::format("world_size: {}\n", groups.world->size());
-  if (manifest.find(world) == std::string::npos) {
-    throw LoadError((step_dir / "manifest.yaml").string(),
-                    fmt::format("saved by a different number of ranks (this run has {})",
-                                groups.world->size()));
+  const std::string manifest_path = (step_dir / "manifest.yaml").string();
+  const CheckpointManifest manifest =
+      ParseCheckpointManifest(ReadFile(manifest_path), manifest_path);
+  if (manifest.world_size != groups.world->size()) {
+    throw LoadError(manifest_path,
+                    fmt::format("saved by {} ranks; this run has {}", manifest.world_size,
+                                groups.world->size()),
+                    kSameLayout);
   }
-  const fs::path file = step_dir / RankFileName(groups.world->rank());
-  const std::string blob = ReadFile(file);
-  if (blob.size() < sizeof(kMagic) + sizeof(uint64_t) ||
-      std::memcmp(blob.data(), kMagic, sizeof(kMagic)) != 0) {
-    throw LoadError(file.string(), "not a ptdp checkpoint file");
+  if (manifest.layout != layout) {
+    throw LoadError(manifest_path,
+                    "saved with a different model or layout:\n  saved: " + manifest.layout +
+                        "\n  now:   " + layout,
+                    kSameLayout);
   }
-  uint64_t stored = 0;
-  std::memcpy(&stored, blob.data() + blob.size() - sizeof(stored), sizeof(stored));
-  if (Fnv1a64(std::string_view(blob.data(), blob.size() - sizeof(stored))) != stored) {
-    throw LoadError(file.string(), "checksum mismatch: the file is corrupt or truncated");
+  const int rank = groups.world->rank();
+  const fs::path path = step_dir / RankFileName(rank);
+  const std::string file = path.string();
+  const std::string blob = ReadFile(path);
+  const CheckpointRankFile f = ParseCheckpointRankFile(blob, file);
+  // The file must be this rank's, from the save the manifest describes: a swapped or stale
+  // file passes its own checksum but would train on wrong weights or desynchronise the ranks.
+  if (f.rank != rank) {
+    throw LoadError(file, fmt::format("holds rank {}'s state, not rank {}'s (renamed or swapped "
+                                      "files?)",
+                                      f.rank, rank));
   }
-  const size_t header_end = blob.find("\n\n");
-  PTDP_CHECK(header_end != std::string::npos);
-  const std::string header = blob.substr(sizeof(kMagic), header_end + 2 - sizeof(kMagic));
-  if (Field(header, "layout", file.string()) != layout) {
-    throw LoadError(file.string(), "saved with a different model or layout:\n  saved: " +
-                                       Field(header, "layout", file.string()) +
-                                       "\n  now:   " + layout);
+  if (f.state.step != manifest.state.step ||
+      f.state.sequences_consumed != manifest.state.sequences_consumed ||
+      f.state.seed != manifest.state.seed) {
+    throw LoadError(file, fmt::format("is from step {}, but the manifest is step {}: a file of "
+                                      "another save",
+                                      f.state.step, manifest.state.step));
+  }
+  if (f.layout != layout) {
+    throw LoadError(
+        file,
+        "saved with a different model or layout:\n  saved: " + f.layout + "\n  now:   " + layout,
+        kSameLayout);
   }
   std::vector<Span> tensors{params};
   tensors.insert(tensors.end(), optimizer_state.begin(), optimizer_state.end());
-  size_t at = header_end + 2;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const int64_t bytes =
-        std::stoll(Field(header, fmt::format("tensor{}_bytes", i), file.string()));
-    if (bytes != tensors[i].bytes() ||
-        at + static_cast<size_t>(bytes) > blob.size() - sizeof(stored)) {
-      throw LoadError(file.string(), fmt::format("tensor {} has {} bytes, expected {}", i, bytes,
-                                                 tensors[i].bytes()));
-    }
-    backend.Upload(tensors[i], blob.data() + at);
-    at += static_cast<size_t>(bytes);
+  if (f.tensors.size() != tensors.size()) {
+    throw LoadError(file,
+                    fmt::format("holds {} tensors, expected {}", f.tensors.size(), tensors.size()));
   }
-  CheckpointState s;
-  s.step = std::stoll(Field(header, "step", file.string()));
-  s.sequences_consumed = std::stoll(Field(header, "sequences_consumed", file.string()));
-  s.seed = std::stoll(Field(header, "seed", file.string()));
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto [offset, bytes] = f.tensors[i];
+    if (static_cast<int64_t>(bytes) != tensors[i].bytes()) {
+      throw LoadError(
+          file, fmt::format("tensor {} has {} bytes, expected {}", i, bytes, tensors[i].bytes()));
+    }
+    backend.Upload(tensors[i], blob.data() + offset);
+  }
   groups.world->Barrier();
-  return s;
+  return f.state;
 }
 
 }  // namespace ptdp

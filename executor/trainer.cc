@@ -438,8 +438,12 @@ ExecuteResult Execute(const Plan& plan, const ExecuteOptions& options, ProcessGr
         (step == options.steps || (options.save_interval > 0 && step % options.save_interval == 0));
     if (save_now) {
       const double ts = recorder.Now();
+      SaveFaultHook on_save;
+      if (options.on_save) {
+        on_save = [&options, step](std::string_view phase) { options.on_save(step, phase); };
+      }
       SaveCheckpoint(options.save_dir, {step, step * gbs, training.seed}, layout, params.values(),
-                     optimizer.state(), groups, backend);
+                     optimizer.state(), groups, backend, on_save);
       recorder.Add("checkpoint", "other", ts, recorder.Now());
       if (progress != nullptr && world_rank == 0) {
         *progress << fmt::format("saved checkpoint of step {} in {}\n", step, options.save_dir);

@@ -22,6 +22,7 @@
 #include <map>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/plan.h"
@@ -47,6 +48,8 @@ struct ExecuteOptions {
   // after each pipeline operation of a step (its 1-based index in the stage's list).
   std::function<void(int64_t step)> on_step_begin = {};
   std::function<void(int64_t step, int64_t operation)> on_operation = {};
+  // Called during each checkpoint save, with the step and the phase (checkpoint.h).
+  std::function<void(int64_t step, std::string_view phase)> on_save = {};
 };
 
 // Everything that stops the CPU executor from running `plan` (model features it does not

@@ -320,8 +320,16 @@ void AddCoreAttentionBackward(PassWork& b, const Dims& d) {
   if (d.a_t != d.g_t) b.Add(Memory("gqa reduce k v grads", 2 * d.T * d.d * (d.g_t + d.a_t) * d.e));
 }
 
-// The experts' grouped GEMM: `groups` GEMMs of m x n x k, FP8 operands in an FP8 layer.
+// The experts' grouped GEMM: `groups` GEMMs of m x n x k, FP8 operands in an FP8 layer. One
+// of m, n, k is the tokens per expert, a mean that falls below one token when the experts
+// outnumber the tokens' copies (DeepSeek-V3's 256 experts at a high tp x cp): then only that
+// many experts run, one token each (the same FLOPs; never a GEMM of no rows).
 Work GroupedLinear(const char* name, double m, double n, double k, double groups, const Dims& d) {
+  const double fewest = std::min({m, n, k});
+  if (fewest < 1) {
+    groups = std::max(groups * fewest, 1.0);
+    m = std::max(m, 1.0), n = std::max(n, 1.0), k = std::max(k, 1.0);
+  }
   Work w = Gemm(name, m, n, k, groups, d.fp8 ? 1 : d.e, d.e, d.fp8);
   w.kind = WorkKind::kGroupedGemm;
   return w;

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
+#include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "cli/commands.h"
@@ -373,6 +375,100 @@ TEST(CliSchedule, WritesSvgAndTraceFiles) {
   EXPECT_EQ(compute, 4 * 8 * 2 * 2);
 }
 
+// Output files: checked before any work, written all or none, never replacing an input.
+class CliOutputs : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::path(::testing::TempDir()) /
+           ("ptdp-outputs-" +
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
+  static std::string Read(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), {}};
+  }
+  // Nothing but `names` in the folder (no temporary file left behind).
+  void ExpectOnly(std::set<std::string> names) const {
+    std::set<std::string> found;
+    for (const auto& e : std::filesystem::directory_iterator(dir_)) {
+      found.insert(e.path().filename().string());
+    }
+    EXPECT_EQ(found, names);
+  }
+  Result Schedule(std::vector<std::string> outputs) const {
+    std::vector<std::string> args = {"schedule", "--pp", "2", "--microbatches", "4"};
+    args.insert(args.end(), outputs.begin(), outputs.end());
+    return Cli(args);
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(CliOutputs, AnOutputNeverReplacesAFileTheRunReads) {
+  ASSERT_EQ(Cli({"plan", "--out", Path("p.yaml")}).code, kExitOk);
+  const std::string plan = Read(Path("p.yaml"));
+  for (const char* flag : {"--trace", "--svg"}) {
+    const Result r = Cli({"simulate", "--plan", Path("p.yaml"), flag, Path("p.yaml")});
+    EXPECT_EQ(r.code, kExitBadInput);
+    EXPECT_EQ(r.err, "ptdp: error: " + std::string(flag) + ": cannot write " + Path("p.yaml") +
+                         ": it is the file given to --plan, which this run reads\n");
+    EXPECT_EQ(Read(Path("p.yaml")), plan);
+  }
+  const Result r = Schedule({"--svg", Path("a"), "--trace", Path("a")});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_NE(r.err.find("--trace: cannot write " + Path("a") + ": --svg writes the same file"),
+            std::string::npos)
+      << r.err;
+  ExpectOnly({"p.yaml"});
+}
+
+TEST_F(CliOutputs, AnUnwritablePlaceIsSaidBeforeAnythingIsWritten) {
+  struct Case {
+    std::vector<std::string> flags;
+    std::string message;
+  };
+  const Case cases[] = {
+      {{"--svg", Path("ok.svg"), "--trace", Path("missing/t.json")},
+       "--trace: cannot write " + Path("missing/t.json") + ": no such folder: " + Path("missing")},
+      {{"--svg", Path("ok.svg"), "--trace", "/proc/ptdp-trace.json"},
+       "--trace: cannot write /proc/ptdp-trace.json: the folder /proc is not writable"},
+      {{"--svg", dir_.string()}, "--svg: cannot write " + dir_.string() + ": it is a folder"},
+      {{"--svg", "/dev/null/x.svg"},
+       "--svg: cannot write /dev/null/x.svg: /dev/null is not a folder"},
+      {{"--svg", ""}, "--svg: cannot write \"\": the path is empty"},
+  };
+  for (const Case& c : cases) {
+    const Result r = Schedule(c.flags);
+    EXPECT_EQ(r.code, kExitBadInput) << c.message;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+    EXPECT_EQ(r.out, "");  // refused before the schedule was built
+    ExpectOnly({});
+  }
+  std::ofstream(Path("file")) << "x";
+  const Result save = Cli({"execute", "--plan", Path("none.yaml"), "--save", Path("file")});
+  EXPECT_EQ(save.code, kExitBadInput);
+  EXPECT_NE(save.err.find("--save: cannot write " + Path("file") + ": it is a file, not a folder"),
+            std::string::npos)
+      << save.err;
+}
+
+TEST_F(CliOutputs, AReplacedFileKeepsItsPermissionsAndLinksStayLinks) {
+  ASSERT_EQ(Schedule({"--svg", Path("t.svg")}).code, kExitOk);
+  std::filesystem::permissions(
+      Path("t.svg"), std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  std::filesystem::create_symlink("t.svg", Path("link.svg"));
+  std::ofstream(Path("t.svg")) << "old";
+  ASSERT_EQ(Schedule({"--svg", Path("link.svg"), "--trace", Path("t.json")}).code, kExitOk);
+  EXPECT_TRUE(std::filesystem::is_symlink(Path("link.svg")));
+  EXPECT_EQ(Read(Path("t.svg")).rfind("<svg", 0), 0u);
+  EXPECT_EQ(std::filesystem::status(Path("t.svg")).permissions(),
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  ExpectOnly({"t.svg", "link.svg", "t.json"});
+}
+
 TEST(CliSchedule, BadCombinationsNameTheFlag) {
   EXPECT_EQ(Cli({"schedule", "--schedule", "interleaved", "--pp", "4", "--microbatches", "6",
                  "--virtual-stages", "2"})
@@ -390,7 +486,8 @@ TEST(CliSchedule, BadCombinationsNameTheFlag) {
       Cli({"schedule", "--pp", "2", "--microbatches", "2", "--svg", "/nonexistent/dir/x.svg"});
   EXPECT_EQ(unwritable.code, kExitBadInput);
   EXPECT_EQ(unwritable.err,
-            "ptdp: error: --svg: cannot write /nonexistent/dir/x.svg: No such file or directory\n");
+            "ptdp: error: --svg: cannot write /nonexistent/dir/x.svg: no such folder: "
+            "/nonexistent/dir\n");
 }
 
 }  // namespace

@@ -3,6 +3,11 @@
 # case). Usage: cli_tests.sh CASE PTDP EXECUTOR_TOOL MPIEXEC WORKDIR
 #   resume   20 steps straight; 20 steps killed (a rank exits) after the step-10 checkpoint;
 #            resumed from it to 20: identical losses
+#   checkpoint  SIGKILL of one rank in the middle of a step, in the middle of writing its
+#            checkpoint file, and after every rank's file but before the manifest: each time
+#            `latest` names the previous complete checkpoint and the resumed run's losses equal
+#            the uninterrupted run's exactly; swapped rank files, a rank file of another save, a
+#            truncated file and another model are each refused naming the file
 #   fault    one rank raises before step 3; one raises in the middle of step 3 with messages
 #            in flight (pipeline 2); one exits: each job ends non-zero within 60 s, with the
 #            failing rank's message when it raised
@@ -52,6 +57,48 @@ resume)
   grep -q '"first_step": 11' resumed.json || fail "the resumed run did not start at step 11"
   "$tool" same-losses straight.json resumed.json || fail "losses differ after the resume"
   cat resumed.log
+  ;;
+checkpoint)
+  "$tool" plan plan.yaml pp=2 || fail "plan"
+  "$tool" plan other.yaml pp=2 hidden=128 || fail "plan"
+  run 2 "$ptdp" execute --plan plan.yaml --steps 12 --results straight.json >straight.log 2>&1 \
+    || { cat straight.log; fail "straight run"; }
+  # mode:rank:step:the checkpoint left for the resume (rank 0 writes the manifest)
+  for kill in kill:1:10:8 killsave:1:8:4 killcommit:0:8:4; do
+    IFS=: read -r mode rank step left <<<"$kill"
+    rm -rf ckpt
+    PTDP_TEST_FAULT=$rank:$step:$mode run 2 "$ptdp" execute --plan plan.yaml --steps 12 --save ckpt \
+      --save-interval 4 --results killed.json >killed.log 2>&1 && fail "$mode: the run succeeded"
+    want=$(printf "step-%08d" "$left")
+    [ "$(cat ckpt/latest)" = "$want" ] || fail "$mode: latest is $(cat ckpt/latest), not $want"
+    ls -R ckpt | tr '\n' ' '; echo
+    run 2 "$ptdp" execute --plan plan.yaml --steps 12 --load ckpt --results resumed.json \
+      >resumed.log 2>&1 || { cat resumed.log; fail "$mode: resumed run"; }
+    grep -q "\"first_step\": $((left + 1))" resumed.json || fail "$mode: not resumed at $((left + 1))"
+    "$tool" same-losses straight.json resumed.json || fail "$mode: losses differ after the resume"
+    echo "$mode of rank $rank at step $step: resumed from step $left with the same losses"
+  done
+  rm -rf ckpt
+  run 2 "$ptdp" execute --plan plan.yaml --steps 8 --save ckpt --save-interval 4 >save.log 2>&1 \
+    || { cat save.log; fail "save"; }
+  refused() {  # refused WHAT EXPECTED-MESSAGE [PLAN]: loading ckpt fails with the message
+    run 2 "$ptdp" execute --plan "${3:-plan.yaml}" --steps 9 --load ckpt >load.log 2>&1 \
+      && fail "$1: loaded"
+    grep -q -- "$2" load.log || { cat load.log; fail "$1: no \"$2\""; }
+    echo "$1: refused: $(grep -m1 -- "$2" load.log)"
+  }
+  refused "another model" "manifest.yaml: saved with a different model or layout" other.yaml
+  d=ckpt/step-00000008
+  cp -p $d/rank-00000.bin r0 && cp -p $d/rank-00001.bin r1
+  mv $d/rank-00000.bin $d/swap && mv $d/rank-00001.bin $d/rank-00000.bin && mv $d/swap $d/rank-00001.bin
+  refused "swapped files" "rank-0000[01].bin: holds rank [01]'s state, not rank [01]'s"
+  cp -p r0 $d/rank-00000.bin && cp ckpt/step-00000004/rank-00001.bin $d/rank-00001.bin
+  refused "a stale file" "rank-00001.bin: is from step 4, but the manifest is step 8"
+  cp -p r1 $d/rank-00001.bin && truncate -s -100 $d/rank-00001.bin
+  refused "a truncated file" "rank-00001.bin: checksum mismatch"
+  cp -p r1 $d/rank-00001.bin
+  run 2 "$ptdp" execute --plan plan.yaml --steps 9 --load ckpt >load.log 2>&1 \
+    || { cat load.log; fail "the restored checkpoint does not load"; }
   ;;
 fault)
   "$tool" plan plan.yaml tp=2 || fail "plan"

@@ -569,6 +569,115 @@ TEST_F(CheckpointTest, DetectsCorruption) {
   }
 }
 
+// A rank file written by hand: magic, header, tensors, FNV-1a checksum (the format SaveCheckpoint
+// writes), so that the reader's checks can be reached with any field.
+std::string HandMadeRankFile(const std::string& header, const std::string& tensors) {
+  std::string blob = "PTDPCKP1" + header + "\n" + tensors;
+  const uint64_t sum = Fnv1a64(blob);
+  blob.append(reinterpret_cast<const char*>(&sum), sizeof(sum));
+  return blob;
+}
+
+TEST(CheckpointFile, ReadsItsHeaderAndTensors) {
+  const std::string blob = HandMadeRankFile(
+      "step=3\nsequences_consumed=24\nseed=7\nrank=1\ntensor0_bytes=4\ntensor1_bytes=8\n"
+      "layout=L\n",
+      "abcdefghijkl");
+  const CheckpointRankFile f = ParseCheckpointRankFile(blob, "r.bin");
+  EXPECT_EQ(f.state.step, 3);
+  EXPECT_EQ(f.state.sequences_consumed, 24);
+  EXPECT_EQ(f.state.seed, 7);
+  EXPECT_EQ(f.rank, 1);
+  EXPECT_EQ(f.layout, "L");
+  ASSERT_EQ(f.tensors.size(), 2u);
+  EXPECT_EQ(blob.substr(f.tensors[0].first, f.tensors[0].second), "abcd");
+  EXPECT_EQ(blob.substr(f.tensors[1].first, f.tensors[1].second), "efghijkl");
+}
+
+TEST(CheckpointFile, RefusesBadHeadersNamingTheFile) {
+  const std::string good = "step=3\nsequences_consumed=24\nseed=7\nrank=0\ntensor0_bytes=4\n";
+  const std::pair<std::string, std::string> cases[] = {
+      {HandMadeRankFile("step=x3\nsequences_consumed=24\nseed=7\nrank=0\nlayout=L\n", ""),
+       "the header's step is not a count: \"x3\""},
+      {HandMadeRankFile("step=3\nsequences_consumed=24\nseed=7\nrank=-1\nlayout=L\n", ""),
+       "the header's rank is not a count"},
+      {HandMadeRankFile("step=3\nseed=7\nrank=0\nlayout=L\n", ""),
+       "the header has no sequences_consumed"},
+      {HandMadeRankFile(good + "layout=L\n", "ab"), "runs past the end of the file"},
+      {HandMadeRankFile("step=3\nsequences_consumed=24\nseed=7\nrank=0\n"
+                        "tensor0_bytes=99999999999999999999\nlayout=L\n",
+                        "abcd"),
+       "is not a count"},
+      {HandMadeRankFile(good + "layout=L\n", "abcdef"), "2 bytes after the last tensor"},
+      {"PTDPCKP1step=3\nseed=1\n and more", "checksum mismatch"},
+      {"PTDPCKP2 and more bytes", "not a ptdp checkpoint file"},
+      {"", "not a ptdp checkpoint file"},
+  };
+  for (const auto& [blob, message] : cases) {
+    try {
+      (void)ParseCheckpointRankFile(blob, "dir/rank-00000.bin");
+      ADD_FAILURE() << "accepted; expected: " << message;
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.where().source, "dir/rank-00000.bin");
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(CheckpointFile, ManifestIsStrictYaml) {
+  const CheckpointManifest m = ParseCheckpointManifest(
+      "format: ptdp-checkpoint\nversion: 1\nstep: 8\nsequences_consumed: 64\nseed: 1\n"
+      "world_size: 2\nlayout: \"tp 1 | name: \\\"x\\\"\"\n",
+      "m.yaml");
+  EXPECT_EQ(m.state.step, 8);
+  EXPECT_EQ(m.world_size, 2);
+  EXPECT_EQ(m.layout, "tp 1 | name: \"x\"");
+  const std::pair<std::string, std::string> cases[] = {
+      {"format: other\nversion: 1\n", "not a ptdp checkpoint manifest"},
+      {"format: ptdp-checkpoint\nversion: 1\nstep: -1\n", "must not be negative"},
+      {"format: ptdp-checkpoint\nversion: 1\nstep: 1\nsequences_consumed: 1\nseed: 1\n"
+       "world_size: 1\nlayout: L\nextra: 1\n",
+       "extra"},
+      {"[unclosed", "m.yaml"},
+  };
+  for (const auto& [text, message] : cases) {
+    try {
+      (void)ParseCheckpointManifest(text, "m.yaml");
+      ADD_FAILURE() << "accepted; expected: " << message;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST_F(CheckpointTest, RefusesAnotherRanksFileAndAStaleFile) {
+  Tensor params = Make(*backend_, {1}, {5});
+  SaveCheckpoint(dir_, {2, 16, 1}, "L", params.span(), {}, groups_, *backend_);
+  const auto file = dir_ / "step-00000002" / "rank-00000.bin";
+  auto expect_refused = [&](const std::string& header, const std::string& message) {
+    float value = 5;
+    std::ofstream(file, std::ios::binary | std::ios::trunc)
+        << HandMadeRankFile(header, std::string(reinterpret_cast<const char*>(&value), 4));
+    try {
+      LoadCheckpoint(dir_, "L", params.span(), {}, groups_, *backend_);
+      ADD_FAILURE() << "loaded; expected: " << message;
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.where().source, file.string());
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  };
+  expect_refused("step=2\nsequences_consumed=16\nseed=1\nrank=1\ntensor0_bytes=4\nlayout=L\n",
+                 "holds rank 1's state, not rank 0's");
+  expect_refused("step=1\nsequences_consumed=8\nseed=1\nrank=0\ntensor0_bytes=4\nlayout=L\n",
+                 "is from step 1, but the manifest is step 2");
+  // The same header as the save's loads.
+  std::ofstream(file, std::ios::binary | std::ios::trunc) << HandMadeRankFile(
+      "step=2\nsequences_consumed=16\nseed=1\nrank=0\ntensor0_bytes=4\nlayout=L\n",
+      std::string("\0\0\xc0\x40", 4));
+  EXPECT_EQ(LoadCheckpoint(dir_, "L", params.span(), {}, groups_, *backend_).step, 2);
+  EXPECT_EQ(Host(*backend_, params.span()), (std::vector<float>{6}));
+}
+
 }  // namespace
 }  // namespace ptdp
 

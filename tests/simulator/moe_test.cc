@@ -82,6 +82,28 @@ TEST(Moe, TheRoutedTokensGoToTheirExpertsAndBack) {
   EXPECT_NE(Find(dense.forward, "fc1"), nullptr);
 }
 
+// Found when `ptdp plan --model deepseek-v3 --gpus 1024` stopped on an internal error: at tp 8 x
+// cp 64 a GPU routes 8 tokens, 64 copies for 256 experts, a quarter of a token each, once
+// rounded to GEMMs of no rows. Only 64 experts run, on one token each: the same FLOPs.
+TEST(Moe, FewerTokenCopiesThanExpertsRunThatManyExpertsOnOneTokenEach) {
+  const ModelSpec m = ModelPreset("deepseek-v3");  // 256 experts of 2048, top 8, h 7168
+  const ParallelConfig p{.tp = 8, .cp = 64, .etp = 1, .sequence_parallel = true};
+  const LayerWork w =
+      TransformerLayerWork(m, p, Precision::kBf16, AllToAll(), false, Fp8Recipe::kDelayed, true);
+  const double copies = 4096.0 / (8 * 64) * 8;
+  for (const char* name : {"experts fc1", "experts fc2"}) {
+    const Work* gemm = Find(w.forward, name);
+    ASSERT_NE(gemm, nullptr) << name;
+    EXPECT_EQ(gemm->gemm.m, 1) << name;
+    EXPECT_EQ(gemm->gemm.batch, copies) << name;
+  }
+  EXPECT_DOUBLE_EQ(Flops(w.forward, WorkKind::kGroupedGemm), 2 * copies * 7168 * (2 * 2048 + 2048));
+  const Work* wgrad = Find(w.backward_weight, "experts fc1 wgrad");
+  ASSERT_NE(wgrad, nullptr);
+  EXPECT_EQ(wgrad->gemm.k, 1);
+  EXPECT_EQ(wgrad->gemm.batch, copies);
+}
+
 TEST(Moe, ExpertTensorParallelismAndTheAllGatherDispatcher) {
   const ModelSpec m = ModelPreset("mixtral-8x7b");  // 8 experts of 14336, top 2
   // tp 2 with sequence parallelism, etp 2: each GPU routes its s / 2 tokens, the pair gathers

@@ -129,7 +129,10 @@ TEST(Validate, BadFlagsAreRefusedNamingTheFlag) {
       {{"calibrate", "--out", "x.yaml", "--ranks", "0"},
        2,
        "ptdp: error: --ranks: must be positive"},
-      {{"calibrate", "--out", dir + "/no/such/dir/x.yaml"}, 2, "ptdp: error: --out: directory"},
+      {{"calibrate", "--out", dir + "/no/such/dir/x.yaml"},
+       2,
+       "ptdp: error: --out: cannot write " + dir + "/no/such/dir/x.yaml: no such folder: " + dir +
+           "/no/such/dir"},
       {{"calibrate", "--out", "x.yaml", "--comm-results", "f"},
        2,
        "ptdp: error: --out: cannot be combined with --comm-results"},
