@@ -10,14 +10,21 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
+#include <thread>
 
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "cli/output.h"
 #include "core/error.h"
+#include "core/limits.h"
 #include "core/spec_yaml.h"
 #include "core/trace.h"
 #include "executor/backend_cpu.h"
@@ -32,9 +39,9 @@ namespace ptdp::cli {
 namespace {
 
 // Flags `execute --launch` forwards to the ranks (all but --launch itself).
-constexpr const char* kForwarded[] = {"plan",    "steps",         "backend",      "data",
-                                      "save",    "save-interval", "load",         "trace",
-                                      "results", "dtype",         "eval-interval"};
+constexpr const char* kForwarded[] = {"watchdog", "plan",    "steps",         "backend",
+                                      "data",     "save",    "save-interval", "load",
+                                      "trace",    "results", "dtype",         "eval-interval"};
 
 void AddExecuteOptions(po::options_description& o) {
   AddRunOptions(o);
@@ -51,6 +58,7 @@ void AddExecuteOptions(po::options_description& o) {
 // PTDP_TEST_FAULT="RANK:STEP[:MODE]": world rank RANK fails in step STEP. MODE throw: it
 // throws before the step (the error path); midstep: throws after its second pipeline operation
 // (with messages in flight); exit: exits at once without MPI_Finalize (a crashed process);
+// stop: stops itself (SIGSTOP) before the step, a hung process the others wait on;
 // kill: SIGKILL after its second pipeline operation; killsave: SIGKILL in the middle of writing
 // its file of step STEP's checkpoint; killcommit: SIGKILL when every rank's file of that save is
 // written, before the manifest. For tests.
@@ -66,15 +74,16 @@ void InstallFaultHooks(int world_rank, ExecuteOptions* options) {
   }
   if (rank != world_rank) return;
   const std::string how = mode;
-  constexpr std::string_view kModes[] = {"throw", "midstep",  "exit",
+  constexpr std::string_view kModes[] = {"throw", "midstep",  "exit",      "stop",
                                          "kill",  "killsave", "killcommit"};
   if (std::find(std::begin(kModes), std::end(kModes), how) == std::end(kModes)) {
     throw InputError({"", 0, "PTDP_TEST_FAULT"},
-                     "mode must be throw, midstep, exit, kill, killsave or killcommit");
+                     "mode must be throw, midstep, exit, stop, kill, killsave or killcommit");
   }
   options->on_step_begin = [step, how, rank](int64_t now) {
     if (now != step || how != "throw") {
       if (now == step && how == "exit") std::_Exit(7);
+      if (now == step && how == "stop") ::raise(SIGSTOP);
       return;
     }
     throw std::runtime_error(
@@ -95,6 +104,91 @@ void InstallFaultHooks(int world_rank, ExecuteOptions* options) {
     }
   };
 }
+
+// Ends the job when this rank makes no progress (no step begun, no pipeline operation done, no
+// checkpoint phase passed) for `seconds`: a peer stopped (SIGSTOP), hung or dead leaves the
+// others waiting in MPI forever otherwise, as PyTorch's NCCL watchdog knows. The rank says so on
+// stderr and exits at once without MPI_Finalize, which makes mpirun end every rank.
+class Watchdog {
+ public:
+  Watchdog(int64_t seconds, std::string who) : seconds_(seconds), who_(std::move(who)) {
+    Beat(0, 0);
+    if (seconds_ > 0) thread_ = std::thread([this] { Watch(); });
+  }
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  void Beat(int64_t step, int64_t operation) {
+    step_.store(step, std::memory_order_relaxed);
+    operation_.store(operation, std::memory_order_relaxed);
+    last_ns_.store(NowNs(), std::memory_order_release);
+  }
+
+  // Wraps the options' hooks so that every step, operation and checkpoint phase is a beat.
+  void Install(ExecuteOptions& options) {
+    auto step_hook = options.on_step_begin;
+    options.on_step_begin = [this, step_hook](int64_t step) {
+      Beat(step, 0);
+      if (step_hook) step_hook(step);
+    };
+    auto operation_hook = options.on_operation;
+    options.on_operation = [this, operation_hook](int64_t step, int64_t operation) {
+      Beat(step, operation);
+      if (operation_hook) operation_hook(step, operation);
+    };
+    auto save_hook = options.on_save;
+    options.on_save = [this, save_hook](int64_t step, std::string_view phase) {
+      Beat(step, operation_.load(std::memory_order_relaxed));
+      if (save_hook) save_hook(step, phase);
+    };
+  }
+
+ private:
+  static int64_t NowNs() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
+  void Watch() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const auto tick = std::chrono::milliseconds(std::min<int64_t>(1000, seconds_ * 250));
+    while (!wake_.wait_for(lock, tick, [this] { return stop_; })) {
+      const double idle =
+          static_cast<double>(NowNs() - last_ns_.load(std::memory_order_acquire)) / 1e9;
+      if (idle < static_cast<double>(seconds_)) continue;
+      const int64_t step = step_.load(std::memory_order_relaxed);
+      const int64_t operation = operation_.load(std::memory_order_relaxed);
+      const std::string where =
+          step == 0        ? "before the first step"
+          : operation == 0 ? fmt::format("at the start of step {}", step)
+                           : fmt::format("in step {} after pipeline operation {}", step, operation);
+      const std::string message = fmt::format(
+          "ptdp: error: {}: no progress for {} s ({}); another rank may be stopped, hung or dead: "
+          "ending the job (--watchdog)\n",
+          who_, seconds_, where);
+      std::fputs(message.c_str(), stderr);
+      std::fflush(stderr);
+      std::_Exit(kExitFailed);
+    }
+  }
+
+  const int64_t seconds_;
+  const std::string who_;
+  std::atomic<int64_t> last_ns_{0}, step_{0}, operation_{0};
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::thread thread_;
+};
 
 int RunExecute(const Flags& flags, std::ostream& out, std::ostream& err) {
   // Before MPI: every rank reads and checks the same plan; only rank 0 (or a lone process)
@@ -141,7 +235,16 @@ void AddRunOptions(po::options_description& o) {
       "results", po::value<std::string>()->value_name("FILE"),
       "results JSON to write (execute: default execute-results.json)")(
       "launch", po::bool_switch(),
-      "start mpirun with one rank per GPU of the plan (mpirun flags after a lone --)");
+      "start mpirun with one rank per GPU of the plan (mpirun flags after a lone --)")(
+      "watchdog", po::value<std::string>()->value_name("S"),
+      "end the job when a rank makes no progress for S seconds (a stopped, hung or dead peer); "
+      "default 600, `off` to wait forever");
+}
+
+int64_t ReadWatchdogSeconds(const Flags& flags) {
+  const auto text = flags.OptionalString("watchdog");
+  if (text && *text == "off") return 0;
+  return flags.OptionalPositiveInt("watchdog", kMaxWatchdogSeconds).value_or(600);
 }
 
 bool IsCudaRequest(const Flags& flags) {
@@ -154,6 +257,7 @@ bool IsCudaRequest(const Flags& flags) {
 }
 
 ExecuteOptions ReadExecuteOptions(const Flags& flags) {
+  (void)ReadWatchdogSeconds(flags);  // refused before anything starts
   ExecuteOptions options;
   options.steps = flags.OptionalPositiveInt("steps").value_or(10);
   options.data = flags.OptionalString("data").value_or("");
@@ -233,6 +337,11 @@ int RunAsRank(std::string_view command, const Plan& plan, const ExecuteOptions& 
   try {
     ExecuteOptions opts = options;
     InstallFaultHooks(session.world_rank(), &opts);
+    // Only a job of several ranks can wait on a peer.
+    Watchdog watchdog(session.world_size() > 1 ? ReadWatchdogSeconds(flags) : 0,
+                      fmt::format("rank {} of {} (host {})", session.world_rank(),
+                                  session.world_size(), session.host()));
+    watchdog.Install(opts);
     const auto backend = MakeCpuBackend(1);
     ProcessGroups groups = MakeProcessGroups(session.World(*backend), plan.parallel);
     JobInfo job{session.world_size(), groups.world->GatherStrings(session.host(), 0)};

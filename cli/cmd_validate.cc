@@ -27,8 +27,8 @@ enum class Format { kTable, kJson };
 constexpr EnumName<Format> kFormats[] = {{"table", Format::kTable}, {"json", Format::kJson}};
 
 // Flags --launch forwards to the ranks.
-constexpr const char* kForwarded[] = {"plan",  "steps",   "backend", "data",
-                                      "trace", "results", "cluster", "format"};
+constexpr const char* kForwarded[] = {"watchdog", "plan",    "steps",   "backend", "data",
+                                      "trace",    "results", "cluster", "format"};
 
 void AddValidateOptions(po::options_description& o) {
   AddRunOptions(o);

@@ -14,5 +14,7 @@ inline constexpr int64_t kMaxGlobalBatch = int64_t{1} << 20;  // sequences per s
 // experts...): 4 x the largest still fits an int, and products of two fit an int64.
 inline constexpr int64_t kMaxModelDimension = int64_t{1} << 24;  // 16,777,216
 inline constexpr int64_t kMaxLayers = int64_t{1} << 14;          // 16,384 layers
+// `execute --watchdog`: a week.
+inline constexpr int64_t kMaxWatchdogSeconds = 7 * 24 * 3600;
 
 }  // namespace ptdp

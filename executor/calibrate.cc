@@ -338,15 +338,25 @@ CommFigures ParseCommFigures(std::string_view text, const std::string& source) {
       if (!(words >> v) || !std::isfinite(v) || v < 0) fail("expected a non-negative number");
       return v;
     };
+    // A whole number of at most `max` (bytes at most 2^62, counts at most 2^20), so that the
+    // conversion is exact and defined.
+    auto whole = [&](double max) {
+      const double v = number();
+      if (v > max || v != std::floor(v)) {
+        fail(fmt::format("expected a whole number of at most {}", max));
+      }
+      return static_cast<int64_t>(v);
+    };
+    constexpr double kMaxBytes = 4611686018427387904.0, kMaxCount = 1048576.0;
     if (key == "allreduce_busbw") {
-      const double bytes = number();
-      f.allreduce_busbw.emplace_back(static_cast<int64_t>(bytes), number());
+      const int64_t bytes = whole(kMaxBytes);
+      f.allreduce_busbw.emplace_back(bytes, number());
     } else {
       if (!seen.insert(key).second) fail("appears twice");
       if (key == "ranks") {
-        f.ranks = static_cast<int>(number());
+        f.ranks = static_cast<int>(whole(kMaxCount));
       } else if (key == "hosts") {
-        f.hosts = static_cast<int>(number());
+        f.hosts = static_cast<int>(whole(kMaxCount));
       } else if (key == "allreduce_busbw_bytes_per_s") {
         f.allreduce_busbw_bytes_per_s = number();
       } else if (key == "allreduce_small_s") {
@@ -356,9 +366,9 @@ CommFigures ParseCommFigures(std::string_view text, const std::string& source) {
       } else if (key == "p2p_bytes_per_s") {
         f.p2p_bytes_per_s = number();
       } else if (key == "p2p_bytes") {
-        f.p2p_bytes = static_cast<int64_t>(number());
+        f.p2p_bytes = whole(kMaxBytes);
       } else if (key == "process_rss_bytes") {
-        f.process_rss_bytes = static_cast<int64_t>(number());
+        f.process_rss_bytes = whole(kMaxBytes);
       } else {
         fail("unknown key");
       }

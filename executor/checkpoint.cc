@@ -134,6 +134,21 @@ fs::path ResolveStepDir(const std::string& dir) {
   return step_dir;
 }
 
+// A save killed before its manifest leaves a step folder without one (rank files, temporary
+// files): nothing can load it, and a disk filled by such leftovers would fail the next save.
+// Removed before each save (by rank 0, before any rank writes).
+void RemoveIncompleteSaves(const std::string& dir) {
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_directory(ec) && name.rfind("step-", 0) == 0 &&
+        !fs::exists(entry.path() / "manifest.yaml", ec)) {
+      fs::remove_all(entry.path(), ec);
+    }
+  }
+  fs::remove(fs::path(dir) / "latest.tmp", ec);
+}
+
 }  // namespace
 
 std::string CheckpointLayout(const Plan& plan, DType dtype) {
@@ -168,6 +183,7 @@ void SaveCheckpoint(const std::string& dir, const CheckpointState& state, const 
                     Backend& backend, const SaveFaultHook& fault_hook) {
   const fs::path step_dir = fs::path(dir) / StepDirName(state.step);
   if (groups.world->rank() == 0) {
+    RemoveIncompleteSaves(dir);
     std::error_code ec;
     fs::create_directories(step_dir, ec);
     if (ec) throw InputError({step_dir.string(), 0, "--save"}, "cannot create: " + ec.message());

@@ -7,10 +7,10 @@
 //   DIR/latest                         "step-00000010": the commit point
 // Each file is written under a temporary name and renamed; `latest` moves only after the
 // manifest, so a crash in the middle of a save leaves the previous checkpoint (the one `latest`
-// names) intact. DIR must be a directory every rank can reach (a shared file system when the
-// ranks span machines). Loading needs the same model, tp, pp, dp, cp, ep, etp, virtual stages,
-// distributed optimizer setting, global batch, seed and precision as the saving run (no
-// resharding).
+// names) intact; the next save removes what it left (a step folder without a manifest). DIR
+// must be a directory every rank can reach (a shared file system when the ranks span machines).
+// Loading needs the same model, tp, pp, dp, cp, ep, etp, virtual stages, distributed optimizer
+// setting, global batch, seed and precision as the saving run (no resharding).
 #pragma once
 
 #include <cstdint>

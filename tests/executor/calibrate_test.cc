@@ -182,6 +182,17 @@ TEST(Calibrate, CommFiguresRoundTripAndRefuseBadText) {
   EXPECT_THROW(ParseCommFigures("ranks 2\nranks 3\n", "f"), InputError);
   EXPECT_THROW(ParseCommFigures("ranks 2\n", "f"), InputError);  // incomplete
   EXPECT_THROW(ParseCommFigures("ranks two\n", "f"), InputError);
+  // Fuzz finding: a byte count beyond int64 was converted anyway (undefined behaviour).
+  for (const char* text :
+       {"allreduce_busbw 6.7e152 1e9\n", "p2p_bytes 1e19\n", "ranks 2.5\n", "hosts 1e300\n"}) {
+    try {
+      (void)ParseCommFigures(text, "f");
+      ADD_FAILURE() << text;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("expected a whole number of at most"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 }  // namespace

@@ -6,11 +6,13 @@
 #   checkpoint  SIGKILL of one rank in the middle of a step, in the middle of writing its
 #            checkpoint file, and after every rank's file but before the manifest: each time
 #            `latest` names the previous complete checkpoint and the resumed run's losses equal
-#            the uninterrupted run's exactly; swapped rank files, a rank file of another save, a
+#            the uninterrupted run's exactly, and the next save removes what the killed one left;
+#            swapped rank files, a rank file of another save, a
 #            truncated file and another model are each refused naming the file
 #   fault    one rank raises before step 3; one raises in the middle of step 3 with messages
-#            in flight (pipeline 2); one exits: each job ends non-zero within 60 s, with the
-#            failing rank's message when it raised
+#            in flight (pipeline 2); one exits; one stops (SIGSTOP) and the other's watchdog
+#            (--watchdog 5) ends the job: each job ends non-zero within 60 s, with the failing
+#            rank's message when it raised and the watchdog's when it fired
 #   refuse   wrong rank count and an unsupported layout (tp above the query groups) are refused
 #            with one clear message
 #   launch   `ptdp execute --launch` starts mpirun itself and trains
@@ -76,6 +78,12 @@ checkpoint)
       >resumed.log 2>&1 || { cat resumed.log; fail "$mode: resumed run"; }
     grep -q "\"first_step\": $((left + 1))" resumed.json || fail "$mode: not resumed at $((left + 1))"
     "$tool" same-losses straight.json resumed.json || fail "$mode: losses differ after the resume"
+    # The next save removes what the killed one left (a step folder without a manifest).
+    run 2 "$ptdp" execute --plan plan.yaml --steps $((left + 1)) --load ckpt --save ckpt \
+      >saved.log 2>&1 || { cat saved.log; fail "$mode: save after the resume"; }
+    for d in ckpt/step-*; do
+      [ -f "$d/manifest.yaml" ] || fail "$mode: $d has no manifest after the next save"
+    done
     echo "$mode of rank $rank at step $step: resumed from step $left with the same losses"
   done
   rm -rf ckpt
@@ -103,12 +111,13 @@ checkpoint)
 fault)
   "$tool" plan plan.yaml tp=2 || fail "plan"
   "$tool" plan midstep.yaml pp=2 hidden=256 seq=64 || fail "plan"
-  for mode in throw midstep exit; do
+  for mode in throw midstep exit stop; do
     start=$(date +%s)
-    plan=plan.yaml
+    plan=plan.yaml extra=()
     [ $mode = midstep ] && plan=midstep.yaml
+    [ $mode = stop ] && extra=(--watchdog 5)
     PTDP_TEST_FAULT=1:3:$mode timeout 90 "$mpiexec" --oversubscribe --bind-to none -np 2 "$ptdp" execute \
-      --plan $plan --steps 50 --results r.json >out.log 2>err.log
+      --plan $plan --steps 50 --results r.json "${extra[@]}" >out.log 2>err.log
     rc=$? elapsed=$(($(date +%s) - start))
     cat out.log err.log
     [ $rc -ne 0 ] || fail "$mode: the job exited 0"
@@ -121,6 +130,10 @@ fault)
     if [ $mode = midstep ]; then
       grep -q "ptdp: error: rank 1 of 2 (host .*): injected fault after operation 2 of step 3" \
         err.log || fail "midstep: the failing rank's message is missing"
+    fi
+    if [ $mode = stop ]; then
+      grep -q "ptdp: error: rank 0 of 2 (host .*): no progress for 5 s (.*step 3.*); another rank may be stopped, hung or dead" \
+        err.log || fail "stop: the watchdog's message is missing"
     fi
     grep -q "^step 3/" out.log && fail "$mode: step 3 completed"
     echo "$mode: exit code $rc after $elapsed s"
