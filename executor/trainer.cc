@@ -119,6 +119,280 @@ void UnpackRank(const std::string& text, RankReport* r, std::vector<PipelineStep
   PTDP_CHECK(!in.fail());
 }
 
+// The token source: synthetic, or a file (the default corpus when none is named).
+TokenData LoadTokens(const ModelSpec& m, const TrainingSpec& training,
+                     const ExecuteOptions& options) {
+  return Synthetic(options)
+             ? TokenData::Synthetic(m.vocab_size, static_cast<uint64_t>(training.seed))
+             : TokenData::FromFile(options.data.empty() ? kDefaultDataFile : options.data,
+                                   m.seq_length, static_cast<uint64_t>(training.seed));
+}
+
+// A common time origin: the earliest rank's clock after a barrier when every rank runs on this
+// host (one monotonic clock), else each rank's own barrier exit.
+void SetCommonOrigin(Comm& world, Recorder& recorder) {
+  world.Barrier();
+  recorder.SetOrigin();
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  const auto id = static_cast<double>(Fnv1a64(host) >> 12);  // exact in a double
+  const bool one_host =
+      world.AllReduceHost(id, ReduceOp::kMax) == -world.AllReduceHost(-id, ReduceOp::kMax);
+  const double origin = -world.AllReduceHost(-Recorder::ClockS(), ReduceOp::kMax);
+  if (one_host) recorder.SetOriginClockS(origin);
+}
+
+// What the phases of a run share: its inputs and this rank's objects.
+struct Run {
+  const Plan& plan;
+  const ExecuteOptions& options;
+  ProcessGroups& groups;
+  Backend& backend;
+  const TokenData& data;
+  Recorder& recorder;
+  GptParams& params;
+  PipelineRunner& runner;
+  TrainingOptimizer& optimizer;
+  const std::string& layout;  // the checkpoint layout (CheckpointLayout)
+};
+
+// Loads the checkpoint in options.load_dir into the parameters and optimizer state, checking
+// that it continues this run (same seed, consistent data position); returns its step.
+int64_t LoadResumeCheckpoint(const Run& run) {
+  const ExecuteOptions& options = run.options;
+  const TrainingSpec& training = run.plan.training;
+  const CheckpointState s = LoadCheckpoint(options.load_dir, run.layout, run.params.values(),
+                                           run.optimizer.state(), run.groups, run.backend);
+  if (s.seed != training.seed) {
+    throw InputError({options.load_dir, 0, "training.seed"},
+                     fmt::format("the checkpoint was trained with seed {}, the plan says {}",
+                                 s.seed, training.seed));
+  }
+  if (s.sequences_consumed != s.step * training.global_batch_size) {
+    throw InputError({options.load_dir, 0, ""}, "inconsistent data position in the checkpoint");
+  }
+  return s.step;
+}
+
+// A micro-batch from `fill(j, tokens)`, which writes the S + 1 tokens of its sequence j;
+// inputs/targets (S_cp * B) in (local sequence, batch) order. Every CP rank of a DP rank reads
+// the same sequences and keeps its two chunks of each (get_batch_on_this_cp_rank).
+MicroBatch MakeMicroBatch(const Run& run, const std::function<void(int64_t, int32_t*)>& fill) {
+  const int64_t seq = run.plan.model.seq_length, mbs = run.plan.parallel.micro_batch_size;
+  const SequenceShard shard{seq, run.plan.parallel.cp, run.groups.coords.cp};
+  const int64_t local_seq = shard.local();
+  std::vector<int32_t> inputs(static_cast<size_t>(local_seq * mbs)), targets(inputs.size());
+  std::vector<int32_t> tokens(static_cast<size_t>(seq + 1));
+  for (int64_t j = 0; j < mbs; ++j) {
+    fill(j, tokens.data());
+    for (int64_t s = 0; s < local_seq; ++s) {
+      const auto at = static_cast<size_t>(shard.Position(s));
+      inputs[static_cast<size_t>(s * mbs + j)] = tokens[at];
+      targets[static_cast<size_t>(s * mbs + j)] = tokens[at + 1];
+    }
+  }
+  MicroBatch mb;
+  mb.inputs = std::make_shared<Tensor>(
+      run.backend, DType::kI32, std::vector<int64_t>{local_seq * mbs}, MemCategory::kActivations);
+  mb.targets = std::make_shared<Tensor>(
+      run.backend, DType::kI32, std::vector<int64_t>{local_seq * mbs}, MemCategory::kActivations);
+  run.backend.Upload(mb.inputs->span(), inputs.data());
+  run.backend.Upload(mb.targets->span(), targets.data());
+  return mb;
+}
+
+// Validation: the first GBS windows of the held-out split (wrapping around when it is
+// shorter), the same every time, in the training batch's shape; the mean loss per token.
+double ValidationLoss(const Run& run, int64_t val_count) {
+  const ParallelConfig& par = run.plan.parallel;
+  const RankCoords& coords = run.groups.coords;
+  const int64_t gbs = run.plan.training.global_batch_size, mbs = par.micro_batch_size;
+  const int64_t seq = run.plan.model.seq_length;
+  const int64_t vbase = coords.dp * (gbs / par.dp);
+  const double mine = run.runner.Evaluate([&](int i) {
+    return MakeMicroBatch(run, [&](int64_t j, int32_t* tokens) {
+      run.data.ValidationSequence(static_cast<uint64_t>((vbase + i * mbs + j) % val_count),
+                                  static_cast<int>(seq), tokens);
+    });
+  });
+  const double contribution = coords.pp == par.pp - 1 && coords.tp == 0 ? mine : 0.0;
+  return run.groups.world->AllReduceHost(contribution, ReduceOp::kSum) /
+         static_cast<double>(par.dp_cp());
+}
+
+// One training step: the pipeline over this rank's micro-batches (its stats appended to
+// `step_stats`), the optimizer, and the step's loss, gradient norm and time.
+StepLog TrainStep(const Run& run, int64_t step, std::vector<PipelineStepStats>& step_stats) {
+  const ExecuteOptions& options = run.options;
+  const ParallelConfig& par = run.plan.parallel;
+  const RankCoords& coords = run.groups.coords;
+  const int64_t gbs = run.plan.training.global_batch_size, mbs = par.micro_batch_size;
+  const int64_t seq = run.plan.model.seq_length;
+  if (options.on_step_begin) options.on_step_begin(step);
+  if (options.on_operation) {
+    run.runner.set_after_operation(
+        [&on_operation = options.on_operation, step](int64_t op) { on_operation(step, op); });
+  }
+  const double t0 = run.recorder.Now();
+  // This rank's sequences: the step's block for its data-parallel index.
+  const int64_t base = (step - 1) * gbs + coords.dp * (gbs / par.dp);
+  auto batch = [&](int i) {
+    return MakeMicroBatch(run, [&](int64_t j, int32_t* tokens) {
+      run.data.TrainSequence(static_cast<uint64_t>(base + i * mbs + j), static_cast<int>(seq),
+                             tokens);
+    });
+  };
+  const double loss_scale = 1.0 / static_cast<double>(gbs * seq);
+  const PipelineStepStats stats = run.runner.RunStep(batch, loss_scale);
+  step_stats.push_back(stats);
+  const OptimizerStepInfo info = run.optimizer.Step(step);
+  // Mean over the data-parallel replicas and context-parallel ranks of the last stage's loss
+  // (tp rank 0 reports): every CP rank averages the same number of tokens, so this is the
+  // mean over every token of the step, as Megatron's loss summed over the CP group and
+  // divided by the total token count.
+  const bool last_stage = coords.pp == par.pp - 1;
+  const double contribution = last_stage && coords.tp == 0 ? stats.loss : 0.0;
+  const double loss = run.groups.world->AllReduceHost(contribution, ReduceOp::kSum) /
+                      static_cast<double>(par.dp_cp());
+  const double t1 = run.recorder.Now();
+  run.recorder.Add(fmt::format("step {}", step), "other", t0, t1);
+
+  StepLog log;
+  log.step = step;
+  log.loss = loss;
+  log.grad_norm = info.grad_norm;
+  log.time_s = t1 - t0;
+  return log;
+}
+
+// Whether a step is due for something done every `interval` steps (0: never) and after the last.
+bool Due(int64_t step, int64_t last, int64_t interval) {
+  return step == last || (interval > 0 && step % interval == 0);
+}
+
+// The progress line of the last step in result.steps, with the time left at the mean step time.
+void PrintProgress(std::ostream& out, const ExecuteOptions& options, const ExecuteResult& result,
+                   bool evaluated) {
+  const StepLog& log = result.steps.back();
+  const int width = static_cast<int>(std::to_string(options.steps).size());
+  double mean = 0;
+  for (const StepLog& s : result.steps) mean += s.time_s;
+  mean /= static_cast<double>(result.steps.size());
+  out << fmt::format(
+      "step {:>{}}/{} | loss {:.4f} | grad norm {:.3f} | {:.3f} s | {:.0f} tokens/s | ETA "
+      "{}{}\n",
+      log.step, width, options.steps, log.loss, log.grad_norm, log.time_s,
+      static_cast<double>(result.tokens_per_step) / log.time_s,
+      Eta(mean * static_cast<double>(options.steps - log.step)),
+      evaluated ? fmt::format(" | validation loss {:.4f}", log.validation_loss) : "");
+  out.flush();
+}
+
+// Saves the checkpoint of `step` in options.save_dir, and says so on `progress` when given.
+void SaveStepCheckpoint(const Run& run, int64_t step, std::ostream* progress) {
+  const TrainingSpec& training = run.plan.training;
+  const double ts = run.recorder.Now();
+  SaveFaultHook on_save;
+  if (run.options.on_save) {
+    on_save = [&options = run.options, step](std::string_view phase) {
+      options.on_save(step, phase);
+    };
+  }
+  SaveCheckpoint(run.options.save_dir, {step, step * training.global_batch_size, training.seed},
+                 run.layout, run.params.values(), run.optimizer.state(), run.groups, run.backend,
+                 on_save);
+  run.recorder.Add("checkpoint", "other", ts, run.recorder.Now());
+  if (progress != nullptr) {
+    *progress << fmt::format("saved checkpoint of step {} in {}\n", step, run.options.save_dir);
+  }
+}
+
+// Steps first_step to options.steps, each trained, then validated and saved when due, logged in
+// result.steps and on world rank 0's `progress`; returns this rank's pipeline stats per step.
+std::vector<PipelineStepStats> TrainSteps(const Run& run, int64_t first_step, int64_t val_count,
+                                          std::ostream* progress, ExecuteResult& result) {
+  const ExecuteOptions& options = run.options;
+  std::ostream* const rank0_progress = run.groups.world->rank() == 0 ? progress : nullptr;
+  std::vector<PipelineStepStats> step_stats;
+  for (int64_t step = first_step; step <= options.steps; ++step) {
+    StepLog log = TrainStep(run, step, step_stats);
+    const bool eval_now = val_count > 0 && Due(step, options.steps, options.eval_interval);
+    if (eval_now) {
+      const double te = run.recorder.Now();
+      log.validation_loss = ValidationLoss(run, val_count);
+      run.recorder.Add("validation", "other", te, run.recorder.Now());
+    }
+    result.steps.push_back(log);
+    if (rank0_progress != nullptr) PrintProgress(*rank0_progress, options, result, eval_now);
+    if (!options.save_dir.empty() && Due(step, options.steps, options.save_interval)) {
+      SaveStepCheckpoint(run, step, rank0_progress);
+    }
+  }
+  return step_stats;
+}
+
+// This rank's report for world rank 0: where it sits, its memory and parameters, and its busy
+// and receive-wait time over the measured steps (the steps from `skip` on).
+RankReport OwnReport(const Run& run, const std::vector<PipelineStepStats>& step_stats,
+                     size_t skip) {
+  RankReport mine;
+  mine.world_rank = run.groups.world->rank();
+  mine.coords = run.groups.coords;
+  mine.expert = run.groups.expert_coords;
+  mine.memory = run.backend.memory();
+  mine.parameters = run.params.values().numel;
+  for (size_t i = skip; i < step_stats.size(); ++i) {
+    mine.busy_s += step_stats[i].busy_s;
+    mine.recv_wait_s += step_stats[i].recv_wait_s;
+  }
+  return mine;
+}
+
+// On world rank 0: every rank's report, track and trace events from `packed` into `result`;
+// returns each rank's pipeline stats per step.
+std::vector<std::vector<PipelineStepStats>> UnpackRanks(const std::vector<std::string>& packed,
+                                                        const ParallelConfig& par,
+                                                        ExecuteResult& result) {
+  std::vector<std::vector<PipelineStepStats>> all_steps(packed.size());
+  for (size_t r = 0; r < packed.size(); ++r) {
+    RankReport report;
+    UnpackRank(packed[r], &report, &all_steps[r], &result.events);
+    report.expert.pp = report.coords.pp;
+    result.ranks.push_back(report);
+    result.tracks.push_back({report.world_rank, RankName(report, par)});
+  }
+  return all_steps;
+}
+
+// On world rank 0: per step, the pipeline's span over every rank and its bubble; over the
+// measured steps (from `skip` on), the mean bubble and each stage's mean busy time per rank.
+void StepFigures(const std::vector<std::vector<PipelineStepStats>>& all_steps, size_t nsteps,
+                 size_t skip, const ParallelConfig& par, ExecuteResult& result) {
+  result.stage_busy_s.assign(static_cast<size_t>(par.pp), 0.0);
+  const auto measured = static_cast<int64_t>(nsteps - skip);
+  result.measured_steps = measured;
+  for (size_t i = 0; i < nsteps; ++i) {
+    double start = 1e300, end = -1e300;
+    for (const auto& steps : all_steps) {
+      start = std::min(start, steps[i].start_s);
+      end = std::max(end, steps[i].end_s);
+    }
+    const double span = end - start;
+    double idle = 0;
+    for (const auto& steps : all_steps) idle += 1.0 - steps[i].busy_s / span;
+    result.steps[i].pipeline_s = span;
+    result.steps[i].bubble_fraction = idle / static_cast<double>(all_steps.size());
+    if (i >= skip) result.bubble_fraction += result.steps[i].bubble_fraction / measured;
+  }
+  const double ranks_per_stage = static_cast<double>(par.tp * par.cp * par.dp);
+  for (const RankReport& r : result.ranks) {
+    if (measured > 0) {
+      result.stage_busy_s[static_cast<size_t>(r.coords.pp)] +=
+          r.busy_s / measured / ranks_per_stage;
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> CheckExecutable(const Plan& plan, const ExecuteOptions& options) {
@@ -267,189 +541,42 @@ ExecuteResult Execute(const Plan& plan, const ExecuteOptions& options, ProcessGr
   const ModelSpec& model_spec = plan.model;
   const ParallelConfig& par = plan.parallel;
   const TrainingSpec& training = plan.training;
-  const RankCoords coords = groups.coords;
-  const int world_rank = groups.world->rank();
   PTDP_CHECK(groups.world->size() == par.world_size());
   const int64_t m = NumMicrobatches(training, par);
-  const int64_t seq = model_spec.seq_length, mbs = par.micro_batch_size;
-  const int64_t gbs = training.global_batch_size;
   const PipelineSchedule schedule =
       MakeSchedule(par.schedule, par.pp, static_cast<int>(m), par.virtual_stages);
-
-  const TokenData data =
-      Synthetic(options)
-          ? TokenData::Synthetic(model_spec.vocab_size, static_cast<uint64_t>(training.seed))
-          : TokenData::FromFile(options.data.empty() ? kDefaultDataFile : options.data,
-                                model_spec.seq_length, static_cast<uint64_t>(training.seed));
+  const TokenData data = LoadTokens(model_spec, training, options);
 
   Recorder recorder(options.keep_trace);
-  // A common time origin: the earliest rank's clock after a barrier when every rank runs on this
-  // host (one monotonic clock), else each rank's own barrier exit.
-  groups.world->Barrier();
-  recorder.SetOrigin();
-  {
-    char host[256] = {};
-    gethostname(host, sizeof(host) - 1);
-    const auto id = static_cast<double>(Fnv1a64(host) >> 12);  // exact in a double
-    const bool one_host = groups.world->AllReduceHost(id, ReduceOp::kMax) ==
-                          -groups.world->AllReduceHost(-id, ReduceOp::kMax);
-    const double origin = -groups.world->AllReduceHost(-Recorder::ClockS(), ReduceOp::kMax);
-    if (one_host) recorder.SetOriginClockS(origin);
-  }
+  SetCommonOrigin(*groups.world, recorder);
 
   // The distributed optimizer shards the dense parameters over data parallel with context
   // parallel (Megatron's get_data_parallel_group(with_context_parallel=True)) and the experts
   // over the expert data-parallel group.
   const bool distributed = par.distributed_optimizer;
-  GptParams params(model_spec, par, coords, options.dtype, backend, distributed ? par.dp_cp() : 1,
-                   distributed ? par.expert_dp() : 1);
+  GptParams params(model_spec, par, groups.coords, options.dtype, backend,
+                   distributed ? par.dp_cp() : 1, distributed ? par.expert_dp() : 1);
   params.Initialize(static_cast<uint64_t>(training.seed));
   GptModel model(
       params, backend, groups,
       {par.sequence_parallel, par.recompute, par.recompute_num_layers, 1e-5, par.cp_comm},
       recorder);
-  model.set_micro_batch_size(mbs);
+  model.set_micro_batch_size(par.micro_batch_size);
   PipelineRunner runner(model, backend, *groups.pp, schedule, recorder);
   TrainingOptimizer optimizer(params, backend, groups, training, distributed, par.sequence_parallel,
                               recorder);
   const std::string layout = CheckpointLayout(plan, options.dtype);
+  const Run run{plan, options, groups, backend, data, recorder, params, runner, optimizer, layout};
 
   ExecuteResult result;
   result.data_description = data.description();
-  result.tokens_per_step = gbs * seq;
-  int64_t done = 0;
-  if (!options.load_dir.empty()) {
-    const CheckpointState s = LoadCheckpoint(options.load_dir, layout, params.values(),
-                                             optimizer.state(), groups, backend);
-    if (s.seed != training.seed) {
-      throw InputError({options.load_dir, 0, "training.seed"},
-                       fmt::format("the checkpoint was trained with seed {}, the plan says {}",
-                                   s.seed, training.seed));
-    }
-    if (s.sequences_consumed != s.step * gbs) {
-      throw InputError({options.load_dir, 0, ""}, "inconsistent data position in the checkpoint");
-    }
-    done = s.step;
-  }
+  result.tokens_per_step = training.global_batch_size * model_spec.seq_length;
+  const int64_t done = options.load_dir.empty() ? 0 : LoadResumeCheckpoint(run);
   result.first_step = done + 1;
-
-  // A micro-batch from `fill(j, tokens)`, which writes the S + 1 tokens of its sequence j;
-  // inputs/targets (S_cp * B) in (local sequence, batch) order. Every CP rank of a DP rank reads
-  // the same sequences and keeps its two chunks of each (get_batch_on_this_cp_rank).
-  const SequenceShard shard{seq, par.cp, coords.cp};
-  const int64_t local_seq = shard.local();
-  auto make_batch = [&](const std::function<void(int64_t, int32_t*)>& fill) {
-    std::vector<int32_t> inputs(static_cast<size_t>(local_seq * mbs)), targets(inputs.size());
-    std::vector<int32_t> tokens(static_cast<size_t>(seq + 1));
-    for (int64_t j = 0; j < mbs; ++j) {
-      fill(j, tokens.data());
-      for (int64_t s = 0; s < local_seq; ++s) {
-        const auto at = static_cast<size_t>(shard.Position(s));
-        inputs[static_cast<size_t>(s * mbs + j)] = tokens[at];
-        targets[static_cast<size_t>(s * mbs + j)] = tokens[at + 1];
-      }
-    }
-    MicroBatch mb;
-    mb.inputs = std::make_shared<Tensor>(
-        backend, DType::kI32, std::vector<int64_t>{local_seq * mbs}, MemCategory::kActivations);
-    mb.targets = std::make_shared<Tensor>(
-        backend, DType::kI32, std::vector<int64_t>{local_seq * mbs}, MemCategory::kActivations);
-    backend.Upload(mb.inputs->span(), inputs.data());
-    backend.Upload(mb.targets->span(), targets.data());
-    return mb;
-  };
-  // Validation: the first GBS windows of the held-out split (wrapping around when it is
-  // shorter), the same every time, in the training batch's shape.
-  const int64_t val_count = data.validation_sequences(static_cast<int>(seq));
-  auto validate = [&]() {
-    const int64_t vbase = coords.dp * (gbs / par.dp);
-    const double mine = runner.Evaluate([&](int i) {
-      return make_batch([&](int64_t j, int32_t* tokens) {
-        data.ValidationSequence(static_cast<uint64_t>((vbase + i * mbs + j) % val_count),
-                                static_cast<int>(seq), tokens);
-      });
-    });
-    const double contribution = coords.pp == par.pp - 1 && coords.tp == 0 ? mine : 0.0;
-    return groups.world->AllReduceHost(contribution, ReduceOp::kSum) /
-           static_cast<double>(par.dp_cp());
-  };
-
-  const bool last_stage = coords.pp == par.pp - 1;
-  const double loss_scale = 1.0 / static_cast<double>(gbs * seq);
-  std::vector<PipelineStepStats> step_stats;
+  const int64_t val_count = data.validation_sequences(model_spec.seq_length);
   const double run_start = recorder.Now();
-  const int width = static_cast<int>(std::to_string(options.steps).size());
-  for (int64_t step = done + 1; step <= options.steps; ++step) {
-    if (options.on_step_begin) options.on_step_begin(step);
-    if (options.on_operation) {
-      runner.set_after_operation([&, step](int64_t op) { options.on_operation(step, op); });
-    }
-    const double t0 = recorder.Now();
-    // This rank's sequences: the step's block for its data-parallel index.
-    const int64_t base = (step - 1) * gbs + coords.dp * (gbs / par.dp);
-    auto batch = [&](int i) {
-      return make_batch([&](int64_t j, int32_t* tokens) {
-        data.TrainSequence(static_cast<uint64_t>(base + i * mbs + j), static_cast<int>(seq),
-                           tokens);
-      });
-    };
-    const PipelineStepStats stats = runner.RunStep(batch, loss_scale);
-    step_stats.push_back(stats);
-    const OptimizerStepInfo info = optimizer.Step(step);
-    // Mean over the data-parallel replicas and context-parallel ranks of the last stage's loss
-    // (tp rank 0 reports): every CP rank averages the same number of tokens, so this is the
-    // mean over every token of the step, as Megatron's loss summed over the CP group and
-    // divided by the total token count.
-    const double contribution = last_stage && coords.tp == 0 ? stats.loss : 0.0;
-    const double loss = groups.world->AllReduceHost(contribution, ReduceOp::kSum) /
-                        static_cast<double>(par.dp_cp());
-    const double t1 = recorder.Now();
-    recorder.Add(fmt::format("step {}", step), "other", t0, t1);
-
-    StepLog log;
-    log.step = step;
-    log.loss = loss;
-    log.grad_norm = info.grad_norm;
-    log.time_s = t1 - t0;
-    const bool eval_now =
-        val_count > 0 &&
-        (step == options.steps || (options.eval_interval > 0 && step % options.eval_interval == 0));
-    if (eval_now) {
-      const double te = recorder.Now();
-      log.validation_loss = validate();
-      recorder.Add("validation", "other", te, recorder.Now());
-    }
-    result.steps.push_back(log);
-    if (progress != nullptr && world_rank == 0) {
-      double mean = 0;
-      for (const StepLog& s : result.steps) mean += s.time_s;
-      mean /= static_cast<double>(result.steps.size());
-      *progress << fmt::format(
-          "step {:>{}}/{} | loss {:.4f} | grad norm {:.3f} | {:.3f} s | {:.0f} tokens/s | ETA "
-          "{}{}\n",
-          step, width, options.steps, loss, info.grad_norm, log.time_s,
-          static_cast<double>(result.tokens_per_step) / log.time_s,
-          Eta(mean * static_cast<double>(options.steps - step)),
-          eval_now ? fmt::format(" | validation loss {:.4f}", log.validation_loss) : "");
-      progress->flush();
-    }
-    const bool save_now =
-        !options.save_dir.empty() &&
-        (step == options.steps || (options.save_interval > 0 && step % options.save_interval == 0));
-    if (save_now) {
-      const double ts = recorder.Now();
-      SaveFaultHook on_save;
-      if (options.on_save) {
-        on_save = [&options, step](std::string_view phase) { options.on_save(step, phase); };
-      }
-      SaveCheckpoint(options.save_dir, {step, step * gbs, training.seed}, layout, params.values(),
-                     optimizer.state(), groups, backend, on_save);
-      recorder.Add("checkpoint", "other", ts, recorder.Now());
-      if (progress != nullptr && world_rank == 0) {
-        *progress << fmt::format("saved checkpoint of step {} in {}\n", step, options.save_dir);
-      }
-    }
-  }
+  const std::vector<PipelineStepStats> step_stats =
+      TrainSteps(run, done + 1, val_count, progress, result);
   result.total_time_s = recorder.Now() - run_start;
 
   if (options.gather_parameters) {
@@ -457,51 +584,11 @@ ExecuteResult Execute(const Plan& plan, const ExecuteOptions& options, ProcessGr
   }
   // Gather the measurements on world rank 0.
   const size_t skip = step_stats.size() > 1 ? 1 : 0;  // the first step warms up
-  RankReport mine;
-  mine.world_rank = world_rank;
-  mine.coords = coords;
-  mine.expert = groups.expert_coords;
-  mine.memory = backend.memory();
-  mine.parameters = params.values().numel;
-  for (size_t i = skip; i < step_stats.size(); ++i) {
-    mine.busy_s += step_stats[i].busy_s;
-    mine.recv_wait_s += step_stats[i].recv_wait_s;
-  }
-  const std::vector<std::string> packed =
-      groups.world->GatherStrings(PackRank(mine, step_stats, recorder.events()), 0);
-  if (world_rank != 0) return result;
-
-  std::vector<std::vector<PipelineStepStats>> all_steps(packed.size());
-  for (size_t r = 0; r < packed.size(); ++r) {
-    RankReport report;
-    UnpackRank(packed[r], &report, &all_steps[r], &result.events);
-    report.expert.pp = report.coords.pp;
-    result.ranks.push_back(report);
-    result.tracks.push_back({report.world_rank, RankName(report, par)});
-  }
-  result.stage_busy_s.assign(static_cast<size_t>(par.pp), 0.0);
-  const auto measured = static_cast<int64_t>(step_stats.size() - skip);
-  result.measured_steps = measured;
-  for (size_t i = 0; i < step_stats.size(); ++i) {
-    double start = 1e300, end = -1e300;
-    for (const auto& steps : all_steps) {
-      start = std::min(start, steps[i].start_s);
-      end = std::max(end, steps[i].end_s);
-    }
-    const double span = end - start;
-    double idle = 0;
-    for (const auto& steps : all_steps) idle += 1.0 - steps[i].busy_s / span;
-    result.steps[i].pipeline_s = span;
-    result.steps[i].bubble_fraction = idle / static_cast<double>(all_steps.size());
-    if (i >= skip) result.bubble_fraction += result.steps[i].bubble_fraction / measured;
-  }
-  const double ranks_per_stage = static_cast<double>(par.tp * par.cp * par.dp);
-  for (const RankReport& r : result.ranks) {
-    if (measured > 0) {
-      result.stage_busy_s[static_cast<size_t>(r.coords.pp)] +=
-          r.busy_s / measured / ranks_per_stage;
-    }
-  }
+  const std::vector<std::string> packed = groups.world->GatherStrings(
+      PackRank(OwnReport(run, step_stats, skip), step_stats, recorder.events()), 0);
+  if (groups.world->rank() != 0) return result;
+  const auto all_steps = UnpackRanks(packed, par, result);
+  StepFigures(all_steps, step_stats.size(), skip, par, result);
   return result;
 }
 

@@ -90,6 +90,395 @@ bool HasInner(const SimulatedOp& o) {
   return o.cp_comm_s > 0 || o.ep_dispatch_s > 0 || o.ep_combine_s > 0;
 }
 
+// Where things go in the SVG: fixed margins, then per stage a compute row, the CP / EP lane
+// (with communication inside the operations) and the communication lane, then the time axis.
+struct Geometry {
+  double width = 1200, left = 92, right = 24, top = 64;
+  double row = 0;         // compute row height
+  double lane = 0;        // communication lane under it
+  bool inner = false;     // CP or EP communication inside the operations
+  double inner_h = 0;     // the CP / EP lane's height
+  double inner_lane = 0;  // the room it takes (0 without it)
+  double pitch = 0;       // from one stage's rows to the next's
+  double plot_w = 0;
+  double end = 0;    // the time axis' end, in seconds
+  double scale = 0;  // pixels per second
+  double axis_y = 0;
+  double x(double time) const { return left + time * scale; }
+  double y(int stage) const { return top + stage * pitch; }  // the stage's compute row
+};
+
+// The geometry for s's stages and a time axis to the later of the step's end and t.axis_end_s.
+Geometry MakeGeometry(const PipelineSchedule& s, const SimResult& r, const TimelineTitle& t) {
+  Geometry g;
+  g.row = std::clamp(560.0 / s.stages, 10.0, 30.0);
+  g.lane = std::max(3.0, g.row * 0.28);
+  // With CP or EP communication inside the operations, a lane for it between the two.
+  g.inner = std::any_of(r.ops.begin(), r.ops.end(), HasInner);
+  g.inner_h = std::max(4.0, g.row * 0.4);
+  g.inner_lane = g.inner ? g.inner_h + 1 : 0;
+  g.pitch = g.row + g.inner_lane + g.lane + 4;
+  g.plot_w = g.width - g.left - g.right;
+  PTDP_CHECK(std::isfinite(r.step_time_s) && std::isfinite(t.axis_end_s));
+  g.end = std::max({r.step_time_s, t.axis_end_s, 1e-30});
+  g.scale = g.plot_w / g.end;
+  g.axis_y = g.top + s.stages * g.pitch + 6;
+  return g;
+}
+
+struct LegendItem {
+  Rgb colour;
+  std::string text;
+  bool hatched;
+};
+
+struct Legend {
+  std::vector<LegendItem> items;
+  std::vector<std::string> notes;
+};
+
+// The room a legend item (swatch and text) and a legend note take, at the legend's font size.
+double ItemWidth(std::string_view text) { return 40 + 7.0 * text.size(); }
+double NoteWidth(std::string_view text) { return 12 + 6.2 * text.size(); }
+
+// Legend: only what the picture shows.
+Legend MakeLegend(const PipelineSchedule& s, const SimResult& r, bool inner) {
+  Legend legend;
+  std::vector<LegendItem>& items = legend.items;
+  items = {{kForward, "forward", false}, {kBackward, "backward", false}};
+  if (s.split_backward) items.push_back({kWeightGrad, "weight gradient", false});
+  const bool sends = std::any_of(r.transfers.begin(), r.transfers.end(),
+                                 [](const SimulatedTransfer& tr) { return tr.end_s > tr.start_s; });
+  auto has_phase = [&](std::string_view category) {
+    return std::any_of(r.phases.begin(), r.phases.end(),
+                       [&](const SimulatedPhase& ph) { return ph.category == category; });
+  };
+  auto has_op = [&](double SimulatedOp::*field) {
+    return std::any_of(r.ops.begin(), r.ops.end(),
+                       [&](const SimulatedOp& o) { return o.*field > 0; });
+  };
+  if (sends) items.push_back({kSend, "pipeline send", false});
+  if (has_phase("dp-comm")) items.push_back({kDpComm, "data-parallel comm", false});
+  if (has_phase("optimizer")) items.push_back({kOptimizer, "optimizer", false});
+  if (has_op(&SimulatedOp::cp_comm_s)) items.push_back({kCpComm, r.cp_comm_label, false});
+  if (has_op(&SimulatedOp::ep_dispatch_s)) items.push_back({kEpDispatch, "EP dispatch", false});
+  if (has_op(&SimulatedOp::ep_combine_s)) items.push_back({kEpCombine, "EP combine", false});
+  items.push_back({{0, 0, 0}, "idle (bubble)", true});
+  if (inner)
+    legend.notes.push_back(
+        "thin lane under each stage: the CP / EP communication inside its "
+        "operations, summed over their layers");
+  if (s.chunks > 1) legend.notes.push_back("lighter shade = later model chunk");
+  return legend;
+}
+
+// The legend's rows: its items, then its notes, wrapped to the width.
+int LegendRows(const Legend& legend, const Geometry& g) {
+  int rows = 1;
+  double lx = g.left;
+  for (const LegendItem& it : legend.items) {
+    if (lx > g.left && lx + ItemWidth(it.text) > g.width - g.right) lx = g.left, ++rows;
+    lx += ItemWidth(it.text);
+  }
+  for (const std::string& n : legend.notes) {
+    if (lx > g.left && lx + NoteWidth(n) > g.width - g.right) lx = g.left, ++rows;
+    lx += NoteWidth(n);
+  }
+  return rows;
+}
+
+// The document's start: size, the idle hatching, the white background, title and subtitle.
+std::string SvgHeader(const Geometry& g, double height, const TimelineTitle& t) {
+  std::string svg = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} "
+      "{}\" font-family=\"DejaVu Sans, Arial, sans-serif\">\n"
+      "<defs><pattern id=\"idle\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
+      "patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"#fafafa\"/>"
+      "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#d9d9d9\" stroke-width=\"2\"/>"
+      "</pattern></defs>\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
+      g.width, height, g.width, height);
+  // Long titles shrink to fit the width (about 0.6 em per character).
+  const double title_font =
+      std::min(15.0, (g.width - g.left - 10) / (0.6 * std::max<size_t>(1, t.title.size())));
+  svg +=
+      fmt::format("<text x=\"{}\" y=\"24\" font-size=\"{:.1f}\" font-weight=\"bold\">{}</text>\n",
+                  g.left, title_font, XmlEscape(t.title));
+  svg += fmt::format("<text x=\"{}\" y=\"44\" font-size=\"13\" fill=\"#444\">{}</text>\n", g.left,
+                     XmlEscape(t.subtitle));
+  return svg;
+}
+
+// Each stage's label and the hatched background of its pipeline phase.
+void AppendStageRows(std::string& svg, int stages, const SimResult& r, const Geometry& g) {
+  for (int st = 0; st < stages; ++st) {
+    const double y = g.y(st);
+    svg += fmt::format(
+        "<text x=\"{}\" y=\"{:.1f}\" font-size=\"{:.0f}\" text-anchor=\"end\" "
+        "dominant-baseline=\"middle\">stage {}</text>\n",
+        g.left - 8, y + g.row / 2, std::min(12.0, g.row * 0.8), st);
+    // Idle is what shows through: the hatched background of the pipeline phase.
+    svg += fmt::format(
+        "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"url(#idle)\" "
+        "stroke=\"#cccccc\" stroke-width=\"0.5\"/>\n",
+        g.x(0), y, r.pipeline_end_s * g.scale, g.row);
+  }
+}
+
+// One box per operation, labelled with its micro-batch where the label fits.
+void AppendOps(std::string& svg, const PipelineSchedule& s, const SimResult& r, const Geometry& g) {
+  const double font = std::min(11.0, g.row * 0.6);
+  for (const SimulatedOp& o : r.ops) {
+    const double y = g.y(o.stage);
+    const double w = (o.end_s - o.start_s) * g.scale;
+    svg += fmt::format(
+        "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\" "
+        "stroke=\"white\" stroke-width=\"{}\"><title>stage {} {} {}</title></rect>\n",
+        g.x(o.start_s), y, w, g.row, Hex(OpColour(s, o.op.kind, o.op.chunk)), w > 3 ? 0.6 : 0,
+        o.stage, OpLabel(s, o.op), FormatTime(o.end_s - o.start_s, o.end_s - o.start_s));
+    const std::string label = std::to_string(o.op.microbatch);
+    if (w >= font * 0.62 * label.size() + 2 && g.row >= 9) {
+      svg += fmt::format(
+          "<text x=\"{:.2f}\" y=\"{:.2f}\" font-size=\"{:.0f}\" fill=\"white\" "
+          "text-anchor=\"middle\" dominant-baseline=\"central\">{}</text>\n",
+          g.x(o.start_s) + w / 2, y + g.row / 2, font, label);
+    }
+  }
+}
+
+// One box per CP / EP slice inside an operation, in the lane under the compute row.
+void AppendInnerSlices(std::string& svg, const PipelineSchedule& s, const SimResult& r,
+                       const Geometry& g) {
+  for (const SimulatedOp& o : r.ops) {
+    if (!HasInner(o)) continue;
+    const double y = g.y(o.stage) + g.row + 1;
+    for (const InnerSlice& in : InnerSlices(r, o)) {
+      svg += fmt::format(
+          "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\">"
+          "<title>stage {} {}: {} {} (its layers' together)</title></rect>\n",
+          g.x(in.start_s), y, std::max(0.5, in.duration_s * g.scale), g.inner_h,
+          Hex(kInnerColours[in.kind]), o.stage, OpLabel(s, o.op), XmlEscape(in.name),
+          FormatTime(in.duration_s, in.duration_s));
+    }
+  }
+}
+
+// One box per pipeline send, in the sending stage's communication lane.
+void AppendTransfers(std::string& svg, const SimResult& r, const Geometry& g) {
+  for (const SimulatedTransfer& tr : r.transfers) {
+    if (tr.end_s <= tr.start_s) continue;  // free communication: nothing to draw
+    const double y = g.y(tr.from_stage) + g.row + 1 + g.inner_lane;
+    svg += fmt::format(
+        "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\" "
+        "opacity=\"0.8\"/>\n",
+        g.x(tr.start_s), y, std::max(0.5, (tr.end_s - tr.start_s) * g.scale), g.lane, Hex(kSend));
+  }
+}
+
+// How much of each pixel column of one stage's rows what runs there covers, in pixels.
+struct ColumnCover {
+  std::vector<double> ops;    // column * kinds + (kind, chunk) category
+  std::vector<double> inner;  // column * 3 + InnerSlice::kind (empty without the CP / EP lane)
+  std::vector<double> sends;  // per column
+};
+
+// Calls add(column, pixels) for each column that [start, end) covers.
+template <typename Add>
+void Spread(const Geometry& g, int columns, double start, double end, Add&& add) {
+  const double a = start * g.scale, b = end * g.scale;
+  for (int c = std::max(0, static_cast<int>(a)); c < columns && c < b; ++c) {
+    add(c, std::min<double>(b, c + 1) - std::max<double>(a, c));
+  }
+}
+
+// What covers each pixel column of stage st's rows.
+ColumnCover CoverColumns(const PipelineSchedule& s, const SimResult& r, const Geometry& g, int st,
+                         int columns, int kinds) {
+  ColumnCover cover;
+  cover.ops.assign(static_cast<size_t>(columns) * kinds, 0.0);
+  cover.sends.assign(columns, 0.0);
+  cover.inner.assign(g.inner ? static_cast<size_t>(columns) * 3 : 0, 0.0);
+  for (const SimulatedOp& o : r.ops) {
+    if (o.stage != st) continue;
+    const int k = static_cast<int>(o.op.kind) * s.chunks + o.op.chunk;
+    Spread(g, columns, o.start_s, o.end_s, [&](int c, double w) { cover.ops[c * kinds + k] += w; });
+    if (!g.inner || !HasInner(o)) continue;
+    for (const InnerSlice& in : InnerSlices(r, o)) {
+      Spread(g, columns, in.start_s, in.start_s + in.duration_s,
+             [&](int c, double w) { cover.inner[c * 3 + in.kind] += w; });
+    }
+  }
+  for (const SimulatedTransfer& tr : r.transfers) {
+    if (tr.from_stage == st)
+      Spread(g, columns, tr.start_s, tr.end_s, [&](int c, double w) { cover.sends[c] += w; });
+  }
+  return cover;
+}
+
+// A colour channel's weighted sum over the total weight, quantized to steps of 8.
+int Quantize(double v, double total) {
+  return std::clamp(static_cast<int>(v / total / 8) * 8, 0, 255);
+}
+
+// Column c's colour is its operations' colours weighted by how much of it they cover, over the
+// idle background; quantized so that steady stretches form runs; none when nearly idle.
+std::string OpsColumnColour(const PipelineSchedule& s, const std::vector<double>& cover, int c,
+                            int kinds) {
+  double covered = 0, rr = 0, gg = 0, bb = 0;
+  for (int k = 0; k < kinds; ++k) {
+    const double w = cover[c * kinds + k];
+    if (w <= 0) continue;
+    const Rgb col = OpColour(s, static_cast<OpKind>(k / s.chunks), k % s.chunks);
+    covered += w, rr += w * col.r, gg += w * col.g, bb += w * col.b;
+  }
+  if (covered > 0.05) {
+    const double idle = std::max(0.0, 1.0 - covered);  // shows as light grey
+    const double total = covered + idle;
+    return Hex({Quantize(rr + idle * 236, total), Quantize(gg + idle * 236, total),
+                Quantize(bb + idle * 236, total)});
+  }
+  return "";
+}
+
+// The CP / EP lane: each column the mix of what covers it, over white; none when nearly blank.
+std::string InnerColumnColour(const std::vector<double>& inner_cover, int c) {
+  double covered = 0, rr = 0, gg = 0, bb = 0;
+  for (int k = 0; k < 3; ++k) {
+    const double w = std::min(1.0, inner_cover[c * 3 + k]);
+    covered += w, rr += w * kInnerColours[k].r, gg += w * kInnerColours[k].g;
+    bb += w * kInnerColours[k].b;
+  }
+  if (covered > 0.05) {
+    const double blank = std::max(0.0, 1.0 - covered), total = covered + blank;
+    return Hex({Quantize(rr + blank * 255, total), Quantize(gg + blank * 255, total),
+                Quantize(bb + blank * 255, total)});
+  }
+  return "";
+}
+
+// One rectangle, `height` high at `y`, per run of columns of one colour (none where
+// colour_at(column) is empty).
+template <typename ColourAt>
+void AppendRuns(std::string& svg, const Geometry& g, int columns, double y, double height,
+                ColourAt&& colour_at) {
+  int run_start = 0;
+  std::string run_colour;
+  for (int c = 0; c <= columns; ++c) {
+    std::string colour = c < columns ? colour_at(c) : std::string();
+    if (colour != run_colour) {
+      if (!run_colour.empty() && c > run_start) {
+        svg += fmt::format(
+            "<rect x=\"{:.1f}\" y=\"{:.2f}\" width=\"{}\" height=\"{:.2f}\" fill=\"{}\"/>\n",
+            g.left + run_start, y, c - run_start, height, run_colour);
+      }
+      run_start = c;
+      run_colour = std::move(colour);
+    }
+  }
+}
+
+// One rectangle per run of columns mostly covered by sends, in the communication lane.
+void AppendSendRuns(std::string& svg, const Geometry& g, int columns,
+                    const std::vector<double>& sends, double y) {
+  int send_start = -1;
+  for (int c = 0; c <= columns; ++c) {
+    const bool on = c < columns && sends[c] > 0.5;
+    if (on && send_start < 0) send_start = c;
+    if (!on && send_start >= 0) {
+      svg += fmt::format(
+          "<rect x=\"{:.1f}\" y=\"{:.2f}\" width=\"{}\" height=\"{:.2f}\" fill=\"{}\" "
+          "opacity=\"0.8\"/>\n",
+          g.left + send_start, y + g.row + 1 + g.inner_lane, c - send_start, g.lane, Hex(kSend));
+      send_start = -1;
+    }
+  }
+}
+
+// Too many operations for one rectangle each: stage st's rows drawn per pixel column, each the
+// mix of the colours that cover it, as runs.
+void AppendDenseStage(std::string& svg, const PipelineSchedule& s, const SimResult& r,
+                      const Geometry& g, int st) {
+  const int columns = static_cast<int>(std::ceil(g.plot_w));
+  const int kinds = 3 * s.chunks;  // (kind, chunk) categories
+  const ColumnCover cover = CoverColumns(s, r, g, st, columns, kinds);
+  const double y = g.y(st);
+  AppendRuns(svg, g, columns, y, g.row,
+             [&](int c) { return OpsColumnColour(s, cover.ops, c, kinds); });
+  if (g.inner) {
+    AppendRuns(svg, g, columns, y + g.row + 1, g.inner_h,
+               [&](int c) { return InnerColumnColour(cover.inner, c); });
+  }
+  AppendSendRuns(svg, g, columns, cover.sends, y);
+}
+
+// Phases; a run of a stage's phases of one name closer than a pixel apart (the buckets of an
+// overlapped gradient reduction) is one rectangle.
+void AppendPhases(std::string& svg, const SimResult& r, const Geometry& g) {
+  for (size_t i = 0; i < r.phases.size();) {
+    const SimulatedPhase& ph = r.phases[i];
+    double end_s = ph.end_s;
+    size_t j = i + 1, parts = 1;
+    for (; j < r.phases.size() && r.phases[j].stage == ph.stage && r.phases[j].name == ph.name &&
+           (r.phases[j].start_s - end_s) * g.scale < 1;
+         ++j, ++parts) {
+      end_s = r.phases[j].end_s;
+    }
+    const bool comm = ph.category == "dp-comm";
+    const double y = g.y(ph.stage) + (comm ? g.row + 1 + g.inner_lane : 0);
+    svg += fmt::format(
+        "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\">"
+        "<title>stage {} {}{}</title></rect>\n",
+        g.x(ph.start_s), y, std::max(0.5, (end_s - ph.start_s) * g.scale), comm ? g.lane : g.row,
+        Hex(comm ? kDpComm : kOptimizer), ph.stage, XmlEscape(ph.name),
+        parts > 1 ? fmt::format(" ({} buckets)", parts) : "");
+    i = j;
+  }
+}
+
+// The time axis with its ticks, and the notes under it.
+void AppendAxis(std::string& svg, const SimResult& r, const Geometry& g, const TimelineTitle& t) {
+  const double end = g.end, axis_y = g.axis_y;
+  svg += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#333\"/>\n", g.x(0),
+                     axis_y, g.x(end), axis_y);
+  const double tick = NiceTickStep(end, 10);
+  for (double tt = 0; tt <= end * (1 + 1e-9); tt += tick) {
+    svg += fmt::format(
+        "<line x1=\"{0:.2f}\" y1=\"{1}\" x2=\"{0:.2f}\" y2=\"{2}\" stroke=\"#333\"/>"
+        "<text x=\"{0:.2f}\" y=\"{3}\" font-size=\"11\" text-anchor=\"middle\">{4}</text>\n",
+        g.x(tt), axis_y, axis_y + 5, axis_y + 18,
+        t.unit_time ? fmt::format("{:g}", tt) : FormatTime(tt, tick));
+  }
+
+  if (r.ops.size() > kDenseOps) {
+    svg += fmt::format(
+        "<text x=\"{}\" y=\"{}\" font-size=\"11\" fill=\"#444\">{} operations: each pixel "
+        "column mixes the colours of what runs in it</text>\n",
+        g.left, axis_y + 32, r.ops.size());
+  }
+  if (t.unit_time) {
+    svg += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"11\" fill=\"#444\">time units</text>\n",
+                       g.x(end) - 60, axis_y + 32);
+  }
+}
+
+// The legend under the axis: its items, then its notes, in rows that fit the width.
+void AppendLegend(std::string& svg, const Legend& legend, const Geometry& g) {
+  double lx = g.left, ly = g.axis_y + 40;
+  for (const LegendItem& it : legend.items) {
+    if (lx > g.left && lx + ItemWidth(it.text) > g.width - g.right) lx = g.left, ly += 18;
+    svg += fmt::format(
+        "<rect x=\"{:.1f}\" y=\"{}\" width=\"14\" height=\"12\" fill=\"{}\" stroke=\"#999\" "
+        "stroke-width=\"0.5\"/><text x=\"{:.1f}\" y=\"{}\" font-size=\"12\">{}</text>\n",
+        lx, ly, it.hatched ? "url(#idle)" : Hex(it.colour), lx + 19, ly + 10, XmlEscape(it.text));
+    lx += ItemWidth(it.text);
+  }
+  for (const std::string& n : legend.notes) {
+    if (lx > g.left && lx + NoteWidth(n) > g.width - g.right) lx = g.left, ly += 18;
+    svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" font-size=\"12\" fill=\"#444\">{}</text>\n", lx,
+                       ly + 10, XmlEscape(n));
+    lx += NoteWidth(n);
+  }
+}
+
 }  // namespace
 
 const char* CpCommLabel(CpComm comm) {
@@ -111,309 +500,21 @@ std::string OpLabel(const PipelineSchedule& s, const PipelineOp& op) {
 }
 
 std::string TimelineSvg(const PipelineSchedule& s, const SimResult& r, const TimelineTitle& t) {
-  const int p = s.stages;
-  const double width = 1200, left = 92, right = 24, top = 64;
-  const double row = std::clamp(560.0 / p, 10.0, 30.0);  // compute row height
-  const double lane = std::max(3.0, row * 0.28);         // communication lane under it
-  // With CP or EP communication inside the operations, a lane for it between the two.
-  const bool inner = std::any_of(r.ops.begin(), r.ops.end(), HasInner);
-  const double inner_h = std::max(4.0, row * 0.4);
-  const double inner_lane = inner ? inner_h + 1 : 0;
-  const double pitch = row + inner_lane + lane + 4;
-  const double plot_w = width - left - right;
-  PTDP_CHECK(std::isfinite(r.step_time_s) && std::isfinite(t.axis_end_s));
-  const double end = std::max({r.step_time_s, t.axis_end_s, 1e-30});
-  const double scale = plot_w / end;
-  const double axis_y = top + p * pitch + 6;
-  auto x = [&](double time) { return left + time * scale; };
-
-  // Legend: only what the picture shows, in rows that fit the width.
-  struct Item {
-    Rgb colour;
-    std::string text;
-    bool hatched;
-  };
-  std::vector<Item> items = {{kForward, "forward", false}, {kBackward, "backward", false}};
-  if (s.split_backward) items.push_back({kWeightGrad, "weight gradient", false});
-  const bool sends = std::any_of(r.transfers.begin(), r.transfers.end(),
-                                 [](const SimulatedTransfer& tr) { return tr.end_s > tr.start_s; });
-  auto has_phase = [&](std::string_view category) {
-    return std::any_of(r.phases.begin(), r.phases.end(),
-                       [&](const SimulatedPhase& ph) { return ph.category == category; });
-  };
-  auto has_op = [&](double SimulatedOp::*field) {
-    return std::any_of(r.ops.begin(), r.ops.end(),
-                       [&](const SimulatedOp& o) { return o.*field > 0; });
-  };
-  if (sends) items.push_back({kSend, "pipeline send", false});
-  if (has_phase("dp-comm")) items.push_back({kDpComm, "data-parallel comm", false});
-  if (has_phase("optimizer")) items.push_back({kOptimizer, "optimizer", false});
-  if (has_op(&SimulatedOp::cp_comm_s)) items.push_back({kCpComm, r.cp_comm_label, false});
-  if (has_op(&SimulatedOp::ep_dispatch_s)) items.push_back({kEpDispatch, "EP dispatch", false});
-  if (has_op(&SimulatedOp::ep_combine_s)) items.push_back({kEpCombine, "EP combine", false});
-  items.push_back({{0, 0, 0}, "idle (bubble)", true});
-  std::vector<std::string> notes;
-  if (inner)
-    notes.push_back(
-        "thin lane under each stage: the CP / EP communication inside its "
-        "operations, summed over their layers");
-  if (s.chunks > 1) notes.push_back("lighter shade = later model chunk");
-  const auto item_width = [](std::string_view text) { return 40 + 7.0 * text.size(); };
-  const auto note_width = [](std::string_view text) { return 12 + 6.2 * text.size(); };
-  int legend_rows = 1;
-  {
-    double lx = left;
-    for (const Item& it : items) {
-      if (lx > left && lx + item_width(it.text) > width - right) lx = left, ++legend_rows;
-      lx += item_width(it.text);
-    }
-    for (const std::string& n : notes) {
-      if (lx > left && lx + note_width(n) > width - right) lx = left, ++legend_rows;
-      lx += note_width(n);
-    }
-  }
-  const double height = axis_y + 62 + 18 * legend_rows;
-
-  std::string svg = fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} "
-      "{}\" font-family=\"DejaVu Sans, Arial, sans-serif\">\n"
-      "<defs><pattern id=\"idle\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
-      "patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"#fafafa\"/>"
-      "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#d9d9d9\" stroke-width=\"2\"/>"
-      "</pattern></defs>\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
-      width, height, width, height);
-  // Long titles shrink to fit the width (about 0.6 em per character).
-  const double title_font =
-      std::min(15.0, (width - left - 10) / (0.6 * std::max<size_t>(1, t.title.size())));
-  svg +=
-      fmt::format("<text x=\"{}\" y=\"24\" font-size=\"{:.1f}\" font-weight=\"bold\">{}</text>\n",
-                  left, title_font, XmlEscape(t.title));
-  svg += fmt::format("<text x=\"{}\" y=\"44\" font-size=\"13\" fill=\"#444\">{}</text>\n", left,
-                     XmlEscape(t.subtitle));
-
-  for (int st = 0; st < p; ++st) {
-    const double y = top + st * pitch;
-    svg += fmt::format(
-        "<text x=\"{}\" y=\"{:.1f}\" font-size=\"{:.0f}\" text-anchor=\"end\" "
-        "dominant-baseline=\"middle\">stage {}</text>\n",
-        left - 8, y + row / 2, std::min(12.0, row * 0.8), st);
-    // Idle is what shows through: the hatched background of the pipeline phase.
-    svg += fmt::format(
-        "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"url(#idle)\" "
-        "stroke=\"#cccccc\" stroke-width=\"0.5\"/>\n",
-        x(0), y, r.pipeline_end_s * scale, row);
-  }
-  const double font = std::min(11.0, row * 0.6);
+  const Geometry g = MakeGeometry(s, r, t);
+  const Legend legend = MakeLegend(s, r, g.inner);
+  const double height = g.axis_y + 62 + 18 * LegendRows(legend, g);
+  std::string svg = SvgHeader(g, height, t);
+  AppendStageRows(svg, s.stages, r, g);
   if (r.ops.size() <= kDenseOps) {
-    for (const SimulatedOp& o : r.ops) {
-      const double y = top + o.stage * pitch;
-      const double w = (o.end_s - o.start_s) * scale;
-      svg += fmt::format(
-          "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\" "
-          "stroke=\"white\" stroke-width=\"{}\"><title>stage {} {} {}</title></rect>\n",
-          x(o.start_s), y, w, row, Hex(OpColour(s, o.op.kind, o.op.chunk)), w > 3 ? 0.6 : 0,
-          o.stage, OpLabel(s, o.op), FormatTime(o.end_s - o.start_s, o.end_s - o.start_s));
-      const std::string label = std::to_string(o.op.microbatch);
-      if (w >= font * 0.62 * label.size() + 2 && row >= 9) {
-        svg += fmt::format(
-            "<text x=\"{:.2f}\" y=\"{:.2f}\" font-size=\"{:.0f}\" fill=\"white\" "
-            "text-anchor=\"middle\" dominant-baseline=\"central\">{}</text>\n",
-            x(o.start_s) + w / 2, y + row / 2, font, label);
-      }
-    }
-    for (const SimulatedOp& o : r.ops) {
-      if (!HasInner(o)) continue;
-      const double y = top + o.stage * pitch + row + 1;
-      for (const InnerSlice& in : InnerSlices(r, o)) {
-        svg += fmt::format(
-            "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\">"
-            "<title>stage {} {}: {} {} (its layers' together)</title></rect>\n",
-            x(in.start_s), y, std::max(0.5, in.duration_s * scale), inner_h,
-            Hex(kInnerColours[in.kind]), o.stage, OpLabel(s, o.op), XmlEscape(in.name),
-            FormatTime(in.duration_s, in.duration_s));
-      }
-    }
-    for (const SimulatedTransfer& tr : r.transfers) {
-      if (tr.end_s <= tr.start_s) continue;  // free communication: nothing to draw
-      const double y = top + tr.from_stage * pitch + row + 1 + inner_lane;
-      svg += fmt::format(
-          "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\" "
-          "opacity=\"0.8\"/>\n",
-          x(tr.start_s), y, std::max(0.5, (tr.end_s - tr.start_s) * scale), lane, Hex(kSend));
-    }
+    AppendOps(svg, s, r, g);
+    AppendInnerSlices(svg, s, r, g);
+    AppendTransfers(svg, r, g);
   } else {
-    // Too many operations for one rectangle each: draw, per pixel column of each row, the
-    // colour that covers most of it, as runs.
-    const int columns = static_cast<int>(std::ceil(plot_w));
-    const int kinds = 3 * s.chunks;  // (kind, chunk) categories
-    for (int st = 0; st < p; ++st) {
-      std::vector<double> cover(static_cast<size_t>(columns) * kinds, 0.0);
-      std::vector<double> sends(columns, 0.0);
-      std::vector<double> inner_cover(inner ? static_cast<size_t>(columns) * 3 : 0, 0.0);
-      auto spread = [&](double start, double end, auto&& add) {
-        const double a = start * scale, b = end * scale;
-        for (int c = std::max(0, static_cast<int>(a)); c < columns && c < b; ++c) {
-          add(c, std::min<double>(b, c + 1) - std::max<double>(a, c));
-        }
-      };
-      for (const SimulatedOp& o : r.ops) {
-        if (o.stage != st) continue;
-        const int k = static_cast<int>(o.op.kind) * s.chunks + o.op.chunk;
-        spread(o.start_s, o.end_s, [&](int c, double w) { cover[c * kinds + k] += w; });
-        if (!inner || !HasInner(o)) continue;
-        for (const InnerSlice& in : InnerSlices(r, o)) {
-          spread(in.start_s, in.start_s + in.duration_s,
-                 [&](int c, double w) { inner_cover[c * 3 + in.kind] += w; });
-        }
-      }
-      for (const SimulatedTransfer& tr : r.transfers) {
-        if (tr.from_stage == st)
-          spread(tr.start_s, tr.end_s, [&](int c, double w) { sends[c] += w; });
-      }
-      // Each column's colour is its operations' colours weighted by how much of it they
-      // cover, over the idle background; quantized so that steady stretches form runs.
-      const double y = top + st * pitch;
-      int run_start = 0;
-      std::string run_colour;
-      auto flush = [&](int end) {
-        if (run_colour.empty() || end <= run_start) return;
-        svg += fmt::format(
-            "<rect x=\"{:.1f}\" y=\"{:.2f}\" width=\"{}\" height=\"{:.2f}\" fill=\"{}\"/>\n",
-            left + run_start, y, end - run_start, row, run_colour);
-      };
-      for (int c = 0; c <= columns; ++c) {
-        std::string colour;
-        if (c < columns) {
-          double covered = 0, rr = 0, gg = 0, bb = 0;
-          for (int k = 0; k < kinds; ++k) {
-            const double w = cover[c * kinds + k];
-            if (w <= 0) continue;
-            const Rgb col = OpColour(s, static_cast<OpKind>(k / s.chunks), k % s.chunks);
-            covered += w, rr += w * col.r, gg += w * col.g, bb += w * col.b;
-          }
-          if (covered > 0.05) {
-            const double idle = std::max(0.0, 1.0 - covered);  // shows as light grey
-            const double total = covered + idle;
-            auto q = [&](double v) {
-              return std::clamp(static_cast<int>(v / total / 8) * 8, 0, 255);
-            };
-            colour = Hex({q(rr + idle * 236), q(gg + idle * 236), q(bb + idle * 236)});
-          }
-        }
-        if (colour != run_colour) {
-          flush(c);
-          run_start = c;
-          run_colour = colour;
-        }
-      }
-      if (inner) {
-        // The CP / EP lane: each column the mix of what covers it, over white.
-        run_start = 0;
-        run_colour.clear();
-        for (int c = 0; c <= columns; ++c) {
-          std::string colour;
-          if (c < columns) {
-            double covered = 0, rr = 0, gg = 0, bb = 0;
-            for (int k = 0; k < 3; ++k) {
-              const double w = std::min(1.0, inner_cover[c * 3 + k]);
-              covered += w, rr += w * kInnerColours[k].r, gg += w * kInnerColours[k].g;
-              bb += w * kInnerColours[k].b;
-            }
-            if (covered > 0.05) {
-              const double blank = std::max(0.0, 1.0 - covered), total = covered + blank;
-              auto q = [&](double v) {
-                return std::clamp(static_cast<int>(v / total / 8) * 8, 0, 255);
-              };
-              colour = Hex({q(rr + blank * 255), q(gg + blank * 255), q(bb + blank * 255)});
-            }
-          }
-          if (colour != run_colour) {
-            if (!run_colour.empty() && c > run_start) {
-              svg += fmt::format(
-                  "<rect x=\"{:.1f}\" y=\"{:.2f}\" width=\"{}\" height=\"{:.2f}\" "
-                  "fill=\"{}\"/>\n",
-                  left + run_start, y + row + 1, c - run_start, inner_h, run_colour);
-            }
-            run_start = c;
-            run_colour = colour;
-          }
-        }
-      }
-      int send_start = -1;
-      for (int c = 0; c <= columns; ++c) {
-        const bool on = c < columns && sends[c] > 0.5;
-        if (on && send_start < 0) send_start = c;
-        if (!on && send_start >= 0) {
-          svg += fmt::format(
-              "<rect x=\"{:.1f}\" y=\"{:.2f}\" width=\"{}\" height=\"{:.2f}\" fill=\"{}\" "
-              "opacity=\"0.8\"/>\n",
-              left + send_start, y + row + 1 + inner_lane, c - send_start, lane, Hex(kSend));
-          send_start = -1;
-        }
-      }
-    }
+    for (int st = 0; st < s.stages; ++st) AppendDenseStage(svg, s, r, g, st);
   }
-  // Phases; a run of a stage's phases of one name closer than a pixel apart (the buckets of an
-  // overlapped gradient reduction) is one rectangle.
-  for (size_t i = 0; i < r.phases.size();) {
-    const SimulatedPhase& ph = r.phases[i];
-    double end_s = ph.end_s;
-    size_t j = i + 1, parts = 1;
-    for (; j < r.phases.size() && r.phases[j].stage == ph.stage && r.phases[j].name == ph.name &&
-           (r.phases[j].start_s - end_s) * scale < 1;
-         ++j, ++parts) {
-      end_s = r.phases[j].end_s;
-    }
-    const bool comm = ph.category == "dp-comm";
-    const double y = top + ph.stage * pitch + (comm ? row + 1 + inner_lane : 0);
-    svg += fmt::format(
-        "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\">"
-        "<title>stage {} {}{}</title></rect>\n",
-        x(ph.start_s), y, std::max(0.5, (end_s - ph.start_s) * scale), comm ? lane : row,
-        Hex(comm ? kDpComm : kOptimizer), ph.stage, XmlEscape(ph.name),
-        parts > 1 ? fmt::format(" ({} buckets)", parts) : "");
-    i = j;
-  }
-
-  // Time axis.
-  svg += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#333\"/>\n", x(0),
-                     axis_y, x(end), axis_y);
-  const double tick = NiceTickStep(end, 10);
-  for (double tt = 0; tt <= end * (1 + 1e-9); tt += tick) {
-    svg += fmt::format(
-        "<line x1=\"{0:.2f}\" y1=\"{1}\" x2=\"{0:.2f}\" y2=\"{2}\" stroke=\"#333\"/>"
-        "<text x=\"{0:.2f}\" y=\"{3}\" font-size=\"11\" text-anchor=\"middle\">{4}</text>\n",
-        x(tt), axis_y, axis_y + 5, axis_y + 18,
-        t.unit_time ? fmt::format("{:g}", tt) : FormatTime(tt, tick));
-  }
-
-  if (r.ops.size() > kDenseOps) {
-    svg += fmt::format(
-        "<text x=\"{}\" y=\"{}\" font-size=\"11\" fill=\"#444\">{} operations: each pixel "
-        "column mixes the colours of what runs in it</text>\n",
-        left, axis_y + 32, r.ops.size());
-  }
-  if (t.unit_time) {
-    svg += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"11\" fill=\"#444\">time units</text>\n",
-                       x(end) - 60, axis_y + 32);
-  }
-
-  // Legend.
-  double lx = left, ly = axis_y + 40;
-  for (const Item& it : items) {
-    if (lx > left && lx + item_width(it.text) > width - right) lx = left, ly += 18;
-    svg += fmt::format(
-        "<rect x=\"{:.1f}\" y=\"{}\" width=\"14\" height=\"12\" fill=\"{}\" stroke=\"#999\" "
-        "stroke-width=\"0.5\"/><text x=\"{:.1f}\" y=\"{}\" font-size=\"12\">{}</text>\n",
-        lx, ly, it.hatched ? "url(#idle)" : Hex(it.colour), lx + 19, ly + 10, XmlEscape(it.text));
-    lx += item_width(it.text);
-  }
-  for (const std::string& n : notes) {
-    if (lx > left && lx + note_width(n) > width - right) lx = left, ly += 18;
-    svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" font-size=\"12\" fill=\"#444\">{}</text>\n", lx,
-                       ly + 10, XmlEscape(n));
-    lx += note_width(n);
-  }
+  AppendPhases(svg, r, g);
+  AppendAxis(svg, r, g, t);
+  AppendLegend(svg, legend, g);
   svg += "</svg>\n";
   return svg;
 }
