@@ -3,10 +3,13 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "core/hf_config.h"
 #include "core/spec_yaml.h"
+#include "core/text.h"
 #include "core/yaml_io.h"
 
 namespace ptdp {
@@ -45,6 +48,41 @@ bool LooksLikeHfConfig(const std::string& path, std::string_view text) {
   return root.IsMap() && (root["model_type"] || root["architectures"]);
 }
 
+// Neither a preset nor a file: say which it was meant to be. A path (a slash or a file
+// extension) that names nothing is "no such file"; a name close to a preset gets "did you mean";
+// anything else the list of presets.
+[[noreturn]] void NotFound(const std::string& arg, std::string_view flag,
+                           std::span<const PresetFile> presets, std::string_view what,
+                           std::string_view list_command) {
+  const InputError::Where where{"", 0, std::string(flag)};
+  const std::filesystem::path path(arg);
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw InputError(where, fmt::format("{} is a folder", arg),
+                     what == "model preset"
+                         ? "give a model file, or a Hugging Face model folder (with config.json)"
+                         : "give a hardware-profile file");
+  }
+  if (std::filesystem::exists(path, ec)) {
+    throw InputError(where, fmt::format("{} is not a regular file", arg));
+  }
+  if (arg.find('/') != std::string::npos || path.has_extension()) {
+    throw InputError(where, fmt::format("no such file: {}", arg),
+                     fmt::format("nor a {} of that name; `{}` lists them", what, list_command));
+  }
+  std::vector<std::string> names;
+  for (const PresetFile& p : presets) names.emplace_back(p.name);
+  const std::string near = ClosestName(arg, names);
+  if (!near.empty()) {
+    throw InputError(where, fmt::format("no {} named \"{}\"", what, arg),
+                     fmt::format("did you mean {}? `{}` lists them", near, list_command));
+  }
+  throw InputError(
+      where, fmt::format("\"{}\" is neither a {} nor a file", arg, what),
+      fmt::format("{}: {}; `{}` shows them", what == "model preset" ? "presets" : "profiles",
+                  Names(presets), list_command));
+}
+
 }  // namespace
 
 std::span<const PresetFile> ModelPresetFiles() {
@@ -68,23 +106,24 @@ ClusterSpec ClusterPreset(std::string_view name) {
 }
 
 ModelSpec ResolveModel(const std::string& arg, std::string_view flag) {
-  if (IsFile(arg)) {
-    const std::string text = ReadTextFile(arg);
-    return LooksLikeHfConfig(arg, text) ? ParseHfConfig(text, arg) : ParseModelYaml(text, arg);
+  // A Hugging Face model folder (a download or a clone of the hub repository) holds its
+  // config.json.
+  std::error_code ec;
+  const std::string hf_config = (std::filesystem::path(arg) / "config.json").string();
+  const std::string file =
+      std::filesystem::is_directory(arg, ec) && IsFile(hf_config) ? hf_config : arg;
+  if (IsFile(file)) {
+    const std::string text = ReadTextFile(file);
+    return LooksLikeHfConfig(file, text) ? ParseHfConfig(text, file) : ParseModelYaml(text, file);
   }
   if (FindPreset(ModelPresetFiles(), arg) != nullptr) return ModelPreset(arg);
-  throw InputError({"", 0, std::string(flag)},
-                   fmt::format("\"{}\" is neither a model preset nor a file", arg),
-                   fmt::format("presets: {}; `ptdp models` shows them", Names(ModelPresetFiles())));
+  NotFound(arg, flag, ModelPresetFiles(), "model preset", "ptdp models");
 }
 
 ClusterSpec ResolveCluster(const std::string& arg, std::string_view flag) {
   if (IsFile(arg)) return ParseClusterYaml(ReadTextFile(arg), arg);
   if (FindPreset(ClusterPresetFiles(), arg) != nullptr) return ClusterPreset(arg);
-  throw InputError(
-      {"", 0, std::string(flag)},
-      fmt::format("\"{}\" is neither a hardware profile nor a file", arg),
-      fmt::format("profiles: {}; `ptdp profiles` shows them", Names(ClusterPresetFiles())));
+  NotFound(arg, flag, ClusterPresetFiles(), "hardware profile", "ptdp profiles");
 }
 
 }  // namespace ptdp

@@ -25,6 +25,23 @@ size_t EditDistance(std::string_view a, std::string_view b, size_t limit) {
   return row[b.size()];
 }
 
+std::string ClosestName(std::string_view word, const std::vector<std::string>& names) {
+  std::string best;
+  size_t best_distance = 3, best_prefix = 0;
+  for (const std::string& name : names) {
+    const size_t prefix = static_cast<size_t>(
+        std::mismatch(word.begin(), word.end(), name.begin(), name.end()).first - word.begin());
+    // One a prefix of the other: as close as a distance of 2.
+    const bool extends = prefix >= 3 && (prefix == word.size() || prefix == name.size());
+    const size_t d = extends ? std::min<size_t>(2, EditDistance(word, name, 2))
+                             : EditDistance(word, name, best_distance);
+    if (d < best_distance || (d == best_distance && !best.empty() && prefix > best_prefix)) {
+      best_distance = d, best_prefix = prefix, best = name;
+    }
+  }
+  return best;
+}
+
 std::string XmlEscape(std::string_view text) {
   std::string out;
   for (char c : text) {

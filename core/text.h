@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ptdp {
 
@@ -12,6 +13,12 @@ namespace ptdp {
 // the full computation when the lengths alone tell (a pasted megabyte-long word is compared in
 // O(1), not O(length) per candidate).
 size_t EditDistance(std::string_view a, std::string_view b, size_t limit = SIZE_MAX);
+
+// For "did you mean": the name among `names` closest to `word`, when it is close (an edit
+// distance of at most 2, or one a prefix of the other sharing at least 3 characters: seq_len for
+// seq_length); ties go to the longer common prefix ("tpp" gives tp rather than pp). Empty when
+// none is close.
+std::string ClosestName(std::string_view word, const std::vector<std::string>& names);
 
 // Text safe inside XML/HTML (SVG and the HTML report): & < > " escaped.
 std::string XmlEscape(std::string_view text);

@@ -95,8 +95,16 @@ const YamlMap::Entry* YamlMap::Find(std::string_view key) const {
 const YamlMap::Entry& YamlMap::Require(std::string_view key) const {
   const Entry* e = Find(key);
   if (e != nullptr) return *e;
+  std::vector<std::string> unknown;
   for (const Entry& present : entries_) {
     if (present.key == key) Fail(key, "has no value");
+    if (known_.count(present.key) == 0) unknown.push_back(present.key);
+  }
+  // A misspelt key is more likely than a forgotten one: name it where it stands.
+  const std::string near = ClosestName(key, unknown);
+  if (!near.empty()) {
+    throw InputError({source_, LineOf(near), PathOf(key)}, "missing required key",
+                     fmt::format("this file has {} here: did you mean {}?", near, key));
   }
   Fail(key, "missing required key");
 }
@@ -234,18 +242,8 @@ double YamlMap::NonNegativeNumber(std::string_view key, double default_value) co
 void YamlMap::RejectUnknownKeys() const {
   for (const Entry& e : entries_) {
     if (known_.count(e.key) != 0) continue;
-    // Suggest the closest known key (edit distance at most 2; ties go to the longer common
-    // prefix, so "tpp" suggests "tp" rather than "pp").
-    std::string best;
-    size_t best_distance = 3, best_prefix = 0;
-    for (const std::string& k : known_) {
-      const size_t d = EditDistance(e.key, k, best_distance);
-      const size_t prefix = static_cast<size_t>(
-          std::mismatch(e.key.begin(), e.key.end(), k.begin(), k.end()).first - e.key.begin());
-      if (d < best_distance || (d == best_distance && !best.empty() && prefix > best_prefix)) {
-        best_distance = d, best_prefix = prefix, best = k;
-      }
-    }
+    // Suggest the closest known key (ClosestName).
+    const std::string best = ClosestName(e.key, {known_.begin(), known_.end()});
     std::string hint = best.empty() ? fmt::format("known keys: {}", fmt::join(known_, ", "))
                                     : fmt::format("did you mean {}?", best);
     throw InputError({source_, e.line, PathOf(e.key)}, "unknown key", std::move(hint));

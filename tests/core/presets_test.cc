@@ -121,5 +121,36 @@ TEST(Presets, ResolveNamesAPresetOrAFileAndRefusesAnythingElse) {
   }
 }
 
+// What a new user types: a misspelt preset, a path that is not there, a Hugging Face folder.
+TEST(Presets, ResolveSaysWhatWasMeant) {
+  auto message = [](auto resolve, const std::string& arg) {
+    try {
+      resolve(arg);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  auto model = [](const std::string& a) { return ResolveModel(a, "--model"); };
+  auto cluster = [](const std::string& a) { return ResolveCluster(a, "--cluster"); };
+  EXPECT_EQ(message(model, "lama3-70b"),
+            "--model: no model preset named \"lama3-70b\" (hint: did you mean llama3-70b? `ptdp "
+            "models` lists them)");
+  EXPECT_EQ(message(cluster, "dgx-h10"),
+            "--cluster: no hardware profile named \"dgx-h10\" (hint: did you mean dgx-h100? `ptdp "
+            "profiles` lists them)");
+  EXPECT_EQ(message(model, "models/my-model.yaml"),
+            "--model: no such file: models/my-model.yaml (hint: nor a model preset of that name; "
+            "`ptdp models` lists them)");
+  EXPECT_EQ(message(cluster, "my-cluster.yaml"),
+            "--cluster: no such file: my-cluster.yaml (hint: nor a hardware profile of that name; "
+            "`ptdp profiles` lists them)");
+  const std::string folder = ::testing::TempDir();
+  EXPECT_EQ(message(model, folder).rfind("--model: " + folder + " is a folder (hint:", 0), 0u);
+  // A Hugging Face model folder reads as its config.json.
+  const std::string hf = std::string(PTDP_TEST_FIXTURES) + "/tiny-llama";
+  EXPECT_TRUE(ResolveModel(hf) == ResolveModel(hf + "/config.json"));
+}
+
 }  // namespace
 }  // namespace ptdp

@@ -271,6 +271,15 @@ TEST(BadInput, PlanSectionsNameTheirKeyPath) {
   EXPECT_EQ(PlanError(Replace(text, "  tp: 2", "  tpp: 2\n  tp: 2")),
             "m.yaml:" + std::to_string(LineOf(text, "  tp:")) +
                 ": parallel.tpp: unknown key (hint: did you mean tp?)");
+  // A misspelt required key: named where it stands, with the key it should be.
+  EXPECT_EQ(PlanError(Replace(text, "  tp: 2", "  tpp: 2")),
+            "m.yaml:" + std::to_string(LineOf(text, "  tp:")) +
+                ": parallel.tp: missing required key (hint: this file has tpp here: did you "
+                "mean tp?)");
+  EXPECT_EQ(PlanError(Replace(text, "  seq_length:", "  seq_len:")),
+            "m.yaml:" + std::to_string(LineOf(text, "  seq_length:")) +
+                ": model.seq_length: missing required key (hint: this file has seq_len here: "
+                "did you mean seq_length?)");
   EXPECT_EQ(PlanError(Replace(text, "  schedule: 1f1b", "  schedule: 2f2b")),
             "m.yaml:" + std::to_string(LineOf(text, "  schedule:")) +
                 ": parallel.schedule: unknown value \"2f2b\" (expected one of: gpipe, 1f1b, "
