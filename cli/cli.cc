@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/output.h"
 #include "core/error.h"
+#include "core/text.h"
 #include "executor/device.h"
 
 namespace po = boost::program_options;
@@ -45,6 +46,9 @@ std::string CommandHelp(const Command& c, const po::options_description& options
          << c.tracked_in << ").\n";
   }
   text << "\n" << options;
+  if (const std::string megatron = MegatronNamesHelp(options); !megatron.empty()) {
+    text << "\n" << WrapWords(megatron, kHelpWidth) << "\n";
+  }
   if (!c.examples.empty()) {
     text << "\nExamples:\n";
     std::istringstream lines{std::string(c.examples)};

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <map>
 
 #include "core/error.h"
 
@@ -15,7 +16,74 @@ std::string FlagName(std::string_view name) {
   return name.starts_with("-") ? std::string(name) : "--" + std::string(name);
 }
 
+// Megatron-LM's names for the flags that mean the same thing in ptdp
+// (megatron/training/arguments.py), accepted wherever the command has the ptdp flag.
+struct MegatronAlias {
+  std::string_view megatron;
+  std::string_view ptdp;
+  std::string_view value;  // for a Megatron switch that is a value of a ptdp flag; else empty
+};
+constexpr MegatronAlias kMegatronAliases[] = {
+    {"tensor-model-parallel-size", "tp", ""},
+    {"pipeline-model-parallel-size", "pp", ""},
+    {"context-parallel-size", "cp", ""},
+    {"cp-comm-type", "cp-comm", ""},
+    {"expert-model-parallel-size", "ep", ""},
+    {"expert-tensor-parallel-size", "etp", ""},
+    {"micro-batch-size", "micro-batch", ""},
+    {"global-batch-size", "global-batch", ""},
+    {"virtual-pipeline-model-parallel-size", "virtual-stages", ""},
+    {"use-distributed-optimizer", "distributed-optimizer", ""},
+    {"recompute-granularity", "recompute", ""},
+    {"bf16", "precision", "bf16"},
+    {"fp16", "precision", "fp16"},
+};
+
+// The words with Megatron's flag names replaced by ptdp's, where `options` has the ptdp flag
+// and not the Megatron one; `given_as` records each replacement (ptdp name -> the word typed).
+std::vector<std::string> TranslateMegatronNames(const std::vector<std::string>& words,
+                                                const po::options_description& options,
+                                                std::map<std::string, std::string>& given_as) {
+  std::vector<std::string> out;
+  for (const std::string& word : words) {
+    if (!word.starts_with("--")) {
+      out.push_back(word);
+      continue;
+    }
+    const size_t equals = word.find('=');
+    const std::string name = word.substr(2, equals == std::string::npos ? equals : equals - 2);
+    const MegatronAlias* alias = nullptr;
+    for (const MegatronAlias& a : kMegatronAliases) {
+      if (a.megatron == name) alias = &a;
+    }
+    if (alias == nullptr || options.find_nothrow(name, false) != nullptr ||
+        options.find_nothrow(std::string(alias->ptdp), false) == nullptr) {
+      out.push_back(word);
+      continue;
+    }
+    given_as[std::string(alias->ptdp)] = "--" + name;
+    const std::string rest = equals == std::string::npos ? "" : word.substr(equals);
+    out.push_back("--" + std::string(alias->ptdp) + rest);
+    if (!alias->value.empty()) out.push_back(std::string(alias->value));
+  }
+  return out;
+}
+
 }  // namespace
+
+std::string MegatronNamesHelp(const po::options_description& options) {
+  std::vector<std::string> pairs;
+  for (const MegatronAlias& a : kMegatronAliases) {
+    if (options.find_nothrow(std::string(a.megatron), false) != nullptr ||
+        options.find_nothrow(std::string(a.ptdp), false) == nullptr) {
+      continue;
+    }
+    pairs.push_back(a.value.empty() ? fmt::format("--{} for --{}", a.megatron, a.ptdp)
+                                    : fmt::format("--{} for --{} {}", a.megatron, a.ptdp, a.value));
+  }
+  if (pairs.empty()) return "";
+  return fmt::format("Megatron-LM's names are accepted too: {}.", fmt::join(pairs, ", "));
+}
 
 Flags Flags::Parse(const std::vector<std::string>& args, const po::options_description& options,
                    const std::string& command) {
@@ -32,6 +100,7 @@ Flags Flags::Parse(const std::vector<std::string>& args, const po::options_descr
       own.push_back(a);
     }
   }
+  own = TranslateMegatronNames(own, options, flags.given_as_);
   const std::string hint = fmt::format("see `ptdp {} --help`", command);
   try {
     const int style = po::command_line_style::unix_style ^ po::command_line_style::allow_guessing;
@@ -129,7 +198,9 @@ int64_t Flags::PositiveInt(std::string_view flag, int64_t max) const {
 
 void Flags::Fail(std::string_view flag, std::string message, std::string hint) const {
   if (hint.empty()) hint = fmt::format("see `ptdp {} --help`", command_);
-  throw InputError({"", 0, FlagName(flag)}, std::move(message), std::move(hint));
+  const auto typed = given_as_.find(std::string(flag.starts_with("--") ? flag.substr(2) : flag));
+  throw InputError({"", 0, typed != given_as_.end() ? typed->second : FlagName(flag)},
+                   std::move(message), std::move(hint));
 }
 
 }  // namespace ptdp::cli

@@ -6,6 +6,7 @@
 #include <boost/program_options.hpp>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -16,10 +17,16 @@
 
 namespace ptdp::cli {
 
+// "Megatron-LM's names are accepted too: --tensor-model-parallel-size for --tp, ..." for the
+// flags `options` has (empty when none), for the help text.
+std::string MegatronNamesHelp(const boost::program_options::options_description& options);
+
 class Flags {
  public:
   // Parses `args` (the words after the subcommand; everything after a lone "--" is kept aside
   // as passthrough()). `command` names the subcommand in hints ("see ptdp plan --help").
+  // Megatron-LM's names for the same flags are read as ptdp's (MegatronNamesHelp), and errors
+  // name the flag as it was typed.
   static Flags Parse(const std::vector<std::string>& args,
                      const boost::program_options::options_description& options,
                      const std::string& command);
@@ -49,6 +56,9 @@ class Flags {
 
  private:
   boost::program_options::variables_map values_;
+  // Flags given by Megatron-LM's name (--tensor-model-parallel-size for --tp): ptdp's name -> the
+  // name typed, which errors use.
+  std::map<std::string, std::string> given_as_;
   std::vector<std::string> passthrough_;
   std::string command_;
 };

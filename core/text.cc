@@ -42,6 +42,29 @@ std::string ClosestName(std::string_view word, const std::vector<std::string>& n
   return best;
 }
 
+std::string WrapWords(std::string_view text, size_t width) {
+  std::string out;
+  size_t line = 0;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t end = std::min(text.find(' ', at), text.size());
+    const std::string_view word = text.substr(at, end - at);
+    if (!word.empty()) {
+      if (line > 0 && line + 1 + word.size() > width) {
+        out += '\n';
+        line = 0;
+      } else if (line > 0) {
+        out += ' ';
+        ++line;
+      }
+      out += word;
+      line += word.size();
+    }
+    at = end + 1;
+  }
+  return out;
+}
+
 std::string XmlEscape(std::string_view text) {
   std::string out;
   for (char c : text) {

@@ -20,6 +20,10 @@ size_t EditDistance(std::string_view a, std::string_view b, size_t limit = SIZE_
 // none is close.
 std::string ClosestName(std::string_view word, const std::vector<std::string>& names);
 
+// `text` broken into lines of at most `width` characters between words (a longer word stands
+// alone on its line).
+std::string WrapWords(std::string_view text, size_t width);
+
 // Text safe inside XML/HTML (SVG and the HTML report): & < > " escaped.
 std::string XmlEscape(std::string_view text);
 

@@ -375,6 +375,39 @@ TEST(CliSchedule, WritesSvgAndTraceFiles) {
   EXPECT_EQ(compute, 4 * 8 * 2 * 2);
 }
 
+// Megatron-LM's flag names mean what ptdp's do, and errors name the flag as typed.
+TEST(CliMegatronNames, AreReadAsPtdpsFlags) {
+  const std::vector<std::string> common = {"--model", "gpt3-1.3b", "--cluster", "dgx-a100-80gb",
+                                           "--gpus",  "16",        "--format",  "json"};
+  auto run = [&](std::vector<std::string> layout) {
+    std::vector<std::string> args = {"simulate"};
+    args.insert(args.end(), common.begin(), common.end());
+    args.insert(args.end(), layout.begin(), layout.end());
+    return Cli(args);
+  };
+  const Result ours =
+      run({"--global-batch", "64", "--tp", "2", "--pp", "2", "--micro-batch", "2",
+           "--distributed-optimizer", "--recompute", "selective", "--precision", "fp16"});
+  const Result megatron =
+      run({"--global-batch-size", "64", "--tensor-model-parallel-size=2",
+           "--pipeline-model-parallel-size", "2", "--micro-batch-size", "2",
+           "--use-distributed-optimizer", "--recompute-granularity", "selective", "--fp16"});
+  ASSERT_EQ(ours.code, kExitOk) << ours.err;
+  EXPECT_EQ(megatron.code, kExitOk) << megatron.err;
+  EXPECT_EQ(megatron.out, ours.out);
+  const Result bad =
+      run({"--global-batch-size", "64", "--tensor-model-parallel-size", "0", "--pp", "1"});
+  EXPECT_EQ(bad.code, kExitBadInput);
+  EXPECT_EQ(bad.err.rfind("ptdp: error: --tensor-model-parallel-size: must be positive, got 0", 0),
+            0u)
+      << bad.err;
+  const Result help = Cli({"simulate", "--help"});
+  EXPECT_NE(help.out.find("Megatron-LM's names are accepted too: --tensor-model-parallel-size "
+                          "for --tp"),
+            std::string::npos)
+      << help.out;
+}
+
 // Output files: checked before any work, written all or none, never replacing an input.
 class CliOutputs : public ::testing::Test {
  protected:
