@@ -100,6 +100,51 @@ std::string_view FlagFor(std::string_view key) {
   return "micro-batch";
 }
 
+// The layout flags given, over `p` (a plan file's layout, or the defaults): each flag replaces
+// its field; dp follows from the GPUs. `gpus_flag`: the flag a size that does not divide the
+// GPUs is blamed on.
+void ApplyLayoutFlags(const Flags& flags, int64_t gpus, const char* gpus_flag, ParallelConfig& p) {
+  const auto size = [&](const char* flag, int current) {
+    return static_cast<int>(flags.OptionalPositiveInt(flag).value_or(current));
+  };
+  p.tp = size("tp", p.tp);
+  p.pp = size("pp", p.pp);
+  p.cp = size("cp", p.cp);
+  p.cp_comm = flags.Enum("cp-comm", kCpCommNames, p.cp_comm);
+  p.ep = size("ep", p.ep);
+  p.etp = size("etp", p.etp);
+  const int64_t model_size = int64_t{p.tp} * p.pp * p.cp;
+  if (gpus % model_size != 0) {
+    flags.Fail(
+        gpus_flag,
+        fmt::format("world size ({}) is not divisible by total_model_size (tp {} x pp {}{} "
+                    "= {})",
+                    gpus, p.tp, p.pp, p.cp > 1 ? fmt::format(" x cp {}", p.cp) : "", model_size));
+  }
+  p.dp = static_cast<int>(gpus / model_size);
+  p.micro_batch_size = size("micro-batch", p.micro_batch_size);
+  p.virtual_stages = size("virtual-stages", p.virtual_stages);
+  // Interleaving follows the virtual stages unless a schedule is named.
+  const Schedule implied = p.virtual_stages > 1                   ? Schedule::kInterleaved
+                           : p.schedule == Schedule::kInterleaved ? Schedule::k1F1B
+                                                                  : p.schedule;
+  p.schedule = flags.Enum("schedule", kScheduleNames, implied);
+  if (flags.Switch("sequence-parallel")) p.sequence_parallel = true;
+  p.recompute = flags.Enum("recompute", kRecomputeNames, p.recompute);
+  if (flags.Switch("distributed-optimizer")) p.distributed_optimizer = true;
+  p.fsdp = flags.Enum("fsdp", kFsdpNames, p.fsdp);
+  if (p.fsdp != Fsdp::kNone) p.distributed_optimizer = true;
+  const auto layers = [&](const char* flag, int current) {
+    return static_cast<int>(std::min<int64_t>(flags.OptionalPositiveInt(flag).value_or(current),
+                                              std::numeric_limits<int>::max()));
+  };
+  p.first_stage_layers = layers("decoder-first-pipeline-num-layers", p.first_stage_layers);
+  p.last_stage_layers = layers("decoder-last-pipeline-num-layers", p.last_stage_layers);
+  if (flags.Switch("account-for-embedding-in-pipeline-split")) p.account_for_embedding = true;
+  if (flags.Switch("account-for-loss-in-pipeline-split")) p.account_for_loss = true;
+  p.recompute_num_layers = layers("recompute-num-layers", p.recompute_num_layers);
+}
+
 Plan PlanFromFlags(const Flags& flags) {
   for (const char* required : {"model", "cluster", "gpus", "global-batch", "tp", "pp"}) {
     if (!flags.Has(required)) {
@@ -109,78 +154,34 @@ Plan PlanFromFlags(const Flags& flags) {
   }
   const Workload w = ReadWorkload(flags);
   Plan plan{.model = w.model, .cluster = w.cluster, .num_gpus = w.gpus, .training = w.training};
-  ParallelConfig& p = plan.parallel;
-  p.tp = static_cast<int>(flags.PositiveInt("tp"));
-  p.pp = static_cast<int>(flags.PositiveInt("pp"));
-  p.cp = static_cast<int>(flags.OptionalPositiveInt("cp").value_or(1));
-  p.cp_comm = flags.Enum("cp-comm", kCpCommNames, CpComm::kP2p);
-  p.ep = static_cast<int>(flags.OptionalPositiveInt("ep").value_or(1));
-  p.etp = static_cast<int>(flags.OptionalPositiveInt("etp").value_or(0));
-  const int64_t model_size = int64_t{p.tp} * p.pp * p.cp;
-  if (w.gpus % model_size != 0) {
-    flags.Fail(
-        "gpus",
-        fmt::format("world size ({}) is not divisible by total_model_size (tp {} x pp {}{} "
-                    "= {})",
-                    w.gpus, p.tp, p.pp, p.cp > 1 ? fmt::format(" x cp {}", p.cp) : "", model_size));
-  }
-  p.dp = static_cast<int>(w.gpus / model_size);
-  p.micro_batch_size = static_cast<int>(flags.OptionalPositiveInt("micro-batch").value_or(1));
-  p.virtual_stages = static_cast<int>(flags.OptionalPositiveInt("virtual-stages").value_or(1));
-  p.schedule = flags.Enum("schedule", kScheduleNames,
-                          p.virtual_stages > 1 ? Schedule::kInterleaved : Schedule::k1F1B);
-  p.sequence_parallel = flags.Switch("sequence-parallel");
-  p.recompute = flags.Enum("recompute", kRecomputeNames, Recompute::kNone);
-  p.distributed_optimizer = flags.Switch("distributed-optimizer");
-  p.fsdp = flags.Enum("fsdp", kFsdpNames, Fsdp::kNone);
-  if (p.fsdp != Fsdp::kNone) p.distributed_optimizer = true;
-  const auto layers = [&](const char* flag) {
-    return static_cast<int>(std::min<int64_t>(flags.OptionalPositiveInt(flag).value_or(0),
-                                              std::numeric_limits<int>::max()));
-  };
-  p.first_stage_layers = layers("decoder-first-pipeline-num-layers");
-  p.last_stage_layers = layers("decoder-last-pipeline-num-layers");
-  p.account_for_embedding = flags.Switch("account-for-embedding-in-pipeline-split");
-  p.account_for_loss = flags.Switch("account-for-loss-in-pipeline-split");
-  p.recompute_num_layers = layers("recompute-num-layers");
+  plan.parallel.etp = 0;  // Megatron's default: the tensor-parallel size
+  ApplyLayoutFlags(flags, w.gpus, "gpus", plan.parallel);
   plan.options = ReadCostOptions(flags, plan.options);
   const std::vector<Violation> v =
-      CheckParallelConfig(plan.model, plan.training, p, w.gpus, plan.options);
+      CheckParallelConfig(plan.model, plan.training, plan.parallel, w.gpus, plan.options);
   if (!v.empty()) flags.Fail(FlagFor(v.front().key), v.front().message, v.front().hint);
   return plan;
 }
 
-int RunSimulate(const Flags& flags, std::ostream& out, std::ostream&) {
-  Plan plan;
-  if (auto path = flags.OptionalString("plan")) {
-    for (const char* other : {"model",
-                              "cluster",
-                              "gpus",
-                              "global-batch",
-                              "tp",
-                              "pp",
-                              "cp",
-                              "cp-comm",
-                              "ep",
-                              "etp",
-                              "micro-batch",
-                              "virtual-stages",
-                              "schedule",
-                              "recompute",
-                              "seq-length",
-                              "fsdp",
-                              "decoder-first-pipeline-num-layers",
-                              "decoder-last-pipeline-num-layers",
-                              "recompute-num-layers",
-                              "fp8-recipe",
-                              "num-layers-at-start-in-bf16",
-                              "num-layers-at-end-in-bf16"}) {
-      if (flags.Has(other)) flags.Fail(other, "cannot be combined with --plan");
+// A plan file, with any layout flag given replacing that field of its layout.
+Plan PlanFromFile(const Flags& flags, const std::string& path) {
+  for (const char* other : {"model", "cluster", "gpus", "global-batch", "seq-length", "fp8-recipe",
+                            "num-layers-at-start-in-bf16", "num-layers-at-end-in-bf16"}) {
+    if (flags.Has(other)) {
+      flags.Fail(other, "cannot be combined with --plan",
+                 "a plan file fixes the model, the cluster and the training; layout flags "
+                 "(--tp, --pp, --micro-batch, ...) override its layout");
     }
-    plan = LoadPlanFile(*path);
-  } else {
-    plan = PlanFromFlags(flags);
   }
+  Plan plan = LoadPlanFile(path);
+  const char* blamed = flags.Has("tp") ? "tp" : flags.Has("pp") ? "pp" : "cp";
+  ApplyLayoutFlags(flags, plan.num_gpus, blamed, plan.parallel);
+  return plan;
+}
+
+int RunSimulate(const Flags& flags, std::ostream& out, std::ostream&) {
+  const auto path = flags.OptionalString("plan");
+  Plan plan = path ? PlanFromFile(flags, *path) : PlanFromFlags(flags);
   const Format format = flags.Enum("format", kFormats, Format::kTable);
   plan.options = ReadCostOptions(flags, plan.options);
   // The options given as flags may break a rule the plan file kept (an attention backend
@@ -261,11 +262,15 @@ const Command kSimulateCommand{
         "communication groups: per parallel dimension its\nsize, the nodes one group spans, the "
         "link its traffic runs over (NVLink, network, or both for\nhierarchical collectives), "
         "the bandwidth the cost model uses, what travels, and the step's time\nand bytes of it "
-        "(JSON: \"groups\"). Exits 1 when a stage does not fit in the GPU's memory.",
+        "(JSON: \"groups\"). With --plan, layout flags (--tp, --pp, --micro-batch, --recompute, "
+        "...)\n"
+        "override that field of the plan's layout. Exits 1 when a stage does not fit in the GPU's "
+        "memory.",
     .examples =
         "ptdp simulate --model seed-example --cluster dgx-a100-80gb --gpus 8 --global-batch 128 "
         "--tp 2 --pp 4 --micro-batch 4\n"
         "ptdp simulate --plan plan.yaml --svg timeline.svg --trace timeline.json\n"
+        "ptdp simulate --plan plan.yaml --micro-batch 2 --recompute full\n"
         "ptdp simulate --model qwen3-30b-a3b --cluster dgx-h100 --gpus 16 --global-batch 256 "
         "--tp 1 --pp 2 --ep 8 --etp 1 --moe-token-dispatcher alltoall --explain\n"
         "ptdp simulate --model gpt3-175b --cluster dgx-a100-80gb --gpus 1024 --global-batch 1536 "

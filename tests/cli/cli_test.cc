@@ -591,9 +591,23 @@ TEST(CliSimulate, APlanFileGivesTheSameResultAsTheFlags) {
   const Result from_flags = Cli(With(kSeedSimulate, {"--format", "json"}));
   ASSERT_EQ(from_file.code, kExitOk) << from_file.err;
   EXPECT_EQ(from_file.out, from_flags.out);
-  EXPECT_EQ(
-      Cli({"simulate", "--plan", path, "--tp", "2"}).err,
-      "ptdp: error: --tp: cannot be combined with --plan (hint: see `ptdp simulate --help`)\n");
+  // Layout flags override the plan's layout (dp follows); the workload stays the plan's.
+  const Result overridden = Cli({"simulate", "--plan", path, "--format", "json", "--tp", "4",
+                                 "--pp", "2", "--micro-batch", "2", "--recompute", "full"});
+  const Result same_by_flags =
+      Cli({"simulate", "--model", "seed-example", "--cluster", "dgx-a100-80gb", "--gpus", "8",
+           "--global-batch", "128", "--format", "json", "--tp", "4", "--pp", "2", "--micro-batch",
+           "2", "--recompute", "full"});
+  ASSERT_EQ(overridden.code, kExitOk) << overridden.err;
+  EXPECT_EQ(overridden.out, same_by_flags.out);
+  EXPECT_NE(overridden.out, from_file.out);
+  EXPECT_EQ(Cli({"simulate", "--plan", path, "--tp", "3"}).err,
+            "ptdp: error: --tp: world size (8) is not divisible by total_model_size (tp 3 x pp 4 "
+            "= 12) (hint: see `ptdp simulate --help`)\n");
+  EXPECT_EQ(Cli({"simulate", "--plan", path, "--gpus", "16"}).err,
+            "ptdp: error: --gpus: cannot be combined with --plan (hint: a plan file fixes the "
+            "model, the cluster and the training; layout flags (--tp, --pp, --micro-batch, ...) "
+            "override its layout)\n");
 }
 
 TEST(CliSimulate, RefusesWhatMegatronRefusesNamingTheFlag) {
