@@ -129,7 +129,7 @@ void AddCommands(std::string_view text, const std::string& source, const ShellOp
   // Scripts that hand scripts to shells that hand scripts on multiply: the scripts played and
   // the commands kept are bounded in all, not only the depth (found by fuzzing).
   constexpr int kMaxScripts = 16;
-  constexpr size_t kMaxCommands = 100'000;
+  constexpr size_t kMaxCommands = 20'000;
   if (++out.scripts > kMaxScripts) {
     throw InputError(
         {source, 0, ""},

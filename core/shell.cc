@@ -25,12 +25,12 @@ constexpr size_t kMaxWords = 1'000'000;                  // words in all listed 
 constexpr size_t kMaxValueBytes = size_t{16} << 20;      // one variable's value
 constexpr size_t kMaxExpandedBytes = size_t{256} << 20;  // all text expansions produce
 constexpr size_t kFieldOverheadBytes = 32;               // charged per field: bounds their count
-constexpr int64_t kMaxCommands = 1'000'000;              // commands run, functions' included
+constexpr int64_t kMaxCommands = 100'000;                // commands run, functions' included
 constexpr int64_t kMaxWork = 200'000'000;            // arithmetic tokens and pattern-matching steps
 constexpr int kMaxLoopIterations = 1000;             // `for` iterations in all loops together
 constexpr int kMaxCallDepth = 16;                    // nested function calls
 constexpr int kMaxSourceDepth = 8;                   // nested `source` and `eval`
-constexpr size_t kMaxParsedBytes = size_t{4} << 20;  // the script, sourced files, eval, in all
+constexpr size_t kMaxParsedBytes = size_t{1} << 20;  // the script, sourced files, eval, in all
 constexpr int kMaxNesting = 100;  // nested constructs in the text and expressions
 
 // ---- Scanning: where a quoted string or an expansion ends -------------------------------------

@@ -98,7 +98,7 @@ struct ShellResult {
 // source and line for a syntax error the user must fix (an unclosed quote, `(` array, `$(`,
 // `${` or `if`; `fi` without `if`; a redirection without a target), and when the script would
 // produce more than 1,000,000 words, a value over 16 MiB, more than 256 MiB of expanded text or
-// run more than 1,000,000 commands. A syntax error in a sourced file is a note, as in bash.
+// run more than 100,000 commands. A syntax error in a sourced file is a note, as in bash.
 ShellResult InterpretShell(std::string_view text, const std::string& source,
                            const ShellOptions& options = {});
 

@@ -629,7 +629,7 @@ TEST(Shell, AFileSourcingItselfSeveralTimesIsBoundedInAll) {
   ShellOptions options;
   options.read_file = [&](const std::string&) -> std::optional<std::string> { return script; };
   const ShellResult r = Interpret(script, options);
-  EXPECT_NE(FindNote(r, "more than 4 MiB of text in all"), nullptr);
+  EXPECT_NE(FindNote(r, "more than 1 MiB of text in all"), nullptr);
   EXPECT_LT(r.commands.size(), 100u);
 }
 
@@ -753,7 +753,7 @@ TEST(Shell, ValueOver16MiBIsAnInputError) {
 }
 
 TEST(Shell, ExponentialFunctionCallsHitTheCommandLimit) {
-  EXPECT_NE(ErrorOf("f() { f; f; f; f; f; f; f; f; f; f; }\nf").find("more than 1000000 commands"),
+  EXPECT_NE(ErrorOf("f() { f; f; f; f; f; f; f; f; f; f; }\nf").find("more than 100000 commands"),
             std::string::npos);
 }
 
