@@ -2,12 +2,16 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <iostream>
+#include <iterator>
+#include <optional>
 #include <sstream>
 
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "cli/report.h"
 #include "core/error.h"
+#include "core/json.h"
 #include "core/megatron_args.h"
 #include "core/presets.h"
 #include "core/table.h"
@@ -25,7 +29,9 @@ void AddCheckOptions(po::options_description& o) {
                   "number of GPUs (default: the launcher's, else tp x pp)")(
       "cluster", po::value<std::string>()->default_value("dgx-a100-80gb")->value_name("C"),
       "hardware profile: name (ptdp profiles) or YAML file")(
-      "file", po::value<std::string>()->value_name("FILE"), "read the command line from a file")(
+      "file", po::value<std::string>()->value_name("FILE"),
+      "read the command line or launch script from a file (`-`: standard input)")(
+      "format", po::value<std::string>()->value_name("F"), "table (default) | json")(
       "vocab-size", po::value<std::string>()->value_name("V"),
       "the tokenizer's vocabulary, when the command does not give --vocab-size")(
       "script-args", po::value<std::string>()->value_name("WORDS"),
@@ -59,53 +65,109 @@ std::string Where(const MegatronFinding& f, bool show_lines) {
   return where.empty() ? "" : where + ": ";
 }
 
-int RunCheck(const Flags& flags, std::ostream& out, std::ostream&) {
-  if (flags.Switch("version")) {
-    out << MegatronTableVersion() << "\n";
-    return kExitOk;
-  }
+enum class Format { kTable, kJson };
+constexpr EnumName<Format> kFormats[] = {{"table", Format::kTable}, {"json", Format::kJson}};
+
+// The command to check and where it came from: --file (`-` for standard input) or the words
+// after --, with how the script's sourced files and arguments are read.
+struct CheckInput {
   std::string text, source;
+  bool from_file = false;
+  MegatronReadOptions read;
+};
+
+CheckInput ReadCheckInput(const Flags& flags) {
+  CheckInput in;
   if (auto file = flags.OptionalString("file")) {
     if (!flags.passthrough().empty()) {
       flags.Fail("file", "give the command either after -- or in --file, not both");
     }
-    text = ReadTextFile(*file);
-    source = *file;
+    if (*file == "-") {
+      in.text.assign(std::istreambuf_iterator<char>(std::cin), {});
+      in.source = "<stdin>";
+    } else {
+      in.text = ReadTextFile(*file);
+      in.source = *file;
+      in.from_file = true;
+    }
   } else if (!flags.passthrough().empty()) {
-    for (const std::string& word : flags.passthrough()) text += (text.empty() ? "" : " ") + word;
-    source = "the command line";
+    for (const std::string& word : flags.passthrough()) {
+      in.text += (in.text.empty() ? "" : " ") + word;
+    }
+    in.source = "the command line";
   } else {
     flags.Fail("file", "no command to check",
                "ptdp check -- python pretrain_gpt.py ...   or   ptdp check --file cmd.sh");
   }
-  const ClusterSpec cluster = ResolveCluster(flags.String("cluster"));
-  const std::optional<int64_t> gpus = flags.OptionalPositiveInt("gpus");
-  MegatronReadOptions read;
   if (auto words = flags.OptionalString("script-args")) {
-    std::istringstream in(*words);
-    for (std::string w; in >> w;) read.script_args.push_back(w);
+    std::istringstream args(*words);
+    for (std::string w; args >> w;) in.read.script_args.push_back(w);
   }
-  if (flags.Has("file")) {
+  if (in.from_file) {
     // The script is taken to run from its own folder: $PWD and `pwd` name it, and the files it
     // sources or submits are found there.
-    read.read_file = SourcedFileReader(source);
+    in.read.read_file = SourcedFileReader(in.source);
     std::error_code ec;
     const std::filesystem::path dir =
-        std::filesystem::absolute(std::filesystem::path(source), ec).parent_path();
-    if (!ec) read.environment["PWD"] = dir.string();
+        std::filesystem::absolute(std::filesystem::path(in.source), ec).parent_path();
+    if (!ec) in.read.environment["PWD"] = dir.string();
   }
-  CheckReport report = CheckMegatronCommand(text, source, gpus, read);
-  MegatronCommand& c = report.command;
+  return in;
+}
+
+// What check found: Megatron's verdict on the flags and the layout, and, when the layout can be
+// simulated, the search that places it among the plans for the same model, GPUs and batch.
+struct CheckOutcome {
+  CheckReport report;
+  ClusterSpec cluster;
+  bool show_lines = false;
+  std::optional<PlanSearchResult> search;
+  int verdict = kExitOk;  // 1 when Megatron-LM would refuse the command
+};
+
+CheckOutcome AnalyseCommand(const Flags& flags, const CheckInput& in) {
+  CheckOutcome o;
+  o.cluster = ResolveCluster(flags.String("cluster"));
+  o.show_lines = flags.Has("file");  // a script (a file or standard input) has lines
+  o.report = CheckMegatronCommand(in.text, in.source, flags.OptionalPositiveInt("gpus"), in.read);
+  MegatronCommand& c = o.report.command;
   if (auto vocab = flags.OptionalPositiveInt("vocab-size")) {
     c.model.vocab_size = static_cast<int>(*vocab);
     std::erase_if(c.findings, [](const MegatronFinding& f) {
       return f.message.starts_with("the vocabulary size comes from the tokenizer");
     });
   }
-  const bool file = flags.Has("file");
+  // Exit codes mean one thing each: 1 when Megatron-LM would refuse the command; a command it
+  // accepts exits 0 even when ptdp cannot simulate it or it does not fit (4 with --require-fit).
+  o.verdict = o.report.failed() ? kExitFailed : kExitOk;
+  if (!c.model_complete || !o.report.simulatable()) return o;
+  if (c.training.precision == Precision::kFp8 && o.cluster.gpu.peak_fp8_flops <= 0) {
+    flags.Fail("cluster",
+               fmt::format("the command trains in FP8 (--fp8-format) but {}'s {} has no FP8 "
+                           "tensor cores",
+                           o.cluster.name, o.cluster.gpu.name),
+               "pass --cluster dgx-h100 (or hgx-h200, or your own profile with peak_fp8_tflops)");
+  }
+  PlanRequest req;
+  req.model = c.model;
+  req.cluster = o.cluster;
+  req.training = c.training;
+  req.gpus = o.report.gpus;
+  req.top_k = 1;
+  req.reference = c.parallel;
+  req.options = c.options;
+  req.reference_options = c.options;
+  o.search = SearchPlans(req);
+  return o;
+}
 
+// Megatron's findings, the flags simulated, the layout and its rules (the part of the text
+// report that needs no simulation).
+void PrintFindings(const CheckOutcome& o, const std::string& source, std::ostream& out) {
+  const CheckReport& report = o.report;
+  const MegatronCommand& c = report.command;
   out << fmt::format(
-      "ptdp check: {} from {} on {} x {}{}\n", c.script, source, report.gpus, cluster.name,
+      "ptdp check: {} from {} on {} x {}{}\n", c.script, source, report.gpus, o.cluster.name,
       report.gpus_assumed ? fmt::format(" (assumed: tp x pp = {}; the launcher does not say how "
                                         "many GPUs; pass --gpus N)",
                                         report.gpus)
@@ -122,11 +184,10 @@ int RunCheck(const Flags& flags, std::ostream& out, std::ostream&) {
                        : fmt::format("\nWarnings ({}):\n", n));
     for (const MegatronFinding& f : c.findings) {
       if ((f.severity == MegatronFinding::Severity::kError) != error_pass) continue;
-      out << "  " << Where(f, file) << f.message << "\n";
+      out << "  " << Where(f, o.show_lines) << f.message << "\n";
       if (!f.fix.empty()) out << "      fix: " << f.fix << "\n";
     }
   }
-
   if (!c.simulated_flags.empty()) {
     std::string flags_read;
     for (const std::string& f : c.simulated_flags) flags_read += " " + f;
@@ -142,12 +203,9 @@ int RunCheck(const Flags& flags, std::ostream& out, std::ostream&) {
       p.sequence_parallel ? ", SP" : "",
       p.recompute != Recompute::kNone ? fmt::format(", {} recompute", Name(p.recompute)) : "",
       Name(c.training.precision));
-  // Exit codes mean one thing each: 1 when Megatron-LM would refuse the command; a command it
-  // accepts exits 0 even when ptdp cannot simulate it or it does not fit (4 with --require-fit).
-  const int verdict = report.failed() ? kExitFailed : kExitOk;
   if (!c.model_complete) {
     out << "The model is incomplete, so the layout cannot be checked or simulated.\n";
-    return verdict;
+    return;
   }
   if (report.violations.empty()) {
     out << "Megatron-LM's layout rules: all pass.\n";
@@ -158,27 +216,13 @@ int RunCheck(const Flags& flags, std::ostream& out, std::ostream&) {
     }
   }
   if (!report.not_simulated.empty()) out << "Not simulated: " << report.not_simulated << ".\n";
-  if (!report.simulatable()) return verdict;
+}
 
-  // Simulate the command's layout and search the best plan for the same model, GPUs and batch.
-  if (c.training.precision == Precision::kFp8 && cluster.gpu.peak_fp8_flops <= 0) {
-    flags.Fail("cluster",
-               fmt::format("the command trains in FP8 (--fp8-format) but {}'s {} has no FP8 "
-                           "tensor cores",
-                           cluster.name, cluster.gpu.name),
-               "pass --cluster dgx-h100 (or hgx-h200, or your own profile with peak_fp8_tflops)");
-  }
-  PlanRequest req;
-  req.model = c.model;
-  req.cluster = cluster;
-  req.training = c.training;
-  req.gpus = report.gpus;
-  req.top_k = 1;
-  req.reference = p;
-  req.options = c.options;
-  req.reference_options = c.options;
-  const PlanSearchResult res = SearchPlans(req);
-  out << (report.failed() ? "\nSimulated as if the errors above were fixed:\n" : "\nSimulated:\n");
+// The command's layout simulated, against the best plan for the same model, GPUs and batch.
+void PrintComparison(const CheckOutcome& o, std::ostream& out) {
+  const PlanSearchResult& res = *o.search;
+  out << (o.report.failed() ? "\nSimulated as if the errors above were fixed:\n"
+                            : "\nSimulated:\n");
   const ReferenceResult& yours = *res.reference;
   if (yours.simulated) {
     const SimulationReport& r = yours.simulated->report;
@@ -204,14 +248,97 @@ int RunCheck(const Flags& flags, std::ostream& out, std::ostream&) {
                          GroupThousands(res.fits));
     }
   }
-  if (c.training.precision == Precision::kFp32) {
+  if (o.report.command.training.precision == Precision::kFp32) {
     out << "  note: with neither --bf16 nor --fp16 Megatron-LM trains in fp32, without tensor-core "
            "rates; `ptdp plan --precision bf16` shows what bf16 would take.\n";
   }
-  if (verdict == kExitOk && !yours.problem.empty() && flags.Switch("require-fit")) {
-    return kExitDoesNotFit;
+}
+
+// One simulated layout as JSON members: step time, memory, bubble, MFU.
+std::string SimulatedJson(const SimulationReport& r) {
+  return fmt::format(
+      "\"step_time_s\": {}, \"peak_memory_bytes\": {}, \"bubble_fraction\": {}, \"mfu\": {}",
+      JsonNumber(r.step_time_s), JsonNumber(r.peak_memory_bytes), JsonNumber(r.bubble_fraction),
+      JsonNumber(r.mfu));
+}
+
+// Everything the text report says, as one JSON object (`check --format json`).
+std::string CheckJson(const CheckOutcome& o, const std::string& source) {
+  const CheckReport& report = o.report;
+  const MegatronCommand& c = report.command;
+  const ParallelConfig& p = c.parallel;
+  std::string j = "{\n";
+  j += fmt::format("  \"script\": {},\n  \"source\": {},\n  \"megatron\": {},\n",
+                   JsonString(c.script), JsonString(source), JsonString(MegatronTableVersion()));
+  j += fmt::format("  \"gpus\": {},\n  \"gpus_assumed\": {},\n  \"cluster\": {},\n", report.gpus,
+                   report.gpus_assumed, JsonString(o.cluster.name));
+  j += fmt::format("  \"accepted\": {},\n  \"findings\": [", !report.failed());
+  for (size_t i = 0; i < c.findings.size(); ++i) {
+    const MegatronFinding& f = c.findings[i];
+    j += fmt::format(
+        "{}\n    {{\"severity\": {}, \"line\": {}, \"flag\": {}, \"message\": {}, \"fix\": {}}}",
+        i == 0 ? "" : ",",
+        JsonString(f.severity == MegatronFinding::Severity::kError ? "error" : "warning"),
+        o.show_lines ? f.line : 0, JsonString(f.flag), JsonString(f.message), JsonString(f.fix));
   }
-  return verdict;
+  j += c.findings.empty() ? "],\n" : "\n  ],\n";
+  std::vector<std::string> simulated;
+  for (const std::string& f : c.simulated_flags) simulated.push_back(JsonString(f));
+  j += fmt::format("  \"simulated_flags\": [{}],\n", fmt::join(simulated, ", "));
+  j += fmt::format(
+      "  \"layout\": {{\"tp\": {}, \"pp\": {}, \"cp\": {}, \"ep\": {}, \"dp\": {}, "
+      "\"micro_batch_size\": {}, \"global_batch_size\": {}, \"microbatches\": {}, "
+      "\"schedule\": {}, \"virtual_stages\": {}, \"sequence_parallel\": {}, \"recompute\": {}, "
+      "\"precision\": {}}},\n",
+      p.tp, p.pp, p.cp, p.ep, p.dp, p.micro_batch_size, c.training.global_batch_size,
+      report.microbatches, JsonString(Name(p.schedule)), p.virtual_stages, p.sequence_parallel,
+      JsonString(Name(p.recompute)), JsonString(Name(c.training.precision)));
+  j += fmt::format("  \"model_complete\": {},\n  \"rules_broken\": [", c.model_complete);
+  for (size_t i = 0; i < report.violations.size(); ++i) {
+    const Violation& v = report.violations[i];
+    j += fmt::format("{}\n    {{\"rule\": {}, \"message\": {}, \"fix\": {}}}", i == 0 ? "" : ",",
+                     JsonString(RuleId(v.rule)), JsonString(v.message), JsonString(v.hint));
+  }
+  j += report.violations.empty() ? "],\n" : "\n  ],\n";
+  j += fmt::format("  \"not_simulated\": {}", JsonString(report.not_simulated));
+  if (o.search) {
+    const ReferenceResult& yours = *o.search->reference;
+    j += ",\n  \"yours\": ";
+    j += yours.simulated ? fmt::format("{{{}, \"fits\": {}, \"problem\": {}, \"rank\": {}}}",
+                                       SimulatedJson(yours.simulated->report),
+                                       yours.problem.empty(), JsonString(yours.problem), yours.rank)
+                         : "null";
+    j += ",\n  \"best\": ";
+    if (o.search->plans.empty()) {
+      j += "null";
+    } else {
+      const RankedPlan& best = o.search->plans.front();
+      j += fmt::format("{{{}, \"layout\": {}, \"flags\": {}}}", SimulatedJson(best.report),
+                       JsonString(Describe(best.plan.parallel)),
+                       JsonString(MegatronArgsLine(best.plan)));
+    }
+    j += fmt::format(",\n  \"valid_plans\": {}", o.search->fits);
+  }
+  return j + "\n}\n";
+}
+
+int RunCheck(const Flags& flags, std::ostream& out, std::ostream&) {
+  if (flags.Switch("version")) {
+    out << MegatronTableVersion() << "\n";
+    return kExitOk;
+  }
+  const Format format = flags.Enum("format", kFormats, Format::kTable);
+  const CheckInput in = ReadCheckInput(flags);
+  const CheckOutcome o = AnalyseCommand(flags, in);
+  if (format == Format::kJson) {
+    out << CheckJson(o, in.source);
+  } else {
+    PrintFindings(o, in.source, out);
+    if (o.search) PrintComparison(o, out);
+  }
+  const bool does_not_fit = o.search && !o.search->reference->problem.empty();
+  if (o.verdict == kExitOk && does_not_fit && flags.Switch("require-fit")) return kExitDoesNotFit;
+  return o.verdict;
 }
 
 }  // namespace

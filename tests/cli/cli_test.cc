@@ -3,8 +3,10 @@
 #include "cli/cli.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -841,6 +843,43 @@ TEST(CliCheck, TheFoundingDocumentsCommand) {
   EXPECT_NE(r.out.find("Simulated as if the errors above were fixed:\n  yours: "),
             std::string::npos);
   EXPECT_NE(r.out.find("  best:  "), std::string::npos);
+}
+
+// `check --format json`: the text report's content as one object; `--file -` reads standard
+// input (the binary, through a pipe), with the same verdict and lines.
+TEST(CliCheck, JsonAndStandardInput) {
+  const std::string script = std::string(PTDP_TEST_FIXTURES) + "/seed-example.sh";
+  const Result r = Cli({"check", "--gpus", "8", "--format", "json", "--file", script});
+  EXPECT_EQ(r.code, kExitFailed);
+  const YAML::Node j = YAML::Load(r.out);
+  EXPECT_EQ(j["script"].as<std::string>(), "pretrain_gpt.py");
+  EXPECT_FALSE(j["accepted"].as<bool>());
+  int errors = 0;
+  for (const auto& f : j["findings"]) errors += f["severity"].as<std::string>() == "error";
+  EXPECT_EQ(errors, 3);
+  EXPECT_EQ(j["findings"][1]["line"].as<int>(), 18);
+  EXPECT_EQ(j["findings"][1]["flag"].as<std::string>(), "--num-microbatches");
+  EXPECT_EQ(j["layout"]["tp"].as<int>(), 2);
+  EXPECT_EQ(j["layout"]["microbatches"].as<int>(), 32);
+  EXPECT_GT(j["yours"]["step_time_s"].as<double>(), j["best"]["step_time_s"].as<double>());
+  EXPECT_NE(j["best"]["flags"].as<std::string>().find("--tensor-model-parallel-size"),
+            std::string::npos);
+  EXPECT_EQ(Cli({"check", "--format", "yaml", "--file", script}).err,
+            "ptdp: error: --format: unknown value \"yaml\" (expected one of: table, json) (hint: "
+            "see `ptdp check --help`)\n");
+
+  const std::string command = std::string(PTDP_BINARY) + " check --gpus 8 --file - < " + script;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string piped;
+  char buffer[4096];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0;) piped.append(buffer, n);
+  const int status = ::pclose(pipe);
+  EXPECT_EQ(WEXITSTATUS(status), kExitFailed);
+  const Result from_file = Cli({"check", "--gpus", "8", "--file", script});
+  std::string expected = from_file.out;
+  expected.replace(expected.find(script), script.size(), "<stdin>");
+  EXPECT_EQ(piped, expected);
 }
 
 TEST(CliCheck, ACleanCommandAfterTheSeparator) {

@@ -6,7 +6,7 @@
 # With MARKDOWN_OUT, the table (case, answer, seconds, peak memory) is written there too
 # (results/reliability/limits.md is made so). Prints "PASS: limits" when every case holds.
 set -uo pipefail
-ptdp=$1 work=$2 markdown=${3:-}
+ptdp=$1 work=$2 markdown=${3:+$(realpath -m "$3")}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 limit_s=${PTDP_LIMIT_S:-30}
 limit_mb=${PTDP_LIMIT_MB:-2048}
