@@ -7,6 +7,7 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "cli/output.h"
+#include "cli/progress.h"
 #include "cli/report.h"
 #include "cli/workload.h"
 #include "core/error.h"
@@ -286,10 +287,21 @@ std::string Explain(const PlanSearchResult& res) {
 
 int RunPlan(const Flags& flags, std::ostream& out, std::ostream& err) {
   std::string reference_label;
-  const PlanRequest req = ReadRequest(flags, reference_label);
+  PlanRequest req = ReadRequest(flags, reference_label);
   const Format format = flags.Enum("format", kFormats, Format::kTable);
   const auto start = std::chrono::steady_clock::now();
-  const PlanSearchResult res = SearchPlans(req);
+  PlanSearchResult res;
+  {
+    ProgressLine progress(err, "ptdp plan");
+    req.progress = [&progress](int64_t valid, int64_t simulated) {
+      progress.Update(
+          simulated == 0
+              ? fmt::format("{} layouts pass Megatron-LM's rules so far", GroupThousands(valid))
+              : fmt::format("ranking: {} of {} layouts simulated", GroupThousands(simulated),
+                            GroupThousands(valid)));
+    };
+    res = SearchPlans(req);
+  }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 

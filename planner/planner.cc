@@ -144,7 +144,7 @@ PlanSearchResult SearchPlans(const PlanRequest& req) {
   res.examined = EnumerateConfigs(
       req.model, req.training, req.gpus, req.constraints, res.rejected,
       [&](const ParallelConfig& p) {
-        ++res.valid;
+        if ((++res.valid & 0xffff) == 0 && req.progress) req.progress(res.valid, 0);
         const CostOptions options = PlanOptions(req, p);
         // Memory first: most candidates of a large search do not fit, and they need no time.
         const int64_t m = NumMicrobatches(req.training, p);
@@ -241,6 +241,7 @@ PlanSearchResult SearchPlans(const PlanRequest& req) {
     RankedPlan r{MakePlan(req, c.parallel), {}};
     r.report = SimulatePlan(r.plan);
     ++res.simulated;
+    if (req.progress) req.progress(res.valid, res.simulated);
     if (res.reference && res.reference->simulated && reference_time >= 0) {
       if (ConfigKey(c.parallel) != ConfigKey(*req.reference) &&
           Better(r, *res.reference->simulated)) {

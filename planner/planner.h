@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,6 +41,10 @@ struct PlanRequest {
   // distributed optimizer --overlap-param-gather (Megatron-Core's recipes do; they only hide
   // communication). Off: exactly `options`.
   bool recommend_overlap = true;
+  // Called now and then during the search (every 65,536 valid candidates, then once per
+  // simulation of the ranking phase) with the candidates that passed the rules so far and the
+  // simulations run, for a progress line; the search does not depend on it.
+  std::function<void(int64_t valid, int64_t simulated)> progress = {};
 };
 
 struct RankedPlan {

@@ -6,13 +6,16 @@
 #include <sys/wait.h>
 #include <yaml-cpp/yaml.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "core/presets.h"
 #include "core/spec_yaml.h"
 
@@ -375,6 +378,21 @@ TEST(CliSchedule, WritesSvgAndTraceFiles) {
     }
   }
   EXPECT_EQ(compute, 4 * 8 * 2 * 2);
+}
+
+// A progress line: nothing in the first second, then at most a line a second (forced, as
+// PTDP_PROGRESS=1 does for logs).
+TEST(CliProgress, NothingInTheFirstSecondThenALineASecond) {
+  std::ostringstream err;
+  {
+    ProgressLine progress(err, "ptdp plan", /*forced=*/true);
+    progress.Update("1 layout");
+    EXPECT_EQ(err.str(), "");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1050));
+    progress.Update("2 layouts");
+    progress.Update("3 layouts");  // within the second: not shown
+  }
+  EXPECT_EQ(err.str(), "ptdp plan: 2 layouts (1 s)\n");
 }
 
 // Megatron-LM's flag names mean what ptdp's do, and errors name the flag as typed.

@@ -237,6 +237,32 @@ TEST(Planner, ReferenceRankIsItsPlaceInTheFullRanking) {
   EXPECT_EQ(static_cast<int64_t>(everything.size()), res.fits);
 }
 
+// The progress callback sees the search advance and changes nothing in its result.
+TEST(Planner, ProgressIsReportedWithoutChangingTheResult) {
+  PlanRequest req = Request("gpt3-175b", "dgx-a100-80gb", 1024, 1536);
+  const PlanSearchResult quiet = SearchPlans(req);
+  std::vector<std::pair<int64_t, int64_t>> calls;
+  req.progress = [&calls](int64_t valid, int64_t simulated) {
+    calls.emplace_back(valid, simulated);
+  };
+  const PlanSearchResult res = SearchPlans(req);
+  ASSERT_GT(quiet.valid, 65536) << "too small a search to report progress";
+  EXPECT_EQ(res.valid, quiet.valid);
+  EXPECT_EQ(res.simulated, quiet.simulated);
+  ASSERT_EQ(res.plans.size(), quiet.plans.size());
+  for (size_t i = 0; i < res.plans.size(); ++i) {
+    EXPECT_EQ(res.plans[i].report.step_time_s, quiet.plans[i].report.step_time_s);
+  }
+  // One call per 65,536 valid candidates, then one per simulation, never going back.
+  ASSERT_EQ(static_cast<int64_t>(calls.size()), quiet.valid / 65536 + quiet.simulated);
+  EXPECT_EQ(calls.front(), std::make_pair(int64_t{65536}, int64_t{0}));
+  EXPECT_EQ(calls.back(), std::make_pair(quiet.valid, quiet.simulated));
+  for (size_t i = 1; i < calls.size(); ++i) {
+    EXPECT_GE(calls[i].first, calls[i - 1].first);
+    EXPECT_GE(calls[i].second, calls[i - 1].second);
+  }
+}
+
 TEST(Planner, RejectionsAddUpAndNameMegatronsRules) {
   const PlanRequest req = Request("gpt3-175b", "dgx-a100-80gb", 64, 1536);
   const PlanSearchResult res = SearchPlans(req);

@@ -1,0 +1,36 @@
+// A progress line on stderr for work that can take more than a second (a large plan search).
+// Nothing is shown during the first second. Then the line is rewritten in place when stderr is a
+// terminal; with PTDP_PROGRESS=1 (logs, tests) each update is a line of its own, at most one a
+// second. Otherwise nothing is shown, so pipes and files get only the result.
+#pragma once
+
+#include <chrono>
+#include <ostream>
+#include <string>
+
+namespace ptdp::cli {
+
+class ProgressLine {
+ public:
+  // `what` starts every line ("ptdp plan"); `err` is stderr (or a test's stream, with
+  // `forced`: every update after the first second is written).
+  ProgressLine(std::ostream& err, std::string what);
+  ProgressLine(std::ostream& err, std::string what, bool forced);
+  ~ProgressLine();
+  ProgressLine(const ProgressLine&) = delete;
+  ProgressLine& operator=(const ProgressLine&) = delete;
+
+  // The state now ("1,245,184 layouts checked"); cheap when nothing is due.
+  void Update(const std::string& status);
+
+ private:
+  enum class Mode { kOff, kTerminal, kLines };
+  std::ostream& err_;
+  std::string what_;
+  Mode mode_;
+  std::chrono::steady_clock::time_point start_, last_;
+  bool updated_ = false;  // a line has been shown
+  size_t shown_ = 0;      // characters on the terminal line now
+};
+
+}  // namespace ptdp::cli
