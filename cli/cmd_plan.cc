@@ -1,6 +1,7 @@
 // `ptdp plan`: every valid configuration, ranked by simulated step time.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 
@@ -176,6 +177,9 @@ PlanRequest ReadRequest(const Flags& flags, std::string& reference_label) {
   return req;
 }
 
+// Megatron-LM has 1F1B, interleaved 1F1B and (for pp 1) no pipeline; zb-h1 is modelled only.
+bool RunsInMegatron(const ParallelConfig& p) { return p.schedule != Schedule::kZbH1; }
+
 std::string PlanJsonEntry(const RankedPlan& r) {
   const ParallelConfig& p = r.plan.parallel;
   return fmt::format(
@@ -186,12 +190,12 @@ std::string PlanJsonEntry(const RankedPlan& r) {
       "\"virtual_stages\": {}, \"sequence_parallel\": {}, \"recompute\": \"{}\", "
       "\"distributed_optimizer\": {}, \"fsdp\": \"{}\", \"first_stage_layers\": {}, "
       "\"last_stage_layers\": {}, \"account_for_embedding\": {}, \"account_for_loss\": {}, "
-      "\"megatron_args\": {},\n   {}}}",
+      "\"megatron_args\": {}, \"in_megatron\": {},\n   {}}}",
       p.tp, p.cp, Name(p.cp_comm), p.ep, p.expert_tp(), p.pp, p.dp, p.micro_batch_size,
       Name(p.schedule), p.virtual_stages, p.sequence_parallel, Name(p.recompute),
       p.distributed_optimizer, Name(p.fsdp), p.first_stage_layers, p.last_stage_layers,
       p.account_for_embedding, p.account_for_loss, JsonString(MegatronArgsLine(r.plan)),
-      SimulationJsonMembers(r.report, 3));
+      RunsInMegatron(p), SimulationJsonMembers(r.report, 3));
 }
 
 // With `explain`, also the best plan's communication groups ("groups").
@@ -235,6 +239,23 @@ std::string PlanJson(const PlanRequest& req, const PlanSearchResult& res, bool e
 
 std::string OnOff(bool b) { return b ? "yes" : "-"; }
 
+// The best plan Megatron-LM can run: the first of the ranking that it runs, or, when a
+// zero-bubble schedule took every place, the best of a search without it. Its 1-based rank in
+// the table (0 when it comes from the second search).
+std::pair<RankedPlan, int> BestRunnable(const PlanRequest& req, const PlanSearchResult& res) {
+  for (size_t i = 0; i < res.plans.size(); ++i) {
+    if (RunsInMegatron(res.plans[i].plan.parallel)) return {res.plans[i], static_cast<int>(i + 1)};
+  }
+  PlanRequest runnable = req;
+  std::erase(runnable.constraints.schedules, Schedule::kZbH1);
+  runnable.top_k = 1;
+  runnable.reference.reset();
+  runnable.progress = {};
+  const PlanSearchResult again = SearchPlans(runnable);
+  if (again.plans.empty()) return {res.plans.front(), -1};
+  return {again.plans.front(), 0};
+}
+
 std::string PlanTable(const PlanRequest& req, const PlanSearchResult& res) {
   Table t({{"#", Table::Align::kRight},
            {"layout"},
@@ -258,7 +279,8 @@ std::string PlanTable(const PlanRequest& req, const PlanSearchResult& res) {
     t.AddRow({std::to_string(i + 1), SizesText(p), std::to_string(p.micro_batch_size),
               p.schedule == Schedule::kInterleaved
                   ? fmt::format("interleaved v={}", p.virtual_stages)
-                  : std::string(Name(p.schedule)),
+              : RunsInMegatron(p) ? std::string(Name(p.schedule))
+                                  : std::string(Name(p.schedule)) + " *",
               OnOff(p.sequence_parallel),
               p.recompute == Recompute::kNone ? "-" : std::string(Name(p.recompute)),
               ShardingText(p), SplitText(res.plans[i].plan), Seconds(r.step_time_s),
@@ -267,7 +289,15 @@ std::string PlanTable(const PlanRequest& req, const PlanSearchResult& res) {
               fmt::format("{:.1f}%", 100 * r.bubble_fraction), Gigabytes(r.peak_memory_bytes),
               fmt::format("{:.0f}%", 100 * (1 - r.peak_memory_bytes / hbm))});
   }
-  return t.Render();
+  std::string table = t.Render();
+  const bool starred = std::any_of(res.plans.begin(), res.plans.end(), [](const RankedPlan& r) {
+    return !RunsInMegatron(r.plan.parallel);
+  });
+  if (starred)
+    table +=
+        "* not in Megatron-LM (a zero-bubble schedule: ptdp models it, Megatron-LM cannot run "
+        "it)\n";
+  return table;
 }
 
 std::string Explain(const PlanSearchResult& res) {
@@ -339,12 +369,23 @@ int RunPlan(const Flags& flags, std::ostream& out, std::ostream& err) {
     return kExitFailed;
   }
   out << PlanTable(req, res);
-  out << "\nBest plan as Megatron-LM flags:\n  " << MegatronArgsLine(res.plans.front().plan)
-      << "\n";
-  const ParallelConfig& best = res.plans.front().plan.parallel;
-  if (best.schedule == Schedule::kZbH1) {
-    out << "  (zb-h1 is not in Megatron-LM: it needs a zero-bubble implementation, e.g. "
-           "sail-sg/zero-bubble-pipeline-parallelism)\n";
+  const auto [runnable, rank] = BestRunnable(req, res);
+  if (rank == 1) {
+    out << "\nBest plan as Megatron-LM flags:\n  " << MegatronArgsLine(runnable.plan) << "\n";
+  } else if (rank < 0) {
+    out << "\nBest plan as flags, for a zero-bubble implementation (e.g. "
+           "sail-sg/zero-bubble-pipeline-parallelism): no plan with a schedule Megatron-LM has "
+           "was found among those searched.\n  "
+        << MegatronArgsLine(runnable.plan) << "\n";
+  } else {
+    out << fmt::format(
+        "\nBest plan Megatron-LM can run ({}: #1 is zb-h1, which Megatron-LM does not have; "
+        "{:.1f}% slower than #1), as flags:\n  {}\n",
+        rank > 0 ? fmt::format("#{} in the table", rank)
+                 : fmt::format("{}, mbs {}", SizesText(runnable.plan.parallel),
+                               runnable.plan.parallel.micro_batch_size),
+        100 * (runnable.report.step_time_s / res.plans.front().report.step_time_s - 1),
+        MegatronArgsLine(runnable.plan));
   }
   if (res.reference) {
     const ReferenceResult& ref = *res.reference;

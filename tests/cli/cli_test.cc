@@ -395,6 +395,34 @@ TEST(CliProgress, NothingInTheFirstSecondThenALineASecond) {
   EXPECT_EQ(err.str(), "ptdp plan: 2 layouts (1 s)\n");
 }
 
+// Zero-bubble plans are ranked and marked; the flags are those of the best plan Megatron-LM
+// can run.
+TEST(CliPlan, TheFlagsAreTheBestPlanMegatronCanRun) {
+  const std::vector<std::string> args = {
+      "plan",           "--model", "gpt3-175b", "--cluster", "dgx-a100-80gb", "--gpus",    "64",
+      "--global-batch", "64",      "--top",     "3",         "--schedules",   "1f1b,zb-h1"};
+  const Result r = Cli(args);
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_NE(r.out.find("zb-h1 *"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("* not in Megatron-LM (a zero-bubble schedule"), std::string::npos);
+  const size_t at = r.out.find("Best plan Megatron-LM can run (");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("#1 is zb-h1, which Megatron-LM does not have", at), std::string::npos);
+  // The flags line is a 1F1B plan's.
+  const std::string flags = r.out.substr(r.out.find("\n  --", at) + 3);
+  EXPECT_EQ(flags.find("--num-layers-per-virtual-pipeline-stage"), std::string::npos);
+  std::vector<std::string> json = args;
+  json.insert(json.end(), {"--format", "json"});
+  const YAML::Node j = YAML::Load(Cli(json).out);
+  EXPECT_FALSE(j["plans"][0]["in_megatron"].as<bool>());
+  EXPECT_EQ(j["plans"][0]["schedule"].as<std::string>(), "zb-h1");
+  // Megatron's schedules alone: the plain heading.
+  const Result plain = Cli({"plan", "--model", "gpt3-175b", "--cluster", "dgx-a100-80gb", "--gpus",
+                            "64", "--global-batch", "64", "--schedules", "1f1b"});
+  EXPECT_NE(plain.out.find("Best plan as Megatron-LM flags:"), std::string::npos);
+  EXPECT_EQ(plain.out.find("not in Megatron-LM"), std::string::npos);
+}
+
 // Megatron-LM's flag names mean what ptdp's do, and errors name the flag as typed.
 TEST(CliMegatronNames, AreReadAsPtdpsFlags) {
   const std::vector<std::string> common = {"--model", "gpt3-1.3b", "--cluster", "dgx-a100-80gb",
