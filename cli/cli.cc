@@ -94,7 +94,9 @@ int RunCommand(const Command& command, const std::vector<std::string>& args, std
     return kExitNotImplemented;
   }
   CheckOutputs(flags);  // before any work: an unwritable output is said at once
-  return command.run(flags, out, err);
+  // An output written to standard output ("-") takes it: the report goes to stderr instead.
+  SetStandardOutput(&out);
+  return command.run(flags, AnOutputIsStandardOutput(flags) ? err : out, err);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
 
 #include "core/error.h"
 
@@ -92,9 +93,24 @@ std::string WriteTemporary(const fs::path& target, std::string_view content,
   return tmp;
 }
 
+std::ostream* standard_output = nullptr;  // SetStandardOutput
+
 }  // namespace
 
+void SetStandardOutput(std::ostream* out) { standard_output = out; }
+
+bool AnOutputIsStandardOutput(const Flags& flags) {
+  for (const auto& [flag, path] : flags.StringValues()) {
+    if (path == "-" && std::find(std::begin(kOutputFileFlags), std::end(kOutputFileFlags), flag) !=
+                           std::end(kOutputFileFlags)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 void CheckOutputPath(const std::string& path, std::string_view flag) {
+  if (path == "-") return;  // standard output
   if (path.empty()) throw OutputError(flag, "\"\"", "the path is empty");
   const fs::path target = Target(path);
   std::error_code ec;
@@ -113,9 +129,20 @@ void CheckOutputs(const Flags& flags) {
            std::end(kOutputFileFlags);
   };
   std::vector<std::pair<std::string, fs::path>> outputs;  // flag, file
+  std::string stdin_flag, stdout_flag;
   for (const auto& [flag, path] : values) {
-    if (!is_output(flag)) continue;
     const std::string dashed = "--" + flag;
+    if (path == "-") {
+      // One stream each way: two flags cannot both read standard input, nor both write it out.
+      std::string& taken = is_output(flag) ? stdout_flag : stdin_flag;
+      if (!taken.empty()) {
+        throw InputError({"", 0, dashed}, fmt::format("{} already uses standard {} (-)", taken,
+                                                      is_output(flag) ? "output" : "input"));
+      }
+      taken = dashed;
+      continue;
+    }
+    if (!is_output(flag)) continue;
     CheckOutputPath(path, dashed);
     const fs::path target = fs::weakly_canonical(Target(path));
     for (const auto& [other_flag, other] : outputs) {
@@ -151,7 +178,16 @@ void CheckOutputs(const Flags& flags) {
   }
 }
 
-void WriteOutputFiles(const std::vector<OutputFile>& files) {
+void WriteOutputFiles(const std::vector<OutputFile>& all) {
+  std::vector<OutputFile> files;
+  const OutputFile* to_stdout = nullptr;
+  for (const OutputFile& f : all) {
+    if (f.path == "-") {
+      to_stdout = &f;
+    } else {
+      files.push_back(f);
+    }
+  }
   std::vector<std::string> temporaries;
   try {
     for (const OutputFile& f : files) {
@@ -168,6 +204,11 @@ void WriteOutputFiles(const std::vector<OutputFile>& files) {
       for (size_t j = i; j < files.size(); ++j) ::unlink(temporaries[j].c_str());
       throw OutputError(files[i].flag, files[i].path, why);
     }
+  }
+  if (to_stdout != nullptr) {
+    std::ostream& out = standard_output != nullptr ? *standard_output : std::cout;
+    out << to_stdout->content;
+    out.flush();
   }
 }
 

@@ -6,6 +6,7 @@
 // permissions; a symbolic link keeps pointing at the file it names, which gets the new content.
 #pragma once
 
+#include <ostream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,8 +21,16 @@ inline constexpr std::string_view kOutputFileFlags[] = {"out",  "svg",     "trac
 inline constexpr std::string_view kOutputDirFlag = "save";
 
 // Every output flag given in `flags` is checked; an InputError names the first flag that cannot
-// be written, and why. Run by every command before it reads its inputs.
+// be written, and why. "-" is standard output, for one output at most; "-" is standard input
+// for one input flag at most. Run by every command before it reads its inputs.
 void CheckOutputs(const Flags& flags);
+
+// Whether an output flag is "-": the command's report then goes to stderr, the file to stdout.
+bool AnOutputIsStandardOutput(const Flags& flags);
+
+// Where an output named "-" is written (the stream `ptdp` was given as its standard output);
+// set by the command runner before each command.
+void SetStandardOutput(std::ostream* out);
 
 // `path` can be written: InputError naming `flag` otherwise.
 void CheckOutputPath(const std::string& path, std::string_view flag);

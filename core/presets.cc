@@ -112,15 +112,18 @@ ModelSpec ResolveModel(const std::string& arg, std::string_view flag) {
   const std::string hf_config = (std::filesystem::path(arg) / "config.json").string();
   const std::string file =
       std::filesystem::is_directory(arg, ec) && IsFile(hf_config) ? hf_config : arg;
-  if (IsFile(file)) {
+  if (file == "-" || IsFile(file)) {
     const std::string text = ReadTextFile(file);
-    return LooksLikeHfConfig(file, text) ? ParseHfConfig(text, file) : ParseModelYaml(text, file);
+    const std::string source = file == "-" ? "<stdin>" : file;
+    return LooksLikeHfConfig(source, text) ? ParseHfConfig(text, source)
+                                           : ParseModelYaml(text, source);
   }
   if (FindPreset(ModelPresetFiles(), arg) != nullptr) return ModelPreset(arg);
   NotFound(arg, flag, ModelPresetFiles(), "model preset", "ptdp models");
 }
 
 ClusterSpec ResolveCluster(const std::string& arg, std::string_view flag) {
+  if (arg == "-") return ParseClusterYaml(ReadTextFile(arg), "<stdin>");
   if (IsFile(arg)) return ParseClusterYaml(ReadTextFile(arg), arg);
   if (FindPreset(ClusterPresetFiles(), arg) != nullptr) return ClusterPreset(arg);
   NotFound(arg, flag, ClusterPresetFiles(), "hardware profile", "ptdp profiles");

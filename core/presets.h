@@ -21,10 +21,10 @@ struct PresetFile {
 std::span<const PresetFile> ModelPresetFiles();
 std::span<const PresetFile> ClusterPresetFiles();
 
-// `arg` is, in this order: an existing file (a Hugging Face config.json when it ends in .json
-// or has a "model_type" key, else a model YAML), a Hugging Face model folder (its config.json),
-// or a preset name. Anything else is an InputError on `flag`: "no such file" for a path, "did
-// you mean" for a name close to a preset, else the list of presets.
+// `arg` is, in this order: "-" (standard input), an existing file (a Hugging Face config.json when
+// it ends in .json or has a "model_type" key, else a model YAML), a Hugging Face model folder (its
+// config.json), or a preset name. Anything else is an InputError on `flag`: "no such file" for a
+// path, "did you mean" for a name close to a preset, else the list of presets.
 ModelSpec ResolveModel(const std::string& arg, std::string_view flag = "--model");
 
 // `arg` is an existing hardware-profile file or a preset name (errors as ResolveModel's).

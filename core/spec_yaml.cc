@@ -766,6 +766,8 @@ std::string WritePlanYaml(const Plan& plan) {
   return w.text();
 }
 
-Plan LoadPlanFile(const std::string& path) { return ParsePlanYaml(ReadTextFile(path), path); }
+Plan LoadPlanFile(const std::string& path) {
+  return ParsePlanYaml(ReadTextFile(path), path == "-" ? "<stdin>" : path);
+}
 
 }  // namespace ptdp

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 #include "core/error.h"
@@ -55,6 +56,11 @@ YAML::Node ParseYamlDocument(std::string_view text, const std::string& source) {
 }
 
 std::string ReadTextFile(const std::string& path) {
+  if (path == "-") {
+    std::ostringstream buffer;
+    buffer << std::cin.rdbuf();
+    return buffer.str();
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in)
     throw InputError({path, 0, ""}, fmt::format("cannot read file: {}", std::strerror(errno)));

@@ -23,7 +23,8 @@ namespace ptdp {
 // Parses one YAML (or JSON) document; a syntax error or an empty document is an InputError.
 YAML::Node ParseYamlDocument(std::string_view text, const std::string& source);
 
-// Reads a whole file; a missing or unreadable file is an InputError naming the path.
+// Reads a whole file ("-": standard input); a missing or unreadable file is an InputError naming
+// the path.
 std::string ReadTextFile(const std::string& path);
 
 class YamlMap {

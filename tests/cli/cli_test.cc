@@ -395,6 +395,43 @@ TEST(CliProgress, NothingInTheFirstSecondThenALineASecond) {
   EXPECT_EQ(err.str(), "ptdp plan: 2 layouts (1 s)\n");
 }
 
+// "-" is standard input for a model, a cluster or a plan, and standard output for an output
+// file (the report then goes to stderr): plans flow through pipes.
+TEST(CliPipes, DashIsStandardInputAndOutput) {
+  auto shell = [](const std::string& command) {
+    FILE* pipe = ::popen(command.c_str(), "r");
+    std::string text;
+    char buffer[4096];
+    for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0;) text.append(buffer, n);
+    const int status = ::pclose(pipe);
+    return std::make_pair(WEXITSTATUS(status), text);
+  };
+  const std::string ptdp = PTDP_BINARY;
+  const auto [code, out] =
+      shell(ptdp +
+            " plan --model gpt3-1.3b --cluster dgx-a100-80gb --gpus 16 --global-batch 64 --out - "
+            "2>/dev/null | " +
+            ptdp + " simulate --plan - --format json");
+  EXPECT_EQ(code, kExitOk);
+  const YAML::Node j = YAML::Load(out);
+  EXPECT_GT(j["step_time_s"].as<double>(), 0);
+  const auto [model_code, model_out] =
+      shell("cat " + std::string(PTDP_TEST_FIXTURES) + "/tiny-llama/config.json | " + ptdp +
+            " plan --model - --cluster dgx-h100 --gpus 8 --global-batch 8 --top 1");
+  EXPECT_EQ(model_code, kExitOk);
+  // A config read from a pipe has no folder to be named after.
+  EXPECT_EQ(model_out.rfind("ptdp plan: hf-model on 8 x dgx-h100", 0), 0u) << model_out;
+  const auto [svg_code, svg] =
+      shell(ptdp + " schedule --pp 2 --microbatches 4 --svg - 2>/dev/null");
+  EXPECT_EQ(svg_code, kExitOk);
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);  // only the picture on stdout
+  EXPECT_EQ(Cli({"schedule", "--pp", "2", "--microbatches", "4", "--svg", "-", "--trace", "-"}).err,
+            "ptdp: error: --trace: --svg already uses standard output (-)\n");
+  EXPECT_EQ(
+      Cli({"plan", "--model", "-", "--cluster", "-", "--gpus", "8", "--global-batch", "8"}).err,
+      "ptdp: error: --model: --cluster already uses standard input (-)\n");
+}
+
 // Zero-bubble plans are ranked and marked; the flags are those of the best plan Megatron-LM
 // can run.
 TEST(CliPlan, TheFlagsAreTheBestPlanMegatronCanRun) {
