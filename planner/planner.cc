@@ -9,8 +9,10 @@
 #include <optional>
 #include <tuple>
 
+#include "core/limits.h"
 #include "core/megatron_rules.h"
 #include "core/schedule.h"
+#include "core/text.h"
 #include "simulator/bounds.h"
 #include "simulator/cost_model.h"
 #include "simulator/layer_work.h"
@@ -325,13 +327,18 @@ std::vector<std::string> UnblockHints(const PlanRequest& req, const PlanSearchRe
   if (c.distributed_optimizer == false) {
     hints.push_back("allow the distributed optimizer (it shards optimizer state over DP)");
   }
-  const int64_t node = req.cluster.gpus_per_node;
-  const int64_t more = static_cast<int64_t>(std::ceil(req.gpus * ratio / node)) * node;
-  if (more > req.gpus) {
+  // In doubles: the ratio of a model far beyond any cluster overflows an int64.
+  const double node = static_cast<double>(req.cluster.gpus_per_node);
+  const double more = std::ceil(static_cast<double>(req.gpus) * ratio / node) * node;
+  if (more > static_cast<double>(kMaxGpus)) {
+    hints.push_back(fmt::format(
+        "more GPUs than ptdp plans for: about {:.2g} would be needed, and ptdp's limit is {}", more,
+        GroupThousands(kMaxGpus)));
+  } else if (more > static_cast<double>(req.gpus)) {
     hints.push_back(
         fmt::format("more GPUs: about {} (weights and optimizer state shrink with "
                     "the model-parallel size)",
-                    more));
+                    static_cast<int64_t>(more)));
   }
   if (req.memory_headroom > 0) {
     hints.push_back(

@@ -349,6 +349,19 @@ TEST(Planner, NoPlanIsAnAnswerWithHints) {
   ASSERT_GE(hints.size(), 2u);
   EXPECT_EQ(hints[0].rfind("the closest layout needs ", 0), 0u);
   EXPECT_NE(hints[1].find("more GPUs: about "), std::string::npos);
+  // A model no cluster ptdp plans for could hold: the hint says so instead of naming a GPU
+  // count beyond its limit (or overflowing one).
+  PlanRequest huge = Request("gpt3-175b", "dgx-a100-80gb", 8, 8);
+  huge.model.num_layers = 16384;
+  huge.model.hidden_size = 1 << 20;
+  huge.model.ffn_hidden_size = 1 << 22;
+  huge.model.kv_channels = (1 << 20) / huge.model.num_attention_heads;
+  const PlanSearchResult too_big = SearchPlans(huge);
+  ASSERT_TRUE(too_big.plans.empty());
+  const std::vector<std::string> huge_hints = UnblockHints(huge, too_big);
+  ASSERT_GE(huge_hints.size(), 2u);
+  EXPECT_EQ(huge_hints[1].rfind("more GPUs than ptdp plans for: about ", 0), 0u) << huge_hints[1];
+  EXPECT_NE(huge_hints[1].find("ptdp's limit is 1,048,576"), std::string::npos);
 
   // A global batch no layout can split: 4 GPUs, a model only tp 1 and pp 1 can hold.
   PlanRequest odd = Request("seed-example", "dgx-a100-80gb", 4, 2);
