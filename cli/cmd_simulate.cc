@@ -154,7 +154,6 @@ Plan PlanFromFlags(const Flags& flags) {
   }
   const Workload w = ReadWorkload(flags);
   Plan plan{.model = w.model, .cluster = w.cluster, .num_gpus = w.gpus, .training = w.training};
-  plan.parallel.etp = 0;  // Megatron's default: the tensor-parallel size
   ApplyLayoutFlags(flags, w.gpus, "gpus", plan.parallel);
   plan.options = ReadCostOptions(flags, plan.options);
   const std::vector<Violation> v =

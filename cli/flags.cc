@@ -39,8 +39,14 @@ constexpr MegatronAlias kMegatronAliases[] = {
     {"fp16", "precision", "fp16"},
 };
 
-// The words with Megatron's flag names replaced by ptdp's, where `options` has the ptdp flag
-// and not the Megatron one; `given_as` records each replacement (ptdp name -> the word typed).
+// An alias applies to a command that has the ptdp flag and no flag of the Megatron name.
+bool Applies(const MegatronAlias& a, const po::options_description& options) {
+  return options.find_nothrow(std::string(a.megatron), false) == nullptr &&
+         options.find_nothrow(std::string(a.ptdp), false) != nullptr;
+}
+
+// The words with Megatron's flag names replaced by ptdp's, where the alias Applies; `given_as`
+// records each replacement (ptdp name -> the word typed).
 std::vector<std::string> TranslateMegatronNames(const std::vector<std::string>& words,
                                                 const po::options_description& options,
                                                 std::map<std::string, std::string>& given_as) {
@@ -56,8 +62,7 @@ std::vector<std::string> TranslateMegatronNames(const std::vector<std::string>& 
     for (const MegatronAlias& a : kMegatronAliases) {
       if (a.megatron == name) alias = &a;
     }
-    if (alias == nullptr || options.find_nothrow(name, false) != nullptr ||
-        options.find_nothrow(std::string(alias->ptdp), false) == nullptr) {
+    if (alias == nullptr || !Applies(*alias, options)) {
       out.push_back(word);
       continue;
     }
@@ -74,10 +79,7 @@ std::vector<std::string> TranslateMegatronNames(const std::vector<std::string>& 
 std::string MegatronNamesHelp(const po::options_description& options) {
   std::vector<std::string> pairs;
   for (const MegatronAlias& a : kMegatronAliases) {
-    if (options.find_nothrow(std::string(a.megatron), false) != nullptr ||
-        options.find_nothrow(std::string(a.ptdp), false) == nullptr) {
-      continue;
-    }
+    if (!Applies(a, options)) continue;
     pairs.push_back(a.value.empty() ? fmt::format("--{} for --{}", a.megatron, a.ptdp)
                                     : fmt::format("--{} for --{} {}", a.megatron, a.ptdp, a.value));
   }

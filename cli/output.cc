@@ -1,16 +1,17 @@
 #include "cli/output.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <system_error>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 
 namespace ptdp::cli {
@@ -58,42 +59,12 @@ void CheckFolder(const fs::path& folder, std::string_view flag, const std::strin
   ::unlink(probe.c_str());
 }
 
-// The permissions open(2) gives a new file: 0666 less the umask (mkstemp's are 0600).
-mode_t NewFileMode() {
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
-  return 0666 & ~mask;
-}
-
-// Writes `content` to a new temporary file beside `target` (with the permissions of the file it
-// replaces, if any) and returns its name.
-std::string WriteTemporary(const fs::path& target, std::string_view content,
-                           std::string_view flag) {
-  std::string tmp = fmt::format("{}.tmp.{}.XXXXXX", target.string(), ::getpid());
-  const int fd = ::mkstemp(tmp.data());
-  if (fd < 0) throw OutputError(flag, target.string(), std::strerror(errno));
-  auto fail = [&](const std::string& why) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw OutputError(flag, target.string(), why);
-  };
-  struct stat old {};
-  const mode_t mode = ::stat(target.c_str(), &old) == 0 ? (old.st_mode & 07777) : NewFileMode();
-  if (::fchmod(fd, mode) != 0) fail(std::strerror(errno));
-  size_t done = 0;
-  while (done < content.size()) {
-    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
-    if (n <= 0) fail(fmt::format("write failed: {}", std::strerror(errno)));
-    done += static_cast<size_t>(n);
-  }
-  if (::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    throw OutputError(flag, target.string(), std::strerror(errno));
-  }
-  return tmp;
-}
-
 std::ostream* standard_output = nullptr;  // SetStandardOutput
+
+bool IsOutputFlag(std::string_view flag) {
+  return std::find(std::begin(kOutputFileFlags), std::end(kOutputFileFlags), flag) !=
+         std::end(kOutputFileFlags);
+}
 
 }  // namespace
 
@@ -101,10 +72,7 @@ void SetStandardOutput(std::ostream* out) { standard_output = out; }
 
 bool AnOutputIsStandardOutput(const Flags& flags) {
   for (const auto& [flag, path] : flags.StringValues()) {
-    if (path == "-" && std::find(std::begin(kOutputFileFlags), std::end(kOutputFileFlags), flag) !=
-                           std::end(kOutputFileFlags)) {
-      return true;
-    }
+    if (path == "-" && IsOutputFlag(flag)) return true;
   }
   return false;
 }
@@ -124,25 +92,21 @@ void CheckOutputPath(const std::string& path, std::string_view flag) {
 
 void CheckOutputs(const Flags& flags) {
   const std::vector<std::pair<std::string, std::string>> values = flags.StringValues();
-  auto is_output = [](std::string_view flag) {
-    return std::find(std::begin(kOutputFileFlags), std::end(kOutputFileFlags), flag) !=
-           std::end(kOutputFileFlags);
-  };
   std::vector<std::pair<std::string, fs::path>> outputs;  // flag, file
   std::string stdin_flag, stdout_flag;
   for (const auto& [flag, path] : values) {
     const std::string dashed = "--" + flag;
     if (path == "-") {
       // One stream each way: two flags cannot both read standard input, nor both write it out.
-      std::string& taken = is_output(flag) ? stdout_flag : stdin_flag;
+      std::string& taken = IsOutputFlag(flag) ? stdout_flag : stdin_flag;
       if (!taken.empty()) {
         throw InputError({"", 0, dashed}, fmt::format("{} already uses standard {} (-)", taken,
-                                                      is_output(flag) ? "output" : "input"));
+                                                      IsOutputFlag(flag) ? "output" : "input"));
       }
       taken = dashed;
       continue;
     }
-    if (!is_output(flag)) continue;
+    if (!IsOutputFlag(flag)) continue;
     CheckOutputPath(path, dashed);
     const fs::path target = fs::weakly_canonical(Target(path));
     for (const auto& [other_flag, other] : outputs) {
@@ -153,7 +117,7 @@ void CheckOutputs(const Flags& flags) {
     // An output must not replace a file the run reads (--trace plan.yaml with --plan plan.yaml).
     for (const auto& [input_flag, input] : values) {
       std::error_code ec;
-      if (is_output(input_flag) || input_flag == kOutputDirFlag) continue;
+      if (IsOutputFlag(input_flag) || input_flag == kOutputDirFlag) continue;
       if (fs::exists(input, ec) && fs::exists(target, ec) && fs::equivalent(input, target, ec)) {
         throw OutputError(
             dashed, path,
@@ -192,7 +156,11 @@ void WriteOutputFiles(const std::vector<OutputFile>& all) {
   try {
     for (const OutputFile& f : files) {
       CheckOutputPath(f.path, f.flag);
-      temporaries.push_back(WriteTemporary(Target(f.path), f.content, f.flag));
+      try {
+        temporaries.push_back(WriteTemporaryBeside(Target(f.path).string(), f.content, false));
+      } catch (const std::system_error& e) {
+        throw OutputError(f.flag, f.path, e.code().message());
+      }
     }
   } catch (...) {
     for (const std::string& tmp : temporaries) ::unlink(tmp.c_str());

@@ -51,17 +51,21 @@ bool LooksLikeHfConfig(const std::string& path, std::string_view text) {
 // Neither a preset nor a file: say which it was meant to be. A path (a slash or a file
 // extension) that names nothing is "no such file"; a name close to a preset gets "did you mean";
 // anything else the list of presets.
-[[noreturn]] void NotFound(const std::string& arg, std::string_view flag,
-                           std::span<const PresetFile> presets, std::string_view what,
-                           std::string_view list_command) {
+struct PresetKind {
+  std::span<const PresetFile> presets;
+  std::string_view what;          // "model preset"
+  std::string_view plural;        // "presets"
+  std::string_view list_command;  // "ptdp models"
+  std::string_view folder_hint;   // what to give instead of a folder
+};
+
+[[noreturn]] void NotFound(const std::string& arg, std::string_view flag, const PresetKind& kind) {
+  const auto& [presets, what, plural, list_command, folder_hint] = kind;
   const InputError::Where where{"", 0, std::string(flag)};
   const std::filesystem::path path(arg);
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
-    throw InputError(where, fmt::format("{} is a folder", arg),
-                     what == "model preset"
-                         ? "give a model file, or a Hugging Face model folder (with config.json)"
-                         : "give a hardware-profile file");
+    throw InputError(where, fmt::format("{} is a folder", arg), std::string(folder_hint));
   }
   if (std::filesystem::exists(path, ec)) {
     throw InputError(where, fmt::format("{} is not a regular file", arg));
@@ -77,10 +81,8 @@ bool LooksLikeHfConfig(const std::string& path, std::string_view text) {
     throw InputError(where, fmt::format("no {} named \"{}\"", what, arg),
                      fmt::format("did you mean {}? `{}` lists them", near, list_command));
   }
-  throw InputError(
-      where, fmt::format("\"{}\" is neither a {} nor a file", arg, what),
-      fmt::format("{}: {}; `{}` shows them", what == "model preset" ? "presets" : "profiles",
-                  Names(presets), list_command));
+  throw InputError(where, fmt::format("\"{}\" is neither a {} nor a file", arg, what),
+                   fmt::format("{}: {}; `{}` shows them", plural, Names(presets), list_command));
 }
 
 }  // namespace
@@ -119,14 +121,18 @@ ModelSpec ResolveModel(const std::string& arg, std::string_view flag) {
                                            : ParseModelYaml(text, source);
   }
   if (FindPreset(ModelPresetFiles(), arg) != nullptr) return ModelPreset(arg);
-  NotFound(arg, flag, ModelPresetFiles(), "model preset", "ptdp models");
+  NotFound(arg, flag,
+           {ModelPresetFiles(), "model preset", "presets", "ptdp models",
+            "give a model file, or a Hugging Face model folder (with config.json)"});
 }
 
 ClusterSpec ResolveCluster(const std::string& arg, std::string_view flag) {
   if (arg == "-") return ParseClusterYaml(ReadTextFile(arg), "<stdin>");
   if (IsFile(arg)) return ParseClusterYaml(ReadTextFile(arg), arg);
   if (FindPreset(ClusterPresetFiles(), arg) != nullptr) return ClusterPreset(arg);
-  NotFound(arg, flag, ClusterPresetFiles(), "hardware profile", "ptdp profiles");
+  NotFound(arg, flag,
+           {ClusterPresetFiles(), "hardware profile", "profiles", "ptdp profiles",
+            "give a hardware-profile file"});
 }
 
 }  // namespace ptdp

@@ -1,18 +1,18 @@
 #include "executor/checkpoint.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <sstream>
+#include <system_error>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/spec_yaml.h"
 #include "core/yaml_io.h"
@@ -34,41 +34,22 @@ InputError LoadError(const std::string& path, const std::string& message,
 
 constexpr char kSameLayout[] = "checkpoints load into the layout that saved them";
 
-// Writes `data` to `path` through `path.tmp`, flushed to disk, then renamed; a failed write
-// removes the temporary file (a full disk is not filled further by retries). `on_half` (tests)
-// runs when half of the bytes are written.
+// Writes `data` to `path` through a temporary file beside it, flushed to disk, then renamed
+// (core/atomic_file.h); a failed write leaves no temporary file behind (a full disk is not
+// filled further by retries). `on_half` (tests) runs when half of the bytes are written.
 void WriteAtomically(const fs::path& path, const std::string& data,
                      const std::function<void()>& on_half = {}) {
-  const fs::path tmp = path.string() + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) {
-    throw InputError({tmp.string(), 0, "--save"},
-                     fmt::format("cannot create the file: {}", std::strerror(errno)));
-  }
-  auto fail = [&](const std::string& why) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw InputError({tmp.string(), 0, "--save"}, why);
-  };
-  auto write_range = [&](size_t from, size_t to) {
-    while (from < to) {
-      const ssize_t n = ::write(fd, data.data() + from, to - from);
-      if (n <= 0) fail(fmt::format("write failed: {}", std::strerror(errno)));
-      from += static_cast<size_t>(n);
-    }
-  };
-  write_range(0, data.size() / 2);
-  if (on_half) on_half();
-  write_range(data.size() / 2, data.size());
-  if (::fsync(fd) != 0) fail(fmt::format("cannot flush to disk: {}", std::strerror(errno)));
-  if (::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    throw InputError({tmp.string(), 0, "--save"}, "write failed at close");
+  std::string tmp;
+  try {
+    tmp = WriteTemporaryBeside(path.string(), data, /*sync=*/true, on_half);
+  } catch (const std::system_error& e) {
+    throw InputError({path.string(), 0, "--save"},
+                     fmt::format("cannot write the file: {}", e.code().message()));
   }
   std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) {
-    ::unlink(tmp.c_str());
+    fs::remove(tmp, ec);
     throw InputError({path.string(), 0, "--save"}, "cannot rename into place: " + ec.message());
   }
 }
@@ -91,8 +72,8 @@ std::string Header(const CheckpointState& s, const std::string& layout, int rank
   return h;
 }
 
-// The value of "key=value" in the header; InputError naming `file` if it is missing.
-std::string_view Field(std::string_view header, std::string_view key, const std::string& file) {
+// The value of the header's line "key=value", if it has one.
+std::optional<std::string_view> FindField(std::string_view header, std::string_view key) {
   size_t at = 0;
   while (at < header.size()) {
     const size_t end = std::min(header.find('\n', at), header.size());
@@ -102,6 +83,12 @@ std::string_view Field(std::string_view header, std::string_view key, const std:
     }
     at = end + 1;
   }
+  return std::nullopt;
+}
+
+// The value of "key=value" in the header; InputError naming `file` if it is missing.
+std::string_view Field(std::string_view header, std::string_view key, const std::string& file) {
+  if (const auto value = FindField(header, key)) return *value;
   throw LoadError(file, fmt::format("the header has no {}", key));
 }
 
@@ -135,18 +122,16 @@ fs::path ResolveStepDir(const std::string& dir) {
 }
 
 // A save killed before its manifest leaves a step folder without one (rank files, temporary
-// files): nothing can load it, and a disk filled by such leftovers would fail the next save.
-// Removed before each save (by rank 0, before any rank writes).
+// files), or a temporary `latest`: nothing can load them, and a disk filled by such leftovers
+// would fail the next save. Removed before each save (by rank 0, before any rank writes).
 void RemoveIncompleteSaves(const std::string& dir) {
   std::error_code ec;
   for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (entry.is_directory(ec) && name.rfind("step-", 0) == 0 &&
-        !fs::exists(entry.path() / "manifest.yaml", ec)) {
-      fs::remove_all(entry.path(), ec);
-    }
+    const bool incomplete_step = entry.is_directory(ec) && name.rfind("step-", 0) == 0 &&
+                                 !fs::exists(entry.path() / "manifest.yaml", ec);
+    if (incomplete_step || name.rfind("latest.tmp", 0) == 0) fs::remove_all(entry.path(), ec);
   }
-  fs::remove(fs::path(dir) / "latest.tmp", ec);
 }
 
 }  // namespace
@@ -245,10 +230,8 @@ CheckpointRankFile ParseCheckpointRankFile(std::string_view blob, const std::str
   f.rank = Count(header, "rank", file);
   f.layout = std::string(Field(header, "layout", file));
   size_t at = header_end + 2;
-  for (int i = 0;; ++i) {
-    const std::string key = fmt::format("tensor{}_bytes", i);
-    if (header.find(key + "=") == std::string_view::npos) break;
-    const int64_t bytes = Count(header, key, file);
+  for (int i = 0; FindField(header, fmt::format("tensor{}_bytes", i)); ++i) {
+    const int64_t bytes = Count(header, fmt::format("tensor{}_bytes", i), file);
     if (static_cast<uint64_t>(bytes) > body_end - at) {
       throw LoadError(file,
                       fmt::format("tensor {} ({} bytes) runs past the end of the file", i, bytes));
