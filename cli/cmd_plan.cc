@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <filesystem>
+#include <optional>
 
 #include "cli/cli.h"
 #include "cli/commands.h"
@@ -37,6 +39,8 @@ void AddPlanOptions(po::options_description& o) {
                   "show the best K plans")(
       "format", po::value<std::string>()->default_value("table")->value_name("F"), "table | json")(
       "out", po::value<std::string>()->value_name("FILE"), "write the best plan as a plan file")(
+      "out-dir", po::value<std::string>()->value_name("DIR"),
+      "write every plan shown (the best K) as a plan file, DIR/plan-<rank>.yaml (DIR must exist)")(
       "html", po::value<std::string>()->value_name("FILE"),
       "write a self-contained HTML report (table, chart, timeline, rejections)")(
       "explain", po::bool_switch(),
@@ -315,7 +319,24 @@ std::string Explain(const PlanSearchResult& res) {
   return out;
 }
 
+// --out-dir: an existing folder where plan files can be written.
+std::optional<std::filesystem::path> ReadPlanFolder(const Flags& flags) {
+  const auto dir = flags.OptionalString("out-dir");
+  if (!dir) return std::nullopt;
+  std::error_code ec;
+  if (*dir == "-") flags.Fail("out-dir", "a folder is needed; standard output (-) holds one file");
+  if (!std::filesystem::is_directory(*dir, ec)) {
+    flags.Fail("out-dir", std::filesystem::exists(*dir, ec)
+                              ? fmt::format("{} is a file, not a folder", *dir)
+                              : fmt::format("no such folder: {} (create it first)", *dir));
+  }
+  const std::filesystem::path folder(*dir);
+  CheckOutputPath((folder / "plan-1.yaml").string(), "--out-dir");
+  return folder;
+}
+
 int RunPlan(const Flags& flags, std::ostream& out, std::ostream& err) {
+  const std::optional<std::filesystem::path> plan_folder = ReadPlanFolder(flags);
   std::string reference_label;
   PlanRequest req = ReadRequest(flags, reference_label);
   const Format format = flags.Enum("format", kFormats, Format::kTable);
@@ -339,6 +360,10 @@ int RunPlan(const Flags& flags, std::ostream& out, std::ostream& err) {
   if (!res.plans.empty()) {
     if (auto path = flags.OptionalString("out")) {
       files.push_back({*path, WritePlanYaml(res.plans.front().plan), "--out"});
+    }
+    for (size_t i = 0; plan_folder && i < res.plans.size(); ++i) {
+      files.push_back({(*plan_folder / fmt::format("plan-{}.yaml", i + 1)).string(),
+                       WritePlanYaml(res.plans[i].plan), "--out-dir"});
     }
   }
   if (auto path = flags.OptionalString("html")) {
@@ -410,6 +435,10 @@ int RunPlan(const Flags& flags, std::ostream& out, std::ostream& err) {
                           "The best plan's communication groups");
   }
   if (auto path = flags.OptionalString("out")) out << "\nWrote the best plan to " << *path << "\n";
+  if (plan_folder) {
+    out << fmt::format("Wrote plans 1 to {} to {}\n", res.plans.size(),
+                       (*plan_folder / "plan-<rank>.yaml").string());
+  }
   if (auto path = flags.OptionalString("html")) out << "Wrote the report to " << *path << "\n";
   if (!flags.Switch("explain") && !flags.Has("out")) {
     out << "\nMore: --explain (why the rest were rejected; the communication groups), --out "

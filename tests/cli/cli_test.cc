@@ -168,6 +168,37 @@ TEST(Cli, PlanJsonOutAndExplain) {
   EXPECT_FALSE(YAML::Load(Cli({"plan", "--top", "1", "--format", "json"}).out)["groups"]);
 }
 
+TEST(Cli, PlanOutDirWritesEveryPlanShownAndEachSimulatesToItsTime) {
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "plans";
+  std::filesystem::remove_all(dir);
+  // The folder must exist: nothing is searched before that is said.
+  Result r = Cli({"plan", "--top", "3", "--out-dir", dir.string()});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_NE(r.err.find("--out-dir: no such folder: " + dir.string() + " (create it first)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(Cli({"plan", "--out-dir", "-"}).code, kExitBadInput);
+  std::filesystem::create_directories(dir);
+  r = Cli({"plan", "--top", "3", "--format", "json", "--out-dir", dir.string()});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  const YAML::Node j = YAML::Load(r.out);
+  ASSERT_EQ(j["plans"].size(), 3u);
+  for (int rank = 1; rank <= 3; ++rank) {
+    const std::string path = (dir / ("plan-" + std::to_string(rank) + ".yaml")).string();
+    const Plan plan = LoadPlanFile(path);
+    const YAML::Node entry = j["plans"][rank - 1];
+    EXPECT_EQ(plan.parallel.tp, entry["tp"].as<int>());
+    EXPECT_EQ(plan.parallel.micro_batch_size, entry["micro_batch"].as<int>());
+    // The file is the plan as ranked: simulating it gives the ranked step time.
+    const YAML::Node sim = YAML::Load(Cli({"simulate", "--plan", path, "--format", "json"}).out);
+    EXPECT_DOUBLE_EQ(sim["step_time_s"].as<double>(), entry["step_time_s"].as<double>()) << rank;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "plan-4.yaml"));
+  EXPECT_NE(
+      Cli({"plan", "--top", "2", "--out-dir", dir.string()}).out.find("Wrote plans 1 to 2 to "),
+      std::string::npos);
+}
+
 TEST(Cli, NoValidPlanIsAnAnswerNotACrash) {
   const std::string path = ::testing::TempDir() + "/never.yaml";
   std::remove(path.c_str());

@@ -1,0 +1,37 @@
+# The Python package's prerequisites: Python's development headers and nanobind (found through
+# the interpreter, as pip installs it). PTDP_PYTHON=ON requires them; AUTO builds the package
+# when they are there and says why not otherwise. With the package, every library is compiled
+# as position-independent code, since the extension module links them into a shared object.
+set(PTDP_BUILD_PYTHON OFF)
+if(NOT PTDP_PYTHON STREQUAL "OFF")
+  set(why "")
+  if(PTDP_PYTHON STREQUAL "ON")
+    find_package(Python 3.9 REQUIRED COMPONENTS Interpreter Development.Module)
+  else()
+    find_package(Python 3.9 COMPONENTS Interpreter Development.Module)
+  endif()
+  if(NOT Python_FOUND)
+    set(why "no Python 3.9+ with its development headers")
+  else()
+    execute_process(COMMAND "${Python_EXECUTABLE}" -m nanobind --cmake_dir
+                    OUTPUT_VARIABLE nanobind_dir OUTPUT_STRIP_TRAILING_WHITESPACE
+                    RESULT_VARIABLE nanobind_missing ERROR_QUIET)
+    if(nanobind_missing)
+      set(why "nanobind is not installed for ${Python_EXECUTABLE} (scripts/setup installs it)")
+    else()
+      list(APPEND CMAKE_PREFIX_PATH "${nanobind_dir}")
+      find_package(nanobind CONFIG REQUIRED)
+      set(PTDP_BUILD_PYTHON ON)
+    endif()
+  endif()
+  if(why AND PTDP_PYTHON STREQUAL "ON")
+    message(FATAL_ERROR "ptdp: PTDP_PYTHON=ON but ${why}")
+  endif()
+  if(why)
+    message(STATUS "ptdp: Python package not built: ${why}")
+  endif()
+endif()
+if(PTDP_BUILD_PYTHON)
+  set(CMAKE_POSITION_INDEPENDENT_CODE ON)
+  message(STATUS "ptdp: Python package ON (${Python_EXECUTABLE})")
+endif()

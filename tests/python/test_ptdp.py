@@ -1,0 +1,346 @@
+"""The Python package: every function against the command line it stands for (same figures,
+same messages), the typed results against the commands' JSON, and the pictures."""
+
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import xml.dom.minidom
+
+import pytest
+
+import ptdp
+from ptdp import _ptdp
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures"
+
+
+def cli(*args, stdin=None):
+    """The command line itself (the same in-process runner the API uses)."""
+    return _ptdp.run(list(args), stdin)
+
+
+def cli_json(*args):
+    code, out, err = cli(*args, "--format", "json")
+    assert code in (0, 1), err
+    return json.loads(out)
+
+
+# --- version ---------------------------------------------------------------------------------
+
+
+def test_one_version_for_the_package_and_the_command():
+    code, out, _ = cli("--version")
+    assert code == 0
+    assert out.splitlines()[0] == f"ptdp {ptdp.__version__}"
+    cmake = (ROOT / "CMakeLists.txt").read_text()
+    assert re.search(r"project\(ptdp VERSION ([0-9.]+)", cmake).group(1) == ptdp.__version__
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        assert version("ptdp") == ptdp.__version__
+    except PackageNotFoundError:
+        pass  # run from the build tree, not installed
+
+
+def test_python_m_ptdp_is_the_command_line():
+    run = subprocess.run(
+        [sys.executable, "-m", "ptdp", "plan", "--gpus", "0"],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
+    assert run.returncode == 2
+    assert "--gpus: must be positive, got 0" in run.stderr
+
+
+# --- plan ------------------------------------------------------------------------------------
+
+
+def test_plan_ranks_the_example_as_the_command_does():
+    plans = ptdp.plan(top=5)
+    expected = cli_json("plan", "--top", "5")
+    assert len(plans) == 5
+    assert [p.step_time_s for p in plans] == [e["step_time_s"] for e in expected["plans"]]
+    assert [p.rank for p in plans] == [1, 2, 3, 4, 5]
+    best = plans.best
+    assert (best.tp, best.pp, best.dp) == (expected["plans"][0]["tp"], expected["plans"][0]["pp"], expected["plans"][0]["dp"])
+    assert best.megatron_args.startswith("--tensor-model-parallel-size ")
+    assert plans.valid == expected["valid"] and plans.evaluated == expected["evaluated"]
+    assert plans.rejected["sequence-parallel-needs-tp"] > 0
+    assert plans.command == "ptdp plan --top 5"
+    assert "Plan #1: tp " in repr(best) and "GiB" in repr(best)
+    assert best.peak_memory_gib == pytest.approx(best.peak_memory_bytes / 2**30)
+    assert plans.to_dict() == expected
+
+
+def test_typed_results_cover_every_key_of_the_json():
+    plans = ptdp.plan(top=2, explain=True)
+    for p in plans:
+        assert p.extra == {}, p.extra
+        assert p.breakdown.extra == {}
+        for s in p.stages:
+            assert s.extra == {}, s.extra
+    sim = plans.best.simulate()
+    assert sim.extra == {} and all(s.extra == {} for s in sim.stages)
+    checked = ptdp.check((FIXTURES / "seed-example.sh").read_text())
+    assert checked.extra == {}
+    assert all(f.extra == {} for f in checked.findings)
+    sched = ptdp.schedule("zb-h1", pp=2, microbatches=3)
+    assert sched.extra == {} and all(op.extra == {} for ops in sched.stages for op in ops)
+
+
+def test_plan_dataframe():
+    plans = ptdp.plan("gpt3-1.3b", "dgx-h100", gpus=16, global_batch=256, top=4)
+    df = plans.to_dataframe()
+    assert list(df.index) == [1, 2, 3, 4]
+    assert df["step_time_s"].is_monotonic_increasing
+    for column in ("tp", "pp", "dp", "micro_batch", "mfu", "peak_memory_gib", "megatron_args"):
+        assert column in df.columns
+    assert (df["tp"] * df["pp"] * df["dp"] * df["cp"] == 16).all()
+
+
+def test_each_plan_simulates_to_its_ranked_time():
+    plans = ptdp.plan("gpt3-1.3b", "dgx-h100", gpus=16, global_batch=256, top=3)
+    for p in plans:
+        sim = p.simulate()
+        assert sim.step_time_s == p.step_time_s
+        assert len(sim.stages) == p.pp
+        assert sim.command.startswith("ptdp simulate --plan - ")
+    # A keyword overrides the plan's layout, as --micro-batch does with --plan.
+    smaller = plans.best.simulate(micro_batch=1)
+    assert smaller.microbatches == plans.best.microbatches * plans.best.micro_batch
+
+
+def test_plan_saves_a_plan_file_the_command_reads(tmp_path):
+    best = ptdp.plan(top=1).best
+    path = tmp_path / "best.yaml"
+    best.save(path)
+    assert ptdp.simulate(path).step_time_s == best.step_time_s
+    code, out, err = cli("simulate", "--plan", str(path), "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["step_time_s"] == best.step_time_s
+
+
+def test_fix_and_flags_as_keywords():
+    plans = ptdp.plan(fix={"tp": 2, "pp": 4}, top=3)
+    assert all((p.tp, p.pp) == (2, 4) for p in plans)
+    assert plans.command == "ptdp plan --top 3 --fix tp=2 --fix pp=4"
+    plans = ptdp.plan(fix={"sp": False, "tp": 2}, no_recompute=True, top=3)
+    assert all(not p.sequence_parallel and p.recompute == "none" for p in plans)
+
+
+def test_no_valid_plan_is_an_answer_and_best_says_why():
+    plans = ptdp.plan("gpt3-175b", gpus=8, global_batch=64)
+    assert len(plans) == 0 and not plans
+    assert any("more GPUs" in h for h in plans.hints)
+    with pytest.raises(ptdp.NoPlanError) as e:
+        plans.best
+    assert "more GPUs" in str(e.value)
+    assert e.value.hints == plans.hints
+
+
+def test_zero_bubble_plans_are_marked_and_the_megatron_best_is_runnable():
+    plans = ptdp.plan("gpt3-1.3b", "dgx-h100", gpus=16, global_batch=256, top=10)
+    assert plans.best_in_megatron.in_megatron
+    for p in plans:
+        assert p.in_megatron == (p.schedule != "zb-h1")
+
+
+# --- errors: the command line's messages -----------------------------------------------------
+
+
+def test_bad_input_raises_the_command_lines_message():
+    code, _, err = cli("plan", "--model", "lama3-70b")
+    assert code == 2
+    with pytest.raises(ptdp.InputError) as e:
+        ptdp.plan("lama3-70b")
+    assert isinstance(e.value, ValueError)
+    assert e.value.exit_code == 2
+    assert "ptdp: error: " + e.value.message == err.strip()
+    assert "did you mean llama3-70b?" in e.value.message
+    assert e.value.command == "ptdp plan --model lama3-70b --top 10"
+
+
+def test_unknown_keyword_is_the_flag_error():
+    with pytest.raises(ptdp.InputError) as e:
+        ptdp.plan(max_tpp=4)
+    assert "--max-tpp" in e.value.message
+
+
+def test_arguments_the_api_sets_itself_are_refused():
+    with pytest.raises(TypeError, match="'format'"):
+        ptdp.plan(format="table")
+    with pytest.raises(TypeError, match="'svg'"):
+        ptdp.simulate(model="seed-example", svg="x.svg")
+
+
+def test_missing_file_says_so():
+    with pytest.raises(ptdp.InputError, match="no such file"):
+        ptdp.plan(model="models/nothing-here.yaml")
+
+
+# --- models and clusters from Python data ----------------------------------------------------
+
+
+SEED = dict(
+    name="my-gpt",
+    num_layers=24,
+    hidden_size=2048,
+    num_attention_heads=32,
+    vocab_size=50257,
+    seq_length=2048,
+)
+
+
+def test_model_from_a_dict():
+    plans = ptdp.plan(SEED, "dgx-a100-80gb", gpus=8, global_batch=128, top=1)
+    reference = ptdp.plan("seed-example", "dgx-a100-80gb", gpus=8, global_batch=128, top=1)
+    assert plans.best.step_time_s == pytest.approx(reference.best.step_time_s, rel=1e-12)
+    assert plans.command.startswith("ptdp plan --model '<model dict>' --cluster dgx-a100-80gb")
+
+
+def test_a_bad_dict_is_named_in_the_message():
+    with pytest.raises(ptdp.InputError) as e:
+        misspelt = {("seq_len" if k == "seq_length" else k): v for k, v in SEED.items()}
+        ptdp.plan(misspelt, gpus=8, global_batch=128)
+    message = e.value.message
+    assert "<model dict>" in message and "seq_len" in message, message
+    assert "/tmp" not in message and "ptdp-" not in message
+    assert "did you mean seq_length" in message, message
+
+
+def test_hugging_face_config_as_a_dict_a_file_and_a_folder():
+    config = json.loads((FIXTURES / "tiny-llama" / "config.json").read_text())
+    as_dict = ptdp.simulate(model=config, cluster="dgx-h100", gpus=8, global_batch=16, tp=1, pp=1)
+    as_file = ptdp.simulate(
+        model=FIXTURES / "tiny-llama" / "config.json", cluster="dgx-h100", gpus=8, global_batch=16, tp=1, pp=1
+    )
+    as_folder = ptdp.simulate(model=FIXTURES / "tiny-llama", cluster="dgx-h100", gpus=8, global_batch=16, tp=1, pp=1)
+    assert as_dict.step_time_s == as_file.step_time_s == as_folder.step_time_s
+
+
+def test_cluster_from_a_dict_of_a_profile():
+    profile = next(p for p in ptdp.profiles() if p["name"] == "dgx-h100")
+    assert profile["gpus_per_node"] == 8
+    with pytest.raises(ptdp.InputError, match="<cluster dict>"):
+        ptdp.plan(cluster={"name": "x", "gpu": {"peak_bf16_tflops": -1}})
+
+
+# --- simulate --------------------------------------------------------------------------------
+
+LAYOUT = dict(model="seed-example", cluster="dgx-a100-80gb", gpus=8, global_batch=128)
+
+
+def test_simulate_matches_the_command():
+    sim = ptdp.simulate(**LAYOUT, tp=2, pp=4, micro_batch=4)
+    expected = cli_json(
+        "simulate", "--model", "seed-example", "--cluster", "dgx-a100-80gb", "--gpus", "8",
+        "--global-batch", "128", "--tp", "2", "--pp", "4", "--micro-batch", "4",
+    )
+    assert sim.to_dict() == expected
+    assert len(sim.stages) == 4 and sim.stages[0].stage == 0
+    assert sim.breakdown.bubble_s > 0
+    assert sim.fits and 0 < sim.mfu < 1
+    assert "Simulation: " in repr(sim)
+
+
+def test_megatron_names_are_accepted():
+    ours = ptdp.simulate(**LAYOUT, tp=2, pp=4, micro_batch=4, sequence_parallel=True)
+    megatron = ptdp.simulate(
+        **LAYOUT,
+        tensor_model_parallel_size=2,
+        pipeline_model_parallel_size=4,
+        micro_batch_size=4,
+        sequence_parallel=True,
+    )
+    assert ours.to_dict() == megatron.to_dict()
+
+
+def test_simulate_rule_violation_is_an_input_error():
+    with pytest.raises(ptdp.InputError) as e:
+        ptdp.simulate(**LAYOUT, tp=3, pp=1)
+    assert "--tp" in e.value.message or "divisible" in e.value.message
+
+
+def test_timeline_svg_and_trace():
+    sim = ptdp.simulate(**LAYOUT, tp=2, pp=4, micro_batch=4)
+    svg = sim._repr_svg_()
+    document = xml.dom.minidom.parseString(svg)  # well-formed
+    assert document.documentElement.tagName == "svg"
+    assert "stage 0" in svg.lower() or "Stage 0" in svg
+    trace = json.loads(sim.trace())
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    assert len(events) > 4 * 32
+
+
+def test_explain_fills_groups():
+    sim = ptdp.simulate(**LAYOUT, tp=2, pp=4, micro_batch=4, explain=True)
+    names = [g["name"] for g in sim.groups]
+    assert names[:1] == ["TP"] and "PP" in names
+
+
+# --- check -----------------------------------------------------------------------------------
+
+
+def test_check_a_script_as_the_command_does():
+    text = (FIXTURES / "seed-example.sh").read_text()
+    result = ptdp.check(text)
+    code, out, _ = cli("check", "--file", str(FIXTURES / "seed-example.sh"), "--format", "json")
+    expected = json.loads(out)
+    expected.pop("source"), result.to_dict().pop("source")
+    assert result.accepted == expected["accepted"]
+    assert [f.message for f in result.findings] == [f["message"] for f in expected["findings"]]
+    assert result.layout["tp"] == 2 and result.layout["pp"] == 4
+    assert result.yours["step_time_s"] > result.best["step_time_s"]
+
+
+def test_check_refused_command_is_an_answer():
+    result = ptdp.check(
+        "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 24 --hidden-size 2048 "
+        "--num-attention-heads 30 --seq-length 2048 --max-position-embeddings 2048 "
+        "--micro-batch-size 1 --global-batch-size 64 --tensor-model-parallel-size 3"
+    )
+    assert not result.accepted
+    assert any("multiple of num_attention_heads" in f.message for f in result.errors)
+    assert "refused by Megatron-LM" in repr(result)
+
+
+def test_check_sees_the_exported_variable():
+    script = (
+        "export CUDA_DEVICE_MAX_CONNECTIONS=1\n"
+        "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 24 --hidden-size 2048 \\\n"
+        "  --num-attention-heads 32 --seq-length 2048 --max-position-embeddings 2048 \\\n"
+        "  --micro-batch-size 2 --global-batch-size 128 --tensor-model-parallel-size 2 --bf16\n"
+    )
+    result = ptdp.check(script, vocab_size=50257)
+    assert result.accepted
+    assert not any("CUDA_DEVICE_MAX_CONNECTIONS" in f.message for f in result.findings)
+    assert not any("vocabulary" in f.message for f in result.findings)
+
+
+# --- schedule --------------------------------------------------------------------------------
+
+
+def test_schedule_orders_and_pictures():
+    s = ptdp.schedule("1f1b", pp=4, microbatches=8)
+    assert len(s.stages) == 4
+    assert all(len(ops) == 16 for ops in s.stages)
+    assert [str(op) for op in s.stages[3][:4]] == ["F0", "B0", "F1", "B1"]
+    assert "F0" in s.text()
+    assert xml.dom.minidom.parseString(s._repr_svg_()).documentElement.tagName == "svg"
+    interleaved = ptdp.schedule("interleaved", pp=4, microbatches=8, virtual_stages=2)
+    assert {op.chunk for op in interleaved.stages[0]} == {0, 1}
+    zb = ptdp.schedule("zb-h1", pp=4, microbatches=8)
+    assert {op.op for op in zb.stages[0]} == {"F", "B", "W"}
+    with pytest.raises(ptdp.InputError, match="--virtual-stages"):
+        ptdp.schedule("interleaved", pp=4, microbatches=8)
+
+
+def test_models_list_the_presets():
+    names = [m["name"] for m in ptdp.models()]
+    assert "seed-example" in names and "llama3-70b" in names
