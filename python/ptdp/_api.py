@@ -87,7 +87,8 @@ def simulate(
     arguments override (``tp=4``); or model, cluster, gpus, global_batch and the layout:
     ``tp``, ``pp``, ``micro_batch``, ``virtual_stages``, ``schedule``, ``sequence_parallel``,
     ``recompute``, ``distributed_optimizer``... (Megatron-LM's names work too:
-    ``tensor_model_parallel_size=2``). ``explain=True`` fills ``groups``.
+    ``tensor_model_parallel_size=2``). ``explain=True`` fills ``groups``. A configuration that
+    does not fit in memory is an answer: ``fits`` is False and ``memory_problem`` says where.
     """
     words: list[Word] = ["simulate"]
     stdin = None
@@ -102,7 +103,8 @@ def simulate(
     words += _workload(model, cluster, gpus, global_batch)
     words += _options(options, "simulate")
     inv = Invocation.of(words, stdin, label)
-    _, data = run_json(inv.with_flags("--format", "json"))
+    # Exit 1: a stage does not fit, an answer (fits False, memory_problem says where).
+    _, data = run_json(inv.with_flags("--format", "json"), ok=(0, 1))
     sim = _from_dict(Simulation, data)
     object.__setattr__(sim, "invocation", inv)
     return sim
@@ -150,6 +152,9 @@ def schedule(
     _, data = run_json(inv.with_flags("--format", "json"))
     result = _from_dict(Schedule, data)
     object.__setattr__(result, "invocation", inv)
+    for ops in result.stages:
+        for op in ops:  # printed as the command prints them: F3.1 when interleaved
+            object.__setattr__(op, "_chunked", result.virtual_stages > 1)
     return result
 
 

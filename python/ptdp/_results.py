@@ -153,11 +153,17 @@ class Plan(_Step):
     extra: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
-    def layout(self) -> str:
+    def parallel(self) -> str:
+        """The parallel sizes: "tp 2 x cp 2 x pp 4 x dp 4" (cp and ep when above 1)."""
         parts = [f"tp {self.tp}"]
         parts += [f"{k} {v}" for k, v in (("cp", self.cp), ("ep", self.ep)) if v > 1]
         parts += [f"pp {self.pp}", f"dp {self.dp}"]
-        text = " x ".join(parts) + f", mbs {self.micro_batch}, {self.schedule}"
+        return " x ".join(parts)
+
+    @property
+    def layout(self) -> str:
+        """The sizes and the rest: "tp 2 x pp 4 x dp 1, mbs 4, 1f1b, sp, dist-opt"."""
+        text = f"{self.parallel}, mbs {self.micro_batch}, {self.schedule}"
         if self.virtual_stages > 1:
             text += f" v={self.virtual_stages}"
         if self.sequence_parallel:
@@ -191,9 +197,9 @@ class Plan(_Step):
 
 
 _DATAFRAME_COLUMNS = (
-    "rank tp cp ep etp pp dp micro_batch schedule virtual_stages sequence_parallel recompute "
+    "rank parallel micro_batch schedule virtual_stages sequence_parallel recompute "
     "distributed_optimizer fsdp in_megatron step_time_s tokens_per_s mfu bubble_fraction "
-    "peak_memory_gib fits megatron_args"
+    "peak_memory_gib fits tp cp ep etp pp dp megatron_args"
 ).split()
 
 
@@ -360,7 +366,7 @@ class CheckResult(_Result):
         return text + ">"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ScheduleOp(_Result):
     op: str = ""  # F (forward), B (backward), W (weight gradient, zero-bubble)
     microbatch: int = 0
@@ -368,7 +374,11 @@ class ScheduleOp(_Result):
     extra: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __str__(self) -> str:
-        return f"{self.op}{self.microbatch}" + (f".{self.chunk}" if self.chunk else "")
+        """"F3" (micro-batch 3), or "F3.1" (its model chunk 1) in an interleaved schedule."""
+        chunked = getattr(self, "_chunked", self.chunk != 0)
+        return f"{self.op}{self.microbatch}" + (f".{self.chunk}" if chunked else "")
+
+    __repr__ = __str__
 
 
 @dataclass(frozen=True, repr=False)

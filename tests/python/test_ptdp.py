@@ -261,6 +261,13 @@ def test_megatron_names_are_accepted():
     assert ours.to_dict() == megatron.to_dict()
 
 
+def test_a_layout_that_does_not_fit_is_an_answer():
+    sim = ptdp.simulate(model="gpt3-175b", cluster="dgx-a100-80gb", gpus=8, global_batch=64, tp=8, pp=1)
+    assert not sim.fits
+    assert "GB" in sim.memory_problem or "GiB" in sim.memory_problem
+    assert "does not fit" in repr(sim)
+
+
 def test_simulate_rule_violation_is_an_input_error():
     with pytest.raises(ptdp.InputError) as e:
         ptdp.simulate(**LAYOUT, tp=3, pp=1)
@@ -335,6 +342,8 @@ def test_schedule_orders_and_pictures():
     assert xml.dom.minidom.parseString(s._repr_svg_()).documentElement.tagName == "svg"
     interleaved = ptdp.schedule("interleaved", pp=4, microbatches=8, virtual_stages=2)
     assert {op.chunk for op in interleaved.stages[0]} == {0, 1}
+    order = " ".join(map(str, interleaved.stages[0]))
+    assert "stage 0   " + order in interleaved.text()  # as the command prints it
     zb = ptdp.schedule("zb-h1", pp=4, microbatches=8)
     assert {op.op for op in zb.stages[0]} == {"F", "B", "W"}
     with pytest.raises(ptdp.InputError, match="--virtual-stages"):
@@ -344,3 +353,30 @@ def test_schedule_orders_and_pictures():
 def test_models_list_the_presets():
     names = [m["name"] for m in ptdp.models()]
     assert "seed-example" in names and "llama3-70b" in names
+
+
+# --- the README's example --------------------------------------------------------------------
+
+
+def test_the_readme_example_runs_as_written(tmp_path):
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## From Python") :]
+    code = section[section.index("```python\n") + len("```python\n") :]
+    code = code[: code.index("```")]
+    # As written from the repository root, run in a scratch folder that has the same
+    # tests/fixtures, so that its best.svg lands there.
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "fixtures").symlink_to(FIXTURES)
+    package = str(pathlib.Path(ptdp.__file__).resolve().parents[1])  # this ptdp, built or installed
+    env = dict(os.environ, PYTHONPATH=package + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    run = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env,
+        stdin=subprocess.DEVNULL, timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "<Plan #" in run.stdout and "<Simulation: " in run.stdout
+    assert xml.dom.minidom.parse(str(tmp_path / "best.svg")).documentElement.tagName == "svg"
+    # The output the README shows is this run's.
+    shown = section[section.index("```text\n") + len("```text\n") :]
+    shown = shown[: shown.index("```")]
+    assert run.stdout == shown, "the README shows another output: scripts/readme-python-example"
