@@ -266,6 +266,13 @@ class PlanList(Sequence):
         ]
         return pd.DataFrame(rows, columns=list(_DATAFRAME_COLUMNS)).set_index("rank")
 
+    def _repr_html_(self) -> Optional[str]:
+        """Jupyter shows the plans as a table (with pandas)."""
+        try:
+            return self.to_dataframe()._repr_html_()
+        except ImportError:
+            return None
+
     def __repr__(self) -> str:
         if not self._plans:
             return f"<PlanList: no valid plan of {self.evaluated:,} examined>"

@@ -380,3 +380,22 @@ def test_the_readme_example_runs_as_written(tmp_path):
     shown = section[section.index("```text\n") + len("```text\n") :]
     shown = shown[: shown.index("```")]
     assert run.stdout == shown, "the README shows another output: scripts/readme-python-example"
+
+
+# --- what Jupyter shows ----------------------------------------------------------------------
+
+
+def test_jupyter_draws_simulations_and_schedules_as_svg():
+    from IPython.core.formatters import DisplayFormatter
+
+    formatter = DisplayFormatter()
+    sim = ptdp.simulate(**LAYOUT, tp=2, pp=4, micro_batch=4)
+    shown, _ = formatter.format(sim)
+    assert shown["image/svg+xml"] == sim.svg()
+    assert shown["text/plain"].startswith("<Simulation: ")
+    shown, _ = formatter.format(ptdp.schedule("zb-h1", pp=4, microbatches=8))
+    assert "image/svg+xml" in shown and shown["text/plain"].startswith("<Schedule zb-h1")
+    # A plan list is a table.
+    shown, _ = formatter.format(ptdp.plan(top=2))
+    assert "image/svg+xml" not in shown
+    assert "<table" in shown["text/html"] and "megatron_args" in shown["text/html"]
