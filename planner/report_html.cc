@@ -126,7 +126,7 @@ std::string NothingFitsNote(const PlanSearchResult& res, double left, double rig
   width = std::min(width + 24, right - left - 20);
   const double height = 20.0 * static_cast<double>(lines.size()) + 10;
   const double box_y =
-      avoid_y < (top + bottom) / 2 ? bottom - 12 - height : top + 12;  // away from the ring
+      avoid_y < (top + bottom) / 2 ? bottom - 12 - height : top + 22;  // away from the ring
   std::string svg = fmt::format(
       "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"white\" "
       "fill-opacity=\"0.92\" stroke=\"#c0392b\" rx=\"6\"/>\n",
@@ -196,7 +196,8 @@ std::string Chart(const PlanRequest& req, const PlanSearchResult& res) {
         "<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"#eee\"/>"
         "<text x=\"{3}\" y=\"{1:.1f}\" text-anchor=\"end\" dominant-baseline=\"middle\">{4}"
         "</text>\n",
-        left, Y(g), w - right, left - 6, GroupThousands(static_cast<int64_t>(g)));
+        left, Y(g), w - right, left - 6,
+        res.points.empty() ? "" : GroupThousands(static_cast<int64_t>(g)));  // none: no scale
   }
   svg += fmt::format(
       "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">peak memory per GPU (GB)</text>\n"
@@ -206,9 +207,11 @@ std::string Chart(const PlanRequest& req, const PlanSearchResult& res) {
   const double limit_x = X(res.memory_limit_bytes);
   svg += fmt::format(
       "<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#c0392b\" "
-      "stroke-dasharray=\"5 4\"/><text x=\"{3:.1f}\" y=\"{4}\" fill=\"#c0392b\">memory "
+      "stroke-dasharray=\"5 4\"/><text x=\"{3:.1f}\" y=\"{4}\" fill=\"#c0392b\"{5}>memory "
       "available</text>\n",
-      limit_x, top, h - bottom, limit_x - 4, top + 12);
+      limit_x, top, h - bottom, limit_x - 4, top + 12,
+      // Near the right edge, the label ends at the line instead of starting there.
+      limit_x + 120 > w - right ? " text-anchor=\"end\"" : "");
   // Every candidate (thinned to at most ~20,000 points), then the ranked plans on top.
   const size_t stride = std::max<size_t>(1, res.points.size() / 20000);
   for (size_t i = 0; i < res.points.size(); i += stride) {

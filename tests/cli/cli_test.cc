@@ -558,6 +558,15 @@ TEST(CliPlan, ANothingFitsReportSaysWhyInItsPlot) {
   EXPECT_NE(chart.find("closest to fitting: "), std::string::npos);  // the ring's tooltip
   EXPECT_NE(chart.find("Rejected most often by Megatron-LM's rules:"), std::string::npos);
   EXPECT_EQ(chart.find("top-label"), std::string::npos);
+  // Nothing passes the rules: the plot says so, and which rule.
+  const Result none = Cli({"plan", "--model", "seed-example", "--gpus", "3", "--global-batch",
+                           "128", "--fix", "tp=3", "--html", path});
+  EXPECT_EQ(none.code, kExitFailed);
+  const std::string rules = ReadFile(path);
+  EXPECT_NE(rules.find(">Nothing to plot: none of the 384 configurations searched passes "
+                       "Megatron-LM's rules.<"),
+            std::string::npos);
+  EXPECT_NE(rules.find(">384 x heads-divisible-by-tp<"), std::string::npos);
 }
 
 // Megatron-LM's flag names mean what ptdp's do, and errors name the flag as typed.
