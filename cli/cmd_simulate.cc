@@ -68,8 +68,11 @@ void AddSimulateOptions(po::options_description& o) {
       "trace", po::value<std::string>()->value_name("FILE"),
       "write the timeline as a Chrome trace (Perfetto, chrome://tracing)")(
       "svg", po::value<std::string>()->value_name("FILE"), "write the timeline as SVG")(
+      "svg-from", po::value<std::string>()->value_name("S"),
+      "draw the SVG from S seconds into the step (with --svg-until: a window to zoom into)")(
       "svg-until", po::value<std::string>()->value_name("S"),
-      "draw the SVG's time axis to S seconds (to compare timelines at one scale)")(
+      "draw the SVG to S seconds: before the step's end, the picture ends there; after it, the "
+      "time axis goes on (to compare timelines at one scale)")(
       "explain", po::bool_switch(),
       "show the communication groups (TP, CP, DP, PP, EP, ETP, EDP): size, nodes spanned, "
       "link (NVLink / network), bandwidth, what travels, time and bytes per step")(
@@ -178,6 +181,44 @@ Plan PlanFromFile(const Flags& flags, const std::string& path) {
   return plan;
 }
 
+// The SVG's window in seconds (0 where not given): --svg-from at least 0, --svg-until positive,
+// the start before the end; both only with --svg.
+struct SvgWindow {
+  double from_s = 0, until_s = 0;
+};
+
+// The value of a seconds flag: a finite number, all of the text ("inf" once drew ticks without
+// end), positive or, with zero_ok, at least 0.
+double SecondsFlag(const Flags& flags, std::string_view flag, const std::string& text,
+                   bool zero_ok) {
+  double seconds = -1;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, seconds);
+  if (ec != std::errc() || ptr != end || !std::isfinite(seconds) || seconds < 0 ||
+      (!zero_ok && seconds == 0)) {
+    flags.Fail(flag, fmt::format("expected a finite {} number of seconds, got \"{}\"",
+                                 zero_ok ? "non-negative" : "positive", text));
+  }
+  return seconds;
+}
+
+SvgWindow ReadSvgWindow(const Flags& flags) {
+  SvgWindow w;
+  const auto from = flags.OptionalString("svg-from"), until = flags.OptionalString("svg-until");
+  if ((from || until) && !flags.Has("svg")) {
+    flags.Fail(from ? "svg-from" : "svg-until", "the window is the SVG's: there is no --svg FILE",
+               "add --svg FILE");
+  }
+  if (from) w.from_s = SecondsFlag(flags, "svg-from", *from, true);
+  if (until) w.until_s = SecondsFlag(flags, "svg-until", *until, false);
+  if (from && until && !(w.from_s < w.until_s)) {
+    flags.Fail("svg-from", fmt::format("the window must start before it ends (--svg-until {}), "
+                                       "got {}",
+                                       *until, *from));
+  }
+  return w;
+}
+
 int RunSimulate(const Flags& flags, std::ostream& out, std::ostream&) {
   const auto path = flags.OptionalString("plan");
   Plan plan = path ? PlanFromFile(flags, *path) : PlanFromFlags(flags);
@@ -192,21 +233,21 @@ int RunSimulate(const Flags& flags, std::ostream& out, std::ostream&) {
         v.front().rule == Rule::kContextParallel ? "attention-backend" : FlagFor(v.front().key),
         v.front().message, v.front().hint);
   }
+  const SvgWindow window = ReadSvgWindow(flags);
   const SimulationReport report = SimulatePlan(plan);
 
   std::vector<OutputFile> files;
   if (auto path = flags.OptionalString("svg")) {
     TimelineTitle title = SimulationTitle(plan, report);
-    if (auto until = flags.OptionalString("svg-until")) {
-      // A finite positive number, all of the text ("inf" once drew ticks without end).
-      double seconds = -1;
-      const char* end = until->data() + until->size();
-      const auto [ptr, ec] = std::from_chars(until->data(), end, seconds);
-      if (ec != std::errc() || ptr != end || !std::isfinite(seconds) || !(seconds > 0)) {
-        flags.Fail("svg-until",
-                   fmt::format("expected a finite positive number of seconds, got \"{}\"", *until));
-      }
-      title.axis_end_s = seconds;
+    title.window_start_s = window.from_s;
+    title.axis_end_s = window.until_s;
+    // Without --svg-until the window ends with the step: it must start before.
+    if (window.until_s == 0 && window.from_s >= report.sim.step_time_s) {
+      flags.Fail("svg-from",
+                 fmt::format("{:g} s is not before the step's end ({:g} s): the window would be "
+                             "empty",
+                             window.from_s, report.sim.step_time_s),
+                 "a start before the step's end, or --svg-until for an axis beyond it");
     }
     files.push_back({*path, TimelineSvg(report.schedule, report.sim, title), "--svg"});
   }
@@ -251,13 +292,16 @@ const Command kSimulateCommand{
         "                     [--schedule gpipe|1f1b|interleaved|zb-h1] [--sequence-parallel]\n"
         "                     [--recompute none|selective|full] [--distributed-optimizer])\n"
         "                     [--format table|json] [--trace out.json] [--svg out.svg] "
-        "[--explain]",
+        "[--explain]\n"
+        "                     [--svg-from S] [--svg-until S]",
     .description =
         "Plays one configuration's pipeline schedule (the operation lists of `ptdp schedule`) "
         "with\ndurations from the cost model: step time, bubbles, memory per stage, "
         "communication, as numbers,\nan SVG timeline and a Chrome trace (context-parallel "
         "exchanges "
-        "and MoE dispatch / combine in\ntheir own lane and events). --explain adds the "
+        "and MoE dispatch / combine in\ntheir own lane and events; the SVG's lane also holds "
+        "the TP collectives; --svg-from and\n--svg-until draw a window of the step). --explain "
+        "adds the "
         "communication groups: per parallel dimension its\nsize, the nodes one group spans, the "
         "link its traffic runs over (NVLink, network, or both for\nhierarchical collectives), "
         "the bandwidth the cost model uses, what travels, and the step's time\nand bytes of it "
@@ -269,6 +313,7 @@ const Command kSimulateCommand{
         "ptdp simulate --model seed-example --cluster dgx-a100-80gb --gpus 8 --global-batch 128 "
         "--tp 2 --pp 4 --micro-batch 4\n"
         "ptdp simulate --plan plan.yaml --svg timeline.svg --trace timeline.json\n"
+        "ptdp simulate --plan plan.yaml --svg window.svg --svg-from 0.5 --svg-until 0.8\n"
         "ptdp simulate --plan plan.yaml --micro-batch 2 --recompute full\n"
         "ptdp simulate --model qwen3-30b-a3b --cluster dgx-h100 --gpus 16 --global-batch 256 "
         "--tp 1 --pp 2 --ep 8 --etp 1 --moe-token-dispatcher alltoall --explain\n"

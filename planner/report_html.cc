@@ -12,6 +12,152 @@
 namespace ptdp {
 namespace {
 
+// Text's box in the chart (12 px sans-serif: about 0.62 em a character, 12 px high).
+struct Box {
+  double x0, y0, x1, y1;
+  bool Overlaps(const Box& o) const { return x0 < o.x1 && o.x0 < x1 && y0 < o.y1 && o.y0 < y1; }
+};
+Box TextBox(double x, double baseline, std::string_view text, double font) {
+  return {x, baseline - font, x + 0.62 * font * static_cast<double>(text.size()), baseline + 2};
+}
+
+// Labels "#1", "#2", ... for the first `labelled` top plans, at their markers `at` (cx, cy;
+// every top plan's): plans whose markers all but coincide share one label ("#1 #2"). Each label
+// takes the nearest of the places around its marker (right, left, then further up and down, with
+// a leader line) inside the plot where it overlaps no label placed before it and no marker; where
+// markers crowd every place, the nearest that overlaps no label. Returns the SVG elements.
+std::string TopPlanLabels(const std::vector<std::pair<double, double>>& at, size_t labelled,
+                          double left, double right, double top, double bottom) {
+  constexpr double kFont = 11;
+  std::vector<std::pair<std::string, std::pair<double, double>>> groups;
+  for (size_t i = 0; i < at.size() && i < labelled; ++i) {
+    bool joined = false;
+    for (auto& [text, where] : groups) {
+      if (std::hypot(at[i].first - where.first, at[i].second - where.second) < 4) {
+        text += fmt::format(" #{}", i + 1), joined = true;
+        break;
+      }
+    }
+    if (!joined) groups.push_back({fmt::format("#{}", i + 1), at[i]});
+  }
+  std::vector<Box> labels, markers;
+  for (const auto& [cx, cy] : at) markers.push_back({cx - 5, cy - 5, cx + 5, cy + 5});
+  const auto free_of = [](const std::vector<Box>& boxes, const Box& box) {
+    return std::none_of(boxes.begin(), boxes.end(), [&](const Box& b) { return b.Overlaps(box); });
+  };
+  std::string svg;
+  for (const auto& [text, where] : groups) {
+    const auto [cx, cy] = where;
+    const double w = 0.62 * kFont * static_cast<double>(text.size());
+    // Baselines from just above the marker outwards, each to the right, then to the left.
+    std::vector<Box> places;
+    for (double dy : {-6.0, 13.0, -19.0, 26.0, -32.0, 39.0, -45.0, 52.0, -58.0, 65.0}) {
+      for (double dx : {7.0, -7.0 - w}) {
+        const Box box = TextBox(cx + dx, cy + dy, text, kFont);
+        if (box.x0 >= left && box.x1 <= right && box.y0 >= top && box.y1 <= bottom) {
+          places.push_back(box);
+        }
+      }
+    }
+    auto it = std::find_if(places.begin(), places.end(),
+                           [&](const Box& b) { return free_of(labels, b) && free_of(markers, b); });
+    if (it == places.end()) {
+      it = std::find_if(places.begin(), places.end(),
+                        [&](const Box& b) { return free_of(labels, b); });
+    }
+    if (it == places.end()) continue;  // nowhere: the marker's tooltip still names it
+    const Box box = *it;
+    labels.push_back(box);
+    if (box.y1 < cy - 8 || box.y0 > cy + 8) {  // away from its marker: a leader line to it
+      const double ly = box.y1 < cy ? box.y1 : box.y0;
+      const double lx = std::clamp(cx, box.x0, box.x1);
+      svg += fmt::format(
+          "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#777\" "
+          "stroke-width=\"0.7\"/>\n",
+          cx, cy + (ly < cy ? -5 : 5), lx, ly);
+    }
+    svg += fmt::format(
+        "<text class=\"top-label\" x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"{}\">{}</text>\n", box.x0,
+        box.y1 - 2, kFont, text);
+  }
+  return svg;
+}
+
+// When nothing fits: the plot says why (the rules' rejections, the closest miss) in a box at its
+// left, in the half (upper or lower) away from the closest miss' ring at height avoid_y.
+std::string NothingFitsNote(const PlanSearchResult& res, double left, double right, double top,
+                            double bottom, double avoid_y) {
+  std::vector<std::string> lines;
+  if (res.valid == 0) {
+    lines.push_back(
+        fmt::format("Nothing to plot: none of the {} configurations searched passes "
+                    "Megatron-LM's rules.",
+                    GroupThousands(res.examined)));
+  } else {
+    lines.push_back(
+        fmt::format("No configuration fits: {} pass Megatron-LM's rules, none fits "
+                    "in {:.1f} GB per GPU.",
+                    GroupThousands(res.valid), res.memory_limit_bytes / 1e9));
+  }
+  if (res.closest_out_of_memory) {
+    lines.push_back(
+        fmt::format("Closest to fitting (ringed): {:.1f} GB, {:.0f}% of what is available.",
+                    res.closest_out_of_memory->peak_memory_bytes / 1e9,
+                    100 * res.closest_out_of_memory->peak_memory_bytes / res.memory_limit_bytes));
+  }
+  // The most frequent rejections.
+  std::vector<std::pair<std::string, int64_t>> reasons(res.rejected.counts.begin(),
+                                                       res.rejected.counts.end());
+  std::stable_sort(reasons.begin(), reasons.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::erase_if(reasons, [](const auto& r) { return r.first == "out-of-memory"; });  // said above
+  if (!reasons.empty()) lines.push_back("Rejected most often by Megatron-LM's rules:");
+  for (size_t i = 0; i < reasons.size() && i < 3; ++i) {
+    std::string reason = reasons[i].first;
+    if (reason.size() > 90) reason = reason.substr(0, 87) + "...";
+    lines.push_back(fmt::format("{} x {}", GroupThousands(reasons[i].second), reason));
+  }
+  lines.push_back("See \"No valid plan\" above for what would make one fit.");
+  // About 0.6 em a character at 13 px (bold: 0.65).
+  double width = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    width = std::max(width, (i == 0 ? 0.65 : 0.6) * 13 * static_cast<double>(lines[i].size()));
+  }
+  width = std::min(width + 24, right - left - 20);
+  const double height = 20.0 * static_cast<double>(lines.size()) + 10;
+  const double box_y =
+      avoid_y < (top + bottom) / 2 ? bottom - 12 - height : top + 22;  // away from the ring
+  std::string svg = fmt::format(
+      "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"white\" "
+      "fill-opacity=\"0.92\" stroke=\"#c0392b\" rx=\"6\"/>\n",
+      left + 10, box_y, width, height);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    svg += fmt::format(
+        "<text class=\"nothing-fits\" x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"13\"{}>{}</text>\n",
+        left + 22, box_y + 20 + 20.0 * static_cast<double>(i),
+        i == 0 ? " font-weight=\"bold\"" : "", XmlEscape(lines[i]));
+  }
+  return svg;
+}
+
+// Megatron-LM flags, each flag with its values in a span that does not wrap inside: a long
+// line wraps between flags.
+std::string FlagsHtml(const std::vector<std::string>& args) {
+  std::string html, group;
+  const auto flush = [&] {
+    if (group.empty()) return;
+    html += (html.empty() ? "" : " ") + std::string("<span class=\"flag\">") + XmlEscape(group) +
+            "</span>";
+    group.clear();
+  };
+  for (const std::string& a : args) {
+    if (a.rfind("--", 0) == 0) flush();
+    group += (group.empty() ? "" : " ") + a;
+  }
+  flush();
+  return html;
+}
+
 // Tokens per second against peak memory per GPU for every valid candidate: the cost model's
 // bound for all of them (an upper bound on throughput), the simulated figure for the top plans.
 std::string Chart(const PlanRequest& req, const PlanSearchResult& res) {
@@ -22,7 +168,12 @@ std::string Chart(const PlanRequest& req, const PlanSearchResult& res) {
     max_mem = std::max(max_mem, p.peak_memory_bytes);
     max_tps = std::max(max_tps, tokens / p.step_lower_bound_s);
   }
-  max_mem = std::min(max_mem, 3 * res.memory_limit_bytes);  // keep the fitting region readable
+  // Keep the fitting region readable; with nothing fitting, keep the closest miss in view.
+  double clamp_mem = 3 * res.memory_limit_bytes;
+  if (res.plans.empty() && res.closest_out_of_memory) {
+    clamp_mem = std::max(clamp_mem, 1.15 * res.closest_out_of_memory->peak_memory_bytes);
+  }
+  max_mem = std::min(max_mem, clamp_mem);
   if (max_tps <= 0) max_tps = 1;
   const double x_scale = (w - left - right) / (max_mem / 1e9);
   const double y_scale = (h - top - bottom) / (max_tps * 1.05);
@@ -45,7 +196,8 @@ std::string Chart(const PlanRequest& req, const PlanSearchResult& res) {
         "<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"#eee\"/>"
         "<text x=\"{3}\" y=\"{1:.1f}\" text-anchor=\"end\" dominant-baseline=\"middle\">{4}"
         "</text>\n",
-        left, Y(g), w - right, left - 6, GroupThousands(static_cast<int64_t>(g)));
+        left, Y(g), w - right, left - 6,
+        res.points.empty() ? "" : GroupThousands(static_cast<int64_t>(g)));  // none: no scale
   }
   svg += fmt::format(
       "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">peak memory per GPU (GB)</text>\n"
@@ -55,9 +207,11 @@ std::string Chart(const PlanRequest& req, const PlanSearchResult& res) {
   const double limit_x = X(res.memory_limit_bytes);
   svg += fmt::format(
       "<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#c0392b\" "
-      "stroke-dasharray=\"5 4\"/><text x=\"{3:.1f}\" y=\"{4}\" fill=\"#c0392b\">memory "
+      "stroke-dasharray=\"5 4\"/><text x=\"{3:.1f}\" y=\"{4}\" fill=\"#c0392b\"{5}>memory "
       "available</text>\n",
-      limit_x, top, h - bottom, limit_x - 4, top + 12);
+      limit_x, top, h - bottom, limit_x - 4, top + 12,
+      // Near the right edge, the label ends at the line instead of starting there.
+      limit_x + 120 > w - right ? " text-anchor=\"end\"" : "");
   // Every candidate (thinned to at most ~20,000 points), then the ranked plans on top.
   const size_t stride = std::max<size_t>(1, res.points.size() / 20000);
   for (size_t i = 0; i < res.points.size(); i += stride) {
@@ -67,26 +221,41 @@ std::string Chart(const PlanRequest& req, const PlanSearchResult& res) {
         "fill-opacity=\"0.45\"/>\n",
         X(p.peak_memory_bytes), Y(tokens / p.step_lower_bound_s), p.fits ? "#4c78a8" : "#aaaaaa");
   }
+  std::vector<std::pair<double, double>> markers;  // the top plans'
   for (size_t i = 0; i < res.plans.size(); ++i) {
     const SimulationReport& r = res.plans[i].report;
     svg += fmt::format(
         "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"5\" fill=\"#f28e2b\" stroke=\"#333\" "
         "stroke-width=\"0.8\"><title>#{} {:.3g} s/step, {:.1f} GB</title></circle>\n",
         X(r.peak_memory_bytes), Y(r.tokens_per_s), i + 1, r.step_time_s, r.peak_memory_bytes / 1e9);
-    if (i < 3) {
-      svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"11\">#{}</text>\n",
-                         X(r.peak_memory_bytes) + 7, Y(r.tokens_per_s) - 6, i + 1);
-    }
+    markers.push_back({X(r.peak_memory_bytes), Y(r.tokens_per_s)});
   }
-  // Legend, above the plot.
-  svg += fmt::format(
-      "<circle cx=\"{0}\" cy=\"14\" r=\"4\" fill=\"#4c78a8\"/><text x=\"{1}\" y=\"18\">fits "
-      "(cost-model bound)</text>"
-      "<circle cx=\"{2}\" cy=\"14\" r=\"4\" fill=\"#aaaaaa\"/><text x=\"{3}\" y=\"18\">does "
-      "not fit (memory axis clamped at 3x what is available)</text>"
-      "<circle cx=\"{4}\" cy=\"14\" r=\"5\" fill=\"#f28e2b\" stroke=\"#333\"/><text x=\"{5}\" "
-      "y=\"18\">top plans (simulated)</text>\n",
-      left + 4, left + 12, left + 170, left + 178, left + 540, left + 548);
+  svg += TopPlanLabels(markers, 3, left, w - right, top, h - bottom);
+  if (res.plans.empty()) {
+    double ring_y = top + h;  // none: below the plot
+    if (res.closest_out_of_memory) {
+      const CandidatePoint& p = *res.closest_out_of_memory;
+      ring_y = Y(tokens / p.step_lower_bound_s);
+      svg += fmt::format(
+          "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"7\" fill=\"none\" stroke=\"#c0392b\" "
+          "stroke-width=\"2\"><title>closest to fitting: {:.1f} GB</title></circle>\n",
+          X(p.peak_memory_bytes), Y(tokens / p.step_lower_bound_s), p.peak_memory_bytes / 1e9);
+    }
+    svg += NothingFitsNote(res, left, w - right, top, h - bottom, ring_y);
+  }
+  // Legend, above the plot: each entry after the one before (about 0.6 em a character).
+  double lx = left + 4;
+  const auto entry = [&](std::string_view circle, std::string_view text) {
+    svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"14\" {}/><text x=\"{:.1f}\" y=\"18\">{}</text>",
+                       lx, circle, lx + 8, text);
+    lx += 8 + 0.6 * 12 * static_cast<double>(text.size()) + 18;
+  };
+  entry("r=\"4\" fill=\"#4c78a8\"", "fits (cost-model bound)");
+  entry("r=\"4\" fill=\"#aaaaaa\"",
+        fmt::format("does not fit (memory axis clamped at {:.3g}x what is available)",
+                    clamp_mem / res.memory_limit_bytes));
+  entry("r=\"5\" fill=\"#f28e2b\" stroke=\"#333\"", "top plans (simulated)");
+  svg += "\n";
   return svg + "</svg>\n";
 }
 
@@ -101,7 +270,7 @@ std::string PlanReportHtml(const PlanRequest& req, const PlanSearchResult& res) 
       "table{{border-collapse:collapse;font-size:13px}} th,td{{padding:4px 9px;border-bottom:"
       "1px solid #ddd;text-align:right}} th{{background:#f4f4f4}} td.l,th.l{{text-align:left}}"
       " .note{{color:#555;font-size:13px}} code{{background:#f4f4f4;padding:2px 4px;"
-      "font-size:12px;word-break:break-all}}</style></head><body>\n",
+      "font-size:12px;line-height:1.7}} .flag{{white-space:nowrap}}</style></head><body>\n",
       XmlEscape(req.model.name), req.gpus, XmlEscape(req.cluster.name));
   html += fmt::format(
       "<h1>ptdp plan: {} on {} x {}, global batch {}, {}</h1>\n<p>Searched {} configurations: "
@@ -142,7 +311,7 @@ std::string PlanReportHtml(const PlanRequest& req, const PlanSearchResult& res) 
     }
     html += "</table>\n";
     html += fmt::format("<p>Best plan as Megatron-LM flags:<br><code>{}</code></p>\n",
-                        XmlEscape(MegatronArgsLine(res.plans.front().plan)));
+                        FlagsHtml(MegatronArgs(res.plans.front().plan)));
   }
   if (res.reference) {
     const ReferenceResult& ref = *res.reference;

@@ -27,6 +27,7 @@ struct PassTimes {
   double ep_dispatch = 0, ep_combine = 0;  // of ep_comm, to the experts' ranks and back
   std::array<double, kCommGroups> comm_bytes{};  // by CommGroup, over groups of > 1 rank
   double total() const { return compute + comm + overhead; }
+  double tp_comm() const { return comm - cp_comm - ep_comm; }  // the rest of comm
   // Each kernel's and each collective's own time (the collective's exposed part), for the
   // async overlap below.
   std::array<double, PassWork::kMaxWork> work_s;
@@ -168,6 +169,7 @@ struct LayerCost {
   // For the timeline (costs.h ChunkCosts): F's and the backward's CP exchanges (busy) and MoE
   // dispatch and combine.
   double f_cp = 0, f_dispatch = 0, f_combine = 0, b_cp = 0, b_dispatch = 0, b_combine = 0;
+  double f_tp = 0, b_tp = 0, w_tp = 0;           // and the TP collectives (exposed) of F, B and W
   std::array<double, kCommGroups> comm_bytes{};  // by CommGroup
   double activation_bytes = 0, weight_grad_activation_bytes = 0;
 };
@@ -205,6 +207,12 @@ LayerCost CostOfLayer(const ModelSpec& m, const ClusterSpec& c, const TrainingSp
   k.b_cp = lr.cp_comm + lr.cp_hidden + lb.cp_comm + lb.cp_hidden + lw.cp_comm + lw.cp_hidden;
   k.b_dispatch = lr.ep_dispatch + lb.ep_dispatch + lw.ep_dispatch;
   k.b_combine = lr.ep_combine + lb.ep_combine + lw.ep_combine;
+  // B and W as one backward (every schedule but zb-h1): its TP collectives less what the async
+  // reductions hide beside W's kernels, all in B.
+  const bool split = p.schedule == Schedule::kZbH1;
+  k.f_tp = lf.tp_comm();
+  k.b_tp = lr.tp_comm() + lb.tp_comm() + (split ? 0 : lw.tp_comm() - async_hidden);
+  k.w_tp = split ? lw.tp_comm() : 0;
   for (int g = 0; g < kCommGroups; ++g) {
     k.comm_bytes[g] = lf.comm_bytes[g] + lr.comm_bytes[g] + lb.comm_bytes[g] + lw.comm_bytes[g];
   }
@@ -295,7 +303,7 @@ void AddCommBytes(const std::array<double, kCommGroups>& bytes, StageBreakdown& 
 
 // A chunk's layers' (or one layer's) costs into the stage's breakdown (compute, overhead,
 // recompute, TP / CP / EP / ETP communication and what overlap hides, all their bytes) and their
-// CP and MoE collectives into the chunk's timeline figures.
+// TP, CP and MoE collectives into the chunk's timeline figures.
 void AddLayerBreakdown(const LayerCost& l, ChunkCosts& ch, StageBreakdown& br) {
   br.compute_s += l.compute;
   br.overhead_s += l.overhead;
@@ -311,6 +319,9 @@ void AddLayerBreakdown(const LayerCost& l, ChunkCosts& ch, StageBreakdown& br) {
   ch.backward_cp_s += l.b_cp;
   ch.backward_ep_dispatch_s += l.b_dispatch;
   ch.backward_ep_combine_s += l.b_combine;
+  ch.forward_tp_s += l.f_tp;
+  ch.backward_tp_s += l.b_tp;
+  ch.weight_tp_s += l.w_tp;
   br.etp_comm_s += l.etp_comm;
   AddCommBytes(l.comm_bytes, br);
 }
@@ -633,6 +644,9 @@ StepEstimate EstimatePrepared(const ModelSpec& m, const ClusterSpec& c,
             s.b_cp += n * l.b_cp;
             s.b_dispatch += n * l.b_dispatch;
             s.b_combine += n * l.b_combine;
+            s.f_tp += n * l.f_tp;
+            s.b_tp += n * l.b_tp;
+            s.w_tp += n * l.w_tp;
             for (int g = 0; g < kCommGroups; ++g) s.comm_bytes[g] += n * l.comm_bytes[g];
             sums.params += n * params_of(e).total();
           }
@@ -671,6 +685,7 @@ StepEstimate EstimatePrepared(const ModelSpec& m, const ClusterSpec& c,
             pf.compute + pb.compute + pw.compute + pf.overhead + pb.overhead + pw.overhead;
         br.overhead_s += pf.overhead + pb.overhead + pw.overhead;
         br.tp_comm_s += pf.comm + pb.comm + pw.comm;
+        ch.forward_tp_s += pf.comm, ch.backward_tp_s += pb.comm, ch.weight_tp_s += pw.comm;
         for (const PassTimes* t : {&pf, &pb, &pw}) AddCommBytes(t->comm_bytes, br);
       };
       if (first) add_part(ef, eb, ew, emb_act), chunk_params += ends->emb_parameters;

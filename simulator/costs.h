@@ -22,9 +22,12 @@ struct ChunkCosts {
   // with its recomputation; W has none), summed over the chunk's layers, the context-parallel
   // exchanges (busy: with ring attention also what its kernels hide) and the MoE collectives
   // that carry tokens, or their gradients, to the experts' ranks (dispatch; in the backward the
-  // combine's gradient) and back (combine).
+  // combine's gradient) and back (combine); and the tensor-parallel collectives (exposed) of F,
+  // of B with its recomputation, and of W (0 where the schedule runs B and W as one backward:
+  // B's figure holds all of it).
   double forward_cp_s = 0, forward_ep_dispatch_s = 0, forward_ep_combine_s = 0;
   double backward_cp_s = 0, backward_ep_dispatch_s = 0, backward_ep_combine_s = 0;
+  double forward_tp_s = 0, backward_tp_s = 0, weight_tp_s = 0;
 };
 
 // One pipeline stage (all its chunks), once per step.

@@ -31,10 +31,12 @@ struct SimulatedOp {
   double start_s = 0;
   double end_s = 0;
   // Inside [start_s, end_s), summed over the operation's layers (costs.h ChunkCosts): the
-  // context-parallel exchanges (busy) and the MoE dispatch and combine.
+  // context-parallel exchanges (busy), the MoE dispatch and combine, and the tensor-parallel
+  // collectives (exposed; pictures only: the trace leaves them out).
   double cp_comm_s = 0;
   double ep_dispatch_s = 0;
   double ep_combine_s = 0;
+  double tp_comm_s = 0;
 };
 
 struct SimulatedTransfer {

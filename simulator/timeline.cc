@@ -26,11 +26,19 @@ constexpr Rgb kOptimizer{121, 112, 110};
 constexpr Rgb kCpComm{23, 190, 207};
 constexpr Rgb kEpDispatch{237, 201, 72};
 constexpr Rgb kEpCombine{156, 117, 95};
+constexpr Rgb kTpComm{255, 157, 167};
 
 // Beyond this many operations the SVG draws pixel columns instead of one box per operation.
 constexpr size_t kDenseOps = 6000;
 
 std::string Hex(Rgb c) { return fmt::format("#{:02x}{:02x}{:02x}", c.r, c.g, c.b); }
+
+// Labels inside operations: no smaller than this font size (pixels), and only where the text,
+// estimated at 0.65 em per character (DejaVu Sans' digits are 0.64 em), fits with 2 px each side.
+constexpr double kMinLabelFont = 7;
+bool LabelFits(std::string_view text, double font, double box_w) {
+  return 0.65 * font * static_cast<double>(text.size()) + 4 <= box_w;
+}
 
 Rgb Lighter(Rgb c, double amount) {
   auto mix = [&](int x) { return static_cast<int>(std::lround(x + (255 - x) * amount)); };
@@ -63,16 +71,17 @@ const char* Category(OpKind kind) {
 }
 
 // The communication inside an operation, drawn (and traced) from its start in this order: the
-// CP exchanges, the MoE dispatch, the MoE combine.
-constexpr Rgb kInnerColours[3] = {kCpComm, kEpDispatch, kEpCombine};
+// CP exchanges, the MoE dispatch, the MoE combine, then (drawn, not traced) the TP collectives.
+constexpr int kInnerKinds = 4;
+constexpr Rgb kInnerColours[kInnerKinds] = {kCpComm, kEpDispatch, kEpCombine, kTpComm};
 struct InnerSlice {
-  int kind;  // 0 CP, 1 EP dispatch, 2 EP combine
+  int kind;  // 0 CP, 1 EP dispatch, 2 EP combine, 3 TP
   const char* name;
   const char* category;
   double start_s, duration_s;
 };
 
-std::vector<InnerSlice> InnerSlices(const SimResult& r, const SimulatedOp& o) {
+std::vector<InnerSlice> InnerSlices(const SimResult& r, const SimulatedOp& o, bool with_tp) {
   std::vector<InnerSlice> out;
   double t = o.start_s;
   const auto add = [&](int kind, const char* name, const char* category, double d) {
@@ -83,45 +92,59 @@ std::vector<InnerSlice> InnerSlices(const SimResult& r, const SimulatedOp& o) {
   add(0, r.cp_comm_label.c_str(), "cp-comm", o.cp_comm_s);
   add(1, "EP dispatch", "ep-comm", o.ep_dispatch_s);
   add(2, "EP combine", "ep-comm", o.ep_combine_s);
+  if (with_tp) add(3, "TP comm", "tp-comm", o.tp_comm_s);
   return out;
 }
 
-bool HasInner(const SimulatedOp& o) {
-  return o.cp_comm_s > 0 || o.ep_dispatch_s > 0 || o.ep_combine_s > 0;
+bool HasInner(const SimulatedOp& o, bool with_tp) {
+  return o.cp_comm_s > 0 || o.ep_dispatch_s > 0 || o.ep_combine_s > 0 ||
+         (with_tp && o.tp_comm_s > 0);
 }
 
-// Where things go in the SVG: fixed margins, then per stage a compute row, the CP / EP lane
-// (with communication inside the operations) and the communication lane, then the time axis.
+// Where things go in the SVG: fixed margins, then per stage a compute row, the TP / CP / EP lane
+// (with communication inside the operations) and the communication lane, then the time axis
+// over the window [begin, end) of the step.
 struct Geometry {
   double width = 1200, left = 92, right = 24, top = 64;
   double row = 0;         // compute row height
   double lane = 0;        // communication lane under it
-  bool inner = false;     // CP or EP communication inside the operations
-  double inner_h = 0;     // the CP / EP lane's height
+  bool inner = false;     // TP, CP or EP communication inside the operations
+  double inner_h = 0;     // the TP / CP / EP lane's height
   double inner_lane = 0;  // the room it takes (0 without it)
   double pitch = 0;       // from one stage's rows to the next's
   double plot_w = 0;
+  double begin = 0;  // the window's start, in seconds of the step
   double end = 0;    // the time axis' end, in seconds
   double scale = 0;  // pixels per second
   double axis_y = 0;
-  double x(double time) const { return left + time * scale; }
+  bool zoomed = false;  // the window leaves out part of the step
+  double x(double time) const { return left + (time - begin) * scale; }
   double y(int stage) const { return top + stage * pitch; }  // the stage's compute row
+  // Whether [a, b) shows in the window, and its part there.
+  bool Visible(double a, double b) const { return b > begin && a < end; }
+  double ClipX(double time) const { return x(std::clamp(time, begin, end)); }
 };
 
-// The geometry for s's stages and a time axis to the later of the step's end and t.axis_end_s.
+// The geometry for s's stages and the window t asks for (the whole step by default).
 Geometry MakeGeometry(const PipelineSchedule& s, const SimResult& r, const TimelineTitle& t) {
   Geometry g;
+  PTDP_CHECK(std::isfinite(r.step_time_s) && std::isfinite(t.axis_end_s) &&
+             std::isfinite(t.window_start_s) && t.window_start_s >= 0 && t.axis_end_s >= 0);
+  g.begin = t.window_start_s;
+  g.end = t.axis_end_s > 0 ? t.axis_end_s : std::max(r.step_time_s, 1e-30);
+  PTDP_CHECK(g.begin < g.end);
+  g.zoomed = g.begin > 0 || g.end < r.step_time_s;
   g.row = std::clamp(560.0 / s.stages, 10.0, 30.0);
   g.lane = std::max(3.0, g.row * 0.28);
-  // With CP or EP communication inside the operations, a lane for it between the two.
-  g.inner = std::any_of(r.ops.begin(), r.ops.end(), HasInner);
+  // With communication inside the operations, a lane for it between the two.
+  g.inner = std::any_of(r.ops.begin(), r.ops.end(), [&](const SimulatedOp& o) {
+    return HasInner(o, true) && g.Visible(o.start_s, o.end_s);
+  });
   g.inner_h = std::max(4.0, g.row * 0.4);
   g.inner_lane = g.inner ? g.inner_h + 1 : 0;
   g.pitch = g.row + g.inner_lane + g.lane + 4;
   g.plot_w = g.width - g.left - g.right;
-  PTDP_CHECK(std::isfinite(r.step_time_s) && std::isfinite(t.axis_end_s));
-  g.end = std::max({r.step_time_s, t.axis_end_s, 1e-30});
-  g.scale = g.plot_w / g.end;
+  g.scale = g.plot_w / (g.end - g.begin);
   g.axis_y = g.top + s.stages * g.pitch + 6;
   return g;
 }
@@ -141,33 +164,43 @@ struct Legend {
 double ItemWidth(std::string_view text) { return 40 + 7.0 * text.size(); }
 double NoteWidth(std::string_view text) { return 12 + 6.2 * text.size(); }
 
-// Legend: only what the picture shows.
-Legend MakeLegend(const PipelineSchedule& s, const SimResult& r, bool inner) {
+// Legend: what the window shows, each colour drawn once (later chunks' lighter shades by a note).
+Legend MakeLegend(const PipelineSchedule& s, const SimResult& r, const Geometry& g) {
   Legend legend;
   std::vector<LegendItem>& items = legend.items;
-  items = {{kForward, "forward", false}, {kBackward, "backward", false}};
-  if (s.split_backward) items.push_back({kWeightGrad, "weight gradient", false});
-  const bool sends = std::any_of(r.transfers.begin(), r.transfers.end(),
-                                 [](const SimulatedTransfer& tr) { return tr.end_s > tr.start_s; });
-  auto has_phase = [&](std::string_view category) {
-    return std::any_of(r.phases.begin(), r.phases.end(),
-                       [&](const SimulatedPhase& ph) { return ph.category == category; });
+  auto has_kind = [&](OpKind kind) {
+    return std::any_of(r.ops.begin(), r.ops.end(), [&](const SimulatedOp& o) {
+      return o.op.kind == kind && g.Visible(o.start_s, o.end_s);
+    });
+  };
+  const bool sends = std::any_of(r.transfers.begin(), r.transfers.end(), [&](const auto& tr) {
+    return tr.end_s > tr.start_s && g.Visible(tr.start_s, tr.end_s);
+  });
+  auto has_phase = [&](bool dp_comm) {
+    return std::any_of(r.phases.begin(), r.phases.end(), [&](const SimulatedPhase& ph) {
+      return (ph.category == "dp-comm") == dp_comm && g.Visible(ph.start_s, ph.end_s);
+    });
   };
   auto has_op = [&](double SimulatedOp::*field) {
-    return std::any_of(r.ops.begin(), r.ops.end(),
-                       [&](const SimulatedOp& o) { return o.*field > 0; });
+    return std::any_of(r.ops.begin(), r.ops.end(), [&](const SimulatedOp& o) {
+      return o.*field > 0 && g.Visible(o.start_s, o.end_s);
+    });
   };
+  if (has_kind(OpKind::kForward)) items.push_back({kForward, "forward", false});
+  if (has_kind(OpKind::kBackward)) items.push_back({kBackward, "backward", false});
+  if (has_kind(OpKind::kWeightGrad)) items.push_back({kWeightGrad, "weight gradient", false});
   if (sends) items.push_back({kSend, "pipeline send", false});
-  if (has_phase("dp-comm")) items.push_back({kDpComm, "data-parallel comm", false});
-  if (has_phase("optimizer")) items.push_back({kOptimizer, "optimizer", false});
+  if (has_phase(true)) items.push_back({kDpComm, "data-parallel comm", false});
+  if (has_phase(false)) items.push_back({kOptimizer, "optimizer", false});
+  if (has_op(&SimulatedOp::tp_comm_s)) items.push_back({kTpComm, "TP comm", false});
   if (has_op(&SimulatedOp::cp_comm_s)) items.push_back({kCpComm, r.cp_comm_label, false});
   if (has_op(&SimulatedOp::ep_dispatch_s)) items.push_back({kEpDispatch, "EP dispatch", false});
   if (has_op(&SimulatedOp::ep_combine_s)) items.push_back({kEpCombine, "EP combine", false});
   items.push_back({{0, 0, 0}, "idle (bubble)", true});
-  if (inner)
+  if (g.inner)
     legend.notes.push_back(
-        "thin lane under each stage: the CP / EP communication inside its "
-        "operations, summed over their layers");
+        "thin lane under each stage: the communication inside its operations, summed over "
+        "their layers");
   if (s.chunks > 1) legend.notes.push_back("lighter shade = later model chunk");
   return legend;
 }
@@ -187,8 +220,10 @@ int LegendRows(const Legend& legend, const Geometry& g) {
   return rows;
 }
 
-// The document's start: size, the idle hatching, the white background, title and subtitle.
-std::string SvgHeader(const Geometry& g, double height, const TimelineTitle& t) {
+// The document's start: size, the idle hatching, the white background, title and subtitle
+// (which says so when the window leaves out part of the step).
+std::string SvgHeader(const Geometry& g, double height, const TimelineTitle& t,
+                      const SimResult& r) {
   std::string svg = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} "
       "{}\" font-family=\"DejaVu Sans, Arial, sans-serif\">\n"
@@ -203,8 +238,18 @@ std::string SvgHeader(const Geometry& g, double height, const TimelineTitle& t) 
   svg +=
       fmt::format("<text x=\"{}\" y=\"24\" font-size=\"{:.1f}\" font-weight=\"bold\">{}</text>\n",
                   g.left, title_font, XmlEscape(t.title));
+  std::string subtitle = t.subtitle;
+  if (g.zoomed) {
+    // In the step's unit (s, ms or us), to 4 digits.
+    const double step = r.step_time_s;
+    const double unit = t.unit_time || step >= 1 ? 1 : step >= 1e-3 ? 1e-3 : 1e-6;
+    const char* unit_name = t.unit_time ? "" : unit == 1 ? " s" : unit == 1e-3 ? " ms" : " us";
+    const auto time = [&](double s) { return fmt::format("{:.4g}{}", s / unit, unit_name); };
+    subtitle += fmt::format("{}window {} to {} of the step's {}", subtitle.empty() ? "" : "; ",
+                            time(g.begin), time(g.end), time(r.step_time_s));
+  }
   svg += fmt::format("<text x=\"{}\" y=\"44\" font-size=\"13\" fill=\"#444\">{}</text>\n", g.left,
-                     XmlEscape(t.subtitle));
+                     XmlEscape(subtitle));
   return svg;
 }
 
@@ -217,30 +262,35 @@ void AppendStageRows(std::string& svg, int stages, const SimResult& r, const Geo
         "dominant-baseline=\"middle\">stage {}</text>\n",
         g.left - 8, y + g.row / 2, std::min(12.0, g.row * 0.8), st);
     // Idle is what shows through: the hatched background of the pipeline phase.
+    if (!g.Visible(0, r.pipeline_end_s)) continue;
     svg += fmt::format(
         "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"url(#idle)\" "
         "stroke=\"#cccccc\" stroke-width=\"0.5\"/>\n",
-        g.x(0), y, r.pipeline_end_s * g.scale, g.row);
+        g.ClipX(0), y, g.ClipX(r.pipeline_end_s) - g.ClipX(0), g.row);
   }
 }
 
-// One box per operation, labelled with its micro-batch where the label fits.
+// One box per operation in the window (clipped to it), labelled with its micro-batch where the
+// label fits inside the box at a readable size: dark on light shades, white on the others.
 void AppendOps(std::string& svg, const PipelineSchedule& s, const SimResult& r, const Geometry& g) {
-  const double font = std::min(11.0, g.row * 0.6);
+  const double font = std::round(std::min(11.0, g.row * 0.6) * 10) / 10;
   for (const SimulatedOp& o : r.ops) {
+    if (!g.Visible(o.start_s, o.end_s)) continue;
     const double y = g.y(o.stage);
-    const double w = (o.end_s - o.start_s) * g.scale;
+    const double x0 = g.ClipX(o.start_s), w = g.ClipX(o.end_s) - x0;
+    const Rgb colour = OpColour(s, o.op.kind, o.op.chunk);
     svg += fmt::format(
         "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\" "
         "stroke=\"white\" stroke-width=\"{}\"><title>stage {} {} {}</title></rect>\n",
-        g.x(o.start_s), y, w, g.row, Hex(OpColour(s, o.op.kind, o.op.chunk)), w > 3 ? 0.6 : 0,
-        o.stage, OpLabel(s, o.op), FormatTime(o.end_s - o.start_s, o.end_s - o.start_s));
+        x0, y, w, g.row, Hex(colour), w > 3 ? 0.6 : 0, o.stage, OpLabel(s, o.op),
+        FormatTime(o.end_s - o.start_s, o.end_s - o.start_s));
     const std::string label = std::to_string(o.op.microbatch);
-    if (w >= font * 0.62 * label.size() + 2 && g.row >= 9) {
+    if (font >= kMinLabelFont && LabelFits(label, font, w)) {
+      const bool light = 0.299 * colour.r + 0.587 * colour.g + 0.114 * colour.b > 160;
       svg += fmt::format(
-          "<text x=\"{:.2f}\" y=\"{:.2f}\" font-size=\"{:.0f}\" fill=\"white\" "
+          "<text x=\"{:.2f}\" y=\"{:.2f}\" font-size=\"{:.1f}\" fill=\"{}\" "
           "text-anchor=\"middle\" dominant-baseline=\"central\">{}</text>\n",
-          g.x(o.start_s) + w / 2, y + g.row / 2, font, label);
+          x0 + w / 2, y + g.row / 2, font, light ? "#222" : "white", label);
     }
   }
 }
@@ -249,13 +299,15 @@ void AppendOps(std::string& svg, const PipelineSchedule& s, const SimResult& r, 
 void AppendInnerSlices(std::string& svg, const PipelineSchedule& s, const SimResult& r,
                        const Geometry& g) {
   for (const SimulatedOp& o : r.ops) {
-    if (!HasInner(o)) continue;
+    if (!HasInner(o, true) || !g.Visible(o.start_s, o.end_s)) continue;
     const double y = g.y(o.stage) + g.row + 1;
-    for (const InnerSlice& in : InnerSlices(r, o)) {
+    for (const InnerSlice& in : InnerSlices(r, o, true)) {
+      if (!g.Visible(in.start_s, in.start_s + in.duration_s)) continue;
+      const double x0 = g.ClipX(in.start_s);
       svg += fmt::format(
           "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\">"
           "<title>stage {} {}: {} {} (its layers' together)</title></rect>\n",
-          g.x(in.start_s), y, std::max(0.5, in.duration_s * g.scale), g.inner_h,
+          x0, y, std::max(0.5, g.ClipX(in.start_s + in.duration_s) - x0), g.inner_h,
           Hex(kInnerColours[in.kind]), o.stage, OpLabel(s, o.op), XmlEscape(in.name),
           FormatTime(in.duration_s, in.duration_s));
     }
@@ -265,27 +317,31 @@ void AppendInnerSlices(std::string& svg, const PipelineSchedule& s, const SimRes
 // One box per pipeline send, in the sending stage's communication lane.
 void AppendTransfers(std::string& svg, const SimResult& r, const Geometry& g) {
   for (const SimulatedTransfer& tr : r.transfers) {
-    if (tr.end_s <= tr.start_s) continue;  // free communication: nothing to draw
+    // Free communication has nothing to draw.
+    if (tr.end_s <= tr.start_s || !g.Visible(tr.start_s, tr.end_s)) continue;
     const double y = g.y(tr.from_stage) + g.row + 1 + g.inner_lane;
+    const double x0 = g.ClipX(tr.start_s);
     svg += fmt::format(
         "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\" "
         "opacity=\"0.8\"/>\n",
-        g.x(tr.start_s), y, std::max(0.5, (tr.end_s - tr.start_s) * g.scale), g.lane, Hex(kSend));
+        x0, y, std::max(0.5, g.ClipX(tr.end_s) - x0), g.lane, Hex(kSend));
   }
 }
 
 // How much of each pixel column of one stage's rows what runs there covers, in pixels.
 struct ColumnCover {
   std::vector<double> ops;    // column * kinds + (kind, chunk) category
-  std::vector<double> inner;  // column * 3 + InnerSlice::kind (empty without the CP / EP lane)
+  std::vector<double> inner;  // column * kInnerKinds + InnerSlice::kind (empty without the lane)
   std::vector<double> sends;  // per column
 };
 
 // Calls add(column, pixels) for each column that [start, end) covers.
 template <typename Add>
 void Spread(const Geometry& g, int columns, double start, double end, Add&& add) {
-  const double a = start * g.scale, b = end * g.scale;
-  for (int c = std::max(0, static_cast<int>(a)); c < columns && c < b; ++c) {
+  // Clamped to the columns first: outside a narrow window the pixels overflow an int.
+  const double a = std::clamp((start - g.begin) * g.scale, 0.0, static_cast<double>(columns));
+  const double b = std::clamp((end - g.begin) * g.scale, 0.0, static_cast<double>(columns));
+  for (int c = static_cast<int>(a); c < columns && c < b; ++c) {
     add(c, std::min<double>(b, c + 1) - std::max<double>(a, c));
   }
 }
@@ -296,15 +352,15 @@ ColumnCover CoverColumns(const PipelineSchedule& s, const SimResult& r, const Ge
   ColumnCover cover;
   cover.ops.assign(static_cast<size_t>(columns) * kinds, 0.0);
   cover.sends.assign(columns, 0.0);
-  cover.inner.assign(g.inner ? static_cast<size_t>(columns) * 3 : 0, 0.0);
+  cover.inner.assign(g.inner ? static_cast<size_t>(columns) * kInnerKinds : 0, 0.0);
   for (const SimulatedOp& o : r.ops) {
     if (o.stage != st) continue;
     const int k = static_cast<int>(o.op.kind) * s.chunks + o.op.chunk;
     Spread(g, columns, o.start_s, o.end_s, [&](int c, double w) { cover.ops[c * kinds + k] += w; });
-    if (!g.inner || !HasInner(o)) continue;
-    for (const InnerSlice& in : InnerSlices(r, o)) {
+    if (!g.inner || !HasInner(o, true)) continue;
+    for (const InnerSlice& in : InnerSlices(r, o, true)) {
       Spread(g, columns, in.start_s, in.start_s + in.duration_s,
-             [&](int c, double w) { cover.inner[c * 3 + in.kind] += w; });
+             [&](int c, double w) { cover.inner[c * kInnerKinds + in.kind] += w; });
     }
   }
   for (const SimulatedTransfer& tr : r.transfers) {
@@ -342,8 +398,8 @@ std::string OpsColumnColour(const PipelineSchedule& s, const std::vector<double>
 // The CP / EP lane: each column the mix of what covers it, over white; none when nearly blank.
 std::string InnerColumnColour(const std::vector<double>& inner_cover, int c) {
   double covered = 0, rr = 0, gg = 0, bb = 0;
-  for (int k = 0; k < 3; ++k) {
-    const double w = std::min(1.0, inner_cover[c * 3 + k]);
+  for (int k = 0; k < kInnerKinds; ++k) {
+    const double w = std::min(1.0, inner_cover[c * kInnerKinds + k]);
     covered += w, rr += w * kInnerColours[k].r, gg += w * kInnerColours[k].g;
     bb += w * kInnerColours[k].b;
   }
@@ -422,25 +478,30 @@ void AppendPhases(std::string& svg, const SimResult& r, const Geometry& g) {
          ++j, ++parts) {
       end_s = r.phases[j].end_s;
     }
+    i = j;
+    if (!g.Visible(ph.start_s, end_s)) continue;
     const bool comm = ph.category == "dp-comm";
     const double y = g.y(ph.stage) + (comm ? g.row + 1 + g.inner_lane : 0);
+    const double x0 = g.ClipX(ph.start_s);
     svg += fmt::format(
         "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\">"
         "<title>stage {} {}{}</title></rect>\n",
-        g.x(ph.start_s), y, std::max(0.5, (end_s - ph.start_s) * g.scale), comm ? g.lane : g.row,
+        x0, y, std::max(0.5, g.ClipX(end_s) - x0), comm ? g.lane : g.row,
         Hex(comm ? kDpComm : kOptimizer), ph.stage, XmlEscape(ph.name),
         parts > 1 ? fmt::format(" ({} buckets)", parts) : "");
-    i = j;
   }
 }
 
 // The time axis with its ticks, and the notes under it.
-void AppendAxis(std::string& svg, const SimResult& r, const Geometry& g, const TimelineTitle& t) {
+void AppendAxis(std::string& svg, size_t ops_drawn, const Geometry& g, const TimelineTitle& t) {
   const double end = g.end, axis_y = g.axis_y;
-  svg += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#333\"/>\n", g.x(0),
-                     axis_y, g.x(end), axis_y);
-  const double tick = NiceTickStep(end, 10);
-  for (double tt = 0; tt <= end * (1 + 1e-9); tt += tick) {
+  svg += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#333\"/>\n",
+                     g.x(g.begin), axis_y, g.x(end), axis_y);
+  // Ticks at the window's times: multiples of a round step from its start to its end.
+  const double tick = NiceTickStep(end - g.begin, 10);
+  for (double i = std::max(0.0, std::ceil(g.begin / tick - 1e-9));
+       i * tick <= end + (end - g.begin) * 1e-9; ++i) {
+    const double tt = i * tick;
     svg += fmt::format(
         "<line x1=\"{0:.2f}\" y1=\"{1}\" x2=\"{0:.2f}\" y2=\"{2}\" stroke=\"#333\"/>"
         "<text x=\"{0:.2f}\" y=\"{3}\" font-size=\"11\" text-anchor=\"middle\">{4}</text>\n",
@@ -448,11 +509,11 @@ void AppendAxis(std::string& svg, const SimResult& r, const Geometry& g, const T
         t.unit_time ? fmt::format("{:g}", tt) : FormatTime(tt, tick));
   }
 
-  if (r.ops.size() > kDenseOps) {
+  if (ops_drawn > kDenseOps) {
     svg += fmt::format(
         "<text x=\"{}\" y=\"{}\" font-size=\"11\" fill=\"#444\">{} operations: each pixel "
         "column mixes the colours of what runs in it</text>\n",
-        g.left, axis_y + 32, r.ops.size());
+        g.left, axis_y + 32, ops_drawn);
   }
   if (t.unit_time) {
     svg += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"11\" fill=\"#444\">time units</text>\n",
@@ -501,11 +562,15 @@ std::string OpLabel(const PipelineSchedule& s, const PipelineOp& op) {
 
 std::string TimelineSvg(const PipelineSchedule& s, const SimResult& r, const TimelineTitle& t) {
   const Geometry g = MakeGeometry(s, r, t);
-  const Legend legend = MakeLegend(s, r, g.inner);
+  const Legend legend = MakeLegend(s, r, g);
   const double height = g.axis_y + 62 + 18 * LegendRows(legend, g);
-  std::string svg = SvgHeader(g, height, t);
+  std::string svg = SvgHeader(g, height, t, r);
   AppendStageRows(svg, s.stages, r, g);
-  if (r.ops.size() <= kDenseOps) {
+  const size_t ops_drawn =
+      static_cast<size_t>(std::count_if(r.ops.begin(), r.ops.end(), [&](const SimulatedOp& o) {
+        return g.Visible(o.start_s, o.end_s);
+      }));
+  if (ops_drawn <= kDenseOps) {
     AppendOps(svg, s, r, g);
     AppendInnerSlices(svg, s, r, g);
     AppendTransfers(svg, r, g);
@@ -513,7 +578,7 @@ std::string TimelineSvg(const PipelineSchedule& s, const SimResult& r, const Tim
     for (int st = 0; st < s.stages; ++st) AppendDenseStage(svg, s, r, g, st);
   }
   AppendPhases(svg, r, g);
-  AppendAxis(svg, r, g, t);
+  AppendAxis(svg, ops_drawn, g, t);
   AppendLegend(svg, legend, g);
   svg += "</svg>\n";
   return svg;
@@ -529,7 +594,7 @@ TimelineTrace TimelineTraceEvents(const PipelineSchedule& s, const SimResult& r)
     out.tracks.push_back({3 * p + st, fmt::format("stage {} data-parallel comm", st)});
   }
   std::vector<char> inner(p, 0);
-  for (const SimulatedOp& o : r.ops) inner[o.stage] |= HasInner(o) ? 1 : 0;
+  for (const SimulatedOp& o : r.ops) inner[o.stage] |= HasInner(o, false) ? 1 : 0;
   for (int st = 0; st < p; ++st) {
     if (inner[st]) {
       out.tracks.push_back(
@@ -542,8 +607,8 @@ TimelineTrace TimelineTraceEvents(const PipelineSchedule& s, const SimResult& r)
   for (const SimulatedOp& o : r.ops) {
     out.events.push_back({o.stage, OpLabel(s, o.op), Category(o.op.kind), o.start_s,
                           o.end_s - o.start_s, o.op.microbatch, o.op.chunk});
-    if (!HasInner(o)) continue;
-    for (const InnerSlice& in : InnerSlices(r, o)) {
+    if (!HasInner(o, false)) continue;
+    for (const InnerSlice& in : InnerSlices(r, o, false)) {
       out.events.push_back({4 * p + o.stage, in.name, in.category, in.start_s, in.duration_s,
                             o.op.microbatch, o.op.chunk});
     }

@@ -16,16 +16,23 @@ struct TimelineTitle {
   std::string title;       // "seed-example on 8 x dgx-a100-80gb: TP 2 x PP 4 x DP 1, mb 4, 1f1b"
   std::string subtitle;    // "step 1.23 s, bubble 8.6%, peak memory 23.4 GB"
   bool unit_time = false;  // times are abstract units (schedule studies), not seconds
-  double axis_end_s = 0;   // draw the time axis to here (to compare pictures); 0: the step's end
+  // The window of the step to draw, [window_start_s, axis_end_s): what runs in it, clipped to
+  // it, on a time axis labelled in the step's time. axis_end_s 0: the step's end; before it,
+  // the picture ends there; after it, the axis goes on (to compare pictures at one scale). The
+  // start is at least 0 and before the end (InternalError otherwise: callers check their input).
+  double window_start_s = 0;
+  double axis_end_s = 0;
 };
 
 // A self-contained SVG document: one row per stage (compute) with a thin lane below it for
 // point-to-point sends and data-parallel communication; forward, backward, weight-gradient,
 // communication and optimizer in distinct colours (lighter shades for later model chunks),
-// micro-batch numbers where they fit, idle time hatched, a time axis and a legend. When the
-// operations hold context-parallel exchanges or MoE dispatch / combine (SimulatedOp), another
-// thin lane between the two shows them per operation: how long each takes in it, summed over
-// the operation's layers and drawn from its start (they run layer by layer inside it).
+// micro-batch numbers where they fit inside their box at a readable size (none otherwise),
+// idle time hatched, a time axis and a legend with an entry for every colour drawn (later
+// chunks' shades by a note). When the operations hold tensor-parallel collectives,
+// context-parallel exchanges or MoE dispatch / combine (SimulatedOp), another thin lane
+// between the two shows them per operation: how long each takes in it, summed over the
+// operation's layers and drawn from its start (they run layer by layer inside it).
 std::string TimelineSvg(const PipelineSchedule& schedule, const SimResult& result,
                         const TimelineTitle& title);
 
@@ -33,7 +40,8 @@ std::string TimelineSvg(const PipelineSchedule& schedule, const SimResult& resul
 // optimizer), its forward and backward send links, its data-parallel communication, and where
 // its operations hold any, their CP exchanges (category cp-comm, named as
 // SimResult::cp_comm_label) and MoE "EP dispatch" / "EP combine" (ep-comm), each operation's
-// summed over its layers, from the operation's start, micro-batch and chunk as its own.
+// summed over its layers, from the operation's start, micro-batch and chunk as its own. (The
+// TP collectives inside the operations are in the SVG only.)
 struct TimelineTrace {
   std::vector<TraceTrack> tracks;
   std::vector<TraceEvent> events;

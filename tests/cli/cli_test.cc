@@ -300,6 +300,19 @@ TEST(Cli, BadFlagsExitTwoNamingTheFlag) {
         ::testing::TempDir() + "/until.svg", "--svg-until", "inf"},
        "--svg-until: expected a finite positive number of seconds, got \"inf\" (hint: see `ptdp "
        "simulate --help`)"},
+      {{"simulate", "--model", "gpt3-175b", "--cluster", "dgx-a100-80gb", "--gpus", "64",
+        "--global-batch", "512", "--tp", "8", "--pp", "8", "--svg",
+        ::testing::TempDir() + "/from.svg", "--svg-from", "-1"},
+       "--svg-from: expected a finite non-negative number of seconds, got \"-1\" (hint: see "
+       "`ptdp simulate --help`)"},
+      {{"simulate", "--model", "gpt3-175b", "--cluster", "dgx-a100-80gb", "--gpus", "64",
+        "--global-batch", "512", "--tp", "8", "--pp", "8", "--svg",
+        ::testing::TempDir() + "/from.svg", "--svg-from", "2", "--svg-until", "1"},
+       "--svg-from: the window must start before it ends (--svg-until 1), got 2 (hint: see "
+       "`ptdp simulate --help`)"},
+      {{"simulate", "--model", "gpt3-175b", "--cluster", "dgx-a100-80gb", "--gpus", "64",
+        "--global-batch", "512", "--tp", "8", "--pp", "8", "--svg-until", "1"},
+       "--svg-until: the window is the SVG's: there is no --svg FILE (hint: add --svg FILE)"},
       {{"plan", "--seq-length", "100000000"},
        "--seq-length: at most 16777216, got 100000000 (hint: see `ptdp plan --help`)"},
       {{"plan", "--model", "mixtral-8x7b", "--moe-load-imbalance", "inf"},
@@ -489,6 +502,102 @@ TEST(CliPlan, TheFlagsAreTheBestPlanMegatronCanRun) {
                             "64", "--global-batch", "64", "--schedules", "1f1b"});
   EXPECT_NE(plain.out.find("Best plan as Megatron-LM flags:"), std::string::npos);
   EXPECT_EQ(plain.out.find("not in Megatron-LM"), std::string::npos);
+}
+
+// The value of attribute `name` in the element text `element` (0 if absent).
+double NumberAttr(const std::string& element, const std::string& name) {
+  const size_t at = element.find(" " + name + "=\"");
+  return at == std::string::npos ? 0 : std::stod(element.substr(at + name.size() + 3));
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path);
+  return std::string((std::istreambuf_iterator<char>(f)), {});
+}
+
+TEST(CliPlan, TheHtmlReportsLabelsDoNotOverlapAndFlagsWrapBetweenFlags) {
+  const std::string path = ::testing::TempDir() + "/report.html";
+  ASSERT_EQ(Cli({"plan", "--html", path}).code, kExitOk);
+  const std::string html = ReadFile(path);
+  // The top plans' labels: #1 to #3 each once, no two boxes (0.62 em a character) overlapping.
+  struct Box {
+    double x0, y0, x1, y1;
+  };
+  std::vector<Box> boxes;
+  std::string names;
+  const std::string mark = "<text class=\"top-label\"";
+  for (size_t at = html.find(mark); at != std::string::npos; at = html.find(mark, at + 1)) {
+    const std::string element = html.substr(at, html.find("</text>", at) - at);
+    const std::string text = element.substr(element.find('>') + 1);
+    const double x = NumberAttr(element, "x"), y = NumberAttr(element, "y");
+    const double font = NumberAttr(element, "font-size");
+    boxes.push_back({x, y - font, x + 0.62 * font * static_cast<double>(text.size()), y + 2});
+    names += text + " ";
+  }
+  for (const char* n : {"#1 ", "#2 ", "#3 "}) {
+    EXPECT_NE(names.find(n), std::string::npos) << n << " in " << names;
+  }
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    for (size_t j = i + 1; j < boxes.size(); ++j) {
+      const Box &a = boxes[i], &b = boxes[j];
+      EXPECT_FALSE(a.x0 < b.x1 && b.x0 < a.x1 && a.y0 < b.y1 && b.y0 < a.y1)
+          << "labels " << i << " and " << j << " overlap: " << names;
+    }
+  }
+  // The flags: one flag with its value per unbreakable span; the line breaks between them.
+  EXPECT_EQ(html.find("break-all"), std::string::npos);
+  EXPECT_NE(html.find(".flag{white-space:nowrap}"), std::string::npos);
+  const size_t code = html.find("<code>", html.find("Best plan as Megatron-LM flags:"));
+  ASSERT_NE(code, std::string::npos);
+  const std::string flags = html.substr(code + 6, html.find("</code>", code) - code - 6);
+  int spans = 0;
+  for (size_t at = flags.find("<span class=\"flag\">"); at != std::string::npos;
+       at = flags.find("<span class=\"flag\">", at + 1), ++spans) {
+    const size_t open = at + 19;
+    const std::string flag = flags.substr(open, flags.find("</span>", open) - open);
+    EXPECT_EQ(flag.rfind("--", 0), 0u) << flag;
+    EXPECT_EQ(flag.find("--", 2), std::string::npos) << flag;
+  }
+  // As many spans as flags in the words.
+  std::string words;
+  for (size_t i = 0; i < flags.size(); ++i) {
+    if (flags[i] == '<')
+      i = flags.find('>', i);
+    else
+      words += flags[i];
+  }
+  std::istringstream in(words);
+  int flag_words = 0;
+  for (std::string w; in >> w;) flag_words += w.rfind("--", 0) == 0;
+  EXPECT_GT(spans, 5);
+  EXPECT_EQ(spans, flag_words);
+}
+
+TEST(CliPlan, ANothingFitsReportSaysWhyInItsPlot) {
+  const std::string path = ::testing::TempDir() + "/nothing.html";
+  const Result r =
+      Cli({"plan", "--model", "gpt3-175b", "--gpus", "8", "--global-batch", "64", "--html", path});
+  EXPECT_EQ(r.code, kExitFailed);
+  const std::string html = ReadFile(path);
+  const size_t plot = html.find("<h2>Throughput against memory");
+  ASSERT_NE(plot, std::string::npos);
+  const std::string chart = html.substr(plot, html.find("</svg>", plot) - plot);
+  EXPECT_NE(chart.find("class=\"nothing-fits\""), std::string::npos);
+  EXPECT_NE(chart.find("No configuration fits: "), std::string::npos);
+  EXPECT_NE(chart.find("none fits in "), std::string::npos);
+  EXPECT_NE(chart.find("Closest to fitting (ringed): "), std::string::npos);
+  EXPECT_NE(chart.find("closest to fitting: "), std::string::npos);  // the ring's tooltip
+  EXPECT_NE(chart.find("Rejected most often by Megatron-LM's rules:"), std::string::npos);
+  EXPECT_EQ(chart.find("top-label"), std::string::npos);
+  // Nothing passes the rules: the plot says so, and which rule.
+  const Result none = Cli({"plan", "--model", "seed-example", "--gpus", "3", "--global-batch",
+                           "128", "--fix", "tp=3", "--html", path});
+  EXPECT_EQ(none.code, kExitFailed);
+  const std::string rules = ReadFile(path);
+  EXPECT_NE(rules.find(">Nothing to plot: none of the 384 configurations searched passes "
+                       "Megatron-LM's rules.<"),
+            std::string::npos);
+  EXPECT_NE(rules.find(">384 x heads-divisible-by-tp<"), std::string::npos);
 }
 
 // Megatron-LM's flag names mean what ptdp's do, and errors name the flag as typed.
@@ -935,6 +1044,47 @@ TEST(CliSimulate, WritesTheTimeline) {
 
 namespace ptdp::cli {
 namespace {
+
+// The SVG's text, written by the command `args` that must succeed.
+std::string SvgOf(const std::vector<std::string>& args, const std::string& path) {
+  const Result r = Cli(With(args, {"--svg", path}));
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  std::ifstream s(path);
+  return std::string((std::istreambuf_iterator<char>(s)), {});
+}
+
+TEST(CliSimulate, TheSvgWindowZoomsIntoTheStep) {
+  const std::string path = ::testing::TempDir() + "/window.svg";
+  // 0.5 to 0.8 s of the 2.4 s step: the axis in the step's time, the subtitle says so.
+  const std::string zoom =
+      SvgOf(With(kSeedSimulate, {"--svg-from", "0.5", "--svg-until", "0.8"}), path);
+  EXPECT_NE(zoom.find("window 0.5 s to 0.8 s of the step's "), std::string::npos);
+  EXPECT_NE(zoom.find(">500 ms</text>"), std::string::npos);
+  EXPECT_NE(zoom.find(">800 ms</text>"), std::string::npos);
+  EXPECT_EQ(zoom.find(">0 ms</text>"), std::string::npos);
+  EXPECT_EQ(zoom.find(">1000 ms</text>"), std::string::npos);
+  // --svg-until alone before the step's end ends the picture there (it was ignored).
+  const std::string head = SvgOf(With(kSeedSimulate, {"--svg-until", "0.8"}), path);
+  EXPECT_NE(head.find(">800 ms</text>"), std::string::npos);
+  EXPECT_EQ(head.find(">1000 ms</text>"), std::string::npos);
+  EXPECT_NE(head.find("window 0 s to 0.8 s of the step's "), std::string::npos);
+  // After it, the axis goes on, to compare timelines at one scale; nothing is left out.
+  const std::string longer = SvgOf(With(kSeedSimulate, {"--svg-until", "3"}), path);
+  EXPECT_NE(longer.find(">3000 ms</text>"), std::string::npos);
+  EXPECT_EQ(longer.find("window"), std::string::npos);
+  // A window that starts after the step is fine with an end (the same scale as another step's).
+  EXPECT_EQ(
+      Cli(With(kSeedSimulate, {"--svg", path, "--svg-from", "100", "--svg-until", "101"})).code,
+      kExitOk);
+  // Without one it is empty: refused.
+  const Result late = Cli(With(kSeedSimulate, {"--svg", path, "--svg-from", "100"}));
+  EXPECT_EQ(late.code, kExitBadInput);
+  EXPECT_EQ(late.err.rfind("ptdp: error: --svg-from: 100 s is not before the step's end (", 0), 0u)
+      << late.err;
+  EXPECT_NE(late.err.find("(hint: a start before the step's end, or --svg-until for an axis "
+                          "beyond it)\n"),
+            std::string::npos);
+}
 
 TEST(CliCheck, TheFoundingDocumentsCommand) {
   const Result r =

@@ -236,5 +236,49 @@ TEST(CommGroups, TheTimelineShowsContextAndExpertCommunication) {
   EXPECT_EQ(d_svg.find("EP dispatch"), std::string::npos);
 }
 
+TEST(CommGroups, TheTimelineShowsTensorParallelCommunication) {
+  // TP 2: every forward holds TP collectives (the backward's async reductions hide behind its
+  // weight-gradient GEMMs); summed over the operations, the breakdown's TP time; the SVG draws
+  // them in the lane with a legend entry, the trace leaves them out.
+  const Plan tp2 = MakePlan("seed-example", "dgx-a100-80gb", 8, 128,
+                            {.tp = 2, .pp = 4, .dp = 1, .micro_batch_size = 4});
+  const SimulationReport r = SimulatePlan(tp2);
+  double sum = 0;
+  for (const SimulatedOp& o : r.sim.ops) {
+    if (o.op.kind == OpKind::kForward) {
+      EXPECT_GT(o.tp_comm_s, 0);
+    }
+    EXPECT_GE(o.tp_comm_s, 0);
+    EXPECT_LE(o.tp_comm_s, o.end_s - o.start_s);
+    sum += o.tp_comm_s;
+  }
+  EXPECT_NEAR(sum / tp2.parallel.pp, r.breakdown.tp_comm_s, 1e-9 * sum);
+  const std::string svg = TimelineSvg(r.schedule, r.sim, {});
+  EXPECT_NE(svg.find(">TP comm</text>"), std::string::npos);
+  EXPECT_NE(svg.find(": TP comm "), std::string::npos);  // a slice's tooltip
+  EXPECT_EQ(TimelineTraceEvents(r.schedule, r.sim).tracks.size(), 4u * 4);
+  // With sequence parallelism, and with the backward split (zb-h1), the same sum.
+  for (const Schedule kind : {Schedule::k1F1B, Schedule::kZbH1}) {
+    const Plan sp = MakePlan("seed-example", "dgx-a100-80gb", 8, 128,
+                             {.tp = 2,
+                              .pp = 4,
+                              .dp = 1,
+                              .micro_batch_size = 4,
+                              .schedule = kind,
+                              .sequence_parallel = true});
+    const SimulationReport rs = SimulatePlan(sp);
+    double total = 0;
+    for (const SimulatedOp& o : rs.sim.ops) total += o.tp_comm_s;
+    EXPECT_GT(total, 0) << Name(kind);
+    EXPECT_NEAR(total / sp.parallel.pp, rs.breakdown.tp_comm_s, 1e-9 * total) << Name(kind);
+  }
+  // TP 1: none.
+  const Plan tp1 = MakePlan("seed-example", "dgx-a100-80gb", 8, 128,
+                            {.tp = 1, .pp = 4, .dp = 2, .micro_batch_size = 4});
+  const SimulationReport r1 = SimulatePlan(tp1);
+  for (const SimulatedOp& o : r1.sim.ops) EXPECT_EQ(o.tp_comm_s, 0);
+  EXPECT_EQ(TimelineSvg(r1.schedule, r1.sim, {}).find("TP comm"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace ptdp
