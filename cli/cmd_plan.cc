@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "core/megatron_args.h"
+#include "core/megatron_rules.h"
 #include "core/spec_yaml.h"
 #include "core/table.h"
 #include "planner/planner.h"
@@ -182,7 +183,6 @@ PlanRequest ReadRequest(const Flags& flags, std::string& reference_label) {
 }
 
 // Megatron-LM has 1F1B, interleaved 1F1B and (for pp 1) no pipeline; zb-h1 is modelled only.
-bool RunsInMegatron(const ParallelConfig& p) { return p.schedule != Schedule::kZbH1; }
 
 std::string PlanJsonEntry(const RankedPlan& r) {
   const ParallelConfig& p = r.plan.parallel;

@@ -42,6 +42,10 @@ enum class Rule {
 };
 inline constexpr int kNumRules = static_cast<int>(Rule::kScheduleVirtualStages) + 1;
 
+// Whether Megatron-LM has the configuration's schedule: zero-bubble schedules (zb-h1) are
+// modelled and ranked, but Megatron-LM cannot run them.
+inline bool RunsInMegatron(const ParallelConfig& p) { return p.schedule != Schedule::kZbH1; }
+
 // Short stable identifier ("heads-divisible-by-tp"), for JSON output and rejection counts.
 std::string_view RuleId(Rule rule);
 

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/megatron_args.h"
+#include "core/megatron_rules.h"
 #include "core/text.h"
 #include "simulator/timeline.h"
 
@@ -298,20 +299,42 @@ std::string PlanReportHtml(const PlanRequest& req, const PlanSearchResult& res) 
       const SimulationReport& r = res.plans[i].report;
       html += fmt::format(
           "<tr><td>{}</td><td class=\"l\">{}</td><td>{}</td><td class=\"l\">"
-          "{}{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td "
+          "{}{}{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td "
           "class=\"l\">{}</td>"
           "<td>{:.3f}</td><td>{}</td>"
           "<td>{:.1f}</td><td>{:.1f}%</td><td>{:.1f}%</td><td>{:.1f}</td></tr>\n",
           i + 1, SizesText(p), p.micro_batch_size, Name(p.schedule),
           p.schedule == Schedule::kInterleaved ? fmt::format(" v={}", p.virtual_stages) : "",
-          p.sequence_parallel ? "yes" : "-", Name(p.recompute), ShardingText(p),
-          SplitText(res.plans[i].plan), r.step_time_s,
+          RunsInMegatron(p) ? "" : " *", p.sequence_parallel ? "yes" : "-", Name(p.recompute),
+          ShardingText(p), SplitText(res.plans[i].plan), r.step_time_s,
           GroupThousands(static_cast<int64_t>(r.tokens_per_s)), r.model_tflops_per_gpu, 100 * r.mfu,
           100 * r.bubble_fraction, r.peak_memory_bytes / 1e9);
     }
     html += "</table>\n";
-    html += fmt::format("<p>Best plan as Megatron-LM flags:<br><code>{}</code></p>\n",
-                        FlagsHtml(MegatronArgs(res.plans.front().plan)));
+    if (std::any_of(res.plans.begin(), res.plans.end(),
+                    [](const RankedPlan& r) { return !RunsInMegatron(r.plan.parallel); })) {
+      html +=
+          "<p class=\"note\">* not in Megatron-LM (a zero-bubble schedule: ptdp models it, "
+          "Megatron-LM cannot run it)</p>\n";
+    }
+    // The flags of the best plan Megatron-LM can run (zero-bubble plans are ranked, not run).
+    const auto runnable = std::find_if(res.plans.begin(), res.plans.end(), [](const RankedPlan& r) {
+      return RunsInMegatron(r.plan.parallel);
+    });
+    if (runnable == res.plans.end()) {
+      html += fmt::format(
+          "<p>Best plan as flags, for a zero-bubble implementation (Megatron-LM cannot run "
+          "zb-h1; <code>ptdp plan --schedules 1f1b,interleaved</code> ranks those it runs):<br>"
+          "<code>{}</code></p>\n",
+          FlagsHtml(MegatronArgs(res.plans.front().plan)));
+    } else {
+      html += fmt::format(
+          "<p>Best plan Megatron-LM can run{} as Megatron-LM flags:<br><code>{}</code></p>\n",
+          runnable == res.plans.begin() ? ""
+                                        : fmt::format(" (#{}: the plans above it are zero-bubble)",
+                                                      runnable - res.plans.begin() + 1),
+          FlagsHtml(MegatronArgs(runnable->plan)));
+    }
   }
   if (res.reference) {
     const ReferenceResult& ref = *res.reference;

@@ -547,7 +547,7 @@ TEST(CliPlan, TheHtmlReportsLabelsDoNotOverlapAndFlagsWrapBetweenFlags) {
   // The flags: one flag with its value per unbreakable span; the line breaks between them.
   EXPECT_EQ(html.find("break-all"), std::string::npos);
   EXPECT_NE(html.find(".flag{white-space:nowrap}"), std::string::npos);
-  const size_t code = html.find("<code>", html.find("Best plan as Megatron-LM flags:"));
+  const size_t code = html.find("<code>", html.find("as Megatron-LM flags:"));
   ASSERT_NE(code, std::string::npos);
   const std::string flags = html.substr(code + 6, html.find("</code>", code) - code - 6);
   int spans = 0;
@@ -571,6 +571,34 @@ TEST(CliPlan, TheHtmlReportsLabelsDoNotOverlapAndFlagsWrapBetweenFlags) {
   for (std::string w; in >> w;) flag_words += w.rfind("--", 0) == 0;
   EXPECT_GT(spans, 5);
   EXPECT_EQ(spans, flag_words);
+}
+
+TEST(CliPlan, TheHtmlReportsFlagsAreThoseOfTheBestPlanMegatronRuns) {
+  // Llama 3 70B on 64 H100s: zero-bubble plans take #1 and #2, the first Megatron-LM runs is #3.
+  const std::string path = ::testing::TempDir() + "/zb-report.html";
+  const std::vector<std::string> args = {"plan",     "--model", "llama3-70b", "--cluster",
+                                         "dgx-h100", "--gpus",  "64",         "--global-batch",
+                                         "512",      "--top",   "5"};
+  std::vector<std::string> with_html = args;
+  with_html.insert(with_html.end(), {"--html", path});
+  ASSERT_EQ(Cli(with_html).code, kExitOk);
+  std::ifstream in(path);
+  const std::string html((std::istreambuf_iterator<char>(in)), {});
+  std::vector<std::string> as_json = args;
+  as_json.insert(as_json.end(), {"--format", "json"});
+  const YAML::Node j = YAML::Load(Cli(as_json).out);
+  ASSERT_EQ(j["plans"][0]["schedule"].as<std::string>(), "zb-h1");
+  ASSERT_EQ(j["plans"][2]["schedule"].as<std::string>(), "1f1b");
+  EXPECT_NE(html.find("zb-h1 *</td>"), std::string::npos);
+  EXPECT_NE(html.find("* not in Megatron-LM"), std::string::npos);
+  EXPECT_NE(html.find("Best plan Megatron-LM can run (#3: the plans above it are zero-bubble)"),
+            std::string::npos);
+  // The flags shown are plan #3's.
+  const size_t shown = html.find("<code>", html.find("Best plan Megatron-LM can run"));
+  const std::string mbs =
+      "<span class=\"flag\">--micro-batch-size " + j["plans"][2]["micro_batch"].as<std::string>();
+  EXPECT_EQ(html.find(mbs, shown), html.find("<span class=\"flag\">--micro-batch-size", shown));
+  EXPECT_NE(html.find(mbs, shown), std::string::npos);
 }
 
 TEST(CliPlan, ANothingFitsReportSaysWhyInItsPlot) {
