@@ -398,6 +398,10 @@ const Command kSimulateCommand{
         "                     [--schedule gpipe|1f1b|interleaved|zb-h1] [--sequence-parallel]\n"
         "                     [--recompute none|selective|full] [--distributed-optimizer])\n"
         "                     [--format table|json] [--trace out.json] [--svg out.svg] "
+        "[--explain]\n"
+        "       ptdp simulate --cluster C [--gpus N] (--megatron \"<Megatron-LM command>\" | "
+        "--file cmd.sh)\n"
+        "                     [--format table|json] [--trace out.json] [--svg out.svg] "
         "[--explain]",
     .description =
         "Plays one configuration's pipeline schedule (the operation lists of `ptdp schedule`) "
@@ -410,13 +414,17 @@ const Command kSimulateCommand{
         "the bandwidth the cost model uses, what travels, and the step's time\nand bytes of it "
         "(JSON: \"groups\"). With --plan, layout flags (--tp, --pp, --micro-batch, --recompute, "
         "...)\n"
-        "override that field of the plan's layout. Exits 1 when a stage does not fit in the GPU's "
-        "memory.",
+        "override that field of the plan's layout. With --megatron (or --file, or the words "
+        "after a lone\n--), a Megatron-LM command line or launch script is simulated as written, "
+        "read as `ptdp check`\nreads it: what Megatron-LM would refuse is bad input (exit 2) "
+        "naming the line and the flag.\nMemory is in GiB unless --memory-unit GB. Exits 1 when "
+        "a stage does not fit in the GPU's memory.",
     .examples =
         "ptdp simulate --model seed-example --cluster dgx-a100-80gb --gpus 8 --global-batch 128 "
         "--tp 2 --pp 4 --micro-batch 4\n"
         "ptdp simulate --plan plan.yaml --svg timeline.svg --trace timeline.json\n"
         "ptdp simulate --plan plan.yaml --micro-batch 2 --recompute full\n"
+        "ptdp simulate --cluster dgx-h100 --file train_gpt.sh --svg timeline.svg\n"
         "ptdp simulate --model qwen3-30b-a3b --cluster dgx-h100 --gpus 16 --global-batch 256 "
         "--tp 1 --pp 2 --ep 8 --etp 1 --moe-token-dispatcher alltoall --explain\n"
         "ptdp simulate --model gpt3-175b --cluster dgx-a100-80gb --gpus 1024 --global-batch 1536 "

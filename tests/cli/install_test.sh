@@ -48,8 +48,9 @@ out=$(bash -c '
   COMP_WORDS=(ptdp simulate --memory-u); COMP_CWORD=2; _ptdp; echo "${COMPREPLY[*]}"
   COMP_WORDS=(ptdp plan --model llama3-4); COMP_CWORD=3; _ptdp; echo "${COMPREPLY[*]}"
   COMP_WORDS=(ptdp simulate --memory-unit G); COMP_CWORD=3; _ptdp; echo "${COMPREPLY[*]}"
+  COMP_WORDS=(ptdp schedule --format ""); COMP_CWORD=3; _ptdp; echo "${COMPREPLY[*]}"
 ' _ "$p/share/bash-completion/completions/ptdp")
-expected=$'simulate\n--memory-unit\nllama3-405b\nGiB GB'
+expected=$'simulate\n--memory-unit\nllama3-405b\nGiB GB\ntext json'
 [ "$out" == "$expected" ] || fail "bash completion gave:
 $out
 expected:
