@@ -3,59 +3,17 @@
 #include <fmt/format.h>
 
 #include <boost/program_options.hpp>
-#include <sstream>
 
 #include "cli/commands.h"
+#include "cli/docs.h"
 #include "cli/output.h"
 #include "core/error.h"
-#include "core/text.h"
 #include "executor/device.h"
 
 namespace po = boost::program_options;
 
 namespace ptdp::cli {
 namespace {
-
-constexpr int kHelpWidth = 100;
-
-std::string TopHelp() {
-  std::string text =
-      "usage: ptdp <command> [flags]      (ptdp <command> --help for its flags)\n\n"
-      "ptdp plans, simulates and executes PTD-P (pipeline x tensor x data parallel) training of\n"
-      "GPT-style transformers the Megatron-LM way.\n\nCommands:\n";
-  for (const Command& c : AllCommands()) {
-    text += fmt::format("  {:<10} {}{}\n", c.name, c.summary,
-                        c.implemented ? "" : " (not implemented yet)");
-  }
-  text +=
-      "\nModels (--model) are preset names (`ptdp models`), model YAML files or Hugging Face\n"
-      "config.json files; clusters (--cluster) are hardware-profile names (`ptdp profiles`) or\n"
-      "files.\n\n"
-      "Exit codes: 0 success, 1 no valid plan or failed check, 2 bad input (the message names the\n"
-      "file, line, key or flag), 3 command not implemented yet.\n\n"
-      "Other flags: --help, --version\n";
-  return text;
-}
-
-std::string CommandHelp(const Command& c, const po::options_description& options) {
-  std::ostringstream text;
-  text << "usage: " << c.usage << "\n\n" << c.description << "\n";
-  if (!c.implemented) {
-    text << "\nNot implemented yet: the flags are read and checked, then the command stops "
-            "with exit code 3 ("
-         << c.tracked_in << ").\n";
-  }
-  text << "\n" << options;
-  if (const std::string megatron = MegatronNamesHelp(options); !megatron.empty()) {
-    text << "\n" << WrapWords(megatron, kHelpWidth) << "\n";
-  }
-  if (!c.examples.empty()) {
-    text << "\nExamples:\n";
-    std::istringstream lines{std::string(c.examples)};
-    for (std::string line; std::getline(lines, line);) text << "  " << line << "\n";
-  }
-  return text.str();
-}
 
 std::string VersionText() {
   const CudaStatus cuda = QueryCuda();
@@ -80,12 +38,10 @@ const Command* FindCommand(std::string_view name) {
 
 int RunCommand(const Command& command, const std::vector<std::string>& args, std::ostream& out,
                std::ostream& err) {
-  po::options_description options("Flags", kHelpWidth, kHelpWidth / 2);
-  command.add_options(options);
-  options.add_options()("help,h", po::bool_switch(), "show this help");
+  const po::options_description options = CommandOptions(command);
   const Flags flags = Flags::Parse(args, options, std::string(command.name));
   if (flags.help()) {
-    out << CommandHelp(command, options);
+    out << CommandHelp(command);
     return kExitOk;
   }
   if (!command.implemented) {
@@ -114,6 +70,15 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     }
     if (first == "--version") {
       out << VersionText();
+      return kExitOk;
+    }
+    // Hidden: what the build generates from the help text and the flag tables.
+    if (first == "--man" && args.size() == 1) {
+      out << ManPage();
+      return kExitOk;
+    }
+    if (first == "--completion" && args.size() == 2) {
+      out << CompletionScript(args[1]);
       return kExitOk;
     }
     const Command* command = FindCommand(first);

@@ -14,6 +14,7 @@
 #include "cli/cmd_execute.h"
 #include "cli/commands.h"
 #include "cli/output.h"
+#include "cli/progress.h"
 #include "core/error.h"
 #include "core/presets.h"
 #include "core/yaml_io.h"
@@ -127,7 +128,16 @@ int RunCalibrate(const Flags& flags, std::ostream& out, std::ostream& err) {
         machine.load_average);
   }
   const auto backend = MakeCpuBackend(1);
-  const CpuComputeFigures compute = MeasureCpuCompute(*backend, options, &err);
+  CpuComputeFigures compute;
+  {
+    // The GEMM grid is the long part (each m of the grid ends with a line of its own).
+    ProgressLine progress(err, "ptdp calibrate");
+    const size_t per_m = options.gemm_axis.size() * options.gemm_axis.size();
+    compute = MeasureCpuCompute(*backend, options, &err, [&](size_t done, size_t total) {
+      progress.Update(fmt::format("GEMM grid: {} of {} shapes timed", done, total));
+      if (done % per_m == 0) progress.Clear();
+    });
+  }
 
   std::optional<CommFigures> comm;
   if (ranks >= 2) {

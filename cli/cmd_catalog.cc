@@ -3,6 +3,7 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/workload.h"
 #include "core/json.h"
 #include "core/presets.h"
 #include "core/table.h"
@@ -21,6 +22,11 @@ Format ReadFormat(const Flags& flags) { return flags.Enum("format", kFormatNames
 void AddFormat(po::options_description& options) {
   options.add_options()("format", po::value<std::string>()->default_value("table")->value_name("F"),
                         "output format: table | json");
+}
+
+void AddProfilesOptions(po::options_description& options) {
+  AddFormat(options);
+  AddMemoryUnitOption(options);
 }
 
 int RunModels(const Flags& flags, std::ostream& out, std::ostream&) {
@@ -74,11 +80,12 @@ int RunModels(const Flags& flags, std::ostream& out, std::ostream&) {
 
 int RunProfiles(const Flags& flags, std::ostream& out, std::ostream&) {
   const Format format = ReadFormat(flags);
+  const MemoryUnit unit = ReadMemoryUnit(flags);
   Table table({{"name"},
                {"gpu"},
                {"gpus/node", Table::Align::kRight},
                {"bf16 TFLOP/s", Table::Align::kRight},
-               {"HBM GB", Table::Align::kRight},
+               {"HBM " + std::string(MemoryUnitName(unit)), Table::Align::kRight},
                {"HBM GB/s", Table::Align::kRight},
                {"NVLink GB/s", Table::Align::kRight},
                {"NICs x GB/s", Table::Align::kRight}});
@@ -87,7 +94,7 @@ int RunProfiles(const Flags& flags, std::ostream& out, std::ostream&) {
     const ClusterSpec c = ClusterPreset(file.name);
     table.AddRow({c.name, c.gpu.name, std::to_string(c.gpus_per_node),
                   fmt::format("{:g}", c.gpu.peak_bf16_flops / units::kTflops),
-                  fmt::format("{:.1f}", c.gpu.hbm_bytes / units::kGB),
+                  MemoryNumber(static_cast<double>(c.gpu.hbm_bytes), unit),
                   fmt::format("{:g}", c.gpu.hbm_bandwidth_bytes_per_s / units::kGBPerS),
                   fmt::format("{:g}", c.nvlink_bytes_per_s / units::kGBPerS),
                   fmt::format("{} x {:g}", c.nics_per_node, c.nic_bytes_per_s / units::kGBPerS)});
@@ -107,8 +114,10 @@ int RunProfiles(const Flags& flags, std::ostream& out, std::ostream&) {
   if (format == Format::kJson) {
     out << "{\"profiles\": [\n  " << fmt::format("{}", fmt::join(json, ",\n  ")) << "\n]}\n";
   } else {
-    out << table.Render()
-        << "\nBandwidths per GPU and direction (datasheet); GB = 1e9 bytes. Each profile's file "
+    out << table.Render() << "\nHBM as the driver reports it ("
+        << (unit == MemoryUnit::kGiB ? "GiB = 2^30" : "GB = 1e9")
+        << " bytes); bandwidths per GPU and direction (datasheet), GB/s = 1e9 bytes a second. "
+           "Each profile's file "
            "cites its sources.\n"
            "cpu-local holds guesses: `ptdp calibrate --backend cpu --out FILE` measures a "
            "machine.\n";
@@ -136,14 +145,14 @@ const Command kModelsCommand{
 const Command kProfilesCommand{
     .name = "profiles",
     .summary = "list the hardware profiles",
-    .usage = "ptdp profiles [--format table|json]",
+    .usage = "ptdp profiles [--format table|json] [--memory-unit GiB|GB]",
     .description =
         "Lists the built-in hardware profiles (hwprofiles/*.yaml): GPU peak rates and "
         "memory, node size,\nNVLink and network bandwidths.",
     .examples = "ptdp profiles\nptdp profiles --format json",
     .implemented = true,
     .tracked_in = "",
-    .add_options = AddFormat,
+    .add_options = AddProfilesOptions,
     .run = RunProfiles,
 };
 

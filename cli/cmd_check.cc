@@ -1,21 +1,18 @@
 // `ptdp check`: a pasted Megatron-LM command line, checked and compared with the best plan.
 #include <fmt/format.h>
 
-#include <filesystem>
-#include <iostream>
-#include <iterator>
 #include <optional>
-#include <sstream>
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/megatron_input.h"
 #include "cli/report.h"
+#include "cli/workload.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "core/megatron_args.h"
 #include "core/presets.h"
 #include "core/table.h"
-#include "core/yaml_io.h"
 #include "planner/check.h"
 #include "planner/planner.h"
 
@@ -40,22 +37,7 @@ void AddCheckOptions(po::options_description& o) {
       "require-fit", po::bool_switch(),
       "exit 4 when Megatron-LM would accept the command but it does not fit in memory")(
       "version", po::bool_switch(), "say which Megatron-LM commit the option table comes from");
-}
-
-// `source FILE` in a launch script: FILE as written, else beside the script (a path the script
-// builds from `pwd` or $(dirname $0) reaches the interpreter partly unknown: its file name
-// is looked up next to the script).
-std::function<std::optional<std::string>(const std::string&)> SourcedFileReader(
-    const std::string& script) {
-  const std::filesystem::path dir = std::filesystem::path(script).parent_path();
-  return [dir](const std::string& path) -> std::optional<std::string> {
-    for (const std::filesystem::path& candidate :
-         {std::filesystem::path(path), dir / path, dir / std::filesystem::path(path).filename()}) {
-      std::error_code ec;
-      if (std::filesystem::is_regular_file(candidate, ec)) return ReadTextFile(candidate.string());
-    }
-    return std::nullopt;
-  };
+  AddMemoryUnitOption(o);
 }
 
 std::string Where(const MegatronFinding& f, bool show_lines) {
@@ -68,53 +50,6 @@ std::string Where(const MegatronFinding& f, bool show_lines) {
 enum class Format { kTable, kJson };
 constexpr EnumName<Format> kFormats[] = {{"table", Format::kTable}, {"json", Format::kJson}};
 
-// The command to check and where it came from: --file (`-` for standard input) or the words
-// after --, with how the script's sourced files and arguments are read.
-struct CheckInput {
-  std::string text, source;
-  bool from_file = false;
-  MegatronReadOptions read;
-};
-
-CheckInput ReadCheckInput(const Flags& flags) {
-  CheckInput in;
-  if (auto file = flags.OptionalString("file")) {
-    if (!flags.passthrough().empty()) {
-      flags.Fail("file", "give the command either after -- or in --file, not both");
-    }
-    if (*file == "-") {
-      in.text.assign(std::istreambuf_iterator<char>(std::cin), {});
-      in.source = "<stdin>";
-    } else {
-      in.text = ReadTextFile(*file);
-      in.source = *file;
-      in.from_file = true;
-    }
-  } else if (!flags.passthrough().empty()) {
-    for (const std::string& word : flags.passthrough()) {
-      in.text += (in.text.empty() ? "" : " ") + word;
-    }
-    in.source = "the command line";
-  } else {
-    flags.Fail("file", "no command to check",
-               "ptdp check -- python pretrain_gpt.py ...   or   ptdp check --file cmd.sh");
-  }
-  if (auto words = flags.OptionalString("script-args")) {
-    std::istringstream args(*words);
-    for (std::string w; args >> w;) in.read.script_args.push_back(w);
-  }
-  if (in.from_file) {
-    // The script is taken to run from its own folder: $PWD and `pwd` name it, and the files it
-    // sources or submits are found there.
-    in.read.read_file = SourcedFileReader(in.source);
-    std::error_code ec;
-    const std::filesystem::path dir =
-        std::filesystem::absolute(std::filesystem::path(in.source), ec).parent_path();
-    if (!ec) in.read.environment["PWD"] = dir.string();
-  }
-  return in;
-}
-
 // What check found: Megatron's verdict on the flags and the layout, and, when the layout can be
 // simulated, the search that places it among the plans for the same model, GPUs and batch.
 struct CheckOutcome {
@@ -122,13 +57,15 @@ struct CheckOutcome {
   ClusterSpec cluster;
   bool show_lines = false;
   std::optional<PlanSearchResult> search;
-  int verdict = kExitOk;  // 1 when Megatron-LM would refuse the command
+  int verdict = kExitOk;               // 1 when Megatron-LM would refuse the command
+  MemoryUnit unit = MemoryUnit::kGiB;  // --memory-unit
 };
 
-CheckOutcome AnalyseCommand(const Flags& flags, const CheckInput& in) {
+CheckOutcome AnalyseCommand(const Flags& flags, const MegatronInput& in) {
   CheckOutcome o;
   o.cluster = ResolveCluster(flags.String("cluster"));
-  o.show_lines = flags.Has("file");  // a script (a file or standard input) has lines
+  o.unit = ReadMemoryUnit(flags);
+  o.show_lines = in.has_lines;  // a script (a file or standard input) has lines
   o.report = CheckMegatronCommand(in.text, in.source, flags.OptionalPositiveInt("gpus"), in.read);
   MegatronCommand& c = o.report.command;
   if (auto vocab = flags.OptionalPositiveInt("vocab-size")) {
@@ -157,6 +94,7 @@ CheckOutcome AnalyseCommand(const Flags& flags, const CheckInput& in) {
   req.reference = c.parallel;
   req.options = c.options;
   req.reference_options = c.options;
+  req.memory_unit = o.unit;
   o.search = SearchPlans(req);
   return o;
 }
@@ -227,7 +165,7 @@ void PrintComparison(const CheckOutcome& o, std::ostream& out) {
   if (yours.simulated) {
     const SimulationReport& r = yours.simulated->report;
     out << fmt::format("  yours: {} per step, {} per GPU, bubble {:.1f}%, MFU {:.1f}%{}\n",
-                       Seconds(r.step_time_s), Gigabytes(r.peak_memory_bytes),
+                       Seconds(r.step_time_s), Memory(r.peak_memory_bytes, o.unit),
                        100 * r.bubble_fraction, 100 * r.mfu,
                        yours.problem.empty() ? "" : " - DOES NOT FIT: " + yours.problem);
   }
@@ -237,11 +175,11 @@ void PrintComparison(const CheckOutcome& o, std::ostream& out) {
     const RankedPlan& best = res.plans.front();
     const double factor =
         yours.simulated ? yours.simulated->report.step_time_s / best.report.step_time_s : 0;
-    out << fmt::format("  best:  {} per step, {} per GPU, bubble {:.1f}%, MFU {:.1f}%, with {}{}\n",
-                       Seconds(best.report.step_time_s), Gigabytes(best.report.peak_memory_bytes),
-                       100 * best.report.bubble_fraction, 100 * best.report.mfu,
-                       Describe(best.plan.parallel),
-                       factor > 1.0005 ? fmt::format(" ({:.2f}x faster)", factor) : "");
+    out << fmt::format(
+        "  best:  {} per step, {} per GPU, bubble {:.1f}%, MFU {:.1f}%, with {}{}\n",
+        Seconds(best.report.step_time_s), Memory(best.report.peak_memory_bytes, o.unit),
+        100 * best.report.bubble_fraction, 100 * best.report.mfu, Describe(best.plan.parallel),
+        factor > 1.0005 ? fmt::format(" ({:.2f}x faster)", factor) : "");
     out << "         flags: " << MegatronArgsLine(best.plan) << "\n";
     if (yours.rank > 0) {
       out << fmt::format("  yours ranks {} of {} valid plans.\n", GroupThousands(yours.rank),
@@ -328,7 +266,9 @@ int RunCheck(const Flags& flags, std::ostream& out, std::ostream&) {
     return kExitOk;
   }
   const Format format = flags.Enum("format", kFormats, Format::kTable);
-  const CheckInput in = ReadCheckInput(flags);
+  const MegatronInput in =
+      ReadMegatronInput(flags, "", "check",
+                        "ptdp check -- python pretrain_gpt.py ...   or   ptdp check --file cmd.sh");
   const CheckOutcome o = AnalyseCommand(flags, in);
   if (format == Format::kJson) {
     out << CheckJson(o, in.source);

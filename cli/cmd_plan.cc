@@ -52,6 +52,8 @@ void AddPlanOptions(po::options_description& o) {
       "schedule, sp, recompute, recompute-modules (Megatron's names joined by +, e.g. "
       "moe_act+layernorm), dist-opt, fsdp (none | optim | optim_grads | optim_grads_params), "
       "uneven (on | off), layout (Megatron's --pipeline-model-parallel-layout string)")(
+      "num-layers-per-virtual-pipeline-stage", po::value<std::string>()->value_name("N"),
+      "Megatron's way to ask for interleaving; needs --fix pp=P: fixes v = layers / (P x N)")(
       "max-tp", po::value<std::string>()->value_name("T"), "largest tensor-parallel size")(
       "max-pp", po::value<std::string>()->value_name("P"), "largest pipeline-parallel size")(
       "max-cp", po::value<std::string>()->value_name("C"), "largest context-parallel size")(
@@ -72,6 +74,7 @@ void AddPlanOptions(po::options_description& o) {
       "place a layout in the ranking, e.g. tp=2,pp=4,mbs=4 (keys as --fix); default for the "
       "example: the founding document's TP 2 x PP 4");
   AddCostOptions(o);
+  AddMemoryUnitOption(o);
 }
 
 double ReadHeadroom(const Flags& flags) {
@@ -145,6 +148,22 @@ PlanRequest ReadRequest(const Flags& flags, std::string& reference_label) {
   const Workload w = ReadWorkload(flags);
   PlanRequest req{.model = w.model, .cluster = w.cluster, .training = w.training, .gpus = w.gpus};
   for (const std::string& fix : flags.Strings("fix")) ApplyFix(fix, req.constraints);
+  if (flags.Has("num-layers-per-virtual-pipeline-stage")) {
+    SearchConstraints& c = req.constraints;
+    if (!c.pp) {
+      flags.Fail("num-layers-per-virtual-pipeline-stage", "needs the pipeline size",
+                 "add --fix pp=P: the virtual stages are num_layers / (P x N)");
+    }
+    if (c.virtual_stages || c.layout) {
+      flags.Fail("num-layers-per-virtual-pipeline-stage",
+                 fmt::format("cannot be combined with --fix {}", c.layout ? "layout" : "v"),
+                 "keep one");
+    }
+    const int v =
+        *VirtualStagesFromLayers(flags, req.model.num_layers, ParallelConfig{.pp = *c.pp});
+    c.virtual_stages = v;
+    c.uneven = false;  // Megatron refuses it with uneven first / last stages
+  }
   req.constraints.max_tp = static_cast<int>(flags.OptionalPositiveInt("max-tp").value_or(0));
   req.constraints.max_pp = static_cast<int>(flags.OptionalPositiveInt("max-pp").value_or(0));
   req.constraints.max_cp = static_cast<int>(flags.OptionalPositiveInt("max-cp").value_or(0));
@@ -170,6 +189,7 @@ PlanRequest ReadRequest(const Flags& flags, std::string& reference_label) {
   req.memory_headroom = ReadHeadroom(flags);
   req.options = ReadCostOptions(flags);
   req.recommend_overlap = !flags.Switch("no-overlap");
+  req.memory_unit = ReadMemoryUnit(flags);
   if (auto layout = flags.OptionalString("compare")) {
     req.reference = ReadLayout(flags, *layout, req.gpus);
     reference_label = "Your layout";
@@ -274,7 +294,7 @@ std::string PlanTable(const PlanRequest& req, const PlanSearchResult& res) {
            {"TFLOP/s", Table::Align::kRight},
            {"MFU", Table::Align::kRight},
            {"bubble", Table::Align::kRight},
-           {"memory", Table::Align::kRight},
+           {"memory " + std::string(MemoryUnitName(req.memory_unit)), Table::Align::kRight},
            {"headroom", Table::Align::kRight}});
   const double hbm = static_cast<double>(req.cluster.gpu.hbm_bytes);
   for (size_t i = 0; i < res.plans.size(); ++i) {
@@ -290,7 +310,8 @@ std::string PlanTable(const PlanRequest& req, const PlanSearchResult& res) {
               ShardingText(p), SplitText(res.plans[i].plan), Seconds(r.step_time_s),
               GroupThousands(static_cast<int64_t>(r.tokens_per_s)),
               fmt::format("{:.1f}", r.model_tflops_per_gpu), fmt::format("{:.1f}%", 100 * r.mfu),
-              fmt::format("{:.1f}%", 100 * r.bubble_fraction), Gigabytes(r.peak_memory_bytes),
+              fmt::format("{:.1f}%", 100 * r.bubble_fraction),
+              MemoryNumber(r.peak_memory_bytes, req.memory_unit),
               fmt::format("{:.0f}%", 100 * (1 - r.peak_memory_bytes / hbm))});
   }
   std::string table = t.Render();
@@ -383,7 +404,7 @@ int RunPlan(const Flags& flags, std::ostream& out, std::ostream& err) {
       "Searched {} configurations in {:.2f} s: {} pass Megatron-LM's rules, {} fit in {} per "
       "GPU{}; {} simulated.\n\n",
       GroupThousands(res.examined), seconds, GroupThousands(res.valid), GroupThousands(res.fits),
-      Gigabytes(res.memory_limit_bytes),
+      Memory(res.memory_limit_bytes, req.memory_unit),
       req.memory_headroom > 0 ? fmt::format(" ({:.0f}% kept free)", 100 * req.memory_headroom) : "",
       GroupThousands(res.simulated));
   if (res.plans.empty()) {
@@ -420,7 +441,7 @@ int RunPlan(const Flags& flags, std::ostream& out, std::ostream& err) {
       const double best_s = res.plans.front().report.step_time_s;
       const SimulationReport& r = ref.simulated->report;
       out << fmt::format("{} per step, {}; rank {} of {} ({:.2f}x the best's step time).\n",
-                         Seconds(r.step_time_s), Gigabytes(r.peak_memory_bytes),
+                         Seconds(r.step_time_s), Memory(r.peak_memory_bytes, req.memory_unit),
                          GroupThousands(ref.rank), GroupThousands(res.fits),
                          r.step_time_s / best_s);
     } else {

@@ -8,6 +8,7 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "cli/output.h"
+#include "cli/progress.h"
 #include "core/presets.h"
 #include "core/yaml_io.h"
 #include "validation/bridge.h"
@@ -45,7 +46,7 @@ void AddReplayOptions(po::options_description& o) {
       "node files only; Megatron-Bridge, the FP8 GEMM level on --fit-releases");
 }
 
-int ReplayNarayanan(const Flags& flags, std::ostream& out) {
+int ReplayNarayanan(const Flags& flags, std::ostream& out, std::ostream& err) {
   const ClusterSpec cluster =
       ResolveCluster(flags.OptionalString("cluster").value_or("dgx-a100-80gb"));
   const std::vector<ValidationResult> results = ValidateNarayanan2021(cluster);
@@ -53,9 +54,22 @@ int ReplayNarayanan(const Flags& flags, std::ostream& out) {
       << " (fp16, full recompute, the 2021 code's behaviour):\n\n"
       << ValidationMarkdown(results);
   if (flags.Switch("plan")) {
+    std::vector<PaperLayoutRanking> rankings;
+    {
+      ProgressLine progress(err, "ptdp replay --plan");
+      rankings = RankNarayananLayouts(cluster, [&progress](size_t row, size_t rows, int64_t valid,
+                                                           int64_t simulated) {
+        progress.Update(fmt::format(
+            "row {} of {}: {}", row + 1, rows,
+            simulated == 0
+                ? fmt::format("{} layouts pass Megatron-LM's rules so far", GroupThousands(valid))
+                : fmt::format("ranking: {} of {} layouts simulated", GroupThousands(simulated),
+                              GroupThousands(valid))));
+      });
+    }
     out << "\nThe planner on the same models, GPUs and global batches (every knob; the rank is "
            "the published layout's place among all valid plans that fit):\n\n"
-        << PaperRankingMarkdown(RankNarayananLayouts(cluster));
+        << PaperRankingMarkdown(rankings);
   }
   return kExitOk;
 }
@@ -197,7 +211,7 @@ int ReplayBridgeFile(const Flags& flags, const std::string& file, std::ostream& 
   return kExitOk;
 }
 
-int RunReplay(const Flags& flags, std::ostream& out, std::ostream&) {
+int RunReplay(const Flags& flags, std::ostream& out, std::ostream& err) {
   std::vector<std::string> datasets = flags.Strings("dataset");
   if (datasets.empty()) datasets.push_back("narayanan2021");
   const bool narayanan = datasets.size() == 1 && datasets[0] == "narayanan2021";
@@ -213,7 +227,7 @@ int RunReplay(const Flags& flags, std::ostream& out, std::ostream&) {
   if (narayanan) {
     if (flags.Has("svg")) flags.Fail("svg", "applies to CSV datasets only");
     if (flags.Switch("fit")) flags.Fail("fit", "applies to CSV datasets only");
-    return ReplayNarayanan(flags, out);
+    return ReplayNarayanan(flags, out, err);
   }
   if (flags.Switch("plan")) flags.Fail("plan", "applies to --dataset narayanan2021 only");
   std::vector<std::string> bridge;

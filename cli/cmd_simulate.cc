@@ -1,19 +1,24 @@
 // `ptdp simulate`: one configuration, operation by operation.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <limits>
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/megatron_input.h"
 #include "cli/output.h"
 #include "cli/report.h"
 #include "cli/workload.h"
 #include "core/error.h"
+#include "core/limits.h"
 #include "core/megatron_rules.h"
+#include "core/presets.h"
 #include "core/spec_yaml.h"
 #include "core/trace.h"
+#include "planner/check.h"
 #include "simulator/comm_groups.h"
 #include "simulator/simulate.h"
 #include "simulator/timeline.h"
@@ -28,7 +33,17 @@ constexpr EnumName<Format> kFormats[] = {{"table", Format::kTable}, {"json", For
 
 void AddSimulateOptions(po::options_description& o) {
   o.add_options()("plan", po::value<std::string>()->value_name("FILE"),
-                  "plan file to simulate (instead of the flags below)");
+                  "plan file to simulate (instead of the flags below)")(
+      "megatron", po::value<std::string>()->value_name("CMD"),
+      "a Megatron-LM command line to simulate as written (instead of the flags below; also: "
+      "the command after a lone --)")(
+      "file", po::value<std::string>()->value_name("FILE"),
+      "a Megatron-LM launch script to simulate as written (`-`: standard input)")(
+      "script-args", po::value<std::string>()->value_name("WORDS"),
+      "with --file: the script's own arguments ($1, $2, ...), space-separated")(
+      "vocab-size", po::value<std::string>()->value_name("V"),
+      "with --megatron / --file: the tokenizer's vocabulary, when the command does not give "
+      "--vocab-size");
   AddWorkloadOptions(o, /*example_defaults=*/false);
   o.add_options()("tp", po::value<std::string>()->value_name("T"), "tensor-parallel size")(
       "pp", po::value<std::string>()->value_name("P"), "pipeline-parallel size")(
@@ -43,6 +58,8 @@ void AddSimulateOptions(po::options_description& o) {
       "micro-batch", po::value<std::string>()->value_name("b"), "micro-batch size (default 1)")(
       "virtual-stages", po::value<std::string>()->value_name("v"),
       "model chunks per pipeline rank (interleaved)")(
+      "num-layers-per-virtual-pipeline-stage", po::value<std::string>()->value_name("N"),
+      "Megatron's other way to ask for interleaving: virtual stages = layers / (pp x N)")(
       "schedule", po::value<std::string>()->value_name("S"),
       "gpipe | 1f1b | interleaved | zb-h1 (default: interleaved when v > 1, else 1f1b)")(
       "sequence-parallel", po::bool_switch(), "Megatron's --sequence-parallel")(
@@ -76,6 +93,9 @@ void AddSimulateOptions(po::options_description& o) {
       "explain", po::bool_switch(),
       "show the communication groups (TP, CP, DP, PP, EP, ETP, EDP): size, nodes spanned, "
       "link (NVLink / network), bandwidth, what travels, time and bytes per step")(
+      "memory-unit", po::value<std::string>()->value_name("U"),
+      "GiB (2^30 bytes, the default, as PyTorch and Megatron-LM report memory) | GB (1e9 "
+      "bytes); JSON keeps bytes")(
       "timeline", po::bool_switch(),
       "print the timeline as text (automatic when it is small: up to 8 stages and 48 "
       "operations per stage)");
@@ -106,7 +126,8 @@ std::string_view FlagFor(std::string_view key) {
 // The layout flags given, over `p` (a plan file's layout, or the defaults): each flag replaces
 // its field; dp follows from the GPUs. `gpus_flag`: the flag a size that does not divide the
 // GPUs is blamed on.
-void ApplyLayoutFlags(const Flags& flags, int64_t gpus, const char* gpus_flag, ParallelConfig& p) {
+void ApplyLayoutFlags(const Flags& flags, int num_layers, int64_t gpus, const char* gpus_flag,
+                      ParallelConfig& p) {
   const auto size = [&](const char* flag, int current) {
     return static_cast<int>(flags.OptionalPositiveInt(flag).value_or(current));
   };
@@ -127,6 +148,7 @@ void ApplyLayoutFlags(const Flags& flags, int64_t gpus, const char* gpus_flag, P
   p.dp = static_cast<int>(gpus / model_size);
   p.micro_batch_size = size("micro-batch", p.micro_batch_size);
   p.virtual_stages = size("virtual-stages", p.virtual_stages);
+  if (auto v = VirtualStagesFromLayers(flags, num_layers, p)) p.virtual_stages = *v;
   // Interleaving follows the virtual stages unless a schedule is named.
   const Schedule implied = p.virtual_stages > 1                   ? Schedule::kInterleaved
                            : p.schedule == Schedule::kInterleaved ? Schedule::k1F1B
@@ -157,7 +179,7 @@ Plan PlanFromFlags(const Flags& flags) {
   }
   const Workload w = ReadWorkload(flags);
   Plan plan{.model = w.model, .cluster = w.cluster, .num_gpus = w.gpus, .training = w.training};
-  ApplyLayoutFlags(flags, w.gpus, "gpus", plan.parallel);
+  ApplyLayoutFlags(flags, w.model.num_layers, w.gpus, "gpus", plan.parallel);
   plan.options = ReadCostOptions(flags, plan.options);
   const std::vector<Violation> v =
       CheckParallelConfig(plan.model, plan.training, plan.parallel, w.gpus, plan.options);
@@ -177,7 +199,7 @@ Plan PlanFromFile(const Flags& flags, const std::string& path) {
   }
   Plan plan = LoadPlanFile(path);
   const char* blamed = flags.Has("tp") ? "tp" : flags.Has("pp") ? "pp" : "cp";
-  ApplyLayoutFlags(flags, plan.num_gpus, blamed, plan.parallel);
+  ApplyLayoutFlags(flags, plan.model.num_layers, plan.num_gpus, blamed, plan.parallel);
   return plan;
 }
 
@@ -220,65 +242,192 @@ SvgWindow ReadSvgWindow(const Flags& flags) {
 }
 
 int RunSimulate(const Flags& flags, std::ostream& out, std::ostream&) {
-  const auto path = flags.OptionalString("plan");
-  Plan plan = path ? PlanFromFile(flags, *path) : PlanFromFlags(flags);
-  const Format format = flags.Enum("format", kFormats, Format::kTable);
-  plan.options = ReadCostOptions(flags, plan.options);
-  // The options given as flags may break a rule the plan file kept (an attention backend
-  // context parallelism cannot use).
-  if (const std::vector<Violation> v = CheckParallelConfig(plan.model, plan.training, plan.parallel,
-                                                           plan.num_gpus, plan.options);
-      !v.empty()) {
-    flags.Fail(
-        v.front().rule == Rule::kContextParallel ? "attention-backend" : FlagFor(v.front().key),
-        v.front().message, v.front().hint);
+  // The Megatron-LM flag that sets a layout field, for a broken rule of a pasted command.
+  std::string_view MegatronFlagFor(std::string_view key) {
+    if (key == "tp") return "--tensor-model-parallel-size";
+    if (key == "pp") return "--pipeline-model-parallel-size";
+    if (key == "cp") return "--context-parallel-size";
+    if (key == "ep") return "--expert-model-parallel-size";
+    if (key == "etp") return "--expert-tensor-parallel-size";
+    if (key == "global_batch_size") return "--global-batch-size";
+    if (key == "micro_batch_size") return "--micro-batch-size";
+    if (key == "sequence_parallel") return "--sequence-parallel";
+    if (key == "first_stage_layers") return "--decoder-first-pipeline-num-layers";
+    if (key == "last_stage_layers") return "--decoder-last-pipeline-num-layers";
+    if (key == "recompute_num_layers") return "--recompute-num-layers";
+    return "";
   }
-  const SvgWindow window = ReadSvgWindow(flags);
-  const SimulationReport report = SimulatePlan(plan);
 
-  std::vector<OutputFile> files;
-  if (auto path = flags.OptionalString("svg")) {
-    TimelineTitle title = SimulationTitle(plan, report);
-    title.window_start_s = window.from_s;
-    title.axis_end_s = window.until_s;
-    // Without --svg-until the window ends with the step: it must start before.
-    if (window.until_s == 0 && window.from_s >= report.sim.step_time_s) {
-      flags.Fail("svg-from",
-                 fmt::format("{:g} s is not before the step's end ({:g} s): the window would be "
-                             "empty",
-                             window.from_s, report.sim.step_time_s),
-                 "a start before the step's end, or --svg-until for an axis beyond it");
+  // What may go with a Megatron-LM command: the hardware, the GPU count when the launcher does
+  // not say it, and the outputs. Everything else is the command's to say.
+  constexpr std::string_view kWithMegatron[] = {
+      "megatron",  "file",    "script-args", "vocab-size",  "cluster",
+      "gpus",      "format",  "trace",       "svg",         "svg-from",
+      "svg-until", "explain", "timeline",    "memory-unit", "help"};
+
+  bool MegatronGiven(const Flags& flags) {
+    return flags.Has("megatron") || flags.Has("file") || !flags.passthrough().empty();
+  }
+
+  // A Megatron-LM command line or launch script, read as `ptdp check` reads it, on --cluster.
+  // Whatever Megatron-LM would refuse, or ptdp cannot simulate, is bad input (exit 2) naming the
+  // source, its line and the flag; warnings go to `err`.
+  Plan PlanFromMegatron(const Flags& flags, std::ostream& err) {
+    const std::string_view via = flags.Has("megatron") ? "--megatron"
+                                 : flags.Has("file")   ? "--file"
+                                                       : "a command after --";
+    for (const std::string& flag : flags.Given()) {
+      if (std::find(std::begin(kWithMegatron), std::end(kWithMegatron), flag) ==
+          std::end(kWithMegatron)) {
+        flags.Fail(flag, fmt::format("cannot be combined with {}", via),
+                   "the command gives the model, the batch and the layout; only --cluster, --gpus "
+                   "and the output flags go with it");
+      }
     }
-    files.push_back({*path, TimelineSvg(report.schedule, report.sim, title), "--svg"});
+    if (!flags.Has("cluster")) {
+      flags.Fail("cluster", fmt::format("is required with {}", via),
+                 "a Megatron-LM command does not say the hardware: pass --cluster dgx-h100 (`ptdp "
+                 "profiles` lists them)");
+    }
+    const MegatronInput in = ReadMegatronInput(
+        flags, "megatron", "simulate",
+        "ptdp simulate --cluster C --megatron \"python pretrain_gpt.py ...\"   or   ptdp simulate "
+        "--cluster C --file cmd.sh");
+    Plan plan;
+    plan.cluster = ResolveCluster(flags.String("cluster"));
+    CheckReport report = CheckMegatronCommand(in.text, in.source,
+                                              flags.OptionalPositiveInt("gpus", kMaxGpus), in.read);
+    MegatronCommand& c = report.command;
+    if (auto vocab = flags.OptionalPositiveInt("vocab-size")) {
+      c.model.vocab_size = static_cast<int>(*vocab);
+      std::erase_if(c.findings, [](const MegatronFinding& f) {
+        return f.message.starts_with("the vocabulary size comes from the tokenizer");
+      });
+    }
+    const auto line_of = [&](int line) { return in.has_lines ? line : 0; };
+    const std::string check_hint = fmt::format("`ptdp check {}` lists every problem",
+                                               flags.Has("file") ? "--file FILE" : "--");
+    int errors = 0;
+    for (const MegatronFinding& f : c.findings) {
+      if (f.severity == MegatronFinding::Severity::kError) ++errors;
+    }
+    for (const MegatronFinding& f : c.findings) {
+      if (f.severity != MegatronFinding::Severity::kError) continue;
+      throw InputError({in.source, line_of(f.line), f.flag},
+                       fmt::format("Megatron-LM would refuse this command: {}", f.message),
+                       (f.fix.empty() ? "" : f.fix + "; ") +
+                           (errors > 1 ? fmt::format("{} errors in all; ", errors) : "") +
+                           check_hint);
+    }
+    if (!c.model_complete) {
+      throw InputError({in.source, 0, ""},
+                       "the command does not describe a complete model, so it cannot be simulated",
+                       check_hint);
+    }
+    if (!report.violations.empty()) {
+      const Violation& v = report.violations.front();
+      const std::string_view flag = MegatronFlagFor(v.key);
+      int line = 0;
+      for (const MegatronCommand::Arg& a : c.args) {
+        if (a.flag == flag) line = a.line;
+      }
+      throw InputError({in.source, line_of(line), std::string(flag)}, v.message, v.hint);
+    }
+    if (!report.not_simulated.empty()) {
+      throw InputError({in.source, 0, ""}, "not simulated: " + report.not_simulated, check_hint);
+    }
+    if (c.training.precision == Precision::kFp8 && plan.cluster.gpu.peak_fp8_flops <= 0) {
+      flags.Fail("cluster",
+                 fmt::format("the command trains in FP8 (--fp8-format) but {}'s {} has no FP8 "
+                             "tensor cores",
+                             plan.cluster.name, plan.cluster.gpu.name),
+                 "pass --cluster dgx-h100 (or hgx-h200, or your own profile with peak_fp8_tflops)");
+    }
+    // The command runs: what it changes that is not simulated, and what was assumed.
+    for (const MegatronFinding& f : c.findings) {
+      std::string where =
+          in.has_lines && f.line > 0 ? fmt::format("{}:{}: ", in.source, f.line) : in.source + ": ";
+      if (!f.flag.empty()) where += f.flag + ": ";
+      err << "ptdp: warning: " << where << f.message << "\n";
+    }
+    if (report.gpus_assumed) {
+      err << fmt::format(
+          "ptdp: note: the launcher does not say how many GPUs; simulating tp x pp{} = {} (pass "
+          "--gpus N)\n",
+          c.parallel.cp > 1 ? " x cp" : "", report.gpus);
+    }
+    plan.model = c.model;
+    plan.num_gpus = report.gpus;
+    plan.training = c.training;
+    plan.parallel = c.parallel;
+    plan.options = c.options;
+    return plan;
   }
-  if (auto path = flags.OptionalString("trace")) {
-    const TimelineTrace trace = TimelineTraceEvents(report.schedule, report.sim);
-    files.push_back(
-        {*path, ChromeTraceJson(SimulationTitle(plan, report).title, trace.tracks, trace.events),
-         "--trace"});
-  }
-  WriteOutputFiles(files);
-  const bool explain = flags.Switch("explain");
-  if (format == Format::kJson) {
-    if (explain) {
-      out << "{" << SimulationJsonMembers(report)
-          << ",\n \"groups\": " << CommGroupsJson(CommGroupRows(plan, report), 1) << "}\n";
+
+  int RunSimulate(const Flags& flags, std::ostream& out, std::ostream& err) {
+    const auto path = flags.OptionalString("plan");
+    Plan plan = MegatronGiven(flags) ? PlanFromMegatron(flags, err)
+                : path               ? PlanFromFile(flags, *path)
+                                     : PlanFromFlags(flags);
+    const Format format = flags.Enum("format", kFormats, Format::kTable);
+    plan.options = ReadCostOptions(flags, plan.options);
+    // The options given as flags may break a rule the plan file kept (an attention backend
+    // context parallelism cannot use).
+    if (const std::vector<Violation> v = CheckParallelConfig(
+            plan.model, plan.training, plan.parallel, plan.num_gpus, plan.options);
+        !v.empty()) {
+      flags.Fail(
+          v.front().rule == Rule::kContextParallel ? "attention-backend" : FlagFor(v.front().key),
+          v.front().message, v.front().hint);
+    }
+    const SvgWindow window = ReadSvgWindow(flags);
+    const SimulationReport report = SimulatePlan(plan);
+    const MemoryUnit unit = ReadMemoryUnit(flags);
+
+    std::vector<OutputFile> files;
+    if (auto path = flags.OptionalString("svg")) {
+      TimelineTitle title = SimulationTitle(plan, report, unit);
+      title.window_start_s = window.from_s;
+      title.axis_end_s = window.until_s;
+      // Without --svg-until the window ends with the step: it must start before.
+      if (window.until_s == 0 && window.from_s >= report.sim.step_time_s) {
+        flags.Fail("svg-from",
+                   fmt::format("{:g} s is not before the step's end ({:g} s): the window would be "
+                               "empty",
+                               window.from_s, report.sim.step_time_s),
+                   "a start before the step's end, or --svg-until for an axis beyond it");
+      }
+      files.push_back({*path, TimelineSvg(report.schedule, report.sim, title), "--svg"});
+    }
+    if (auto path = flags.OptionalString("trace")) {
+      const TimelineTrace trace = TimelineTraceEvents(report.schedule, report.sim);
+      files.push_back(
+          {*path,
+           ChromeTraceJson(SimulationTitle(plan, report, unit).title, trace.tracks, trace.events),
+           "--trace"});
+    }
+    WriteOutputFiles(files);
+    const bool explain = flags.Switch("explain");
+    if (format == Format::kJson) {
+      if (explain) {
+        out << "{" << SimulationJsonMembers(report)
+            << ",\n \"groups\": " << CommGroupsJson(CommGroupRows(plan, report), 1) << "}\n";
+      } else {
+        out << SimulationJson(report) << "\n";
+      }
     } else {
-      out << SimulationJson(report) << "\n";
+      out << SimulationText(plan, report, unit);
+      if (explain) out << "\n" << CommGroupsText(CommGroupRows(plan, report));
+      const bool small = report.schedule.stages <= 8 && report.schedule.ops[0].size() <= 48;
+      if (flags.Switch("timeline") || small) {
+        out << "\nTimeline (F forward, B backward, W weight gradient; '.' idle):\n"
+            << TimelineText(report.schedule, report.sim);
+      }
+      if (!flags.Has("svg"))
+        out << "\nThe timeline: add --svg FILE (or --trace FILE for Perfetto).\n";
     }
-  } else {
-    out << SimulationText(plan, report);
-    if (explain) out << "\n" << CommGroupsText(CommGroupRows(plan, report));
-    const bool small = report.schedule.stages <= 8 && report.schedule.ops[0].size() <= 48;
-    if (flags.Switch("timeline") || small) {
-      out << "\nTimeline (F forward, B backward, W weight gradient; '.' idle):\n"
-          << TimelineText(report.schedule, report.sim);
-    }
-    if (!flags.Has("svg"))
-      out << "\nThe timeline: add --svg FILE (or --trace FILE for Perfetto).\n";
+    return report.memory_problem.empty() ? kExitOk : kExitFailed;
   }
-  return report.memory_problem.empty() ? kExitOk : kExitFailed;
-}
 
 }  // namespace
 
@@ -293,7 +442,11 @@ const Command kSimulateCommand{
         "                     [--recompute none|selective|full] [--distributed-optimizer])\n"
         "                     [--format table|json] [--trace out.json] [--svg out.svg] "
         "[--explain]\n"
-        "                     [--svg-from S] [--svg-until S]",
+        "                     [--svg-from S] [--svg-until S]\n"
+        "       ptdp simulate --cluster C [--gpus N] (--megatron \"<Megatron-LM command>\" | "
+        "--file cmd.sh)\n"
+        "                     [--format table|json] [--trace out.json] [--svg out.svg] "
+        "[--explain]",
     .description =
         "Plays one configuration's pipeline schedule (the operation lists of `ptdp schedule`) "
         "with\ndurations from the cost model: step time, bubbles, memory per stage, "
@@ -307,14 +460,18 @@ const Command kSimulateCommand{
         "the bandwidth the cost model uses, what travels, and the step's time\nand bytes of it "
         "(JSON: \"groups\"). With --plan, layout flags (--tp, --pp, --micro-batch, --recompute, "
         "...)\n"
-        "override that field of the plan's layout. Exits 1 when a stage does not fit in the GPU's "
-        "memory.",
+        "override that field of the plan's layout. With --megatron (or --file, or the words "
+        "after a lone\n--), a Megatron-LM command line or launch script is simulated as written, "
+        "read as `ptdp check`\nreads it: what Megatron-LM would refuse is bad input (exit 2) "
+        "naming the line and the flag.\nMemory is in GiB unless --memory-unit GB. Exits 1 when "
+        "a stage does not fit in the GPU's memory.",
     .examples =
         "ptdp simulate --model seed-example --cluster dgx-a100-80gb --gpus 8 --global-batch 128 "
         "--tp 2 --pp 4 --micro-batch 4\n"
         "ptdp simulate --plan plan.yaml --svg timeline.svg --trace timeline.json\n"
         "ptdp simulate --plan plan.yaml --svg window.svg --svg-from 0.5 --svg-until 0.8\n"
         "ptdp simulate --plan plan.yaml --micro-batch 2 --recompute full\n"
+        "ptdp simulate --cluster dgx-h100 --file train_gpt.sh --svg timeline.svg\n"
         "ptdp simulate --model qwen3-30b-a3b --cluster dgx-h100 --gpus 16 --global-batch 256 "
         "--tp 1 --pp 2 --ep 8 --etp 1 --moe-token-dispatcher alltoall --explain\n"
         "ptdp simulate --model gpt3-175b --cluster dgx-a100-80gb --gpus 1024 --global-batch 1536 "

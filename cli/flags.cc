@@ -33,6 +33,7 @@ constexpr MegatronAlias kMegatronAliases[] = {
     {"micro-batch-size", "micro-batch", ""},
     {"global-batch-size", "global-batch", ""},
     {"virtual-pipeline-model-parallel-size", "virtual-stages", ""},
+    {"num-virtual-stages-per-pipeline-rank", "virtual-stages", ""},
     {"use-distributed-optimizer", "distributed-optimizer", ""},
     {"recompute-granularity", "recompute", ""},
     {"bf16", "precision", "bf16"},
@@ -159,6 +160,16 @@ std::vector<std::pair<std::string, std::string>> Flags::StringValues() const {
     }
   }
   return result;
+}
+
+std::vector<std::string> Flags::Given() const {
+  std::vector<std::string> given;
+  for (const auto& [flag, value] : values_) {
+    if (value.defaulted()) continue;
+    if (const bool* on = boost::any_cast<bool>(&value.value()); on != nullptr && !*on) continue;
+    given.push_back(flag);
+  }
+  return given;
 }
 
 std::vector<std::string> Flags::Strings(std::string_view flag) const {

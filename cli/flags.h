@@ -50,6 +50,8 @@ class Flags {
   const std::vector<std::string>& passthrough() const { return passthrough_; }
   // Every flag given with one string value, as (flag, value), in flag order.
   std::vector<std::pair<std::string, std::string>> StringValues() const;
+  // The flags given on the command line (not defaulted, switches only when on), by ptdp's name.
+  std::vector<std::string> Given() const;
   bool help() const { return Switch("help"); }
 
   [[noreturn]] void Fail(std::string_view flag, std::string message, std::string hint = "") const;

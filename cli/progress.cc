@@ -28,10 +28,13 @@ ProgressLine::ProgressLine(std::ostream& err, std::string what, bool forced)
       start_(std::chrono::steady_clock::now()),
       last_(start_) {}
 
-ProgressLine::~ProgressLine() {
+ProgressLine::~ProgressLine() { Clear(); }
+
+void ProgressLine::Clear() {
   if (mode_ == Mode::kTerminal && shown_ > 0) {
     err_ << '\r' << std::string(shown_, ' ') << '\r';
     err_.flush();
+    shown_ = 0;
   }
 }
 

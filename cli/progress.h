@@ -1,4 +1,5 @@
-// A progress line on stderr for work that can take more than a second (a large plan search).
+// A progress line on stderr for work that can take more than a second (a large plan search,
+// `replay --plan`, `calibrate`).
 // Nothing is shown during the first second. Then the line is rewritten in place when stderr is a
 // terminal; with PTDP_PROGRESS=1 (logs, tests) each update is a line of its own, at most one a
 // second. Otherwise nothing is shown, so pipes and files get only the result.
@@ -22,6 +23,8 @@ class ProgressLine {
 
   // The state now ("1,245,184 layouts checked"); cheap when nothing is due.
   void Update(const std::string& status);
+  // Erases the terminal line (other text is about to be written); the next Update redraws it.
+  void Clear();
 
  private:
   enum class Mode { kOff, kTerminal, kLines };

@@ -7,17 +7,17 @@
 
 namespace ptdp::cli {
 
-TimelineTitle SimulationTitle(const Plan& plan, const SimulationReport& r) {
+TimelineTitle SimulationTitle(const Plan& plan, const SimulationReport& r, MemoryUnit unit) {
   return {fmt::format("{} on {} x {}: {}", plan.model.name, plan.num_gpus, plan.cluster.name,
                       LayoutLine(plan)),
           fmt::format("step {}, bubble {:.1f}%, MFU {:.1f}%, peak memory {} of {}{}",
                       Seconds(r.step_time_s), 100 * r.bubble_fraction, 100 * r.mfu,
-                      Gigabytes(r.peak_memory_bytes),
-                      Gigabytes(static_cast<double>(plan.cluster.gpu.hbm_bytes)),
+                      Memory(r.peak_memory_bytes, unit),
+                      Memory(static_cast<double>(plan.cluster.gpu.hbm_bytes), unit),
                       r.memory_problem.empty() ? "" : " - DOES NOT FIT")};
 }
 
-std::string SimulationText(const Plan& plan, const SimulationReport& r) {
+std::string SimulationText(const Plan& plan, const SimulationReport& r, MemoryUnit unit) {
   std::string out =
       fmt::format("ptdp simulate: {} on {} x {}, global batch {}, {}\n{}\n\n", plan.model.name,
                   plan.num_gpus, plan.cluster.name, plan.training.global_batch_size,
@@ -31,22 +31,25 @@ std::string SimulationText(const Plan& plan, const SimulationReport& r) {
   out += fmt::format("bubble        {:.1f}% of the pipeline phase ({} idle per stage)\n",
                      100 * r.bubble_fraction, Seconds(r.breakdown.bubble_s));
   const double hbm = static_cast<double>(plan.cluster.gpu.hbm_bytes);
-  out +=
-      fmt::format("peak memory   {} of {} (stage {}){}\n\n", Gigabytes(r.peak_memory_bytes),
-                  Gigabytes(hbm), r.memory.largest_stage, r.memory_problem.empty() ? ", fits" : "");
-  if (!r.memory_problem.empty()) out += "DOES NOT FIT: " + r.memory_problem + "\n\n";
+  out += fmt::format("peak memory   {} of {} (stage {}){}\n\n", Memory(r.peak_memory_bytes, unit),
+                     Memory(hbm, unit), r.memory.largest_stage,
+                     r.memory_problem.empty() ? ", fits" : "");
+  if (!r.memory_problem.empty()) {
+    out += "DOES NOT FIT: " + MemoryProblem(r.memory, plan.cluster, unit) + "\n\n";
+  }
+  const std::string u(MemoryUnitName(unit));
 
   Table t({{"stage"},
            {"forward", Table::Align::kRight},
            {"backward", Table::Align::kRight},
            {"busy", Table::Align::kRight},
            {"bubble", Table::Align::kRight},
-           {"weights", Table::Align::kRight},
-           {"grads", Table::Align::kRight},
-           {"optimizer", Table::Align::kRight},
-           {"activations", Table::Align::kRight},
+           {"weights " + u, Table::Align::kRight},
+           {"grads " + u, Table::Align::kRight},
+           {"optimizer " + u, Table::Align::kRight},
+           {"activations " + u, Table::Align::kRight},
            {"in flight", Table::Align::kRight},
-           {"peak", Table::Align::kRight}});
+           {"peak " + u, Table::Align::kRight}});
   const PipelineSchedule& s = r.schedule;
   for (int st = 0; st < s.stages; ++st) {
     double forward = 0, backward = 0;
@@ -59,9 +62,9 @@ std::string SimulationText(const Plan& plan, const SimulationReport& r) {
     t.AddRow({std::to_string(st), Seconds(forward), Seconds(backward),
               Seconds(r.sim.stages[st].busy_s),
               fmt::format("{:.1f}%", 100 * r.sim.stages[st].bubble_fraction),
-              Gigabytes(mem.weights_bytes), Gigabytes(mem.gradients_bytes),
-              Gigabytes(mem.optimizer_bytes), Gigabytes(mem.activations_bytes),
-              std::to_string(mem.in_flight), Gigabytes(mem.peak_bytes)});
+              MemoryNumber(mem.weights_bytes, unit), MemoryNumber(mem.gradients_bytes, unit),
+              MemoryNumber(mem.optimizer_bytes, unit), MemoryNumber(mem.activations_bytes, unit),
+              std::to_string(mem.in_flight), MemoryNumber(mem.peak_bytes, unit)});
   }
   out += "Per stage (forward and backward of one micro-batch through the stage's layers):\n";
   out += t.Render();

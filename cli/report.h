@@ -4,7 +4,7 @@
 #include <string>
 
 #include "core/plan.h"
-#include "core/text.h"  // Seconds, Gigabytes
+#include "core/text.h"  // Seconds, Memory
 #include "simulator/comm_groups.h"
 #include "simulator/simulate.h"
 #include "simulator/timeline.h"
@@ -12,10 +12,11 @@
 namespace ptdp::cli {
 
 // The SVG/trace title: "<model> on N x <cluster>: <layout>" and the figures.
-TimelineTitle SimulationTitle(const Plan& plan, const SimulationReport& report);
+// Memory in `unit` (--memory-unit).
+TimelineTitle SimulationTitle(const Plan& plan, const SimulationReport& report, MemoryUnit unit);
 
 // The full `ptdp simulate` table: headline figures, per-stage rows, breakdown, memory verdict.
-std::string SimulationText(const Plan& plan, const SimulationReport& report);
+std::string SimulationText(const Plan& plan, const SimulationReport& report, MemoryUnit unit);
 
 // `--explain`'s table of the communication groups (simulator/comm_groups.h) under `heading`,
 // with what its figures mean.

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <charconv>
 
 #include "core/limits.h"
@@ -181,6 +182,65 @@ CostOptions ReadCostOptions(const Flags& flags, const CostOptions& base) {
                "add --overlap-grad-reduce");
   }
   return o;
+}
+
+void AddMemoryUnitOption(po::options_description& o) {
+  o.add_options()("memory-unit", po::value<std::string>()->value_name("U"),
+                  "GiB (2^30 bytes, the default, as PyTorch and Megatron-LM report memory) | GB "
+                  "(1e9 bytes)");
+}
+
+MemoryUnit ReadMemoryUnit(const Flags& flags) {
+  const auto text = flags.OptionalString("memory-unit");
+  if (!text) return MemoryUnit::kGiB;
+  std::string lower;
+  for (char ch : *text) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (lower == "gib") return MemoryUnit::kGiB;
+  if (lower == "gb") return MemoryUnit::kGB;
+  flags.Fail("memory-unit", UnknownValueMessage<MemoryUnit>(kMemoryUnitNames, *text));
+}
+
+std::optional<int> VirtualStagesFromLayers(const Flags& flags, int num_layers,
+                                           const ParallelConfig& p) {
+  constexpr const char* kFlag = "num-layers-per-virtual-pipeline-stage";
+  const auto per_vstage = flags.OptionalPositiveInt(kFlag);
+  if (!per_vstage) return std::nullopt;
+  // megatron/training/arguments.py, validate_args.
+  if (flags.Has("virtual-stages")) {
+    flags.Fail(kFlag,
+               "No more than one of the following arguments can be set at the same time: "
+               "--num-layers-per-virtual-pipeline-stage, --virtual-stages",
+               "keep one");
+  }
+  if (p.first_stage_layers > 0 || p.last_stage_layers > 0 ||
+      flags.Has("decoder-first-pipeline-num-layers") ||
+      flags.Has("decoder-last-pipeline-num-layers")) {
+    flags.Fail(kFlag,
+               "please use --num-virtual-stages-per-pipeline-rank to specify virtual pipeline "
+               "parallel degree when enable uneven pipeline parallelism",
+               "give --virtual-stages instead");
+  }
+  const int accounted =
+      (p.account_for_embedding || flags.Switch("account-for-embedding-in-pipeline-split") ? 1 : 0) +
+      (p.account_for_loss || flags.Switch("account-for-loss-in-pipeline-split") ? 1 : 0);
+  const int total = num_layers + accounted;
+  if (total % p.pp != 0) {
+    flags.Fail(kFlag,
+               fmt::format("number of layers ({}) should be divisible by the "
+                           "pipeline-model-parallel size ({})",
+                           total, p.pp),
+               "use a pipeline size that divides the number of layers");
+  }
+  const int per_stage = total / p.pp;
+  if (per_stage % *per_vstage != 0) {
+    flags.Fail(kFlag,
+               fmt::format("number of layers per pipeline stage must be divisible number of "
+                           "layers per virtual pipeline stage ({} layers per stage, {} per "
+                           "virtual stage)",
+                           per_stage, *per_vstage),
+               "give a number of layers dividing num_layers / pp");
+  }
+  return static_cast<int>(per_stage / *per_vstage);
 }
 
 }  // namespace ptdp::cli

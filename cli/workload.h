@@ -3,11 +3,14 @@
 #pragma once
 
 #include <boost/program_options.hpp>
+#include <optional>
 
 #include "cli/flags.h"
 #include "core/cluster_spec.h"
 #include "core/cost_options.h"
 #include "core/model_spec.h"
+#include "core/parallel_config.h"
+#include "core/text.h"
 #include "core/training_spec.h"
 
 namespace ptdp::cli {
@@ -34,6 +37,19 @@ void ReadFp8Flags(const Flags& flags, TrainingSpec& training, const ClusterSpec&
 // --ddp-bucket-size --tp-comm-overlap --overlap-p2p-communication (Megatron's names). The flags
 // given change `base` (a plan file's options, or Megatron-Core's defaults); --megatron-version
 // first replaces it with that stack's preset.
+// --memory-unit GiB | GB: how memory is shown (GiB, 2^30 bytes, by default, as PyTorch and
+// Megatron-LM report it; GB = 1e9 on request). JSON keeps bytes.
+void AddMemoryUnitOption(boost::program_options::options_description& options);
+MemoryUnit ReadMemoryUnit(const Flags& flags);
+
+// Megatron's --num-layers-per-virtual-pipeline-stage N, when given: the virtual stages per
+// pipeline rank, (layers / pp) / N, with the embedding and the loss counted as layers where
+// the account-for flags (or `p`) say so. Refused in Megatron's words, naming the flag, when pp
+// does not divide the layers, N does not divide a stage's layers, --virtual-stages is given too,
+// or the split is uneven (first / last stage layers).
+std::optional<int> VirtualStagesFromLayers(const Flags& flags, int num_layers,
+                                           const ParallelConfig& p);
+
 void AddCostOptions(boost::program_options::options_description& options);
 CostOptions ReadCostOptions(const Flags& flags, const CostOptions& base = {});
 

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <vector>
 
+#include "core/units.h"
+
 namespace ptdp {
 
 size_t EditDistance(std::string_view a, std::string_view b, size_t limit) {
@@ -113,6 +115,20 @@ std::string Seconds(double s) {
   return fmt::format("{:.3g} us", s * 1e6);
 }
 
-std::string Gigabytes(double bytes) { return fmt::format("{:.1f} GB", bytes / 1e9); }
+double InMemoryUnit(double bytes, MemoryUnit unit) {
+  return bytes / (unit == MemoryUnit::kGiB ? units::kGiB : units::kGB);
+}
+
+std::string_view MemoryUnitName(MemoryUnit unit) {
+  return NameOf<MemoryUnit>(kMemoryUnitNames, unit);
+}
+
+std::string MemoryNumber(double bytes, MemoryUnit unit) {
+  return fmt::format("{:.1f}", InMemoryUnit(bytes, unit));
+}
+
+std::string Memory(double bytes, MemoryUnit unit) {
+  return fmt::format("{} {}", MemoryNumber(bytes, unit), MemoryUnitName(unit));
+}
 
 }  // namespace ptdp

@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/enum_names.h"
+
 namespace ptdp {
 
 // Levenshtein distance, for did-you-mean suggestions. Beyond `limit` it answers limit + 1 without
@@ -30,9 +32,21 @@ std::string XmlEscape(std::string_view text);
 // 1315819520 -> "1,315,819,520".
 std::string GroupThousands(int64_t n);
 
-// Durations and sizes for people: "1.23 s", "45.6 ms", "789 us"; "23.4 GB" (GB = 1e9 bytes).
+// Durations for people: "1.23 s", "45.6 ms", "789 us".
 std::string Seconds(double s);
-std::string Gigabytes(double bytes);
+
+// The unit memory is shown in: GiB (2^30 bytes) by default, as PyTorch
+// (torch.cuda.memory_allocated / 2**30), Megatron-LM's memory report and nvidia-smi's MiB count
+// it, or GB (1e9 bytes) on request (`--memory-unit GB`).
+enum class MemoryUnit { kGiB, kGB };
+inline constexpr EnumName<MemoryUnit> kMemoryUnitNames[] = {{"GiB", MemoryUnit::kGiB},
+                                                            {"GB", MemoryUnit::kGB}};
+double InMemoryUnit(double bytes, MemoryUnit unit);
+std::string_view MemoryUnitName(MemoryUnit unit);  // "GiB" | "GB"
+// "23.4" in `unit` (one decimal), for a table whose header names the unit.
+std::string MemoryNumber(double bytes, MemoryUnit unit);
+// "23.4 GiB".
+std::string Memory(double bytes, MemoryUnit unit);
 
 // A tick step of 1, 2 or 5 times a power of ten giving about `ticks` ticks over `span` (> 0).
 double NiceTickStep(double span, int ticks);

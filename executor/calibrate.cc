@@ -87,7 +87,8 @@ CalibrateOptions CalibrateOptions::Quick() {
 }
 
 CpuComputeFigures MeasureCpuCompute(Backend& backend, const CalibrateOptions& o,
-                                    std::ostream* progress) {
+                                    std::ostream* progress,
+                                    const std::function<void(size_t, size_t)>& on_shape) {
   PTDP_CHECK(!o.gemm_axis.empty() && o.repeats > 0 && o.peak_size > 0);
   PTDP_CHECK(std::is_sorted(o.gemm_axis.begin(), o.gemm_axis.end()));
   auto say = [&](const std::string& line) {
@@ -137,6 +138,7 @@ CpuComputeFigures MeasureCpuCompute(Backend& backend, const CalibrateOptions& o,
         double efficiency = rate / f.peak_fp32_flops;
         if (efficiency > 1) efficiency = 1, ++f.clamped_points;
         f.gemm_efficiency.push_back({m, n, k, efficiency});
+        if (on_shape) on_shape(f.gemm_efficiency.size(), points);
       }
     }
     say(fmt::format("GEMM grid: m = {} done ({}/{} shapes)", m, f.gemm_efficiency.size(), points));

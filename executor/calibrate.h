@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -84,9 +85,13 @@ struct CpuComputeFigures {
 };
 
 // Single-process: run it while no other rank is busy. `backend` must be the CPU backend (its
-// Gemm is cblas_sgemm, its element-wise kernels the executor's loops).
-CpuComputeFigures MeasureCpuCompute(Backend& backend, const CalibrateOptions& options,
-                                    std::ostream* progress);
+// Gemm is cblas_sgemm, its element-wise kernels the executor's loops). Lines saying each
+// figure go to `progress` when not null; `on_shape` (when set) is called after each GEMM shape
+// with the shapes done and their number, for a progress line (a `progress` line follows each
+// m of the grid, after axis^2 shapes).
+CpuComputeFigures MeasureCpuCompute(
+    Backend& backend, const CalibrateOptions& options, std::ostream* progress,
+    const std::function<void(size_t done, size_t total)>& on_shape = {});
 
 struct CommFigures {
   int ranks = 0;

@@ -60,9 +60,10 @@ class InFlightCache {
   std::map<std::tuple<int, int, int64_t, int>, std::vector<int>> cache_;
 };
 
-std::string OutOfMemory(const CandidatePoint& c, const MemoryEstimate& mem, double limit) {
-  return fmt::format("{}: stage {} needs {:.1f} GB, {:.1f} GB available", Describe(c.parallel),
-                     mem.largest_stage, mem.peak_bytes() / 1e9, limit / 1e9);
+std::string OutOfMemory(const CandidatePoint& c, const MemoryEstimate& mem, double limit,
+                        MemoryUnit unit) {
+  return fmt::format("{}: stage {} needs {}, {} available", Describe(c.parallel), mem.largest_stage,
+                     Memory(mem.peak_bytes(), unit), Memory(limit, unit));
 }
 
 // A lower bound on a layout's peak memory per GPU from its parameters alone, for transformers
@@ -182,11 +183,12 @@ PlanSearchResult SearchPlans(const PlanRequest& req) {
           fitting.push_back(point);
           return;
         }
-        if (out_of_memory++ == 0) out_of_memory_example = OutOfMemory(point, mem, limit);
+        if (out_of_memory++ == 0)
+          out_of_memory_example = OutOfMemory(point, mem, limit, req.memory_unit);
         if (point.peak_memory_bytes / limit < closest_ratio) {
           closest_ratio = point.peak_memory_bytes / limit;
           res.closest_out_of_memory = point;
-          res.closest_out_of_memory_problem = OutOfMemory(point, mem, limit);
+          res.closest_out_of_memory_problem = OutOfMemory(point, mem, limit, req.memory_unit);
         }
       },
       req.options);
@@ -211,9 +213,9 @@ PlanSearchResult SearchPlans(const PlanRequest& req) {
       r.report = SimulatePlan(r.plan);
       ++res.simulated;
       if (r.report.peak_memory_bytes > limit) {
-        ref.problem = fmt::format("stage {} needs {:.1f} GB, {:.1f} GB available",
-                                  r.report.memory.largest_stage, r.report.peak_memory_bytes / 1e9,
-                                  limit / 1e9);
+        ref.problem = fmt::format("stage {} needs {}, {} available", r.report.memory.largest_stage,
+                                  Memory(r.report.peak_memory_bytes, req.memory_unit),
+                                  Memory(limit, req.memory_unit));
       } else {
         reference_time = r.report.step_time_s;
       }

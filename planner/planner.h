@@ -16,6 +16,7 @@
 
 #include "core/cost_options.h"
 #include "core/plan.h"
+#include "core/text.h"
 #include "planner/space.h"
 #include "simulator/simulate.h"
 
@@ -45,6 +46,9 @@ struct PlanRequest {
   // simulation of the ranking phase) with the candidates that passed the rules so far and the
   // simulations run, for a progress line; the search does not depend on it.
   std::function<void(int64_t valid, int64_t simulated)> progress = {};
+  // The unit the messages (out-of-memory reasons) state memory in; the search does not depend
+  // on it.
+  MemoryUnit memory_unit = MemoryUnit::kGiB;
 };
 
 struct RankedPlan {

@@ -451,19 +451,20 @@ MemoryEstimate EstimateMemory(const ModelSpec& m, const ClusterSpec& cluster,
   return est;
 }
 
-std::string MemoryProblem(const MemoryEstimate& est, const ClusterSpec& cluster) {
+std::string MemoryProblem(const MemoryEstimate& est, const ClusterSpec& cluster, MemoryUnit unit) {
   if (est.stages.empty()) return "";
   const StageMemory& s = est.stages[est.largest_stage];
   const double capacity = static_cast<double>(cluster.gpu.hbm_bytes);
   if (s.peak_bytes <= capacity) return "";
-  const auto gb = [](double bytes) { return bytes / 1e9; };
+  const auto gb = [unit](double bytes) { return InMemoryUnit(bytes, unit); };
+  const std::string_view u = MemoryUnitName(unit);
   return fmt::format(
-      "pipeline stage {} needs {:.1f} GB per GPU but {} has {:.1f} GB: weights {:.1f}, "
+      "pipeline stage {} needs {:.1f} {} per GPU but {} has {:.1f} {}: weights {:.1f}, "
       "gradients {:.1f}, optimizer {:.1f}, activations {:.1f} ({} micro-batch chunks in "
       "flight), reserved {:.1f}, fragmentation {:.1f}",
-      est.largest_stage, gb(s.peak_bytes), cluster.gpu.name, gb(capacity), gb(s.weights_bytes),
-      gb(s.gradients_bytes), gb(s.optimizer_bytes), gb(s.activations_bytes), s.in_flight,
-      gb(s.reserved_bytes), gb(s.fragmentation_bytes));
+      est.largest_stage, gb(s.peak_bytes), u, cluster.gpu.name, gb(capacity), u,
+      gb(s.weights_bytes), gb(s.gradients_bytes), gb(s.optimizer_bytes), gb(s.activations_bytes),
+      s.in_flight, gb(s.reserved_bytes), gb(s.fragmentation_bytes));
 }
 
 }  // namespace ptdp

@@ -12,6 +12,7 @@
 #include "core/model_spec.h"
 #include "core/parallel_config.h"
 #include "core/schedule.h"
+#include "core/text.h"
 #include "core/training_spec.h"
 
 namespace ptdp {
@@ -144,7 +145,8 @@ MemoryEstimate EstimateMemory(const ModelSpec& model, const ClusterSpec& cluster
                               std::span<const int> in_flight, const CostOptions& options = {});
 
 // "" when every stage fits in the GPU's memory, else why not, with the numbers of the largest
-// stage (for the planner's rejection reasons).
-std::string MemoryProblem(const MemoryEstimate& estimate, const ClusterSpec& cluster);
+// stage (for the planner's rejection reasons), in `unit`.
+std::string MemoryProblem(const MemoryEstimate& estimate, const ClusterSpec& cluster,
+                          MemoryUnit unit = MemoryUnit::kGiB);
 
 }  // namespace ptdp

@@ -8,9 +8,11 @@
 
 namespace ptdp {
 
-std::vector<PaperLayoutRanking> RankNarayananLayouts(const ClusterSpec& cluster) {
+std::vector<PaperLayoutRanking> RankNarayananLayouts(const ClusterSpec& cluster,
+                                                     const RankingProgress& progress) {
   std::vector<PaperLayoutRanking> out;
-  for (const NarayananRow& row : NarayananTable1()) {
+  const auto rows = NarayananTable1();
+  for (const NarayananRow& row : rows) {
     PlanRequest req;
     req.model = NarayananModel(row);
     req.cluster = cluster;
@@ -19,6 +21,10 @@ std::vector<PaperLayoutRanking> RankNarayananLayouts(const ClusterSpec& cluster)
     req.options = Megatron2021Options();
     req.top_k = 1;
     req.reference = NarayananLayout(row);
+    if (progress) {
+      req.progress = [&progress, i = out.size(), n = std::size(rows)](
+                         int64_t valid, int64_t simulated) { progress(i, n, valid, simulated); };
+    }
     const auto start = std::chrono::steady_clock::now();
     const PlanSearchResult res = SearchPlans(req);
     PaperLayoutRanking r{.row = row, .paper_layout = *req.reference};

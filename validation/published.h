@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,12 @@ struct PaperLayoutRanking {
   double search_s = 0;  // wall-clock time of the search (with the exact rank)
 };
 
-std::vector<PaperLayoutRanking> RankNarayananLayouts(const ClusterSpec& cluster);
+// `progress` (when set) is passed on to each row's search (PlanRequest::progress) with the
+// row's index (0-based) and the number of rows.
+using RankingProgress =
+    std::function<void(size_t row, size_t rows, int64_t valid, int64_t simulated)>;
+std::vector<PaperLayoutRanking> RankNarayananLayouts(const ClusterSpec& cluster,
+                                                     const RankingProgress& progress = {});
 
 // One markdown line per row: paper layout and its simulated time and rank, the best plan and its
 // time, the speed-up.

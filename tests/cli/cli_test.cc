@@ -1669,5 +1669,282 @@ TEST(CliCheck, AScriptWithArraysAndItsArguments) {
   EXPECT_EQ(r.out.find("CUDA_DEVICE_MAX_CONNECTIONS"), std::string::npos) << r.out;
 }
 
+// The founding document's example as a Megatron-LM command (without its --num-microbatches,
+// which Megatron-LM refuses).
+constexpr const char* kSeedCommand =
+    "python pretrain_gpt.py --num-layers 24 --hidden-size 2048 --num-attention-heads 32 "
+    "--seq-length 2048 --max-position-embeddings 2048 --tensor-model-parallel-size 2 "
+    "--pipeline-model-parallel-size 4 --micro-batch-size 4 --global-batch-size 128 --bf16 "
+    "--vocab-size 51200";
+
+// The value of a number member of a JSON text ("step_time_s": 1.23): -1 when absent.
+double JsonMember(const std::string& json, const std::string& key) {
+  const size_t at = json.find("\"" + key + "\": ");
+  if (at == std::string::npos) return -1;
+  return std::stod(json.substr(at + key.size() + 4));
+}
+
+// simulate --megatron / --file: the command as written, simulated as `check` reads it, with the
+// step time `check` reports for it ("yours").
+TEST(CliSimulateMegatron, SimulatesACommandAsCheckReadsIt) {
+  const Result sim = Cli({"simulate", "--cluster", "dgx-a100-80gb", "--gpus", "8", "--megatron",
+                          kSeedCommand, "--format", "json"});
+  ASSERT_EQ(sim.code, kExitOk) << sim.err;
+  const Result check = Cli({"check", "--gpus", "8", "--format", "json", "--", kSeedCommand});
+  ASSERT_EQ(check.code, kExitOk) << check.err;
+  const size_t yours = check.out.find("\"yours\": ");
+  ASSERT_NE(yours, std::string::npos) << check.out;
+  EXPECT_EQ(JsonMember(sim.out, "step_time_s"), JsonMember(check.out.substr(yours), "step_time_s"));
+  EXPECT_EQ(JsonMember(sim.out, "peak_memory_bytes"),
+            JsonMember(check.out.substr(yours), "peak_memory_bytes"));
+
+  // The table, as `simulate` prints it; the same with the command after a lone --.
+  const Result table =
+      Cli({"simulate", "--cluster", "dgx-a100-80gb", "--gpus", "8", "--megatron", kSeedCommand});
+  EXPECT_EQ(table.code, kExitOk) << table.err;
+  EXPECT_NE(table.out.find("on 8 x dgx-a100-80gb, global batch 128, bf16\nTP 2 x PP 4 x DP 1"),
+            std::string::npos)
+      << table.out;
+  const Result words =
+      Cli({"simulate", "--cluster", "dgx-a100-80gb", "--gpus", "8", "--", kSeedCommand});
+  EXPECT_EQ(words.code, kExitOk) << words.err;
+
+  // A launch script in a file, and on standard input through the binary.
+  const std::string path = ::testing::TempDir() + "/simulate-megatron.sh";
+  {
+    std::ofstream f(path);
+    f << "#!/bin/bash\nTP=2\nPP=4\n"
+         "torchrun --nproc_per_node 8 pretrain_gpt.py \\\n"
+         "  --num-layers 24 --hidden-size 2048 --num-attention-heads 32 \\\n"
+         "  --seq-length 2048 --max-position-embeddings 2048 \\\n"
+         "  --tensor-model-parallel-size $TP --pipeline-model-parallel-size $PP \\\n"
+         "  --micro-batch-size 4 --global-batch-size 128 --bf16 --vocab-size 51200\n";
+  }
+  const Result file =
+      Cli({"simulate", "--cluster", "dgx-a100-80gb", "--file", path, "--format", "json"});
+  ASSERT_EQ(file.code, kExitOk) << file.err;
+  EXPECT_EQ(JsonMember(file.out, "step_time_s"), JsonMember(sim.out, "step_time_s"));
+  FILE* pipe = ::popen(("cat " + path + " | " + PTDP_BINARY +
+                        " simulate --cluster dgx-a100-80gb --file - --format json")
+                           .c_str(),
+                       "r");
+  std::string piped;
+  char buffer[4096];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0;) piped.append(buffer, n);
+  EXPECT_EQ(WEXITSTATUS(::pclose(pipe)), kExitOk);
+  EXPECT_EQ(JsonMember(piped, "step_time_s"), JsonMember(sim.out, "step_time_s"));
+}
+
+TEST(CliSimulateMegatron, BadInputNamesTheFileLineAndFlag) {
+  const std::string path = ::testing::TempDir() + "/simulate-megatron-bad.sh";
+  {
+    std::ofstream f(path);
+    f << "python pretrain_gpt.py \\\n"
+         "  --num-layers 24 --hidden-size 2048 --num-attention-heads 32 \\\n"
+         "  --seq-length 2048 --max-position-embeddings 2048 --vocab-size 51200 \\\n"
+         "  --tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 \\\n"
+         "  --micro-batch-size 4 --global-batch-size 128 \\\n"
+         "  --num-microbatches 32\n";
+  }
+  Result r = Cli({"simulate", "--cluster", "dgx-a100-80gb", "--gpus", "8", "--file", path});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_EQ(r.err.rfind("ptdp: error: " + path +
+                            ":6: --num-microbatches: Megatron-LM would "
+                            "refuse this command: ",
+                        0),
+            0u)
+      << r.err;
+
+  // A broken layout rule names the Megatron-LM flag and its line.
+  {
+    std::ofstream f(path);
+    f << "python pretrain_gpt.py \\\n"
+         "  --num-layers 24 --hidden-size 2048 --num-attention-heads 32 \\\n"
+         "  --seq-length 2048 --max-position-embeddings 2048 --vocab-size 51200 \\\n"
+         "  --tensor-model-parallel-size 3 --pipeline-model-parallel-size 4 \\\n"
+         "  --micro-batch-size 4 --global-batch-size 128\n";
+  }
+  r = Cli({"simulate", "--cluster", "dgx-a100-80gb", "--gpus", "12", "--file", path});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_EQ(r.err.rfind("ptdp: error: " + path + ":4: --tensor-model-parallel-size: ", 0), 0u)
+      << r.err;
+
+  // Flags that the command says are refused, named as typed.
+  for (const auto& [flag, value] :
+       std::vector<std::pair<std::string, std::string>>{{"--plan", "plan.yaml"},
+                                                        {"--tp", "2"},
+                                                        {"--tensor-model-parallel-size", "2"},
+                                                        {"--model", "seed-example"},
+                                                        {"--sequence-parallel", ""}}) {
+    std::vector<std::string> args = {"simulate",   "--cluster",  "dgx-a100-80gb",
+                                     "--megatron", kSeedCommand, flag};
+    if (!value.empty()) args.push_back(value);
+    r = Cli(args);
+    EXPECT_EQ(r.code, kExitBadInput) << flag;
+    EXPECT_EQ(r.err, "ptdp: error: " + flag +
+                         ": cannot be combined with --megatron (hint: the command gives the "
+                         "model, the batch and the layout; only --cluster, --gpus and the output "
+                         "flags go with it)\n")
+        << flag;
+  }
+  r = Cli({"simulate", "--megatron", kSeedCommand});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_EQ(r.err.rfind("ptdp: error: --cluster: is required with --megatron", 0), 0u) << r.err;
+  r = Cli({"simulate", "--cluster", "dgx-a100-80gb", "--megatron", kSeedCommand, "--file", path});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_EQ(r.err.rfind("ptdp: error: --megatron: give the command once", 0), 0u) << r.err;
+
+  // Without --gpus and a launcher, tp x pp GPUs, said on stderr.
+  r = Cli({"simulate", "--cluster", "dgx-a100-80gb", "--megatron", kSeedCommand});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_NE(r.err.find("ptdp: note: the launcher does not say how many GPUs; simulating tp x pp "
+                       "= 8 (pass --gpus N)"),
+            std::string::npos)
+      << r.err;
+}
+
+// Memory in GiB unless GB is asked for; the unit in every table header that holds memory; JSON
+// in bytes either way.
+TEST(CliMemoryUnit, GibByDefaultGbOnRequest) {
+  const std::vector<std::string> simulate = {"simulate",
+                                             "--model",
+                                             "seed-example",
+                                             "--cluster",
+                                             "dgx-a100-80gb",
+                                             "--gpus",
+                                             "8",
+                                             "--global-batch",
+                                             "128",
+                                             "--tp",
+                                             "2",
+                                             "--pp",
+                                             "4",
+                                             "--micro-batch",
+                                             "4"};
+  const Result gib = Cli(simulate);
+  ASSERT_EQ(gib.code, kExitOk) << gib.err;
+  // The A100 80GB's HBM as the driver reports it: 81,920 MiB, 80.0 GiB (85.9 GB).
+  EXPECT_NE(gib.out.find(" of 80.0 GiB (stage "), std::string::npos) << gib.out;
+  EXPECT_NE(gib.out.find("weights GiB"), std::string::npos) << gib.out;
+  EXPECT_NE(gib.out.find("peak GiB"), std::string::npos) << gib.out;
+  std::vector<std::string> in_gb = simulate;
+  in_gb.insert(in_gb.end(), {"--memory-unit", "GB"});
+  const Result gb = Cli(in_gb);
+  ASSERT_EQ(gb.code, kExitOk) << gb.err;
+  EXPECT_NE(gb.out.find(" of 85.9 GB (stage "), std::string::npos) << gb.out;
+  EXPECT_NE(gb.out.find("weights GB"), std::string::npos) << gb.out;
+  EXPECT_EQ(gb.out.find("GiB"), std::string::npos) << gb.out;
+  std::vector<std::string> json = simulate;
+  json.insert(json.end(), {"--format", "json", "--memory-unit", "gb"});
+  const Result j = Cli(json);
+  EXPECT_EQ(j.code, kExitOk);
+  EXPECT_NE(j.out.find("\"peak_memory_bytes\": "), std::string::npos);
+
+  const Result plan = Cli({"plan", "--top", "3"});
+  EXPECT_EQ(plan.code, kExitOk);
+  EXPECT_NE(plan.out.find("fit in 80.0 GiB per GPU"), std::string::npos) << plan.out;
+  EXPECT_NE(plan.out.find("memory GiB"), std::string::npos) << plan.out;
+  const Result plan_gb = Cli({"plan", "--top", "3", "--memory-unit", "GB"});
+  EXPECT_NE(plan_gb.out.find("fit in 85.9 GB per GPU"), std::string::npos) << plan_gb.out;
+  EXPECT_NE(plan_gb.out.find("memory GB"), std::string::npos) << plan_gb.out;
+
+  const Result check = Cli({"check", "--gpus", "8", "--", kSeedCommand});
+  EXPECT_NE(check.out.find(" GiB per GPU"), std::string::npos) << check.out;
+  const Result profiles = Cli({"profiles"});
+  EXPECT_NE(profiles.out.find("HBM GiB"), std::string::npos) << profiles.out;
+
+  const Result bad = Cli({"profiles", "--memory-unit", "MB"});
+  EXPECT_EQ(bad.code, kExitBadInput);
+  EXPECT_EQ(bad.err,
+            "ptdp: error: --memory-unit: unknown value \"MB\" (expected one of: GiB, GB) (hint: "
+            "see `ptdp profiles --help`)\n");
+}
+
+// Megatron-LM's --num-layers-per-virtual-pipeline-stage: virtual stages = layers / (pp x N).
+TEST(CliMegatronNames, LayersPerVirtualStage) {
+  const std::vector<std::string> base = {"simulate",
+                                         "--model",
+                                         "seed-example",
+                                         "--cluster",
+                                         "dgx-a100-80gb",
+                                         "--gpus",
+                                         "8",
+                                         "--global-batch",
+                                         "128",
+                                         "--tp",
+                                         "2",
+                                         "--pp",
+                                         "4",
+                                         "--format",
+                                         "json"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return Cli(args);
+  };
+  // 24 layers over pp 4: 6 a stage, 3 a virtual stage -> 2 virtual stages.
+  const Result by_layers = with({"--num-layers-per-virtual-pipeline-stage", "3"});
+  const Result by_stages = with({"--virtual-stages", "2"});
+  const Result by_megatron_stages = with({"--num-virtual-stages-per-pipeline-rank", "2"});
+  ASSERT_EQ(by_layers.code, kExitOk) << by_layers.err;
+  EXPECT_EQ(by_layers.out, by_stages.out);
+  EXPECT_EQ(by_megatron_stages.out, by_stages.out);
+
+  Result r = with({"--num-layers-per-virtual-pipeline-stage", "4"});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_EQ(r.err,
+            "ptdp: error: --num-layers-per-virtual-pipeline-stage: number of layers per pipeline "
+            "stage must be divisible number of layers per virtual pipeline stage (6 layers per "
+            "stage, 4 per virtual stage) (hint: give a number of layers dividing num_layers / "
+            "pp)\n");
+  r = with({"--num-layers-per-virtual-pipeline-stage", "3", "--virtual-stages", "2"});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_NE(r.err.find("No more than one of the following arguments can be set at the same "
+                       "time"),
+            std::string::npos)
+      << r.err;
+
+  // plan: with the pipeline size fixed, every plan has those virtual stages.
+  r = Cli({"plan", "--num-layers-per-virtual-pipeline-stage", "3"});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_EQ(r.err,
+            "ptdp: error: --num-layers-per-virtual-pipeline-stage: needs the pipeline size "
+            "(hint: add --fix pp=P: the virtual stages are num_layers / (P x N))\n");
+  r = Cli({"plan", "--fix", "pp=4", "--num-layers-per-virtual-pipeline-stage", "3", "--format",
+           "json"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  const std::string plans = r.out.substr(0, r.out.find("\"reference\": {"));
+  EXPECT_NE(plans.find("\"virtual_stages\": 2"), std::string::npos);
+  EXPECT_EQ(plans.find("\"virtual_stages\": 1,"), std::string::npos);
+}
+
+// replay --plan searches for minutes: a progress line on stderr (forced here, as PTDP_PROGRESS=1
+// does for logs).
+TEST(CliProgress, ReplayPlanShowsProgress) {
+  ::setenv("PTDP_PROGRESS", "1", 1);
+  const Result r = Cli({"replay", "--dataset", "narayanan2021", "--plan"});
+  ::unsetenv("PTDP_PROGRESS");
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_NE(r.err.find("ptdp replay --plan: row "), std::string::npos) << r.err;
+}
+
+// The hidden --man and --completion options the build generates the installed files with.
+TEST(CliDocs, ManPageAndCompletionsFromTheFlagTables) {
+  const Result man = Cli({"--man"});
+  EXPECT_EQ(man.code, kExitOk);
+  EXPECT_EQ(man.out.rfind(".TH PTDP 1", 0), 0u);
+  for (const Command& c : AllCommands()) {
+    EXPECT_NE(man.out.find(".SS \"ptdp " + std::string(c.name) + "\""), std::string::npos);
+  }
+  const Result bash = Cli({"--completion", "bash"});
+  EXPECT_EQ(bash.code, kExitOk);
+  EXPECT_NE(bash.out.find("    simulate) flags=\"--plan --megatron --file"), std::string::npos)
+      << bash.out;
+  EXPECT_NE(bash.out.find("complete -o default -F _ptdp ptdp\n"), std::string::npos);
+  const Result zsh = Cli({"--completion", "zsh"});
+  EXPECT_EQ(zsh.out.rfind("#compdef ptdp\n", 0), 0u);
+  EXPECT_EQ(Cli({"--completion", "fish"}).code, kExitBadInput);
+}
+
 }  // namespace
 }  // namespace ptdp::cli

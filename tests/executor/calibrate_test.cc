@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "core/error.h"
 #include "core/presets.h"
@@ -28,7 +29,14 @@ CalibrateOptions Tiny() {
 
 TEST(Calibrate, MeasuresAFullSortedGridAndRates) {
   const auto backend = MakeCpuBackend(1);
-  const CpuComputeFigures f = MeasureCpuCompute(*backend, Tiny(), nullptr);
+  // The progress callback: once per shape, in order (`ptdp calibrate`'s progress line).
+  std::vector<size_t> shapes_done;
+  const CpuComputeFigures f =
+      MeasureCpuCompute(*backend, Tiny(), nullptr, [&](size_t done, size_t total) {
+        EXPECT_EQ(total, 8u);
+        shapes_done.push_back(done);
+      });
+  EXPECT_EQ(shapes_done, (std::vector<size_t>{1, 2, 3, 4, 5, 6, 7, 8}));
   EXPECT_GT(f.peak_fp32_flops, 0);
   EXPECT_EQ(f.peak_size, 64);
   ASSERT_EQ(f.gemm_efficiency.size(), 8u);

@@ -221,7 +221,10 @@ TEST(StageMemory, RejectsWithTheNumbersWhenTheLargestStageDoesNotFit) {
   const MemoryEstimate est = EstimateMemory(m, c, t, big, std::vector<int>{1});
   const std::string problem = MemoryProblem(est, c);
   EXPECT_NE(problem.find("pipeline stage 0 needs "), std::string::npos) << problem;
-  EXPECT_NE(problem.find("A100-SXM4-80GB has 85.9 GB"), std::string::npos) << problem;
+  // In GiB by default (the driver's 81,920 MiB), GB on request.
+  EXPECT_NE(problem.find("A100-SXM4-80GB has 80.0 GiB"), std::string::npos) << problem;
+  EXPECT_NE(MemoryProblem(est, c, MemoryUnit::kGB).find("A100-SXM4-80GB has 85.9 GB"),
+            std::string::npos);
   EXPECT_NE(problem.find("optimizer"), std::string::npos) << problem;
   EXPECT_GT(est.peak_bytes(), 300e9);
 

@@ -1,0 +1,86 @@
+#include "cli/megatron_input.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <iostream>
+#include <iterator>
+#include <sstream>
+
+#include "core/yaml_io.h"
+
+namespace ptdp::cli {
+namespace {
+
+// `source FILE` in a launch script: FILE as written, else beside the script (a path the script
+// builds from `pwd` or $(dirname $0) reaches the interpreter partly unknown: its file name
+// is looked up next to the script).
+std::function<std::optional<std::string>(const std::string&)> SourcedFileReader(
+    const std::string& script) {
+  const std::filesystem::path dir = std::filesystem::path(script).parent_path();
+  return [dir](const std::string& path) -> std::optional<std::string> {
+    for (const std::filesystem::path& candidate :
+         {std::filesystem::path(path), dir / path, dir / std::filesystem::path(path).filename()}) {
+      std::error_code ec;
+      if (std::filesystem::is_regular_file(candidate, ec)) return ReadTextFile(candidate.string());
+    }
+    return std::nullopt;
+  };
+}
+
+}  // namespace
+
+MegatronInput ReadMegatronInput(const Flags& flags, std::string_view text_flag,
+                                std::string_view verb, std::string_view usage_hint) {
+  MegatronInput in;
+  const auto file = flags.OptionalString("file");
+  const auto text = text_flag.empty() ? std::nullopt : flags.OptionalString(text_flag);
+  const int given = (file ? 1 : 0) + (text ? 1 : 0) + (flags.passthrough().empty() ? 0 : 1);
+  if (given > 1) {
+    flags.Fail(
+        text && file ? text_flag : "file",
+        text_flag.empty()
+            ? "give the command either after -- or in --file, not both"
+            : fmt::format("give the command once: in --{}, in --file or after --", text_flag));
+  }
+  bool from_file = false;
+  if (file) {
+    if (*file == "-") {
+      in.text.assign(std::istreambuf_iterator<char>(std::cin), {});
+      in.source = "<stdin>";
+    } else {
+      in.text = ReadTextFile(*file);
+      in.source = *file;
+      from_file = true;
+    }
+    in.has_lines = true;
+  } else if (text) {
+    in.text = *text;
+    in.source = "--" + std::string(text_flag);
+    in.has_lines = in.text.find('\n') != std::string::npos;
+  } else if (!flags.passthrough().empty()) {
+    for (const std::string& word : flags.passthrough()) {
+      in.text += (in.text.empty() ? "" : " ") + word;
+    }
+    in.source = "the command line";
+  } else {
+    flags.Fail(text_flag.empty() ? "file" : text_flag, fmt::format("no command to {}", verb),
+               std::string(usage_hint));
+  }
+  if (auto words = flags.OptionalString("script-args")) {
+    std::istringstream args(*words);
+    for (std::string w; args >> w;) in.read.script_args.push_back(w);
+  }
+  if (from_file) {
+    // The script is taken to run from its own folder: $PWD and `pwd` name it, and the files it
+    // sources or submits are found there.
+    in.read.read_file = SourcedFileReader(in.source);
+    std::error_code ec;
+    const std::filesystem::path dir =
+        std::filesystem::absolute(std::filesystem::path(in.source), ec).parent_path();
+    if (!ec) in.read.environment["PWD"] = dir.string();
+  }
+  return in;
+}
+
+}  // namespace ptdp::cli

@@ -1,0 +1,27 @@
+// A Megatron-LM command line or launch script as `check` and `simulate --megatron` read it: from
+// a flag's text, a file (`-`: standard input), or the words after a lone --.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "cli/flags.h"
+#include "core/megatron_args.h"
+
+namespace ptdp::cli {
+
+struct MegatronInput {
+  std::string text;
+  std::string source;        // the file, "<stdin>", or the flag or words it came from
+  bool has_lines = false;    // a script (a file or standard input): findings name their lines
+  MegatronReadOptions read;  // the script's arguments (--script-args), its sourced files
+};
+
+// The command from --file, from `text_flag` (a flag holding the whole command; "" for none) or
+// from the words after --: exactly one of them, else an InputError naming the flags. A script
+// read from a file runs from its own folder ($PWD, the files it sources). With none, the error
+// reads "no command to <verb>" with `usage_hint`.
+MegatronInput ReadMegatronInput(const Flags& flags, std::string_view text_flag,
+                                std::string_view verb, std::string_view usage_hint);
+
+}  // namespace ptdp::cli
