@@ -241,193 +241,192 @@ SvgWindow ReadSvgWindow(const Flags& flags) {
   return w;
 }
 
-int RunSimulate(const Flags& flags, std::ostream& out, std::ostream&) {
-  // The Megatron-LM flag that sets a layout field, for a broken rule of a pasted command.
-  std::string_view MegatronFlagFor(std::string_view key) {
-    if (key == "tp") return "--tensor-model-parallel-size";
-    if (key == "pp") return "--pipeline-model-parallel-size";
-    if (key == "cp") return "--context-parallel-size";
-    if (key == "ep") return "--expert-model-parallel-size";
-    if (key == "etp") return "--expert-tensor-parallel-size";
-    if (key == "global_batch_size") return "--global-batch-size";
-    if (key == "micro_batch_size") return "--micro-batch-size";
-    if (key == "sequence_parallel") return "--sequence-parallel";
-    if (key == "first_stage_layers") return "--decoder-first-pipeline-num-layers";
-    if (key == "last_stage_layers") return "--decoder-last-pipeline-num-layers";
-    if (key == "recompute_num_layers") return "--recompute-num-layers";
-    return "";
+// The Megatron-LM flag that sets a layout field, for a broken rule of a pasted command.
+std::string_view MegatronFlagFor(std::string_view key) {
+  if (key == "tp") return "--tensor-model-parallel-size";
+  if (key == "pp") return "--pipeline-model-parallel-size";
+  if (key == "cp") return "--context-parallel-size";
+  if (key == "ep") return "--expert-model-parallel-size";
+  if (key == "etp") return "--expert-tensor-parallel-size";
+  if (key == "global_batch_size") return "--global-batch-size";
+  if (key == "micro_batch_size") return "--micro-batch-size";
+  if (key == "sequence_parallel") return "--sequence-parallel";
+  if (key == "first_stage_layers") return "--decoder-first-pipeline-num-layers";
+  if (key == "last_stage_layers") return "--decoder-last-pipeline-num-layers";
+  if (key == "recompute_num_layers") return "--recompute-num-layers";
+  return "";
+}
+
+// What may go with a Megatron-LM command: the hardware, the GPU count when the launcher does
+// not say it, and the outputs. Everything else is the command's to say.
+constexpr std::string_view kWithMegatron[] = {
+    "megatron",  "file",    "script-args", "vocab-size",  "cluster",
+    "gpus",      "format",  "trace",       "svg",         "svg-from",
+    "svg-until", "explain", "timeline",    "memory-unit", "help"};
+
+bool MegatronGiven(const Flags& flags) {
+  return flags.Has("megatron") || flags.Has("file") || !flags.passthrough().empty();
+}
+
+// A Megatron-LM command line or launch script, read as `ptdp check` reads it, on --cluster.
+// Whatever Megatron-LM would refuse, or ptdp cannot simulate, is bad input (exit 2) naming the
+// source, its line and the flag; warnings go to `err`.
+Plan PlanFromMegatron(const Flags& flags, std::ostream& err) {
+  const std::string_view via = flags.Has("megatron") ? "--megatron"
+                               : flags.Has("file")   ? "--file"
+                                                     : "a command after --";
+  for (const std::string& flag : flags.Given()) {
+    if (std::find(std::begin(kWithMegatron), std::end(kWithMegatron), flag) ==
+        std::end(kWithMegatron)) {
+      flags.Fail(flag, fmt::format("cannot be combined with {}", via),
+                 "the command gives the model, the batch and the layout; only --cluster, --gpus "
+                 "and the output flags go with it");
+    }
   }
-
-  // What may go with a Megatron-LM command: the hardware, the GPU count when the launcher does
-  // not say it, and the outputs. Everything else is the command's to say.
-  constexpr std::string_view kWithMegatron[] = {
-      "megatron",  "file",    "script-args", "vocab-size",  "cluster",
-      "gpus",      "format",  "trace",       "svg",         "svg-from",
-      "svg-until", "explain", "timeline",    "memory-unit", "help"};
-
-  bool MegatronGiven(const Flags& flags) {
-    return flags.Has("megatron") || flags.Has("file") || !flags.passthrough().empty();
+  if (!flags.Has("cluster")) {
+    flags.Fail("cluster", fmt::format("is required with {}", via),
+               "a Megatron-LM command does not say the hardware: pass --cluster dgx-h100 (`ptdp "
+               "profiles` lists them)");
   }
-
-  // A Megatron-LM command line or launch script, read as `ptdp check` reads it, on --cluster.
-  // Whatever Megatron-LM would refuse, or ptdp cannot simulate, is bad input (exit 2) naming the
-  // source, its line and the flag; warnings go to `err`.
-  Plan PlanFromMegatron(const Flags& flags, std::ostream& err) {
-    const std::string_view via = flags.Has("megatron") ? "--megatron"
-                                 : flags.Has("file")   ? "--file"
-                                                       : "a command after --";
-    for (const std::string& flag : flags.Given()) {
-      if (std::find(std::begin(kWithMegatron), std::end(kWithMegatron), flag) ==
-          std::end(kWithMegatron)) {
-        flags.Fail(flag, fmt::format("cannot be combined with {}", via),
-                   "the command gives the model, the batch and the layout; only --cluster, --gpus "
-                   "and the output flags go with it");
-      }
-    }
-    if (!flags.Has("cluster")) {
-      flags.Fail("cluster", fmt::format("is required with {}", via),
-                 "a Megatron-LM command does not say the hardware: pass --cluster dgx-h100 (`ptdp "
-                 "profiles` lists them)");
-    }
-    const MegatronInput in = ReadMegatronInput(
-        flags, "megatron", "simulate",
-        "ptdp simulate --cluster C --megatron \"python pretrain_gpt.py ...\"   or   ptdp simulate "
-        "--cluster C --file cmd.sh");
-    Plan plan;
-    plan.cluster = ResolveCluster(flags.String("cluster"));
-    CheckReport report = CheckMegatronCommand(in.text, in.source,
-                                              flags.OptionalPositiveInt("gpus", kMaxGpus), in.read);
-    MegatronCommand& c = report.command;
-    if (auto vocab = flags.OptionalPositiveInt("vocab-size")) {
-      c.model.vocab_size = static_cast<int>(*vocab);
-      std::erase_if(c.findings, [](const MegatronFinding& f) {
-        return f.message.starts_with("the vocabulary size comes from the tokenizer");
-      });
-    }
-    const auto line_of = [&](int line) { return in.has_lines ? line : 0; };
-    const std::string check_hint = fmt::format("`ptdp check {}` lists every problem",
-                                               flags.Has("file") ? "--file FILE" : "--");
-    int errors = 0;
-    for (const MegatronFinding& f : c.findings) {
-      if (f.severity == MegatronFinding::Severity::kError) ++errors;
-    }
-    for (const MegatronFinding& f : c.findings) {
-      if (f.severity != MegatronFinding::Severity::kError) continue;
-      throw InputError({in.source, line_of(f.line), f.flag},
-                       fmt::format("Megatron-LM would refuse this command: {}", f.message),
-                       (f.fix.empty() ? "" : f.fix + "; ") +
-                           (errors > 1 ? fmt::format("{} errors in all; ", errors) : "") +
-                           check_hint);
-    }
-    if (!c.model_complete) {
-      throw InputError({in.source, 0, ""},
-                       "the command does not describe a complete model, so it cannot be simulated",
-                       check_hint);
-    }
-    if (!report.violations.empty()) {
-      const Violation& v = report.violations.front();
-      const std::string_view flag = MegatronFlagFor(v.key);
-      int line = 0;
-      for (const MegatronCommand::Arg& a : c.args) {
-        if (a.flag == flag) line = a.line;
-      }
-      throw InputError({in.source, line_of(line), std::string(flag)}, v.message, v.hint);
-    }
-    if (!report.not_simulated.empty()) {
-      throw InputError({in.source, 0, ""}, "not simulated: " + report.not_simulated, check_hint);
-    }
-    if (c.training.precision == Precision::kFp8 && plan.cluster.gpu.peak_fp8_flops <= 0) {
-      flags.Fail("cluster",
-                 fmt::format("the command trains in FP8 (--fp8-format) but {}'s {} has no FP8 "
-                             "tensor cores",
-                             plan.cluster.name, plan.cluster.gpu.name),
-                 "pass --cluster dgx-h100 (or hgx-h200, or your own profile with peak_fp8_tflops)");
-    }
-    // The command runs: what it changes that is not simulated, and what was assumed.
-    for (const MegatronFinding& f : c.findings) {
-      std::string where =
-          in.has_lines && f.line > 0 ? fmt::format("{}:{}: ", in.source, f.line) : in.source + ": ";
-      if (!f.flag.empty()) where += f.flag + ": ";
-      err << "ptdp: warning: " << where << f.message << "\n";
-    }
-    if (report.gpus_assumed) {
-      err << fmt::format(
-          "ptdp: note: the launcher does not say how many GPUs; simulating tp x pp{} = {} (pass "
-          "--gpus N)\n",
-          c.parallel.cp > 1 ? " x cp" : "", report.gpus);
-    }
-    plan.model = c.model;
-    plan.num_gpus = report.gpus;
-    plan.training = c.training;
-    plan.parallel = c.parallel;
-    plan.options = c.options;
-    return plan;
+  const MegatronInput in = ReadMegatronInput(
+      flags, "megatron", "simulate",
+      "ptdp simulate --cluster C --megatron \"python pretrain_gpt.py ...\"   or   ptdp simulate "
+      "--cluster C --file cmd.sh");
+  Plan plan;
+  plan.cluster = ResolveCluster(flags.String("cluster"));
+  CheckReport report = CheckMegatronCommand(in.text, in.source,
+                                            flags.OptionalPositiveInt("gpus", kMaxGpus), in.read);
+  MegatronCommand& c = report.command;
+  if (auto vocab = flags.OptionalPositiveInt("vocab-size")) {
+    c.model.vocab_size = static_cast<int>(*vocab);
+    std::erase_if(c.findings, [](const MegatronFinding& f) {
+      return f.message.starts_with("the vocabulary size comes from the tokenizer");
+    });
   }
+  const auto line_of = [&](int line) { return in.has_lines ? line : 0; };
+  const std::string check_hint =
+      fmt::format("`ptdp check {}` lists every problem", flags.Has("file") ? "--file FILE" : "--");
+  int errors = 0;
+  for (const MegatronFinding& f : c.findings) {
+    if (f.severity == MegatronFinding::Severity::kError) ++errors;
+  }
+  for (const MegatronFinding& f : c.findings) {
+    if (f.severity != MegatronFinding::Severity::kError) continue;
+    throw InputError({in.source, line_of(f.line), f.flag},
+                     fmt::format("Megatron-LM would refuse this command: {}", f.message),
+                     (f.fix.empty() ? "" : f.fix + "; ") +
+                         (errors > 1 ? fmt::format("{} errors in all; ", errors) : "") +
+                         check_hint);
+  }
+  if (!c.model_complete) {
+    throw InputError({in.source, 0, ""},
+                     "the command does not describe a complete model, so it cannot be simulated",
+                     check_hint);
+  }
+  if (!report.violations.empty()) {
+    const Violation& v = report.violations.front();
+    const std::string_view flag = MegatronFlagFor(v.key);
+    int line = 0;
+    for (const MegatronCommand::Arg& a : c.args) {
+      if (a.flag == flag) line = a.line;
+    }
+    throw InputError({in.source, line_of(line), std::string(flag)}, v.message, v.hint);
+  }
+  if (!report.not_simulated.empty()) {
+    throw InputError({in.source, 0, ""}, "not simulated: " + report.not_simulated, check_hint);
+  }
+  if (c.training.precision == Precision::kFp8 && plan.cluster.gpu.peak_fp8_flops <= 0) {
+    flags.Fail("cluster",
+               fmt::format("the command trains in FP8 (--fp8-format) but {}'s {} has no FP8 "
+                           "tensor cores",
+                           plan.cluster.name, plan.cluster.gpu.name),
+               "pass --cluster dgx-h100 (or hgx-h200, or your own profile with peak_fp8_tflops)");
+  }
+  // The command runs: what it changes that is not simulated, and what was assumed.
+  for (const MegatronFinding& f : c.findings) {
+    std::string where =
+        in.has_lines && f.line > 0 ? fmt::format("{}:{}: ", in.source, f.line) : in.source + ": ";
+    if (!f.flag.empty()) where += f.flag + ": ";
+    err << "ptdp: warning: " << where << f.message << "\n";
+  }
+  if (report.gpus_assumed) {
+    err << fmt::format(
+        "ptdp: note: the launcher does not say how many GPUs; simulating tp x pp{} = {} (pass "
+        "--gpus N)\n",
+        c.parallel.cp > 1 ? " x cp" : "", report.gpus);
+  }
+  plan.model = c.model;
+  plan.num_gpus = report.gpus;
+  plan.training = c.training;
+  plan.parallel = c.parallel;
+  plan.options = c.options;
+  return plan;
+}
 
-  int RunSimulate(const Flags& flags, std::ostream& out, std::ostream& err) {
-    const auto path = flags.OptionalString("plan");
-    Plan plan = MegatronGiven(flags) ? PlanFromMegatron(flags, err)
-                : path               ? PlanFromFile(flags, *path)
-                                     : PlanFromFlags(flags);
-    const Format format = flags.Enum("format", kFormats, Format::kTable);
-    plan.options = ReadCostOptions(flags, plan.options);
-    // The options given as flags may break a rule the plan file kept (an attention backend
-    // context parallelism cannot use).
-    if (const std::vector<Violation> v = CheckParallelConfig(
-            plan.model, plan.training, plan.parallel, plan.num_gpus, plan.options);
-        !v.empty()) {
-      flags.Fail(
-          v.front().rule == Rule::kContextParallel ? "attention-backend" : FlagFor(v.front().key),
-          v.front().message, v.front().hint);
-    }
-    const SvgWindow window = ReadSvgWindow(flags);
-    const SimulationReport report = SimulatePlan(plan);
-    const MemoryUnit unit = ReadMemoryUnit(flags);
+int RunSimulate(const Flags& flags, std::ostream& out, std::ostream& err) {
+  const auto path = flags.OptionalString("plan");
+  Plan plan = MegatronGiven(flags) ? PlanFromMegatron(flags, err)
+              : path               ? PlanFromFile(flags, *path)
+                                   : PlanFromFlags(flags);
+  const Format format = flags.Enum("format", kFormats, Format::kTable);
+  plan.options = ReadCostOptions(flags, plan.options);
+  // The options given as flags may break a rule the plan file kept (an attention backend
+  // context parallelism cannot use).
+  if (const std::vector<Violation> v = CheckParallelConfig(plan.model, plan.training, plan.parallel,
+                                                           plan.num_gpus, plan.options);
+      !v.empty()) {
+    flags.Fail(
+        v.front().rule == Rule::kContextParallel ? "attention-backend" : FlagFor(v.front().key),
+        v.front().message, v.front().hint);
+  }
+  const SvgWindow window = ReadSvgWindow(flags);
+  const SimulationReport report = SimulatePlan(plan);
+  const MemoryUnit unit = ReadMemoryUnit(flags);
 
-    std::vector<OutputFile> files;
-    if (auto path = flags.OptionalString("svg")) {
-      TimelineTitle title = SimulationTitle(plan, report, unit);
-      title.window_start_s = window.from_s;
-      title.axis_end_s = window.until_s;
-      // Without --svg-until the window ends with the step: it must start before.
-      if (window.until_s == 0 && window.from_s >= report.sim.step_time_s) {
-        flags.Fail("svg-from",
-                   fmt::format("{:g} s is not before the step's end ({:g} s): the window would be "
-                               "empty",
-                               window.from_s, report.sim.step_time_s),
-                   "a start before the step's end, or --svg-until for an axis beyond it");
-      }
-      files.push_back({*path, TimelineSvg(report.schedule, report.sim, title), "--svg"});
+  std::vector<OutputFile> files;
+  if (auto path = flags.OptionalString("svg")) {
+    TimelineTitle title = SimulationTitle(plan, report, unit);
+    title.window_start_s = window.from_s;
+    title.axis_end_s = window.until_s;
+    // Without --svg-until the window ends with the step: it must start before.
+    if (window.until_s == 0 && window.from_s >= report.sim.step_time_s) {
+      flags.Fail("svg-from",
+                 fmt::format("{:g} s is not before the step's end ({:g} s): the window would be "
+                             "empty",
+                             window.from_s, report.sim.step_time_s),
+                 "a start before the step's end, or --svg-until for an axis beyond it");
     }
-    if (auto path = flags.OptionalString("trace")) {
-      const TimelineTrace trace = TimelineTraceEvents(report.schedule, report.sim);
-      files.push_back(
-          {*path,
-           ChromeTraceJson(SimulationTitle(plan, report, unit).title, trace.tracks, trace.events),
-           "--trace"});
-    }
-    WriteOutputFiles(files);
-    const bool explain = flags.Switch("explain");
-    if (format == Format::kJson) {
-      if (explain) {
-        out << "{" << SimulationJsonMembers(report)
-            << ",\n \"groups\": " << CommGroupsJson(CommGroupRows(plan, report), 1) << "}\n";
-      } else {
-        out << SimulationJson(report) << "\n";
-      }
+    files.push_back({*path, TimelineSvg(report.schedule, report.sim, title), "--svg"});
+  }
+  if (auto path = flags.OptionalString("trace")) {
+    const TimelineTrace trace = TimelineTraceEvents(report.schedule, report.sim);
+    files.push_back(
+        {*path,
+         ChromeTraceJson(SimulationTitle(plan, report, unit).title, trace.tracks, trace.events),
+         "--trace"});
+  }
+  WriteOutputFiles(files);
+  const bool explain = flags.Switch("explain");
+  if (format == Format::kJson) {
+    if (explain) {
+      out << "{" << SimulationJsonMembers(report)
+          << ",\n \"groups\": " << CommGroupsJson(CommGroupRows(plan, report), 1) << "}\n";
     } else {
-      out << SimulationText(plan, report, unit);
-      if (explain) out << "\n" << CommGroupsText(CommGroupRows(plan, report));
-      const bool small = report.schedule.stages <= 8 && report.schedule.ops[0].size() <= 48;
-      if (flags.Switch("timeline") || small) {
-        out << "\nTimeline (F forward, B backward, W weight gradient; '.' idle):\n"
-            << TimelineText(report.schedule, report.sim);
-      }
-      if (!flags.Has("svg"))
-        out << "\nThe timeline: add --svg FILE (or --trace FILE for Perfetto).\n";
+      out << SimulationJson(report) << "\n";
     }
-    return report.memory_problem.empty() ? kExitOk : kExitFailed;
+  } else {
+    out << SimulationText(plan, report, unit);
+    if (explain) out << "\n" << CommGroupsText(CommGroupRows(plan, report));
+    const bool small = report.schedule.stages <= 8 && report.schedule.ops[0].size() <= 48;
+    if (flags.Switch("timeline") || small) {
+      out << "\nTimeline (F forward, B backward, W weight gradient; '.' idle):\n"
+          << TimelineText(report.schedule, report.sim);
+    }
+    if (!flags.Has("svg"))
+      out << "\nThe timeline: add --svg FILE (or --trace FILE for Perfetto).\n";
   }
+  return report.memory_problem.empty() ? kExitOk : kExitFailed;
+}
 
 }  // namespace
 
