@@ -9,7 +9,7 @@ from typing import Any, Optional, Union
 from ._invoke import Invocation, Source, Word, flags, run_json, source
 from ._results import CheckResult, Plan, PlanList, Schedule, Simulation, _from_dict
 
-_RESERVED = {"format", "out", "out_dir", "svg", "trace", "html", "file", "plan"}
+_RESERVED = {"format", "out", "out_dir", "svg", "trace", "html", "plan"}
 
 
 def _options(options: dict[str, Any], command: str) -> list[str]:
@@ -87,7 +87,9 @@ def simulate(
     arguments override (``tp=4``); or model, cluster, gpus, global_batch and the layout:
     ``tp``, ``pp``, ``micro_batch``, ``virtual_stages``, ``schedule``, ``sequence_parallel``,
     ``recompute``, ``distributed_optimizer``... (Megatron-LM's names work too:
-    ``tensor_model_parallel_size=2``). ``explain=True`` fills ``groups``. A configuration that
+    ``tensor_model_parallel_size=2``). Or a Megatron-LM launch as written, with the cluster:
+    ``megatron="torchrun ... pretrain_gpt.py --num-layers 24 ..."`` or ``file="train.sh"``.
+    ``explain=True`` fills ``groups``. A configuration that
     does not fit in memory is an answer: ``fits`` is False and ``memory_problem`` says where.
     """
     words: list[Word] = ["simulate"]
@@ -131,6 +133,8 @@ def check(
         words += ["--cluster", source(cluster, "cluster")]
     if gpus is not None:
         words += ["--gpus", str(gpus)]
+    if "file" in options:
+        raise TypeError("check() reads the command or script from its first argument, not file=")
     words += _options(options, "check")
     inv = Invocation.of(words + ["--file", "-"], command, "<command text>")
     _, data = run_json(inv.with_flags("--format", "json"), ok=(0, 1, 4))

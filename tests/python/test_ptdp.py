@@ -249,6 +249,27 @@ def test_simulate_matches_the_command():
     assert "Simulation: " in repr(sim)
 
 
+MEGATRON_COMMAND = (
+    "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 24 --hidden-size 2048 "
+    "--num-attention-heads 32 --seq-length 2048 --max-position-embeddings 2048 "
+    "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 --micro-batch-size 4 "
+    "--global-batch-size 128 --vocab-size 50257 --bf16"
+)
+
+
+def test_simulate_a_megatron_command_as_written(tmp_path):
+    sim = ptdp.simulate(megatron=MEGATRON_COMMAND, cluster="dgx-a100-80gb")
+    checked = ptdp.check(MEGATRON_COMMAND, cluster="dgx-a100-80gb")
+    assert sim.step_time_s == checked.yours["step_time_s"]
+    assert len(sim.stages) == 4
+    script = tmp_path / "train.sh"
+    script.write_text("export CUDA_DEVICE_MAX_CONNECTIONS=1\n" + MEGATRON_COMMAND + "\n")
+    assert ptdp.simulate(file=script, cluster="dgx-a100-80gb").step_time_s == sim.step_time_s
+    # What Megatron-LM would refuse is bad input, named as the command line names it.
+    with pytest.raises(ptdp.InputError, match="--num-microbatches"):
+        ptdp.simulate(megatron=MEGATRON_COMMAND + " --num-microbatches 32", cluster="dgx-a100-80gb")
+
+
 def test_megatron_names_are_accepted():
     ours = ptdp.simulate(**LAYOUT, tp=2, pp=4, micro_batch=4, sequence_parallel=True)
     megatron = ptdp.simulate(
