@@ -78,13 +78,7 @@ CheckOutcome AnalyseCommand(const Flags& flags, const MegatronInput& in) {
   // accepts exits 0 even when ptdp cannot simulate it or it does not fit (4 with --require-fit).
   o.verdict = o.report.failed() ? kExitFailed : kExitOk;
   if (!c.model_complete || !o.report.simulatable()) return o;
-  if (c.training.precision == Precision::kFp8 && o.cluster.gpu.peak_fp8_flops <= 0) {
-    flags.Fail("cluster",
-               fmt::format("the command trains in FP8 (--fp8-format) but {}'s {} has no FP8 "
-                           "tensor cores",
-                           o.cluster.name, o.cluster.gpu.name),
-               "pass --cluster dgx-h100 (or hgx-h200, or your own profile with peak_fp8_tflops)");
-  }
+  RequireFp8Units(flags, c, o.cluster);
   PlanRequest req;
   req.model = c.model;
   req.cluster = o.cluster;

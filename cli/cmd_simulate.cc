@@ -335,13 +335,7 @@ Plan PlanFromMegatron(const Flags& flags, std::ostream& err) {
   if (!report.not_simulated.empty()) {
     throw InputError({in.source, 0, ""}, "not simulated: " + report.not_simulated, check_hint);
   }
-  if (c.training.precision == Precision::kFp8 && plan.cluster.gpu.peak_fp8_flops <= 0) {
-    flags.Fail("cluster",
-               fmt::format("the command trains in FP8 (--fp8-format) but {}'s {} has no FP8 "
-                           "tensor cores",
-                           plan.cluster.name, plan.cluster.gpu.name),
-               "pass --cluster dgx-h100 (or hgx-h200, or your own profile with peak_fp8_tflops)");
-  }
+  RequireFp8Units(flags, c, plan.cluster);
   // The command runs: what it changes that is not simulated, and what was assumed.
   for (const MegatronFinding& f : c.findings) {
     std::string where =

@@ -83,4 +83,14 @@ MegatronInput ReadMegatronInput(const Flags& flags, std::string_view text_flag,
   return in;
 }
 
+void RequireFp8Units(const Flags& flags, const MegatronCommand& command,
+                     const ClusterSpec& cluster) {
+  if (command.training.precision != Precision::kFp8 || cluster.gpu.peak_fp8_flops > 0) return;
+  flags.Fail("cluster",
+             fmt::format("the command trains in FP8 (--fp8-format) but {}'s {} has no FP8 "
+                         "tensor cores",
+                         cluster.name, cluster.gpu.name),
+             "pass --cluster dgx-h100 (or hgx-h200, or your own profile with peak_fp8_tflops)");
+}
+
 }  // namespace ptdp::cli

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "cli/flags.h"
+#include "core/cluster_spec.h"
 #include "core/megatron_args.h"
 
 namespace ptdp::cli {
@@ -23,5 +24,10 @@ struct MegatronInput {
 // reads "no command to <verb>" with `usage_hint`.
 MegatronInput ReadMegatronInput(const Flags& flags, std::string_view text_flag,
                                 std::string_view verb, std::string_view usage_hint);
+
+// A command that trains in FP8 needs a GPU with FP8 tensor cores: an InputError naming
+// --cluster otherwise.
+void RequireFp8Units(const Flags& flags, const MegatronCommand& command,
+                     const ClusterSpec& cluster);
 
 }  // namespace ptdp::cli

@@ -1806,21 +1806,7 @@ TEST(CliSimulateMegatron, BadInputNamesTheFileLineAndFlag) {
 // Memory in GiB unless GB is asked for; the unit in every table header that holds memory; JSON
 // in bytes either way.
 TEST(CliMemoryUnit, GibByDefaultGbOnRequest) {
-  const std::vector<std::string> simulate = {"simulate",
-                                             "--model",
-                                             "seed-example",
-                                             "--cluster",
-                                             "dgx-a100-80gb",
-                                             "--gpus",
-                                             "8",
-                                             "--global-batch",
-                                             "128",
-                                             "--tp",
-                                             "2",
-                                             "--pp",
-                                             "4",
-                                             "--micro-batch",
-                                             "4"};
+  const std::vector<std::string> simulate = kSeedSimulate;
   const Result gib = Cli(simulate);
   ASSERT_EQ(gib.code, kExitOk) << gib.err;
   // The A100 80GB's HBM as the driver reports it: 81,920 MiB, 80.0 GiB (85.9 GB).
