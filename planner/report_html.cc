@@ -86,8 +86,8 @@ std::string TopPlanLabels(const std::vector<std::pair<double, double>>& at, size
 
 // When nothing fits: the plot says why (the rules' rejections, the closest miss) in a box at its
 // left, in the half (upper or lower) away from the closest miss' ring at height avoid_y.
-std::string NothingFitsNote(const PlanSearchResult& res, double left, double right, double top,
-                            double bottom, double avoid_y) {
+std::string NothingFitsNote(const PlanSearchResult& res, MemoryUnit unit, double left, double right,
+                            double top, double bottom, double avoid_y) {
   std::vector<std::string> lines;
   if (res.valid == 0) {
     lines.push_back(
@@ -97,13 +97,13 @@ std::string NothingFitsNote(const PlanSearchResult& res, double left, double rig
   } else {
     lines.push_back(
         fmt::format("No configuration fits: {} pass Megatron-LM's rules, none fits "
-                    "in {:.1f} GB per GPU.",
-                    GroupThousands(res.valid), res.memory_limit_bytes / 1e9));
+                    "in {} per GPU.",
+                    GroupThousands(res.valid), Memory(res.memory_limit_bytes, unit)));
   }
   if (res.closest_out_of_memory) {
     lines.push_back(
-        fmt::format("Closest to fitting (ringed): {:.1f} GB, {:.0f}% of what is available.",
-                    res.closest_out_of_memory->peak_memory_bytes / 1e9,
+        fmt::format("Closest to fitting (ringed): {}, {:.0f}% of what is available.",
+                    Memory(res.closest_out_of_memory->peak_memory_bytes, unit),
                     100 * res.closest_out_of_memory->peak_memory_bytes / res.memory_limit_bytes));
   }
   // The most frequent rejections.
@@ -162,6 +162,7 @@ std::string FlagsHtml(const std::vector<std::string>& args) {
 // Tokens per second against peak memory per GPU for every valid candidate: the cost model's
 // bound for all of them (an upper bound on throughput), the simulated figure for the top plans.
 std::string Chart(const PlanRequest& req, const PlanSearchResult& res) {
+  const MemoryUnit unit = req.memory_unit;
   const double tokens = static_cast<double>(req.training.global_batch_size) * req.model.seq_length;
   const double w = 900, h = 480, left = 80, right = 20, top = 40, bottom = 50;
   double max_mem = res.memory_limit_bytes * 1.05, max_tps = 0;
@@ -176,17 +177,19 @@ std::string Chart(const PlanRequest& req, const PlanSearchResult& res) {
   }
   max_mem = std::min(max_mem, clamp_mem);
   if (max_tps <= 0) max_tps = 1;
-  const double x_scale = (w - left - right) / (max_mem / 1e9);
+  const double x_scale = (w - left - right) / (InMemoryUnit(max_mem, unit));
   const double y_scale = (h - top - bottom) / (max_tps * 1.05);
-  auto X = [&](double bytes) { return left + std::min(bytes, max_mem) / 1e9 * x_scale; };
+  auto X = [&](double bytes) {
+    return left + InMemoryUnit(std::min(bytes, max_mem), unit) * x_scale;
+  };
   auto Y = [&](double tps) { return h - bottom - tps * y_scale; };
   std::string svg = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
       "font-family=\"DejaVu Sans, Arial, sans-serif\" font-size=\"12\">\n",
       w, h);
   // Axes and grid.
-  const double gx = NiceTickStep(max_mem / 1e9, 6), gy = NiceTickStep(max_tps, 6);
-  for (double g = 0; g <= max_mem / 1e9 + 1e-9; g += gx) {
+  const double gx = NiceTickStep(InMemoryUnit(max_mem, unit), 6), gy = NiceTickStep(max_tps, 6);
+  for (double g = 0; g <= InMemoryUnit(max_mem, unit) + 1e-9; g += gx) {
     svg += fmt::format(
         "<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#eee\"/>"
         "<text x=\"{0:.1f}\" y=\"{3}\" text-anchor=\"middle\">{4:g}</text>\n",
@@ -201,10 +204,10 @@ std::string Chart(const PlanRequest& req, const PlanSearchResult& res) {
         res.points.empty() ? "" : GroupThousands(static_cast<int64_t>(g)));  // none: no scale
   }
   svg += fmt::format(
-      "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">peak memory per GPU (GB)</text>\n"
+      "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">peak memory per GPU ({})</text>\n"
       "<text transform=\"translate(16 {}) rotate(-90)\" text-anchor=\"middle\">tokens per "
       "second</text>\n",
-      (left + w - right) / 2, h - 18, (top + h - bottom) / 2);
+      (left + w - right) / 2, h - 18, MemoryUnitName(unit), (top + h - bottom) / 2);
   const double limit_x = X(res.memory_limit_bytes);
   svg += fmt::format(
       "<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#c0392b\" "
@@ -227,8 +230,9 @@ std::string Chart(const PlanRequest& req, const PlanSearchResult& res) {
     const SimulationReport& r = res.plans[i].report;
     svg += fmt::format(
         "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"5\" fill=\"#f28e2b\" stroke=\"#333\" "
-        "stroke-width=\"0.8\"><title>#{} {:.3g} s/step, {:.1f} GB</title></circle>\n",
-        X(r.peak_memory_bytes), Y(r.tokens_per_s), i + 1, r.step_time_s, r.peak_memory_bytes / 1e9);
+        "stroke-width=\"0.8\"><title>#{} {:.3g} s/step, {}</title></circle>\n",
+        X(r.peak_memory_bytes), Y(r.tokens_per_s), i + 1, r.step_time_s,
+        Memory(r.peak_memory_bytes, unit));
     markers.push_back({X(r.peak_memory_bytes), Y(r.tokens_per_s)});
   }
   svg += TopPlanLabels(markers, 3, left, w - right, top, h - bottom);
@@ -239,10 +243,11 @@ std::string Chart(const PlanRequest& req, const PlanSearchResult& res) {
       ring_y = Y(tokens / p.step_lower_bound_s);
       svg += fmt::format(
           "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"7\" fill=\"none\" stroke=\"#c0392b\" "
-          "stroke-width=\"2\"><title>closest to fitting: {:.1f} GB</title></circle>\n",
-          X(p.peak_memory_bytes), Y(tokens / p.step_lower_bound_s), p.peak_memory_bytes / 1e9);
+          "stroke-width=\"2\"><title>closest to fitting: {}</title></circle>\n",
+          X(p.peak_memory_bytes), Y(tokens / p.step_lower_bound_s),
+          Memory(p.peak_memory_bytes, unit));
     }
-    svg += NothingFitsNote(res, left, w - right, top, h - bottom, ring_y);
+    svg += NothingFitsNote(res, req.memory_unit, left, w - right, top, h - bottom, ring_y);
   }
   // Legend, above the plot: each entry after the one before (about 0.6 em a character).
   double lx = left + 4;
@@ -263,6 +268,7 @@ std::string Chart(const PlanRequest& req, const PlanSearchResult& res) {
 }  // namespace
 
 std::string PlanReportHtml(const PlanRequest& req, const PlanSearchResult& res) {
+  const MemoryUnit unit = req.memory_unit;
   std::string html = fmt::format(
       "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
       "<title>ptdp plan: {} on {} x {}</title>\n"
@@ -275,11 +281,11 @@ std::string PlanReportHtml(const PlanRequest& req, const PlanSearchResult& res) 
       XmlEscape(req.model.name), req.gpus, XmlEscape(req.cluster.name));
   html += fmt::format(
       "<h1>ptdp plan: {} on {} x {}, global batch {}, {}</h1>\n<p>Searched {} configurations: "
-      "{} pass Megatron-LM's rules, {} fit in {:.1f} GB per GPU; the ranking simulated {} of "
+      "{} pass Megatron-LM's rules, {} fit in {} per GPU; the ranking simulated {} of "
       "them (exact: the same as simulating all).</p>\n",
       XmlEscape(req.model.name), req.gpus, XmlEscape(req.cluster.name),
       req.training.global_batch_size, Name(req.training.precision), GroupThousands(res.examined),
-      GroupThousands(res.valid), GroupThousands(res.fits), res.memory_limit_bytes / 1e9,
+      GroupThousands(res.valid), GroupThousands(res.fits), Memory(res.memory_limit_bytes, unit),
       GroupThousands(res.simulated));
 
   if (res.plans.empty()) {
@@ -293,7 +299,8 @@ std::string PlanReportHtml(const PlanRequest& req, const PlanSearchResult& res) 
         "<th class=\"l\">schedule</th><th>SP</th><th class=\"l\">recompute</th><th "
         "class=\"l\">sharding</th><th class=\"l\">layers</th><th>step "
         "(s)</th><th>tokens/s</th><th>TFLOP/s per GPU</th><th>MFU</th><th>"
-        "bubble</th><th>peak memory (GB)</th></tr>\n";
+        "bubble</th><th>peak memory (" +
+        std::string(MemoryUnitName(unit)) + ")</th></tr>\n";
     for (size_t i = 0; i < res.plans.size(); ++i) {
       const ParallelConfig& p = res.plans[i].plan.parallel;
       const SimulationReport& r = res.plans[i].report;
@@ -308,7 +315,7 @@ std::string PlanReportHtml(const PlanRequest& req, const PlanSearchResult& res) 
           RunsInMegatron(p) ? "" : " *", p.sequence_parallel ? "yes" : "-", Name(p.recompute),
           ShardingText(p), SplitText(res.plans[i].plan), r.step_time_s,
           GroupThousands(static_cast<int64_t>(r.tokens_per_s)), r.model_tflops_per_gpu, 100 * r.mfu,
-          100 * r.bubble_fraction, r.peak_memory_bytes / 1e9);
+          100 * r.bubble_fraction, InMemoryUnit(r.peak_memory_bytes, unit));
     }
     html += "</table>\n";
     if (std::any_of(res.plans.begin(), res.plans.end(),
@@ -342,10 +349,10 @@ std::string PlanReportHtml(const PlanRequest& req, const PlanSearchResult& res) 
     if (ref.rank > 0 && !res.plans.empty()) {
       const SimulationReport& r = ref.simulated->report;
       html += fmt::format(
-          "{}, micro-batch {}, {}: {:.3f} s per step, {:.1f} GB, rank {} of "
+          "{}, micro-batch {}, {}: {:.3f} s per step, {}, rank {} of "
           "{} ({:.2f}x the best's step time).",
           SizesText(ref.parallel), ref.parallel.micro_batch_size, Name(ref.parallel.schedule),
-          r.step_time_s, r.peak_memory_bytes / 1e9, GroupThousands(ref.rank),
+          r.step_time_s, Memory(r.peak_memory_bytes, unit), GroupThousands(ref.rank),
           GroupThousands(res.fits), r.step_time_s / res.plans.front().report.step_time_s);
     } else {
       html += "not a valid plan: " + XmlEscape(ref.problem);

@@ -591,6 +591,16 @@ TEST(CliPlan, TheHtmlReportsFlagsAreThoseOfTheBestPlanMegatronRuns) {
   ASSERT_EQ(j["plans"][2]["schedule"].as<std::string>(), "1f1b");
   EXPECT_NE(html.find("zb-h1 *</td>"), std::string::npos);
   EXPECT_NE(html.find("* not in Megatron-LM"), std::string::npos);
+  // Memory in GiB, as the text output shows it (GB with --memory-unit GB).
+  EXPECT_NE(html.find("<th>peak memory (GiB)</th>"), std::string::npos);
+  EXPECT_NE(html.find(">peak memory per GPU (GiB)</text>"), std::string::npos);
+  EXPECT_NE(html.find("fit in 79.6 GiB per GPU"), std::string::npos);
+  with_html.insert(with_html.end(), {"--memory-unit", "GB"});
+  ASSERT_EQ(Cli(with_html).code, kExitOk);
+  std::ifstream in_gb(path);
+  const std::string html_gb((std::istreambuf_iterator<char>(in_gb)), {});
+  EXPECT_NE(html_gb.find("<th>peak memory (GB)</th>"), std::string::npos);
+  EXPECT_NE(html_gb.find("fit in 85.5 GB per GPU"), std::string::npos);
   EXPECT_NE(html.find("Best plan Megatron-LM can run (#3: the plans above it are zero-bubble)"),
             std::string::npos);
   // The flags shown are plan #3's.
@@ -1828,10 +1838,10 @@ TEST(CliMemoryUnit, GibByDefaultGbOnRequest) {
 
   const Result plan = Cli({"plan", "--top", "3"});
   EXPECT_EQ(plan.code, kExitOk);
-  EXPECT_NE(plan.out.find("fit in 80.0 GiB per GPU"), std::string::npos) << plan.out;
+  EXPECT_NE(plan.out.find("fit in 79.6 GiB per GPU"), std::string::npos) << plan.out;
   EXPECT_NE(plan.out.find("memory GiB"), std::string::npos) << plan.out;
   const Result plan_gb = Cli({"plan", "--top", "3", "--memory-unit", "GB"});
-  EXPECT_NE(plan_gb.out.find("fit in 85.9 GB per GPU"), std::string::npos) << plan_gb.out;
+  EXPECT_NE(plan_gb.out.find("fit in 85.5 GB per GPU"), std::string::npos) << plan_gb.out;
   EXPECT_NE(plan_gb.out.find("memory GB"), std::string::npos) << plan_gb.out;
 
   const Result check = Cli({"check", "--gpus", "8", "--", kSeedCommand});
