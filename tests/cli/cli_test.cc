@@ -1838,10 +1838,10 @@ TEST(CliMemoryUnit, GibByDefaultGbOnRequest) {
 
   const Result plan = Cli({"plan", "--top", "3"});
   EXPECT_EQ(plan.code, kExitOk);
-  EXPECT_NE(plan.out.find("fit in 79.6 GiB per GPU"), std::string::npos) << plan.out;
+  EXPECT_NE(plan.out.find("fit in 80.0 GiB per GPU"), std::string::npos) << plan.out;
   EXPECT_NE(plan.out.find("memory GiB"), std::string::npos) << plan.out;
   const Result plan_gb = Cli({"plan", "--top", "3", "--memory-unit", "GB"});
-  EXPECT_NE(plan_gb.out.find("fit in 85.5 GB per GPU"), std::string::npos) << plan_gb.out;
+  EXPECT_NE(plan_gb.out.find("fit in 85.9 GB per GPU"), std::string::npos) << plan_gb.out;
   EXPECT_NE(plan_gb.out.find("memory GB"), std::string::npos) << plan_gb.out;
 
   const Result check = Cli({"check", "--gpus", "8", "--", kSeedCommand});
