@@ -66,14 +66,8 @@ CheckOutcome AnalyseCommand(const Flags& flags, const MegatronInput& in) {
   o.cluster = ResolveCluster(flags.String("cluster"));
   o.unit = ReadMemoryUnit(flags);
   o.show_lines = in.has_lines;  // a script (a file or standard input) has lines
-  o.report = CheckMegatronCommand(in.text, in.source, flags.OptionalPositiveInt("gpus"), in.read);
-  MegatronCommand& c = o.report.command;
-  if (auto vocab = flags.OptionalPositiveInt("vocab-size")) {
-    c.model.vocab_size = static_cast<int>(*vocab);
-    std::erase_if(c.findings, [](const MegatronFinding& f) {
-      return f.message.starts_with("the vocabulary size comes from the tokenizer");
-    });
-  }
+  o.report = CheckMegatronInput(flags, in, flags.OptionalPositiveInt("gpus"));
+  const MegatronCommand& c = o.report.command;
   // Exit codes mean one thing each: 1 when Megatron-LM would refuse the command; a command it
   // accepts exits 0 even when ptdp cannot simulate it or it does not fit (4 with --require-fit).
   o.verdict = o.report.failed() ? kExitFailed : kExitOk;

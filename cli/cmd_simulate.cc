@@ -294,15 +294,9 @@ Plan PlanFromMegatron(const Flags& flags, std::ostream& err) {
       "--cluster C --file cmd.sh");
   Plan plan;
   plan.cluster = ResolveCluster(flags.String("cluster"));
-  CheckReport report = CheckMegatronCommand(in.text, in.source,
-                                            flags.OptionalPositiveInt("gpus", kMaxGpus), in.read);
-  MegatronCommand& c = report.command;
-  if (auto vocab = flags.OptionalPositiveInt("vocab-size")) {
-    c.model.vocab_size = static_cast<int>(*vocab);
-    std::erase_if(c.findings, [](const MegatronFinding& f) {
-      return f.message.starts_with("the vocabulary size comes from the tokenizer");
-    });
-  }
+  const CheckReport report =
+      CheckMegatronInput(flags, in, flags.OptionalPositiveInt("gpus", kMaxGpus));
+  const MegatronCommand& c = report.command;
   const auto line_of = [&](int line) { return in.has_lines ? line : 0; };
   const std::string check_hint =
       fmt::format("`ptdp check {}` lists every problem", flags.Has("file") ? "--file FILE" : "--");

@@ -83,6 +83,19 @@ MegatronInput ReadMegatronInput(const Flags& flags, std::string_view text_flag,
   return in;
 }
 
+CheckReport CheckMegatronInput(const Flags& flags, const MegatronInput& in,
+                               std::optional<int64_t> gpus) {
+  CheckReport report = CheckMegatronCommand(in.text, in.source, gpus, in.read);
+  MegatronCommand& c = report.command;
+  if (auto vocab = flags.OptionalPositiveInt("vocab-size")) {
+    c.model.vocab_size = static_cast<int>(*vocab);
+    std::erase_if(c.findings, [](const MegatronFinding& f) {
+      return f.message.starts_with("the vocabulary size comes from the tokenizer");
+    });
+  }
+  return report;
+}
+
 void RequireFp8Units(const Flags& flags, const MegatronCommand& command,
                      const ClusterSpec& cluster) {
   if (command.training.precision != Precision::kFp8 || cluster.gpu.peak_fp8_flops > 0) return;

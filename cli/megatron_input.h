@@ -8,6 +8,7 @@
 #include "cli/flags.h"
 #include "core/cluster_spec.h"
 #include "core/megatron_args.h"
+#include "planner/check.h"
 
 namespace ptdp::cli {
 
@@ -24,6 +25,12 @@ struct MegatronInput {
 // reads "no command to <verb>" with `usage_hint`.
 MegatronInput ReadMegatronInput(const Flags& flags, std::string_view text_flag,
                                 std::string_view verb, std::string_view usage_hint);
+
+// The command judged as Megatron-LM would (CheckMegatronCommand) on `gpus` (--gpus, read by the
+// caller), with --vocab-size, when given, as the tokenizer's vocabulary: it replaces the
+// vocabulary assumed for a command without --vocab-size, and the warning that says so.
+CheckReport CheckMegatronInput(const Flags& flags, const MegatronInput& in,
+                               std::optional<int64_t> gpus);
 
 // A command that trains in FP8 needs a GPU with FP8 tensor cores: an InputError naming
 // --cluster otherwise.

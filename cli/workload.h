@@ -33,10 +33,6 @@ Workload ReadWorkload(const Flags& flags);
 // refused, naming --precision.
 void ReadFp8Flags(const Flags& flags, TrainingSpec& training, const ClusterSpec& cluster);
 
-// --megatron-version --attention-backend --overlap-grad-reduce --overlap-param-gather
-// --ddp-bucket-size --tp-comm-overlap --overlap-p2p-communication (Megatron's names). The flags
-// given change `base` (a plan file's options, or Megatron-Core's defaults); --megatron-version
-// first replaces it with that stack's preset.
 // --memory-unit GiB | GB: how memory is shown (GiB, 2^30 bytes, by default, as PyTorch and
 // Megatron-LM report it; GB = 1e9 on request). JSON keeps bytes.
 void AddMemoryUnitOption(boost::program_options::options_description& options);
@@ -50,6 +46,10 @@ MemoryUnit ReadMemoryUnit(const Flags& flags);
 std::optional<int> VirtualStagesFromLayers(const Flags& flags, int num_layers,
                                            const ParallelConfig& p);
 
+// --megatron-version --attention-backend --overlap-grad-reduce --overlap-param-gather
+// --ddp-bucket-size --tp-comm-overlap --overlap-p2p-communication (Megatron's names). The flags
+// given change `base` (a plan file's options, or Megatron-Core's defaults); --megatron-version
+// first replaces it with that stack's preset.
 void AddCostOptions(boost::program_options::options_description& options);
 CostOptions ReadCostOptions(const Flags& flags, const CostOptions& base = {});
 

@@ -207,12 +207,12 @@ LayerCost CostOfLayer(const ModelSpec& m, const ClusterSpec& c, const TrainingSp
   k.b_cp = lr.cp_comm + lr.cp_hidden + lb.cp_comm + lb.cp_hidden + lw.cp_comm + lw.cp_hidden;
   k.b_dispatch = lr.ep_dispatch + lb.ep_dispatch + lw.ep_dispatch;
   k.b_combine = lr.ep_combine + lb.ep_combine + lw.ep_combine;
-  // B and W as one backward (every schedule but zb-h1): its TP collectives less what the async
-  // reductions hide beside W's kernels, all in B.
+  // W's own; where B and W run as one backward (every schedule but zb-h1) the event simulation
+  // adds W's to B, less what the async reductions hide beside W's kernels.
   const bool split = p.schedule == Schedule::kZbH1;
   k.f_tp = lf.tp_comm();
-  k.b_tp = lr.tp_comm() + lb.tp_comm() + (split ? 0 : lw.tp_comm() - async_hidden);
-  k.w_tp = split ? lw.tp_comm() : 0;
+  k.b_tp = lr.tp_comm() + lb.tp_comm() - (split ? 0 : async_hidden);
+  k.w_tp = lw.tp_comm();
   for (int g = 0; g < kCommGroups; ++g) {
     k.comm_bytes[g] = lf.comm_bytes[g] + lr.comm_bytes[g] + lb.comm_bytes[g] + lw.comm_bytes[g];
   }

@@ -23,8 +23,8 @@ struct ChunkCosts {
   // exchanges (busy: with ring attention also what its kernels hide) and the MoE collectives
   // that carry tokens, or their gradients, to the experts' ranks (dispatch; in the backward the
   // combine's gradient) and back (combine); and the tensor-parallel collectives (exposed) of F,
-  // of B with its recomputation, and of W (0 where the schedule runs B and W as one backward:
-  // B's figure holds all of it).
+  // of B with its recomputation, and of W (where the schedule runs B and W as one backward, the
+  // backward's are B's and W's together: B's figure is less what W's kernels hide).
   double forward_cp_s = 0, forward_ep_dispatch_s = 0, forward_ep_combine_s = 0;
   double backward_cp_s = 0, backward_ep_dispatch_s = 0, backward_ep_combine_s = 0;
   double forward_tp_s = 0, backward_tp_s = 0, weight_tp_s = 0;

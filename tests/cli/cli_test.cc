@@ -1858,21 +1858,8 @@ TEST(CliMemoryUnit, GibByDefaultGbOnRequest) {
 
 // Megatron-LM's --num-layers-per-virtual-pipeline-stage: virtual stages = layers / (pp x N).
 TEST(CliMegatronNames, LayersPerVirtualStage) {
-  const std::vector<std::string> base = {"simulate",
-                                         "--model",
-                                         "seed-example",
-                                         "--cluster",
-                                         "dgx-a100-80gb",
-                                         "--gpus",
-                                         "8",
-                                         "--global-batch",
-                                         "128",
-                                         "--tp",
-                                         "2",
-                                         "--pp",
-                                         "4",
-                                         "--format",
-                                         "json"};
+  std::vector<std::string> base = kSeedSimulate;
+  base.insert(base.end(), {"--format", "json"});
   auto with = [&](std::vector<std::string> extra) {
     std::vector<std::string> args = base;
     args.insert(args.end(), extra.begin(), extra.end());
