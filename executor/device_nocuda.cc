@@ -1,4 +1,5 @@
 // Built when CUDA is absent: the same interface, answering that there is no GPU path.
+#include "executor/backend_cuda.h"
 #include "executor/device.h"
 
 namespace ptdp {
@@ -13,5 +14,14 @@ bool CudaRoundTrip(size_t, std::string* error) {
   *error = "ptdp was built without CUDA";
   return false;
 }
+
+std::unique_ptr<Backend> MakeCudaBackend(int, std::string* error) {
+  *error = "ptdp was built without CUDA (nvcc or NCCL not found at configure time)";
+  return nullptr;
+}
+
+CudaMemoryFigures CudaMemory(const Backend&) { return {}; }
+
+void Synchronize(Backend&) {}
 
 }  // namespace ptdp
