@@ -39,9 +39,10 @@ namespace ptdp::cli {
 namespace {
 
 // Flags `execute --launch` forwards to the ranks (all but --launch itself).
-constexpr const char* kForwarded[] = {"watchdog", "plan",    "steps",         "backend",
-                                      "data",     "save",    "save-interval", "load",
-                                      "trace",    "results", "dtype",         "eval-interval"};
+constexpr const char* kForwarded[] = {
+    "watchdog",         "plan", "steps", "backend", "data",  "save",
+    "save-interval",    "load", "trace", "results", "dtype", "eval-interval",
+    "attention-backend"};
 
 void AddExecuteOptions(po::options_description& o) {
   AddRunOptions(o);
@@ -238,7 +239,11 @@ void AddRunOptions(po::options_description& o) {
       "start mpirun with one rank per GPU of the plan (mpirun flags after a lone --)")(
       "watchdog", po::value<std::string>()->value_name("S"),
       "end the job when a rank makes no progress for S seconds (a stopped, hung or dead peer); "
-      "default 600, `off` to wait forever");
+      "default 600, `off` to wait forever")(
+      "attention-backend", po::value<std::string>()->value_name("A"),
+      "the attention to run, overriding the plan's options.attention: flash | fused (both "
+      "flash-style: the log-sum-exp kept, the softmax recomputed in the backward) | unfused "
+      "(the softmax kept)");
 }
 
 int64_t ReadWatchdogSeconds(const Flags& flags) {
@@ -279,7 +284,9 @@ ExecuteOptions ReadExecuteOptions(const Flags& flags) {
 
 Plan LoadExecutablePlan(const Flags& flags, const ExecuteOptions& options) {
   const std::string plan_path = flags.String("plan");
-  const Plan plan = LoadPlanFile(plan_path);
+  Plan plan = LoadPlanFile(plan_path);
+  plan.options.attention =
+      flags.Enum("attention-backend", kAttentionBackendNames, plan.options.attention);
   const std::vector<std::string> problems = CheckExecutable(plan, options);
   if (!problems.empty()) {
     std::string more;
@@ -366,14 +373,11 @@ int RunAsRank(std::string_view command, const Plan& plan, const ExecuteOptions& 
         log << fmt::format("note: the CPU path computes in {}, not the plan's {}\n",
                            Name(opts.dtype), Name(plan.training.precision));
       }
-      // With cp > 1 the CPU path's attention is flash-style too (context_parallel.h).
-      if (plan.options.attention != AttentionBackend::kUnfused &&
-          plan.training.precision != Precision::kFp32 && p.cp == 1) {
-        log << fmt::format(
-            "note: the CPU path's attention keeps the scores in memory (unfused), not the plan's "
-            "{} kernel; the arithmetic is the same\n",
-            Name(plan.options.attention));
-      }
+      log << fmt::format("attention: {}\n",
+                         plan.options.attention == AttentionBackend::kUnfused
+                             ? "unfused (the softmax kept for the backward)"
+                             : "flash-style (the log-sum-exp kept, the softmax recomputed in the "
+                               "backward)");
       if (p.fsdp != Fsdp::kNone) {
         log << fmt::format(
             "note: the CPU path shards only the optimizer state (the distributed optimizer), "

@@ -44,18 +44,17 @@ Plan ExecutedPlan(const Plan& plan, const ClusterSpec& cluster, const JobInfo& j
                   std::vector<std::string>* notes) {
   Plan executed = plan;
   executed.cluster = cluster;
-  if (plan.parallel.cp > 1) {
-    notes->push_back(
-        "the CPU executor's context-parallel attention is flash-style in fp32 (key/value blocks "
-        "merged by their log-sum-exp, the softmax recomputed in the backward); simulated as the "
-        "flash kernel");
-  } else if (plan.options.attention != AttentionBackend::kUnfused) {
-    notes->push_back(fmt::format(
-        "the CPU executor's attention is unfused (scores in memory); simulated so, not the "
-        "plan's {}",
-        Name(plan.options.attention)));
-  }
   executed.options = ExecutorCostOptions();
+  // The executor runs the plan's attention: unfused keeps the softmax, flash and fused run its
+  // flash-style kernel (context_parallel.h FlashAttentionForward), as the context-parallel
+  // blocks do (Megatron's rules refuse context parallelism with unfused attention).
+  executed.options.attention = plan.options.attention;
+  if (plan.options.attention == AttentionBackend::kFused) {
+    notes->push_back(
+        "the CPU executor's flash-style kernel stands for cuDNN's fused attention; simulated as "
+        "the flash kernel");
+    executed.options.attention = AttentionBackend::kFlash;
+  }
   if (executed.training.precision != Precision::kFp32) {
     notes->push_back(
         fmt::format("the CPU executor computes in fp32; simulated in fp32, not the "

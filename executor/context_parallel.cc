@@ -82,26 +82,48 @@ void ContextAttention::Backward(Span dqkv, Span dctx, Span ctx, Span lse, Span q
 
 // --- layout helpers ---
 
-Tensor ContextAttention::PackKv(Span qkv, const AttentionShape& s) {
+Tensor PackKv(Backend& backend, Span qkv, const AttentionShape& s, MemCategory category) {
   const int64_t rows = qkv.numel / s.qkv_cols(), d = s.head_dim, hpg = s.heads / s.groups;
   const int64_t wkv = 2 * s.groups * d;
-  Tensor kv = New(qkv.dtype, {rows, wkv}, MemCategory::kCommBuffers);
+  Tensor kv(backend, qkv.dtype, {rows, wkv}, category);
   for (int64_t g = 0; g < s.groups; ++g) {
     const int64_t from = (g * (hpg + 2) + hpg) * d;
-    backend_.Copy2D(kv.span().Slice(g * 2 * d, kv.numel() - g * 2 * d), wkv,
-                    qkv.Slice(from, qkv.numel - from), s.qkv_cols(), rows, 2 * d);
+    backend.Copy2D(kv.span().Slice(g * 2 * d, kv.numel() - g * 2 * d), wkv,
+                   qkv.Slice(from, qkv.numel - from), s.qkv_cols(), rows, 2 * d);
   }
   return kv;
 }
 
-void ContextAttention::UnpackKv(Span dqkv, Span dkv, const AttentionShape& s) {
+void UnpackKv(Backend& backend, Span dqkv, Span dkv, const AttentionShape& s) {
   const int64_t rows = dqkv.numel / s.qkv_cols(), d = s.head_dim, hpg = s.heads / s.groups;
   const int64_t wkv = 2 * s.groups * d;
   for (int64_t g = 0; g < s.groups; ++g) {
     const int64_t to = (g * (hpg + 2) + hpg) * d;
-    backend_.Copy2D(dqkv.Slice(to, dqkv.numel - to), s.qkv_cols(),
-                    dkv.Slice(g * 2 * d, dkv.numel - g * 2 * d), wkv, rows, 2 * d);
+    backend.Copy2D(dqkv.Slice(to, dqkv.numel - to), s.qkv_cols(),
+                   dkv.Slice(g * 2 * d, dkv.numel - g * 2 * d), wkv, rows, 2 * d);
   }
+}
+
+void FlashAttentionForward(Backend& backend, Span ctx, Span lse, Span qkv,
+                           const AttentionShape& s) {
+  PTDP_CHECK(qkv.numel == s.rows() * s.qkv_cols() && ctx.numel == s.rows() * s.heads * s.head_dim &&
+             lse.numel == s.rows() * s.heads);
+  backend.Fill(ctx, 0);
+  backend.Fill(lse, -std::numeric_limits<double>::infinity());
+  const Tensor kv = PackKv(backend, qkv, s, MemCategory::kWorkspace);
+  backend.AttentionBlockForward(ctx, lse, qkv, kv.span(), s.seq, s.seq, s.batch, s.heads, s.groups,
+                                s.head_dim, /*causal=*/true);
+}
+
+void FlashAttentionBackward(Backend& backend, Span dqkv, Span dctx, Span ctx, Span lse, Span qkv,
+                            const AttentionShape& s) {
+  PTDP_CHECK(dqkv.numel == qkv.numel && dctx.numel == ctx.numel);
+  backend.Fill(dqkv, 0);
+  const Tensor kv = PackKv(backend, qkv, s, MemCategory::kWorkspace);
+  Tensor dkv(backend, qkv.dtype, {s.rows(), 2 * s.groups * s.head_dim}, MemCategory::kWorkspace);
+  backend.AttentionBlockBackward(dqkv, dkv.span(), dctx, ctx, lse, qkv, kv.span(), s.seq, s.seq,
+                                 s.batch, s.heads, s.groups, s.head_dim, /*causal=*/true);
+  UnpackKv(backend, dqkv, dkv.span(), s);
 }
 
 void ContextAttention::SequenceOrderRows(Span full, Span local, int r, int64_t cols, int64_t batch,
@@ -118,7 +140,7 @@ void ContextAttention::SequenceOrderRows(Span full, Span local, int r, int64_t c
 Tensor ContextAttention::GatherKv(Span qkv, const AttentionShape& s) {
   const int n = cp_.size();
   const int64_t wkv = 2 * s.groups * s.head_dim, local = s.rows() * wkv;
-  Tensor kv = PackKv(qkv, s);
+  Tensor kv = PackKv(backend_, qkv, s, MemCategory::kCommBuffers);
   Tensor by_rank = New(qkv.dtype, {n * s.rows(), wkv}, MemCategory::kCommBuffers);
   const double t0 = recorder_.Now();
   cp_.AllGather(kv.span(), by_rank.span());
@@ -186,7 +208,7 @@ void ContextAttention::RingForward(Span ctx, Span lse, Span qkv, const Attention
                                    qkv.Slice(row * w, rows * w), kv, tokens, kv_tokens, s.batch,
                                    s.heads, s.groups, s.head_dim, causal);
   };
-  Tensor kv = PackKv(qkv, s);
+  Tensor kv = PackKv(backend_, qkv, s, MemCategory::kCommBuffers);
   Tensor incoming = New(qkv.dtype, {s.rows(), wkv}, MemCategory::kCommBuffers);
   for (int step = 0; step < n; ++step) {
     // Pass the block on before computing with it (Transformer Engine overlaps the two).
@@ -227,7 +249,7 @@ void ContextAttention::RingBackward(Span dqkv, Span dctx, Span ctx, Span lse, Sp
   };
   // The block of rank (me - step) and the sum of its gradients over the ranks that attended it
   // so far travel together; after the last step the sum goes on to its owner, rank me + 1.
-  Tensor kv = PackKv(qkv, s);
+  Tensor kv = PackKv(backend_, qkv, s, MemCategory::kCommBuffers);
   Tensor dkv = New(qkv.dtype, {s.rows(), wkv}, MemCategory::kCommBuffers);
   Tensor kv_in = New(qkv.dtype, {s.rows(), wkv}, MemCategory::kCommBuffers);
   Tensor dkv_in = New(qkv.dtype, {s.rows(), wkv}, MemCategory::kCommBuffers);
@@ -252,7 +274,7 @@ void ContextAttention::RingBackward(Span dqkv, Span dctx, Span ctx, Span lse, Sp
     std::swap(kv, kv_in);
     std::swap(dkv, dkv_in);
   }
-  UnpackKv(dqkv, dkv.span(), s);  // our own block's gradients, from every rank
+  UnpackKv(backend_, dqkv, dkv.span(), s);  // our own block's gradients, from every rank
 }
 
 // --- allgather ---
@@ -303,7 +325,7 @@ void ContextAttention::AllGatherBackward(Span dqkv, Span dctx, Span ctx, Span ls
   const double t0 = recorder_.Now();
   cp_.ReduceScatter(by_rank.span(), mine.span());
   recorder_.Add("cp reduce-scatter k v grads", "cp-comm", t0, recorder_.Now());
-  UnpackKv(dqkv, mine.span(), s);
+  UnpackKv(backend_, dqkv, mine.span(), s);
 }
 
 // --- a2a ---
@@ -313,7 +335,7 @@ void ContextAttention::AllToAllForward(Span ctx, Span lse, Span qkv, const Atten
   const AttentionShape heads{full_seq_, s.batch, s.heads / n, s.groups / n, s.head_dim};
   PTDP_CHECK(heads.heads * n == s.heads && heads.groups * n == s.groups);
   Tensor qkv_h = ToHeads(qkv, s.qkv_cols(), s.rows(), s.batch);
-  Tensor kv_h = PackKv(qkv_h.span(), heads);
+  Tensor kv_h = PackKv(backend_, qkv_h.span(), heads, MemCategory::kCommBuffers);
   Tensor ctx_h = New(qkv.dtype, {heads.rows(), heads.heads * s.head_dim}, MemCategory::kWorkspace);
   backend_.Fill(lse, -std::numeric_limits<double>::infinity());
   backend_.AttentionBlockForward(ctx_h.span(), lse, qkv_h.span(), kv_h.span(), full_seq_, full_seq_,
@@ -328,7 +350,7 @@ void ContextAttention::AllToAllBackward(Span dqkv, Span dctx, Span ctx, Span lse
   const AttentionShape heads{full_seq_, s.batch, s.heads / n, s.groups / n, s.head_dim};
   const int64_t hd = s.heads * s.head_dim;
   Tensor qkv_h = ToHeads(qkv, s.qkv_cols(), s.rows(), s.batch);
-  Tensor kv_h = PackKv(qkv_h.span(), heads);
+  Tensor kv_h = PackKv(backend_, qkv_h.span(), heads, MemCategory::kCommBuffers);
   Tensor ctx_h = ToHeads(ctx, hd, s.rows(), s.batch);
   Tensor dctx_h = ToHeads(dctx, hd, s.rows(), s.batch);
   Tensor dqkv_h = New(qkv.dtype, {heads.rows(), heads.qkv_cols()}, MemCategory::kWorkspace);
@@ -337,7 +359,7 @@ void ContextAttention::AllToAllBackward(Span dqkv, Span dctx, Span ctx, Span lse
   backend_.AttentionBlockBackward(dqkv_h.span(), dkv_h.span(), dctx_h.span(), ctx_h.span(), lse,
                                   qkv_h.span(), kv_h.span(), full_seq_, full_seq_, s.batch,
                                   heads.heads, heads.groups, s.head_dim, true);
-  UnpackKv(dqkv_h.span(), dkv_h.span(), heads);
+  UnpackKv(backend_, dqkv_h.span(), dkv_h.span(), heads);
   Tensor out = FromHeads(dqkv_h.span(), s.qkv_cols(), s.rows(), s.batch);
   backend_.Copy(dqkv, out.span());
 }

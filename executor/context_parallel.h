@@ -70,6 +70,19 @@ struct AttentionShape {
   int64_t qkv_cols() const { return (heads + 2 * groups) * head_dim; }
 };
 
+// kv (T, 2 G D) <- the [k | v] columns of qkv (T, (H + 2 G) D), in `category`; and back,
+// into dqkv's [k | v] columns (overwritten).
+Tensor PackKv(Backend& backend, Span qkv, const AttentionShape& s, MemCategory category);
+void UnpackKv(Backend& backend, Span dqkv, Span dkv, const AttentionShape& s);
+
+// One rank's whole-sequence attention the flash way (cp == 1 with a flash-style or fused
+// attention backend, as Transformer Engine runs it): one causal block of every query against
+// every key, keeping ctx and the log-sum-exp lse (T, H) instead of the (B, H, S, S) softmax.
+// The backward recomputes the softmax from them; dqkv is overwritten.
+void FlashAttentionForward(Backend& backend, Span ctx, Span lse, Span qkv, const AttentionShape& s);
+void FlashAttentionBackward(Backend& backend, Span dqkv, Span dctx, Span ctx, Span lse, Span qkv,
+                            const AttentionShape& s);
+
 class ContextAttention {
  public:
   // `cp` is the context-parallel group (rank == CP rank); `recorder` receives "cp-comm"
@@ -100,9 +113,6 @@ class ContextAttention {
   void AllToAllBackward(Span dqkv, Span dctx, Span ctx, Span lse, Span qkv,
                         const AttentionShape& s);
 
-  // kv (T, 2 G D) <- the [k | v] columns of qkv; and back, into dqkv's.
-  Tensor PackKv(Span qkv, const AttentionShape& s);
-  void UnpackKv(Span dqkv, Span dkv, const AttentionShape& s);
   // All-gathered keys and values (S * B, 2 G D), in sequence order.
   Tensor GatherKv(Span qkv, const AttentionShape& s);
   // a2a: local (T, C) -> (S * B, C / cp), every token of this rank's 1/cp of the columns, in

@@ -250,9 +250,12 @@ Tensor GptModel::LayerForward(const LayerParams& p, const Tensor& x, LayerActs* 
   if (d_.rotary) RotaryAtPositions(qkv->span(), false);
   auto ctx = Shared({T, H * hd}, act);
   std::shared_ptr<Tensor> probs, lse;
-  if (context_ == nullptr) {
+  if (context_ == nullptr && !options_.flash_attention) {
     probs = Shared({batch_, H, seq_, seq_}, act);
     backend_.AttentionForward(ctx->span(), probs->span(), qkv->span(), seq_, batch_, H, G, hd);
+  } else if (context_ == nullptr) {
+    lse = Shared({T, H}, act);
+    FlashAttentionForward(backend_, ctx->span(), lse->span(), qkv->span(), attention_shape());
   } else {
     const AttentionShape shape = attention_shape();
     lse = Shared({context_->lse_rows(shape), context_->lse_cols(shape)}, act);
@@ -365,7 +368,7 @@ Tensor GptModel::LayerBackward(const LayerParams& p, LayerActs& a, std::shared_p
   Tensor dctx = New({T, H * hd}, MemCategory::kWorkspace);
   LinearBackwardInput(backend_, dctx.span(), dproj->span(), p.proj_w.value, T, H * hd, h);
   auto dqkv = Shared({T, qkv_cols}, MemCategory::kActivations);
-  if (context_ == nullptr) {
+  if (context_ == nullptr && !options_.flash_attention) {
     if (a.probs == nullptr) {  // selective recompute: re-run core attention for the softmax
       a.probs = Shared({batch_, H, seq_, seq_}, MemCategory::kActivations);
       Tensor ctx = New({T, H * hd}, MemCategory::kWorkspace);
@@ -373,6 +376,15 @@ Tensor GptModel::LayerBackward(const LayerParams& p, LayerActs& a, std::shared_p
     }
     backend_.AttentionBackward(dqkv->span(), dctx.span(), a.qkv->span(), a.probs->span(), seq_,
                                batch_, H, G, hd);
+  } else if (context_ == nullptr) {
+    const AttentionShape shape = attention_shape();
+    if (a.lse == nullptr) {  // selective recompute: re-run core attention for the statistics
+      a.lse = Shared({T, H}, MemCategory::kActivations);
+      Tensor ctx = New({T, H * hd}, MemCategory::kWorkspace);
+      FlashAttentionForward(backend_, ctx.span(), a.lse->span(), a.qkv->span(), shape);
+    }
+    FlashAttentionBackward(backend_, dqkv->span(), dctx.span(), a.ctx->span(), a.lse->span(),
+                           a.qkv->span(), shape);
   } else {
     const AttentionShape shape = attention_shape();
     if (a.lse == nullptr) {  // selective recompute: re-run the exchange and core attention

@@ -5,8 +5,8 @@
 // one), context parallelism (context_parallel.h: each CP rank holds two chunks of every
 // sequence and the attention exchanges keys and values over the CP group) and activation
 // recompute (full: keep each layer's input and re-run its forward in the backward; selective:
-// drop the attention softmax, or with cp > 1 its log-sum-exp, and recompute core attention,
-// exchanges included).
+// drop the attention softmax, or with flash-style attention its log-sum-exp, and recompute core
+// attention, exchanges included).
 //
 // Layer (pre-norm): x + proj(attn(N1(x))) -> y; y + fc2(act(fc1(N2(y)))), or in a mixture-of-
 // experts layer y + routed experts(N2(y)) + shared experts(N2(y)) (moe.h), with N LayerNorm or
@@ -53,8 +53,8 @@ struct LayerActs {
   std::shared_ptr<Tensor> ln1_mean, ln1_rstd;  // (T_loc); mean unused under RMSNorm
   std::shared_ptr<Tensor> ln1_full;            // (T, h): QKV's input
   std::shared_ptr<Tensor> qkv;                 // (T, (H_loc + 2 G_loc) d), after rotary
-  // The softmax (B, H_loc, S, S) when cp == 1, the attention's log-sum-exp (context_parallel.h)
-  // when cp > 1; empty with selective recompute.
+  // The softmax (B, H_loc, S, S) of unfused attention, or the log-sum-exp of flash-style
+  // attention (always with cp > 1, context_parallel.h); empty with selective recompute.
   std::shared_ptr<Tensor> probs, lse;
   std::shared_ptr<Tensor> ctx;  // (T, H_loc d): the projection's input
   std::shared_ptr<Tensor> mid;  // (T_loc, h): residual after attention, N2 input
@@ -83,6 +83,11 @@ struct GptOptions {
   int recompute_num_layers = 0;
   double layernorm_eps = 1e-5;    // Megatron's --layernorm-epsilon default
   CpComm cp_comm = CpComm::kP2p;  // the attention's exchange when the CP group has cp > 1 ranks
+  // With cp == 1: the attention the flash way (FlashAttentionForward: the log-sum-exp kept, the
+  // softmax recomputed in the backward), as Transformer Engine's flash and fused kernels run it,
+  // instead of keeping the (B, H, S, S) softmax (Megatron's unfused local attention). With
+  // cp > 1 the attention is always flash-style (context_parallel.h).
+  bool flash_attention = false;
 };
 
 class GptModel {

@@ -557,10 +557,10 @@ ExecuteResult Execute(const Plan& plan, const ExecuteOptions& options, ProcessGr
   GptParams params(model_spec, par, groups.coords, options.dtype, backend,
                    distributed ? par.dp_cp() : 1, distributed ? par.expert_dp() : 1);
   params.Initialize(static_cast<uint64_t>(training.seed));
-  GptModel model(
-      params, backend, groups,
-      {par.sequence_parallel, par.recompute, par.recompute_num_layers, 1e-5, par.cp_comm},
-      recorder);
+  GptModel model(params, backend, groups,
+                 {par.sequence_parallel, par.recompute, par.recompute_num_layers, 1e-5, par.cp_comm,
+                  plan.options.attention != AttentionBackend::kUnfused},
+                 recorder);
   model.set_micro_batch_size(par.micro_batch_size);
   PipelineRunner runner(model, backend, *groups.pp, schedule, recorder);
   TrainingOptimizer optimizer(params, backend, groups, training, distributed, par.sequence_parallel,

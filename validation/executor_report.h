@@ -68,13 +68,12 @@ struct ValidationReport {
   std::vector<std::string> notes;  // what was adjusted to simulate the run as executed
 };
 
-// The simulator's settings for what the CPU executor does: unfused attention (the s x s
-// scores in memory, softmax unfused; with cp > 1 the simulator takes the attention as
-// flash-style whatever these say, as the executor's context-parallel blocks are), non-blocking
-// sends (Megatron's
+// The simulator's settings for what the CPU executor does: non-blocking sends (Megatron's
 // --overlap-p2p-communication), gradients reduced after the backward, blocking tensor-parallel
 // collectives (no asynchronous input-gradient all-reduce), fp32 gradients accumulated by the
-// weight-gradient GEMMs, MoE tokens dispatched by all-to-all.
+// weight-gradient GEMMs, MoE tokens dispatched by all-to-all. The attention is unfused here; the
+// executor runs the plan's (unfused, or flash-style for flash and fused, and always with
+// cp > 1), and `ptdp validate` sets it so.
 CostOptions ExecutorCostOptions();
 
 // `simulated` is SimulatePlan of `executed` (the plan as run: its cluster the profile, its

@@ -714,5 +714,38 @@ TEST(Execute, RecomputeLowersThePeakActivationMemory) {
   EXPECT_EQ(peak[0].peak_bytes[opt], 2 * 4 * params.values().numel);
 }
 
+// Flash-style attention (plan options.attention flash or fused) trains as the unfused one does
+// (fp64: to rounding) and keeps the log-sum-exp (T x H per layer) instead of the softmax
+// (B x H x S x S per layer).
+TEST(Execute, FlashAttentionMatchesUnfusedAndKeepsNoSoftmax) {
+  const TinyModel models[2] = {{}, {.llama = true, .groups = 2}};
+  for (const TinyModel& model : models) {
+    ExecuteResult runs[3];
+    const AttentionBackend kinds[3] = {AttentionBackend::kUnfused, AttentionBackend::kFlash,
+                                       AttentionBackend::kFused};
+    for (int i = 0; i < 3; ++i) {
+      const Plan plan = TinyPlan({.micro_batch = 2, .attention = kinds[i]}, model);
+      auto backend = MakeCpuBackend();
+      ProcessGroups groups = MakeProcessGroups(MakeLocalComm(*backend), plan.parallel);
+      runs[i] = Execute(plan, {.steps = 3, .dtype = DType::kF64}, groups, *backend, nullptr);
+    }
+    for (int i = 1; i < 3; ++i) {
+      ASSERT_EQ(runs[i].steps.size(), 3u);
+      for (size_t s = 0; s < 3; ++s) {
+        EXPECT_NEAR(runs[i].steps[s].loss, runs[0].steps[s].loss,
+                    1e-12 * std::abs(runs[0].steps[s].loss))
+            << Name(kinds[i]) << " step " << s + 1 << (model.llama ? " (llama)" : "");
+      }
+    }
+    EXPECT_EQ(runs[1].steps.back().loss, runs[2].steps.back().loss);  // one kernel on the CPU
+    // 8 layers x (2 x 4 x 32 x 32) fp64 softmax values are not kept; the (64 x 4) log-sum-exps
+    // are. Everything else alike.
+    const auto act = static_cast<size_t>(MemCategory::kActivations);
+    const int64_t softmax = 8 * 2 * 4 * 32 * 32 * 8, lse = 8 * 64 * 4 * 8;
+    EXPECT_EQ(runs[0].ranks[0].memory.peak_bytes[act] - runs[1].ranks[0].memory.peak_bytes[act],
+              softmax - lse);
+  }
+}
+
 }  // namespace
 }  // namespace ptdp

@@ -207,6 +207,19 @@ TEST(Equivalence, Fp64LlamaTp2Pp4InterleavedSequenceParallelFullRecompute) {
 // CP group: ring attention (p2p, Megatron's default), all-gather, or all-to-all over the heads.
 // The loss and the gradients are sums over the CP group's tokens, so every layout must still
 // give the single-process losses and parameters.
+// Flash-style attention (the log-sum-exp kept, the softmax recomputed) against the unfused
+// single-process reference: the same arithmetic up to rounding.
+TEST(Equivalence, FlashTp2Pp2SequenceParallelSelective) {
+  ExpectEquivalent({.tp = 2,
+                    .pp = 2,
+                    .sequence_parallel = true,
+                    .recompute = Recompute::kSelective,
+                    .attention = AttentionBackend::kFlash});
+}
+TEST(Equivalence, FlashLlamaTp2Dp2) {
+  ExpectEquivalent({.tp = 2, .dp = 2, .attention = AttentionBackend::kFlash}, DType::kF32, kLlama);
+}
+
 TEST(Equivalence, Cp2) { ExpectEquivalent({.cp = 2}); }
 TEST(Equivalence, Cp2AllGather) {
   ExpectEquivalent({.micro_batch = 2, .cp = 2, .cp_comm = CpComm::kAllGather});

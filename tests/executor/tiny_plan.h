@@ -24,6 +24,9 @@ struct TinyLayout {
   int cp = 1;                    // context parallelism
   CpComm cp_comm = CpComm::kP2p;
   int ep = 1, etp = 0;  // expert parallelism (MoE models); etp 0: tp
+  // The attention the executor runs with cp == 1: unfused (the softmax kept) or flash-style
+  // (context parallelism is flash-style only, as Megatron's rules say).
+  AttentionBackend attention = AttentionBackend::kUnfused;
 };
 
 struct TinyModel {
@@ -95,6 +98,7 @@ inline Plan TinyPlan(const TinyLayout& l, const TinyModel& m = {}) {
   p.parallel.cp_comm = l.cp_comm;
   p.parallel.ep = l.ep;
   p.parallel.etp = l.etp;
+  p.options.attention = l.cp > 1 ? AttentionBackend::kFlash : l.attention;
   return ParsePlanYaml(WritePlanYaml(p), "tiny-plan.yaml");
 }
 
