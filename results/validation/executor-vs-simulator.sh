@@ -5,6 +5,8 @@
 # Usage (from the repository root): results/validation/executor-vs-simulator.sh BUILD_DIR [OUT]
 #   OUT defaults to results/validation/executor-vs-simulator (plans/, json/, logs/).
 #   PROFILE=FILE validates with an existing profile instead of calibrating.
+#   ATTENTION=flash runs (and simulates) flash-style attention; the tables were measured with
+#   the default, unfused (the softmax kept), which the executor ran before it had both.
 set -euo pipefail
 build=${1:?usage: executor-vs-simulator.sh BUILD_DIR [OUT_DIR]}
 out=${2:-results/validation/executor-vs-simulator}
@@ -38,6 +40,7 @@ cp results/executor/trace-pp4-1f1b.yaml "$out/plans/pp4-1f1b.yaml"
 for name in single tp2 dp2 pp2-1f1b pp2-gpipe pp2-zb-h1 pp4-1f1b; do
   echo "validate $name" >&2
   timeout 300 "$ptdp" validate --plan "$out/plans/$name.yaml" --launch --steps 10 \
-    --cluster "$profile" --format json >"$out/json/$name.json" 2>"$out/logs/$name.log"
+    --attention-backend "${ATTENTION:-unfused}" --cluster "$profile" --format json \
+    >"$out/json/$name.json" 2>"$out/logs/$name.log"
 done
 python3 results/validation/executor_vs_simulator_table.py "$out"/json/{single,tp2,dp2,pp2-1f1b,pp2-gpipe,pp2-zb-h1,pp4-1f1b}.json
