@@ -20,7 +20,9 @@
 #include "core/yaml_io.h"
 #include "executor/backend_cpu.h"
 #include "executor/calibrate.h"
+#include "executor/calibrate_cuda.h"
 #include "executor/comm_mpi.h"
+#include "executor/device.h"
 #include "executor/launch.h"
 
 namespace po = boost::program_options;
@@ -33,7 +35,12 @@ constexpr int kCommLimitS = 120;
 
 void AddCalibrateOptions(po::options_description& o) {
   o.add_options()("backend", po::value<std::string>()->value_name("B"),
-                  "cpu (default) | cuda (not implemented yet)")(
+                  "cpu (default) | cuda (one GPU: cuBLASLt GEMMs, copy bandwidth, launch cost, "
+                  "the executor's attention)")("device", po::value<std::string>()->value_name("N"),
+                                               "cuda: the CUDA device to measure (default 0)")(
+      "base", po::value<std::string>()->value_name("PROFILE"),
+      "cuda: the profile whose datasheet peaks, links and network the result keeps (default: "
+      "by the device's name, hgx-h200, dgx-h100 or dgx-a100-80gb)")(
       "out", po::value<std::string>()->value_name("FILE"), "hardware profile to write")(
       "ranks", po::value<std::string>()->value_name("N"),
       "ranks per node to describe and to measure MPI between (default: the online cores)")(
@@ -77,15 +84,86 @@ int RunCommWorker(const std::string& path, const CalibrateOptions& options, std:
   }
 }
 
+// The base profile of a device: the preset whose datasheet matches its name.
+std::string BaseProfileFor(const std::string& device_name) {
+  if (device_name.find("H200") != std::string::npos) return "hgx-h200";
+  if (device_name.find("H100") != std::string::npos) return "dgx-h100";
+  if (device_name.find("A100") != std::string::npos) return "dgx-a100-80gb";
+  return "";
+}
+
+// `ptdp calibrate --backend cuda`: one GPU, in this process.
+int RunCalibrateCuda(const Flags& flags, std::ostream& out, std::ostream& err) {
+  for (const char* other : {"ranks", "comm-results"}) {
+    if (flags.Has(other)) flags.Fail(other, "is for --backend cpu (one GPU is measured)");
+  }
+  const bool quick = flags.Switch("quick");
+  CudaCalibrateOptions options = quick ? CudaCalibrateOptions::Quick() : CudaCalibrateOptions{};
+  if (const auto device = flags.OptionalString("device")) {
+    if (*device != "0") {
+      options.device = static_cast<int>(flags.OptionalPositiveInt("device", 1023).value_or(0));
+    }
+  }
+  const std::string out_path = flags.String("out");
+  const auto base_arg = flags.OptionalString("base");
+  const ClusterSpec named_base = base_arg ? ResolveCluster(*base_arg, "--base") : ClusterSpec{};
+  const CudaStatus status = QueryCuda();
+  if (!status.usable) {
+    err << "ptdp: error: `ptdp calibrate --backend cuda` needs a GPU: " << status.reason
+        << "; nothing written\n";
+    return kExitFailed;
+  }
+  CudaCalibrationRecord record;
+  record.name =
+      flags.OptionalString("name").value_or(std::filesystem::path(out_path).stem().string());
+  if (record.name.empty()) flags.Fail("name", "must not be empty");
+  record.command = "ptdp calibrate --backend cuda --out " + out_path;
+  if (flags.Has("device")) record.command += fmt::format(" --device {}", options.device);
+  if (base_arg) record.command += " --base " + *base_arg;
+  if (flags.Has("name")) record.command += " --name " + record.name;
+  if (quick) record.command += " --quick";
+  record.date = UtcNow();
+  record.host = ReadMachineInfo().host;
+  const auto start = std::chrono::steady_clock::now();
+  const CudaComputeFigures figures = MeasureCudaCompute(options, &err);
+  record.elapsed_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::string base_name = base_arg ? *base_arg : BaseProfileFor(figures.device_name);
+  if (base_name.empty()) {
+    throw InputError(
+        {"", 0, "--base"},
+        fmt::format("no built-in profile matches the device \"{}\"", figures.device_name),
+        "name the profile with its datasheet figures: --base FILE|PRESET");
+  }
+  const ClusterSpec base = base_arg ? named_base : ClusterPreset(base_name);
+  record.base = "the " + base_name + " profile (datasheet figures, links and network)";
+  const ClusterSpec cluster = CalibratedCudaCluster(base, figures, record);
+  WriteOutputFile(out_path, CalibratedCudaProfileYaml(cluster, figures, record), "--out");
+  out << fmt::format(
+      "wrote {} ({:.1f} s of measuring on {}): bf16 {:.0f} TFLOP/s at {}^3 ({:.2f} of the "
+      "datasheet's {:.0f}), GEMM efficiency {:.2f}-{:.2f} over {} shapes, copy {:.0f} GB/s, "
+      "{:.2f} us per kernel launch\n",
+      out_path, record.elapsed_s, figures.device_name, figures.bf16_flops_per_s / 1e12,
+      options.peak_size, figures.bf16_flops_per_s / base.gpu.peak_bf16_flops,
+      base.gpu.peak_bf16_flops / 1e12,
+      std::min_element(cluster.gpu.gemm_efficiency.begin(), cluster.gpu.gemm_efficiency.end(),
+                       [](auto& a, auto& b) { return a.efficiency < b.efficiency; })
+          ->efficiency,
+      std::max_element(cluster.gpu.gemm_efficiency.begin(), cluster.gpu.gemm_efficiency.end(),
+                       [](auto& a, auto& b) { return a.efficiency < b.efficiency; })
+          ->efficiency,
+      cluster.gpu.gemm_efficiency.size(), figures.copy_bytes_per_s / 1e9, figures.launch_s * 1e6);
+  return kExitOk;
+}
+
 int RunCalibrate(const Flags& flags, std::ostream& out, std::ostream& err) {
   const std::string backend_name = flags.OptionalString("backend").value_or("cpu");
-  if (backend_name == "cuda") {
-    err << "ptdp: error: `ptdp calibrate --backend cuda` is not implemented yet (the GPU "
-           "executor issue); --backend cpu measures this machine's CPU path\n";
-    return kExitNotImplemented;
-  }
+  if (backend_name == "cuda") return RunCalibrateCuda(flags, out, err);
   if (backend_name != "cpu") {
     flags.Fail("backend", fmt::format("expected cpu or cuda, got \"{}\"", backend_name));
+  }
+  for (const char* other : {"device", "base"}) {
+    if (flags.Has(other)) flags.Fail(other, "is for --backend cuda");
   }
   const bool quick = flags.Switch("quick");
   const CalibrateOptions options = quick ? CalibrateOptions::Quick() : CalibrateOptions{};
@@ -209,8 +287,10 @@ const Command kCalibrateCommand{
     .name = "calibrate",
     .summary = "measure this machine and write a hardware profile",
     .usage =
-        "ptdp calibrate --backend cpu|cuda --out profile.yaml [--ranks N] [--name NAME]\n"
-        "                     [--quick] [-- mpirun flags]",
+        "ptdp calibrate --backend cpu --out profile.yaml [--ranks N] [--name NAME]\n"
+        "                     [--quick] [-- mpirun flags]\n"
+        "       ptdp calibrate --backend cuda --out profile.yaml [--device N] [--base PROFILE]\n"
+        "                     [--name NAME] [--quick]",
     .description =
         "Measures this machine as the CPU executor uses it (a GPU = one rank = one core running\n"
         "one OpenBLAS thread) and writes a hardware profile (the format of hwprofiles/) with a\n"
@@ -220,10 +300,18 @@ const Command kCalibrateCommand{
         "point bandwidth and latencies. Inter-node figures cannot be measured on one machine\n"
         "and are kept from the cpu-local placeholder, as the file says. Takes about 15 s;\n"
         "progress on stderr. `ptdp validate --cluster FILE` compares the executor with the\n"
-        "simulator using the result. --backend cuda is not implemented yet.",
+        "simulator using the result.\n"
+        "\n"
+        "--backend cuda measures one GPU as the executor's CUDA backend uses it: cuBLASLt\n"
+        "products over a GEMM grid in bf16, fp16 and fp32, the device-to-device copy rate, the\n"
+        "host's cost per kernel launch, and the executor's own attention kernel by sequence\n"
+        "length (CUDA events, random inputs, medians). Datasheet peaks, links and network come\n"
+        "from --base (default: the built-in profile of the device's name). Takes about a\n"
+        "minute; --quick about 10 s.",
     .examples =
         "ptdp calibrate --backend cpu --out cpu-calibrated.yaml\n"
-        "ptdp calibrate --backend cpu --out cpu4.yaml --ranks 4",
+        "ptdp calibrate --backend cpu --out cpu4.yaml --ranks 4\n"
+        "ptdp calibrate --backend cuda --out h200-measured.yaml",
     .implemented = true,
     .tracked_in = "",
     .add_options = AddCalibrateOptions,

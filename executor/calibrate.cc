@@ -11,10 +11,12 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "core/error.h"
 #include "core/spec_yaml.h"
 #include "core/units.h"
+#include "executor/calibrate_cuda.h"
 
 // OpenBLAS's own query functions (its cblas.h declares them too; declared here so that this file
 // needs no BLAS header).
@@ -466,6 +468,39 @@ std::string CommentLines(const std::string& text, size_t indent, size_t width = 
   return out;
 }
 
+// WriteClusterYaml's text of `cluster` after `header`, with the comment note[path] (by dotted
+// path, e.g. "gpu.hbm_bytes") above each key, `kept` above the keys without one. Throws
+// InternalError unless the text reads back as `cluster`.
+std::string AnnotatedClusterYaml(const ClusterSpec& cluster, const std::string& header,
+                                 const std::map<std::string, std::string>& note,
+                                 const std::string& kept) {
+  std::istringstream lines(WriteClusterYaml(cluster));
+  std::string out = header, section;
+  for (std::string line; std::getline(lines, line);) {
+    const size_t indent = line.find_first_not_of(' ');
+    const size_t colon = line.find(':');
+    if (indent == std::string::npos || line[indent] == '-' || line[indent] == '#' ||
+        colon == std::string::npos) {
+      out += line + "\n";
+      continue;
+    }
+    const std::string key = line.substr(indent, colon - indent);
+    const bool opens_section = colon + 1 == line.size();
+    if (indent == 0 && opens_section) section = key;
+    const std::string path = indent == 0 ? key : section + "." + key;
+    if (path != "gpu.gemm_efficiency" && path != "gpu.flash_attention" &&
+        (opens_section || path == "description")) {
+      out += line + "\n";
+      continue;
+    }
+    const auto it = note.find(path);
+    out += CommentLines(it == note.end() ? kept : it->second, indent) + line + "\n";
+  }
+  const ClusterSpec back = ParseClusterYaml(out, "<calibrated profile>");
+  if (!(back == cluster)) throw InternalError("calibrate: the profile text does not read back");
+  return out;
+}
+
 }  // namespace
 
 std::string CalibratedProfileYaml(const ClusterSpec& cluster, const CpuComputeFigures& compute,
@@ -587,31 +622,127 @@ std::string CalibratedProfileYaml(const ClusterSpec& cluster, const CpuComputeFi
             : kept},
   };
 
-  // WriteClusterYaml's text with the comments above their keys.
-  std::istringstream lines(WriteClusterYaml(cluster));
-  std::string out = header, section;
-  for (std::string line; std::getline(lines, line);) {
-    const size_t indent = line.find_first_not_of(' ');
-    const size_t colon = line.find(':');
-    if (indent == std::string::npos || line[indent] == '-' || line[indent] == '#' ||
-        colon == std::string::npos) {
-      out += line + "\n";
-      continue;
-    }
-    const std::string key = line.substr(indent, colon - indent);
-    const bool opens_section = colon + 1 == line.size();
-    if (indent == 0 && opens_section) section = key;
-    const std::string path = indent == 0 ? key : section + "." + key;
-    if (path != "gpu.gemm_efficiency" && (opens_section || path == "description")) {
-      out += line + "\n";
-      continue;
-    }
-    const auto it = note.find(path);
-    out += CommentLines(it == note.end() ? kept : it->second, indent) + line + "\n";
+  return AnnotatedClusterYaml(cluster, header, note, kept);
+}
+
+// --- the CUDA profile (the measurement itself is calibrate_cuda.cu) ---
+
+CudaCalibrateOptions CudaCalibrateOptions::Quick() {
+  CudaCalibrateOptions o;
+  o.gemm_axis = {1024, 4096};
+  o.peak_size = 4096;
+  o.attention_seq = {1024, 4096};
+  o.repeats = 3;
+  o.min_timing_s = 2e-3;
+  o.copy_bytes = int64_t{256} << 20;
+  o.launch_count = 2000;
+  return o;
+}
+
+ClusterSpec CalibratedCudaCluster(const ClusterSpec& base, const CudaComputeFigures& f,
+                                  const CudaCalibrationRecord& record) {
+  PTDP_CHECK(base.gpu.peak_bf16_flops > 0 && base.gpu.hbm_bandwidth_bytes_per_s > 0);
+  PTDP_CHECK(!f.gemm_bf16.empty() && f.copy_bytes_per_s > 0 && f.memory_bytes > 0);
+  ClusterSpec c = base;
+  c.name = record.name;
+  c.description = fmt::format(
+      "MEASURED by ptdp calibrate --backend cuda on {} ({}), {}: GEMMs, copy bandwidth, launch "
+      "cost and the executor's attention; links and network kept from {}",
+      f.device_name, record.host, record.date, base.name);
+  GpuSpec& g = c.gpu;
+  g.name = f.device_name;
+  g.gemm_efficiency.clear();
+  for (const CudaGemmFigure& p : f.gemm_bf16) {
+    g.gemm_efficiency.push_back(
+        {p.m, p.n, p.k, std::min(1.0, RoundSignificant(p.flops_per_s / g.peak_bf16_flops, 3))});
   }
-  const ClusterSpec back = ParseClusterYaml(out, "<calibrated profile>");
-  if (!(back == cluster)) throw InternalError("calibrate: the profile text does not read back");
-  return out;
+  std::sort(g.gemm_efficiency.begin(), g.gemm_efficiency.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.m, a.n, a.k) < std::tie(b.m, b.n, b.k);
+  });
+  g.memory_efficiency =
+      std::min(1.0, RoundSignificant(f.copy_bytes_per_s / g.hbm_bandwidth_bytes_per_s, 3));
+  g.hbm_bytes = f.memory_bytes;
+  g.reserved_bytes = f.used_at_start_bytes;
+  g.flash_attention.clear();
+  for (const CudaAttentionFigure& a : f.attention) {
+    g.flash_attention.push_back(
+        {a.seq_length,
+         std::min(1.0, RoundSignificant(a.forward_flops_per_s / g.peak_bf16_flops, 3)),
+         std::min(1.0, RoundSignificant(a.backward_flops_per_s / g.peak_bf16_flops, 3))});
+  }
+  std::sort(g.flash_attention.begin(), g.flash_attention.end(),
+            [](const auto& a, const auto& b) { return a.seq_length < b.seq_length; });
+  // The executor is C++ calling CUDA: one launch per kernel and nothing else on the host.
+  c.host = HostSpec{};
+  c.host.kernel_launch_s = Round3(f.launch_s, units::kMicrosecond);
+  PTDP_CHECK(g.reserved_bytes < g.hbm_bytes);
+  return ParseClusterYaml(WriteClusterYaml(c), "<calibrated profile>");
+}
+
+std::string CalibratedCudaProfileYaml(const ClusterSpec& cluster, const CudaComputeFigures& f,
+                                      const CudaCalibrationRecord& r) {
+  const std::string kept = "NOT MEASURED: kept from " + r.base + ".";
+  auto tflops = [](double flops_per_s) { return fmt::format("{:.1f}", flops_per_s / 1e12); };
+  auto grid = [&](const std::vector<CudaGemmFigure>& points) {
+    std::string text;
+    for (const CudaGemmFigure& p : points) {
+      text += fmt::format("{}{}x{}x{} {}", text.empty() ? "" : ", ", p.m, p.n, p.k,
+                          tflops(p.flops_per_s));
+    }
+    return text;
+  };
+  std::string header = CommentLines(
+      fmt::format("{}: a hardware profile MEASURED on {} ({}, compute capability {}.{}, {} "
+                  "multiprocessors, driver {}) on {} in {:.1f} s by `{}`.",
+                  r.name, f.device_name, r.host, f.compute_capability / 10,
+                  f.compute_capability % 10, f.multiprocessors, f.driver, r.date, r.elapsed_s,
+                  r.command),
+      0);
+  header += CommentLines(
+      "Timed with CUDA events around each region after a warm-up, random inputs, the median of "
+      "the repeats. The datasheet peaks, NVLink, NICs, latencies and fragmentation are NOT "
+      "measured (one GPU): kept from " +
+          r.base + ".",
+      0);
+  header += CommentLines(
+      fmt::format("Best square products of the peak size (TFLOP/s, cuBLASLt, fp32 accumulation): "
+                  "bf16 {}, fp16 {}, fp32 {}.",
+                  tflops(f.bf16_flops_per_s), tflops(f.fp16_flops_per_s),
+                  tflops(f.fp32_flops_per_s)),
+      0);
+  header += CommentLines("fp16 grid (TFLOP/s): " + grid(f.gemm_fp16) + ".", 0);
+  header += CommentLines("fp32 grid (TFLOP/s): " + grid(f.gemm_fp32) + ".", 0);
+  const std::map<std::string, std::string> note = {
+      {"name", "ptdp calibrate --name (default: the --out file's stem)."},
+      {"gpu.name", "The device's name (cudaGetDeviceProperties)."},
+      {"gpu.hbm_bytes", "MEASURED: cudaMemGetInfo's total."},
+      {"gpu.memory_efficiency",
+       fmt::format("MEASURED: a device-to-device cudaMemcpyAsync of {} MiB ({} GB/s, reads + "
+                   "writes) over hbm_bandwidth (datasheet), at most 1.",
+                   f.copy_bytes >> 20, Gb(f.copy_bytes_per_s))},
+      {"gpu.reserved_bytes",
+       "MEASURED: device memory in use (cudaMemGetInfo total - free) once the CUDA context, "
+       "the stream and cuBLASLt with its workspace exist, before any tensor."},
+      {"gpu.gemm_efficiency",
+       "gemm_efficiency: MEASURED. Achieved FLOP/s of C[m x n] = A[m x k] B[k x n] in bf16 "
+       "(cuBLASLt, fp32 accumulation) over peak_bf16_tflops: the mean time of the executor's "
+       "three kinds of linear-layer products (X W^T, dY W, dY^T X), each the median of the "
+       "repeats; at most 1."},
+      {"gpu.flash_attention",
+       fmt::format("flash_attention: MEASURED. The executor's own flash-style attention kernel "
+                   "({}, causal, {} heads of {}, batch 1) by sequence length, forward and backward "
+                   "FLOP/s (forward 2 s^2 d per head, backward 2.5 x that) over peak_bf16_tflops: "
+                   "what `ptdp validate --backend cuda` needs to time the attention the executor "
+                   "runs, not a library's kernel.",
+                   f.attention_dtype, f.attention_heads, f.attention_head_dim)},
+      {"host.kernel_launch_us",
+       "MEASURED: host time per launch of an empty kernel, launched back to back (the executor "
+       "is C++ calling CUDA directly)."},
+      {"host.microbatch_overhead_us",
+       "0: the executor has no Python or framework work per micro-batch worth a figure."},
+      {"host.optimizer_step_us", "0: as above, per optimizer step."},
+  };
+  return AnnotatedClusterYaml(cluster, header, note, kept);
 }
 
 }  // namespace ptdp

@@ -1,5 +1,8 @@
 // Built when CUDA is absent: the same interface, answering that there is no GPU path.
+#include <stdexcept>
+
 #include "executor/backend_cuda.h"
+#include "executor/calibrate_cuda.h"
 #include "executor/device.h"
 
 namespace ptdp {
@@ -23,5 +26,11 @@ std::unique_ptr<Backend> MakeCudaBackend(int, std::string* error) {
 CudaMemoryFigures CudaMemory(const Backend&) { return {}; }
 
 void Synchronize(Backend&) {}
+
+CudaComputeFigures MeasureCudaCompute(const CudaCalibrateOptions&, std::ostream*) {
+  throw std::runtime_error(
+      "ptdp was built without CUDA (nvcc or NCCL not found at configure time): nothing to "
+      "calibrate");
+}
 
 }  // namespace ptdp

@@ -12,6 +12,7 @@
 #include "core/presets.h"
 #include "core/spec_yaml.h"
 #include "executor/backend_cpu.h"
+#include "executor/calibrate_cuda.h"
 
 namespace ptdp {
 namespace {
@@ -200,6 +201,70 @@ TEST(Calibrate, CommFiguresRoundTripAndRefuseBadText) {
       EXPECT_NE(std::string(e.what()).find("expected a whole number of at most"), std::string::npos)
           << e.what();
     }
+  }
+}
+
+// The CUDA profile from figures as MeasureCudaCompute returns them (made up here: no GPU in CI):
+// efficiencies over the base's datasheet peaks, rounded and capped at 1, the measured memory,
+// attention and launch figures, the base's links kept, and a file that reads back.
+TEST(CalibrateCuda, ProfileFromFiguresReadsBackWithTheBaseKept) {
+  const ClusterSpec base = ClusterPreset("hgx-h200");
+  CudaComputeFigures f;
+  f.device_name = "NVIDIA H200";
+  f.compute_capability = 90;
+  f.multiprocessors = 132;
+  f.driver = "13.0";
+  f.memory_bytes = int64_t{150754820096};
+  f.used_at_start_bytes = int64_t{600} << 20;
+  f.bf16_flops_per_s = 780e12;
+  f.fp16_flops_per_s = 770e12;
+  f.fp32_flops_per_s = 51e12;
+  for (const int64_t m : {1024, 4096}) {
+    for (const int64_t n : {1024, 4096}) {
+      for (const int64_t k : {1024, 4096}) {
+        const double scale = static_cast<double>(m * n * k) / (4096.0 * 4096 * 4096);
+        f.gemm_bf16.push_back({m, n, k, 700e12 * (0.5 + 0.5 * scale)});
+        f.gemm_fp16.push_back({m, n, k, 690e12 * (0.5 + 0.5 * scale)});
+        f.gemm_fp32.push_back({m, n, k, 50e12});
+      }
+    }
+  }
+  f.gemm_bf16.back().flops_per_s = 1200e12;  // faster than the datasheet: capped at 1
+  f.copy_bytes = int64_t{1} << 30;
+  f.copy_bytes_per_s = 4.31e12;
+  f.launch_s = 2.345e-6;
+  f.attention = {{4096, 20e12, 15e12}, {1024, 10e12, 8e12}};
+  f.attention_heads = 16;
+  f.attention_head_dim = 128;
+  CudaCalibrationRecord r{"h200-measured",        "ptdp calibrate --backend cuda --out h200.yaml",
+                          "2026-12-02T00:00:00Z", "gpu-host",
+                          "the hgx-h200 profile", 42};
+
+  const ClusterSpec c = CalibratedCudaCluster(base, f, r);
+  EXPECT_EQ(c.name, "h200-measured");
+  EXPECT_EQ(c.gpu.name, "NVIDIA H200");
+  EXPECT_EQ(c.gpu.peak_bf16_flops, base.gpu.peak_bf16_flops);  // the datasheet's
+  ASSERT_EQ(c.gpu.gemm_efficiency.size(), 8u);
+  EXPECT_EQ(c.gpu.gemm_efficiency.front().m, 1024);
+  EXPECT_NEAR(c.gpu.gemm_efficiency.front().efficiency, 0.5078125 * 700 / 989, 1e-3);
+  EXPECT_EQ(c.gpu.gemm_efficiency.back().efficiency, 1.0);
+  EXPECT_NEAR(c.gpu.memory_efficiency, 4.31 / 4.8, 1e-3);
+  EXPECT_EQ(c.gpu.hbm_bytes, f.memory_bytes);
+  EXPECT_EQ(c.gpu.reserved_bytes, f.used_at_start_bytes);
+  ASSERT_EQ(c.gpu.flash_attention.size(), 2u);
+  EXPECT_EQ(c.gpu.flash_attention[0].seq_length, 1024);  // sorted
+  EXPECT_NEAR(c.gpu.flash_attention[1].forward, 20.0 / 989, 1e-4);
+  EXPECT_NEAR(c.host.kernel_launch_s, 2.35e-6, 1e-12);
+  EXPECT_EQ(c.host.microbatch_overhead_s, 0);
+  EXPECT_EQ(c.nvlink_busbw_bytes_per_s, base.nvlink_busbw_bytes_per_s);
+  EXPECT_EQ(c.nic_bytes_per_s, base.nic_bytes_per_s);
+
+  const std::string yaml = CalibratedCudaProfileYaml(c, f, r);
+  EXPECT_EQ(ParseClusterYaml(yaml, "h200-measured.yaml"), c);
+  for (const char* says : {"MEASURED on NVIDIA H200", "cudaMemGetInfo", "cuBLASLt",
+                           "flash_attention: MEASURED", "fp32 grid (TFLOP/s): 1024x1024x1024 50.0",
+                           "NOT MEASURED: kept from the hgx-h200 profile"}) {
+    EXPECT_NE(yaml.find(says), std::string::npos) << says << " missing from\n" << yaml;
   }
 }
 
