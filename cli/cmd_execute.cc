@@ -28,7 +28,9 @@
 #include "core/spec_yaml.h"
 #include "core/trace.h"
 #include "executor/backend_cpu.h"
+#include "executor/backend_cuda.h"
 #include "executor/comm_mpi.h"
+#include "executor/device.h"
 #include "executor/launch.h"
 #include "executor/topology.h"
 #include "executor/trainer.h"
@@ -196,13 +198,9 @@ int RunExecute(const Flags& flags, std::ostream& out, std::ostream& err) {
   // reports a problem, the others exit with the same code.
   const bool quiet = LauncherRank() > 0;
   try {
-    if (IsCudaRequest(flags)) {
-      err << "ptdp: error: `ptdp execute --backend cuda` is not implemented yet (the GPU "
-             "executor issue); --backend cpu runs the same plan on CPUs\n";
-      return kExitNotImplemented;
-    }
     const ExecuteOptions options = ReadExecuteOptions(flags);
     const Plan plan = LoadExecutablePlan(flags, options);
+    if (const int rc = CheckCudaRequest(flags, plan, "execute", err); rc != kExitOk) return rc;
     if (!flags.Has("results")) CheckOutputPath("execute-results.json", "--results");
     if (flags.Switch("launch")) {
       const LaunchCommand command =
@@ -316,6 +314,35 @@ LaunchCommand LaunchSelf(std::string_view subcommand, int64_t ranks, const Flags
   return command;
 }
 
+int CheckCudaRequest(const Flags& flags, const Plan& plan, std::string_view command,
+                     std::ostream& err) {
+  if (!IsCudaRequest(flags)) return kExitOk;
+  if (plan.parallel.world_size() == 1) {
+    const CudaStatus status = QueryCuda();
+    if (status.usable) return kExitOk;
+    err << fmt::format("ptdp: error: `ptdp {} --backend cuda` needs a GPU: {}\n", command,
+                       status.reason);
+    return kExitFailed;
+  }
+  err << fmt::format(
+      "ptdp: error: `ptdp {} --backend cuda` runs plans of one GPU today; this plan has {} "
+      "ranks (several GPUs, NCCL communicators with one process per GPU, are the multi-GPU "
+      "executor issue); --backend cpu runs it on CPUs\n",
+      command, plan.parallel.world_size());
+  return kExitNotImplemented;
+}
+
+std::unique_ptr<Backend> MakeBackend(const Flags& flags, int world_size) {
+  if (!IsCudaRequest(flags)) return MakeCpuBackend(1);
+  if (world_size > 1) throw std::runtime_error("--backend cuda runs one rank on one GPU");
+  const CudaStatus status = QueryCuda();
+  if (!status.usable) throw std::runtime_error("--backend cuda needs a GPU: " + status.reason);
+  std::string error;
+  std::unique_ptr<Backend> backend = MakeCudaBackend(0, &error);
+  if (backend == nullptr) throw std::runtime_error("--backend cuda: " + error);
+  return backend;
+}
+
 int RunAsRank(std::string_view command, const Plan& plan, const ExecuteOptions& options,
               const Flags& flags, const std::string& default_results, std::ostream& log,
               std::ostream& err,
@@ -349,7 +376,7 @@ int RunAsRank(std::string_view command, const Plan& plan, const ExecuteOptions& 
                       fmt::format("rank {} of {} (host {})", session.world_rank(),
                                   session.world_size(), session.host()));
     watchdog.Install(opts);
-    const auto backend = MakeCpuBackend(1);
+    const std::unique_ptr<Backend> backend = MakeBackend(flags, session.world_size());
     ProcessGroups groups = MakeProcessGroups(session.World(*backend), plan.parallel);
     JobInfo job{session.world_size(), groups.world->GatherStrings(session.host(), 0)};
     const ParallelConfig& p = plan.parallel;
@@ -418,6 +445,13 @@ int RunAsRank(std::string_view command, const Plan& plan, const ExecuteOptions& 
           result.steps.back().loss, result.bubble_fraction, result.measured_steps,
           result.ranks.empty() ? 0.0 : result.ranks[0].memory.peak_total_bytes / 1e6);
     }
+    if (const CudaMemoryFigures cuda = CudaMemory(*backend); cuda.peak_reserved_bytes > 0) {
+      log << fmt::format(
+          "GPU memory: peak allocated {:.1f} MB, peak reserved by the caching allocator {:.1f} "
+          "MB\n",
+          result.ranks.empty() ? 0.0 : result.ranks[0].memory.peak_total_bytes / 1e6,
+          cuda.peak_reserved_bytes / 1e6);
+    }
     if (!results_path.empty()) log << "results: " << results_path << "\n";
     if (const auto trace = flags.OptionalString("trace")) log << "trace: " << *trace << "\n";
     log.flush();
@@ -444,7 +478,8 @@ const Command kExecuteCommand{
         "on byte tokens (vocabulary 256) of a text file. N must be tp x cp x pp x dp; ranks\n"
         "are laid out tp-cp-dp-pp (Megatron's order). One line per step; at the end a\n"
         "results JSON (losses, step times, bubble, peak memory per rank) and, with --trace,\n"
-        "a measured Chrome trace. CPU path: OpenBLAS + MPI, fp32.",
+        "a measured Chrome trace. CPU path: OpenBLAS + MPI, fp32. --backend cuda: one rank on\n"
+        "one GPU (cuBLASLt and the executor's CUDA kernels).",
     .examples =
         "mpirun -np 8 ptdp execute --plan plan.yaml --steps 20\n"
         "ptdp execute --plan plan.yaml --launch --steps 20 --trace measured.json\n"

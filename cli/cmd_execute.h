@@ -22,8 +22,8 @@ namespace ptdp::cli {
 void AddRunOptions(boost::program_options::options_description& options);
 
 // The executor's options from whichever of execute's flags `flags` declares (--steps, --data,
-// --save, --save-interval, --load, --eval-interval, --trace, --dtype). --backend must be cpu
-// (cuda is not implemented yet: the caller turns that into exit code 3, see IsCudaRequest).
+// --save, --save-interval, --load, --eval-interval, --trace, --dtype). --backend is cpu or cuda
+// (IsCudaRequest: whether it is cuda; a value other than cpu or cuda is an InputError).
 ExecuteOptions ReadExecuteOptions(const Flags& flags);
 bool IsCudaRequest(const Flags& flags);
 
@@ -35,6 +35,12 @@ Plan LoadExecutablePlan(const Flags& flags, const ExecuteOptions& options);
 LaunchCommand LaunchSelf(std::string_view subcommand, int64_t ranks, const Flags& flags,
                          std::span<const char* const> forward,
                          const std::vector<std::string>& extra_args = {});
+
+// Before MPI starts: kExitOk when --backend (cpu, or cuda: one GPU) can run the plan here;
+// else says why on `err` and returns the exit code (kExitNotImplemented for a cuda plan of
+// several ranks, kExitFailed without a usable GPU). A bad --backend is an InputError.
+int CheckCudaRequest(const Flags& flags, const Plan& plan, std::string_view command,
+                     std::ostream& err);
 
 // Run-wide facts rank 0 learns before training, for validate.
 struct JobInfo {

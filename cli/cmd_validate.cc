@@ -82,15 +82,11 @@ Plan ExecutedPlan(const Plan& plan, const ClusterSpec& cluster, const JobInfo& j
 int RunValidate(const Flags& flags, std::ostream& out, std::ostream& err) {
   const bool quiet = LauncherRank() > 0;
   try {
-    if (IsCudaRequest(flags)) {
-      err << "ptdp: error: `ptdp validate --backend cuda` is not implemented yet (the GPU "
-             "executor issue); --backend cpu validates on CPUs\n";
-      return kExitNotImplemented;
-    }
     const Format format = flags.Enum("format", kFormats, Format::kTable);
     ExecuteOptions options = ReadExecuteOptions(flags);
     options.keep_trace = true;  // the per-operation rows come from the trace events
     const Plan plan = LoadExecutablePlan(flags, options);
+    if (const int rc = CheckCudaRequest(flags, plan, "validate", err); rc != kExitOk) return rc;
     const auto cluster_arg = flags.OptionalString("cluster");
     const ClusterSpec cluster = cluster_arg ? ResolveCluster(*cluster_arg) : plan.cluster;
     if (flags.Switch("launch")) {
@@ -113,6 +109,7 @@ int RunValidate(const Flags& flags, std::ostream& out, std::ostream& err) {
       report = CompareRun(executed, result, simulated);
       report.notes = std::move(notes);
       report.plan_path = flags.String("plan");
+      report.backend = IsCudaRequest(flags) ? "cuda" : "cpu";
       report.profile_source =
           cluster_arg ? "--cluster " + *cluster_arg : "the plan's cluster section";
       report.hosts =

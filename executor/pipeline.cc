@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "executor/backend_cuda.h"
 
 namespace ptdp {
 
@@ -59,8 +60,13 @@ PipelineStepStats PipelineRunner::RunStep(const std::function<MicroBatch(int)>& 
     return s;
   };
 
+  // A GPU backend runs kernels asynchronously: an operation has ended when its kernels have.
+  auto done = [&] {
+    Synchronize(backend_);
+    return recorder_.Now();
+  };
   PipelineStepStats stats;
-  stats.start_s = recorder_.Now();
+  stats.start_s = done();
   double loss_sum = 0;
   int losses = 0;
   for (const PipelineOp& op : schedule_.ops[static_cast<size_t>(r)]) {
@@ -92,8 +98,7 @@ PipelineStepStats PipelineRunner::RunStep(const std::function<MicroBatch(int)>& 
       const double t0 = recorder_.Now();
       double loss = 0;
       Tensor out = model_.Forward(op.chunk, std::move(input), mb, &acts[key], &loss);
-      stats.busy_s +=
-          recorder_.Add(label(op), "forward", t0, recorder_.Now(), op.microbatch, op.chunk);
+      stats.busy_s += recorder_.Add(label(op), "forward", t0, done(), op.microbatch, op.chunk);
       if (vs == last) {
         loss_sum += loss / static_cast<double>(model_.rows());
         ++losses;
@@ -110,8 +115,7 @@ PipelineStepStats PipelineRunner::RunStep(const std::function<MicroBatch(int)>& 
                                   schedule_.split_backward);
       acts.erase(it);
       if (!schedule_.split_backward) queues.erase(key);
-      stats.busy_s +=
-          recorder_.Add(label(op), "backward", t0, recorder_.Now(), op.microbatch, op.chunk);
+      stats.busy_s += recorder_.Add(label(op), "backward", t0, done(), op.microbatch, op.chunk);
       if (op.send_to != kNoStage) send(std::move(dx), true, vs - 1);
     } else {
       const double t0 = recorder_.Now();
@@ -119,8 +123,7 @@ PipelineStepStats PipelineRunner::RunStep(const std::function<MicroBatch(int)>& 
       PTDP_CHECK(it != queues.end());
       it->second.Run(backend_);
       queues.erase(it);
-      stats.busy_s +=
-          recorder_.Add(label(op), "weight-grad", t0, recorder_.Now(), op.microbatch, op.chunk);
+      stats.busy_s += recorder_.Add(label(op), "weight-grad", t0, done(), op.microbatch, op.chunk);
     }
     ++stats.ops;
     if (after_op_) after_op_(stats.ops);

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "core/schedule.h"
+#include "executor/backend_cuda.h"
 #include "executor/checkpoint.h"
 #include "executor/context_parallel.h"
 #include "executor/data.h"
@@ -82,8 +83,8 @@ std::string PackRank(const RankReport& r, const std::vector<PipelineStepStats>& 
   out.precision(17);
   out << r.world_rank << ' ' << r.coords.tp << ' ' << r.coords.pp << ' ' << r.coords.dp << ' '
       << r.coords.cp << ' ' << r.expert.etp << ' ' << r.expert.ep << ' ' << r.expert.edp << ' '
-      << r.busy_s << ' ' << r.recv_wait_s << ' ' << r.parameters << ' '
-      << r.memory.peak_total_bytes;
+      << r.busy_s << ' ' << r.recv_wait_s << ' ' << r.parameters << ' ' << r.memory.peak_total_bytes
+      << ' ' << r.peak_reserved_bytes;
   for (int i = 0; i < kNumMemCategories; ++i)
     out << ' ' << r.memory.peak_bytes[static_cast<size_t>(i)];
   out << ' ' << steps.size() << ' ' << events.size() << '\n';
@@ -103,7 +104,7 @@ void UnpackRank(const std::string& text, RankReport* r, std::vector<PipelineStep
   size_t nsteps = 0, nevents = 0;
   in >> r->world_rank >> r->coords.tp >> r->coords.pp >> r->coords.dp >> r->coords.cp >>
       r->expert.etp >> r->expert.ep >> r->expert.edp >> r->busy_s >> r->recv_wait_s >>
-      r->parameters >> r->memory.peak_total_bytes;
+      r->parameters >> r->memory.peak_total_bytes >> r->peak_reserved_bytes;
   for (int i = 0; i < kNumMemCategories; ++i) in >> r->memory.peak_bytes[static_cast<size_t>(i)];
   in >> nsteps >> nevents;
   steps->resize(nsteps);
@@ -254,6 +255,7 @@ StepLog TrainStep(const Run& run, int64_t step, std::vector<PipelineStepStats>& 
   const double contribution = last_stage && coords.tp == 0 ? stats.loss : 0.0;
   const double loss = run.groups.world->AllReduceHost(contribution, ReduceOp::kSum) /
                       static_cast<double>(par.dp_cp());
+  Synchronize(run.backend);  // the optimizer's last kernels belong to the step
   const double t1 = run.recorder.Now();
   run.recorder.Add(fmt::format("step {}", step), "other", t0, t1);
 
@@ -340,6 +342,7 @@ RankReport OwnReport(const Run& run, const std::vector<PipelineStepStats>& step_
   mine.coords = run.groups.coords;
   mine.expert = run.groups.expert_coords;
   mine.memory = run.backend.memory();
+  mine.peak_reserved_bytes = CudaMemory(run.backend).peak_reserved_bytes;
   mine.parameters = run.params.values().numel;
   for (size_t i = skip; i < step_stats.size(); ++i) {
     mine.busy_s += step_stats[i].busy_s;

@@ -75,6 +75,8 @@ struct RankReport {
   double busy_s = 0;  // F, B and W time over the measured steps
   double recv_wait_s = 0;
   int64_t parameters = 0;  // elements of this rank's flat buffer (with padding)
+  // A GPU backend's caching allocator: the peak it held from the device (0 on the CPU).
+  int64_t peak_reserved_bytes = 0;
 };
 
 struct ExecuteResult {

@@ -140,6 +140,8 @@ ValidationReport CompareRun(const Plan& executed, const ExecuteResult& r,
             std::max(peak[static_cast<size_t>(c)], k.memory.peak_bytes[static_cast<size_t>(c)]);
       }
       total = std::max(total, k.memory.peak_total_bytes);
+      st.measured_reserved_bytes =
+          std::max(st.measured_reserved_bytes, static_cast<double>(k.peak_reserved_bytes));
     }
     auto measured = [&](MemCategory c) {
       return static_cast<double>(peak[static_cast<size_t>(c)]);
@@ -163,11 +165,11 @@ ValidationReport CompareRun(const Plan& executed, const ExecuteResult& r,
 std::string ValidationText(const ValidationReport& v) {
   std::string out = fmt::format(
       "ptdp validate: {} on {} rank{} ({} host{}): {}\n"
-      "measured: steps {}..{} of the CPU executor (step time: median of the steps after the "
+      "measured: steps {}..{} of the {} executor (step time: median of the steps after the "
       "first)\nsimulated: profile {} ({}), {} ranks per node\n",
       v.model, v.ranks, v.ranks == 1 ? "" : "s", v.hosts, v.hosts == 1 ? "" : "s", v.layout,
-      v.first_step, v.first_step + v.steps_run - 1, v.profile, v.profile_source,
-      v.simulated_gpus_per_node);
+      v.first_step, v.first_step + v.steps_run - 1, v.backend == "cpu" ? "CPU" : "CUDA", v.profile,
+      v.profile_source, v.simulated_gpus_per_node);
   for (const std::string& n : v.notes) out += "note: " + n + "\n";
   out += "\n";
   Table t({{"figure"},
@@ -200,6 +202,10 @@ std::string ValidationText(const ValidationReport& v) {
     row(prefix + "total (no allowances)", s.total_bytes, Megabytes);
     t.AddRow({prefix + "allowances (reserved, fragm.)", "-", Megabytes(s.simulated_allowance_bytes),
               "-", "-"});
+    if (s.measured_reserved_bytes > 0) {
+      row(prefix + "reserved (GPU allocator) vs peak",
+          {s.measured_reserved_bytes, s.simulated_peak_bytes}, Megabytes);
+    }
   }
   out += t.Render();
   out +=
@@ -223,12 +229,14 @@ std::string ValidationJson(const ValidationReport& v, const SimulationReport& si
         "{}    {{\"stage\": {}, \"busy_s\": {},\n     \"forward_s\": {},\n     \"backward_s\": "
         "{},\n     \"memory_bytes\": {{\"weights\": {}, "
         "\"gradients\": {}, \"optimizer\": {}, \"activations\": {}, \"total\": {}, "
-        "\"measured_other\": {}, \"simulated_allowance\": {}, \"simulated_peak\": {}}}}}",
+        "\"measured_other\": {}, \"simulated_allowance\": {}, \"simulated_peak\": {}, "
+        "\"measured_reserved\": {}}}}}",
         i == 0 ? "" : ",\n", s.stage, ComparedJson(s.busy_s), ComparedJson(s.forward_s),
         ComparedJson(s.backward_s), ComparedJson(s.weights_bytes), ComparedJson(s.gradients_bytes),
         ComparedJson(s.optimizer_bytes), ComparedJson(s.activations_bytes),
         ComparedJson(s.total_bytes), JsonNumber(s.measured_other_bytes),
-        JsonNumber(s.simulated_allowance_bytes), JsonNumber(s.simulated_peak_bytes));
+        JsonNumber(s.simulated_allowance_bytes), JsonNumber(s.simulated_peak_bytes),
+        JsonNumber(s.measured_reserved_bytes));
   }
   return fmt::format(
       "{{\n  \"plan\": {},\n  \"model\": {},\n  \"layout\": {},\n  \"profile\": {},\n"

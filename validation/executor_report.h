@@ -46,14 +46,18 @@ struct StageComparison {
   double measured_other_bytes = 0;       // communication buffers + workspaces (peaks)
   double simulated_allowance_bytes = 0;  // profile's reserved bytes + fragmentation
   double simulated_peak_bytes = 0;       // total + allowances
+  // A GPU backend: the most its caching allocator held from the device (over the stage's
+  // ranks), against simulated_peak_bytes; 0 on the CPU.
+  double measured_reserved_bytes = 0;
 };
 
 struct ValidationReport {
   std::string plan_path;
   std::string model;
-  std::string layout;          // LayoutLine
-  std::string profile;         // the profile's name
-  std::string profile_source;  // "--cluster FILE" or "the plan's cluster section"
+  std::string layout;           // LayoutLine
+  std::string backend = "cpu";  // the executor's backend (cpu or cuda)
+  std::string profile;          // the profile's name
+  std::string profile_source;   // "--cluster FILE" or "the plan's cluster section"
   int ranks = 0;
   int hosts = 0;
   int simulated_gpus_per_node = 0;

@@ -2,6 +2,7 @@
 // default `ptdp plan` that README command 1 runs.
 #include "cli/cli.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <yaml-cpp/yaml.h>
@@ -18,6 +19,7 @@
 #include "cli/progress.h"
 #include "core/presets.h"
 #include "core/spec_yaml.h"
+#include "executor/device.h"
 
 namespace ptdp::cli {
 namespace {
@@ -73,28 +75,42 @@ TEST(Cli, EveryCommandHasHelp) {
   }
 }
 
-TEST(Cli, WhatIsNotImplementedSaysSoWithExitThree) {
-  // Every command of the contract runs; the GPU backend does not yet.
+// The GPU path where there is no usable GPU (CI): exit 1 naming the reason, nothing written;
+// a plan of several GPUs on --backend cuda is the multi-GPU executor's work (exit 3).
+TEST(Cli, TheGpuPathWithoutAGpuSaysWhyAndWritesNothing) {
   for (const Command& c : AllCommands()) EXPECT_TRUE(c.implemented) << c.name;
+  if (QueryCuda().usable) GTEST_SKIP() << "a GPU is usable here: the ctest label gpu checks it";
   const std::string plan = ::testing::TempDir() + "/cuda-plan.yaml";
-  {
-    Plan p;
-    p.model = ModelPreset("gpt3-125m");
-    p.model.vocab_size = 256;
-    p.cluster = ClusterPreset("cpu-local");
-    p.num_gpus = 1;
-    p.training.global_batch_size = 1;
-    std::ofstream(plan) << WritePlanYaml(p);
+  Plan p;
+  p.model = ModelPreset("gpt3-125m");
+  p.model.vocab_size = 256;
+  p.cluster = ClusterPreset("cpu-local");
+  p.num_gpus = 1;
+  p.training.global_batch_size = 1;
+  std::ofstream(plan) << WritePlanYaml(p);
+  for (const char* command : {"execute", "validate"}) {
+    const Result r = Cli({command, "--plan", plan, "--backend", "cuda"});
+    EXPECT_EQ(r.code, kExitFailed) << command;
+    EXPECT_EQ(
+        r.err.rfind(fmt::format("ptdp: error: `ptdp {} --backend cuda` needs a GPU: ", command), 0),
+        0u)
+        << r.err;
   }
-  const Result execute = Cli({"execute", "--plan", plan, "--backend", "cuda"});
-  EXPECT_EQ(execute.code, kExitNotImplemented);
-  EXPECT_EQ(
-      execute.err.rfind("ptdp: error: `ptdp execute --backend cuda` is not implemented yet", 0),
-      0u);
   const Result calibrate =
       Cli({"calibrate", "--backend", "cuda", "--out", ::testing::TempDir() + "/never.yaml"});
-  EXPECT_EQ(calibrate.code, kExitNotImplemented);
+  EXPECT_EQ(calibrate.code, kExitFailed);
+  EXPECT_NE(calibrate.err.find("needs a GPU: "), std::string::npos) << calibrate.err;
   EXPECT_FALSE(std::ifstream(::testing::TempDir() + "/never.yaml").good());
+
+  const std::string plan2 = ::testing::TempDir() + "/cuda-plan-2.yaml";
+  p.num_gpus = 2;
+  p.parallel.dp = 2;
+  p.training.global_batch_size = 2;
+  std::ofstream(plan2) << WritePlanYaml(p);
+  const Result two = Cli({"execute", "--plan", plan2, "--backend", "cuda"});
+  EXPECT_EQ(two.code, kExitNotImplemented);
+  EXPECT_NE(two.err.find("runs plans of one GPU today; this plan has 2 ranks"), std::string::npos)
+      << two.err;
   // Flags are still checked first.
   EXPECT_EQ(Cli({"simulate", "--tpp", "2"}).err,
             "ptdp: error: --tpp: unknown flag (hint: see `ptdp simulate --help`)\n");

@@ -121,7 +121,7 @@ TEST(Validate, BadFlagsAreRefusedNamingTheFlag) {
       {{"validate", "--plan", dir + "/missing.yaml"}, 2, "ptdp: error: "},
       {{"validate", "--plan", plan, "--backend", "cuda"},
        3,
-       "ptdp: error: `ptdp validate --backend cuda` is not implemented yet"},
+       "ptdp: error: `ptdp validate --backend cuda` runs plans of one GPU today; this plan has"},
       {{"calibrate", "--backend", "tpu", "--out", "x.yaml"},
        2,
        "ptdp: error: --backend: expected cpu or cuda, got \"tpu\""},
@@ -136,9 +136,12 @@ TEST(Validate, BadFlagsAreRefusedNamingTheFlag) {
       {{"calibrate", "--out", "x.yaml", "--comm-results", "f"},
        2,
        "ptdp: error: --out: cannot be combined with --comm-results"},
-      {{"calibrate", "--backend", "cuda", "--out", "x.yaml"},
-       3,
-       "ptdp: error: `ptdp calibrate --backend cuda` is not implemented yet"},
+      {{"calibrate", "--backend", "cuda", "--out", "x.yaml", "--ranks", "2"},
+       2,
+       "ptdp: error: --ranks: is for --backend cpu (one GPU is measured)"},
+      {{"calibrate", "--out", "x.yaml", "--device", "1"},
+       2,
+       "ptdp: error: --device: is for --backend cuda"},
   };
   for (const auto& c : cases) {
     const Result r = Cli(c.args);
