@@ -156,7 +156,7 @@ class CudaBackend final : public Backend {
   bool LtGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
               const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
               int64_t ldc);
-  const LtPlan& LtPlanFor(const LtKey& key);
+  LtPlan& LtPlanFor(const LtKey& key);
   void ClearLtPlans();
   // Sums of per-block partials (fp64) of x or of x^2, added on the host in block order.
   double Reduce(Span x, bool squares);

@@ -114,17 +114,22 @@ bool CudaBackend::LtGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, floa
     PTDP_CUDA_CHECK(cudaMalloc(&lt_workspace_, static_cast<size_t>(kLtWorkspaceBytes)));
     allocator_.AddExternal(kLtWorkspaceBytes);
   }
-  const LtPlan& plan =
+  LtPlan& plan =
       LtPlanFor({ta, tb, m, n, k, lda, ldb, ldc, Alignment(a), Alignment(b), Alignment(c)});
   if (!plan.usable) return false;
   // cuBLAS's A is our b and its B our a (header comment); C and D are the same buffer.
-  PTDP_CUDA_CHECK(cublasLtMatmul(lt_, plan.desc, &alpha, b, plan.a, a, plan.b, &beta, c, plan.c, c,
-                                 plan.c, &plan.algo, lt_workspace_,
-                                 static_cast<size_t>(kLtWorkspaceBytes), stream_));
+  const cublasStatus_t status =
+      cublasLtMatmul(lt_, plan.desc, &alpha, b, plan.a, a, plan.b, &beta, c, plan.c, c, plan.c,
+                     &plan.algo, lt_workspace_, static_cast<size_t>(kLtWorkspaceBytes), stream_);
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED) {  // refused before it ran: cublasSgemm instead
+    plan.usable = false;
+    return false;
+  }
+  Check(status, "cublasLtMatmul", __FILE__, __LINE__);
   return true;
 }
 
-const LtPlan& CudaBackend::LtPlanFor(const LtKey& key) {
+LtPlan& CudaBackend::LtPlanFor(const LtKey& key) {
   auto found = lt_plans_.find(key);
   if (found != lt_plans_.end()) return found->second;
   if (lt_plans_.size() >= 1024) ClearLtPlans();  // a bound, not a policy: shapes repeat per step
