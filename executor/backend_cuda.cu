@@ -1,16 +1,252 @@
-// Placeholder until the CUDA backend lands (branch `cuda`): the factory answers that there is
-// no CUDA backend yet, so that the CUDA build links.
+// The CUDA backend's device, stream, memory, copies and host-returning reductions, and the
+// public factory (backend_cuda.h). Kernels live in the themed .cu files (cuda_backend.cuh).
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
 #include "executor/backend_cuda.h"
+#include "executor/cuda_backend.cuh"
+#include "executor/cuda_common.cuh"
+#include "executor/device.h"
 
 namespace ptdp {
+namespace cuda {
 
-std::unique_ptr<Backend> MakeCudaBackend(int, std::string* error) {
-  *error = "the CUDA backend is not built yet";
-  return nullptr;
+void Fail(const char* call, const char* file, int line, const std::string& what) {
+  char host[256] = "?";
+  if (gethostname(host, sizeof(host) - 1) != 0) std::strcpy(host, "?");
+  host[sizeof(host) - 1] = '\0';
+  throw InternalError(std::string(call) + " failed at " + file + ":" + std::to_string(line) +
+                      " on " + host + ": " + what);
 }
 
-CudaMemoryFigures CudaMemory(const Backend&) { return {}; }
+namespace {
 
-void Synchronize(Backend&) {}
+// Per-block fp64 partial sums of x (or x^2), grid-stride; partial[blockIdx.x] gets the block's.
+template <typename T>
+__global__ void ReduceKernel(double* partial, const T* x, int64_t n, bool squares) {
+  double sum = 0;
+  for (int64_t i = GlobalThread(); i < n; i += GridStride()) {
+    const double v = static_cast<double>(x[i]);
+    sum += squares ? v * v : v;
+  }
+  sum = BlockSum(sum);
+  if (threadIdx.x == 0) partial[blockIdx.x] = sum;
+}
+
+const char* IndexErrorKernel(int code) {
+  switch (code) {
+    case kGatherRowsIndex:
+      return "GatherRows: an index outside the source's rows";
+    case kScatterAddRowsIndex:
+      return "ScatterAddRows: an index outside the destination's rows";
+    case kRouterChoice:
+      return "RouterTopKBackward: a choice outside [0, experts)";
+    default:
+      return "an unknown index error";
+  }
+}
+
+bool Overlap(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
+  const auto* pa = static_cast<const char*>(a);
+  const auto* pb = static_cast<const char*>(b);
+  return pa < pb + b_bytes && pb < pa + a_bytes;
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend(int device) : device_(device) {
+  try {
+    PTDP_CUDA_CHECK(cudaSetDevice(device));
+    int optin = 0;
+    PTDP_CUDA_CHECK(
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    max_shared_bytes_ = optin;
+    PTDP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    PTDP_CUDA_CHECK(cublasCreate(&blas_));
+    PTDP_CUDA_CHECK(cublasSetStream(blas_, stream_));
+    // The default math mode keeps fp32 products in fp32 (TF32 only with
+    // CUBLAS_TF32_TENSOR_OP_MATH).
+    PTDP_CUDA_CHECK(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));
+    PTDP_CUDA_CHECK(cublasLtCreate(&lt_));
+    PTDP_CUDA_CHECK(cudaMalloc(&index_error_, sizeof(int)));
+    PTDP_CUDA_CHECK(cudaMalloc(&partials_, kReducePartials * sizeof(double)));
+    allocator_.AddExternal(sizeof(int) + kReducePartials * sizeof(double));
+    PTDP_CUDA_CHECK(cudaMemsetAsync(index_error_, 0, sizeof(int), stream_));
+    PTDP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  } catch (...) {
+    ReleaseResources();
+    throw;
+  }
+}
+
+CudaBackend::~CudaBackend() {
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);  // errors ignored: nothing to report to
+  ReleaseResources();
+}
+
+void CudaBackend::ReleaseResources() {
+  ClearLtPlans();
+  if (lt_workspace_ != nullptr) cudaFree(lt_workspace_);
+  if (index_error_ != nullptr) cudaFree(index_error_);
+  if (partials_ != nullptr) cudaFree(partials_);
+  if (lt_ != nullptr) cublasLtDestroy(lt_);
+  if (blas_ != nullptr) cublasDestroy(blas_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  lt_workspace_ = nullptr;
+  index_error_ = nullptr;
+  partials_ = nullptr;
+  lt_ = nullptr;
+  blas_ = nullptr;
+  stream_ = nullptr;
+}
+
+void CudaBackend::Sync() {
+  PTDP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  int code = 0;
+  PTDP_CUDA_CHECK(
+      cudaMemcpyAsync(&code, index_error_, sizeof(int), cudaMemcpyDeviceToHost, stream_));
+  PTDP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (code != kNoIndexError) {
+    PTDP_CUDA_CHECK(cudaMemsetAsync(index_error_, 0, sizeof(int), stream_));
+    PTDP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    throw InternalError(std::string("cuda backend: a kernel skipped a bad index: ") +
+                        IndexErrorKernel(code));
+  }
+}
+
+void CudaBackend::AllowSharedMemory(const void* kernel, int64_t bytes) {
+  if (bytes <= (48 << 10)) return;
+  if (bytes > max_shared_bytes_) {
+    throw InternalError("cuda backend: a kernel needs " + std::to_string(bytes) +
+                        " bytes of shared memory per block; the device allows " +
+                        std::to_string(max_shared_bytes_));
+  }
+  PTDP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(bytes)));
+}
+
+CudaBackend::Scratch::Scratch(CudaBackend& backend, int64_t bytes) : backend_(backend) {
+  data_ = backend_.allocator_.Allocate(std::max<int64_t>(bytes, 1), /*zero=*/false,
+                                       backend_.stream_, backend_.memory().current_total_bytes);
+}
+
+CudaBackend::Scratch::~Scratch() { backend_.allocator_.Free(data_); }
+
+void* CudaBackend::DoAllocate(int64_t bytes) {
+  return allocator_.Allocate(bytes, /*zero=*/true, stream_, memory().current_total_bytes);
+}
+
+void CudaBackend::DoFree(void* data) { allocator_.Free(data); }
+
+void CudaBackend::Upload(Span dst, const void* host) {
+  if (dst.bytes() == 0) return;
+  PTDP_CUDA_CHECK(cudaMemcpyAsync(dst.data, host, static_cast<size_t>(dst.bytes()),
+                                  cudaMemcpyHostToDevice, stream_));
+  // The caller may reuse its host buffer on return.
+  PTDP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::Download(Span src, void* host) {
+  if (src.bytes() == 0) return;
+  PTDP_CUDA_CHECK(cudaMemcpyAsync(host, src.data, static_cast<size_t>(src.bytes()),
+                                  cudaMemcpyDeviceToHost, stream_));
+  Sync();
+}
+
+void CudaBackend::Copy(Span dst, Span src) {
+  PTDP_CHECK(dst.numel == src.numel && dst.dtype == src.dtype);
+  const int64_t bytes = dst.bytes();
+  if (bytes == 0 || dst.data == src.data) return;
+  if (Overlap(dst.data, bytes, src.data, bytes)) {  // memmove's contract, through a scratch copy
+    Scratch tmp(*this, bytes);
+    PTDP_CUDA_CHECK(cudaMemcpyAsync(tmp.get(), src.data, static_cast<size_t>(bytes),
+                                    cudaMemcpyDeviceToDevice, stream_));
+    PTDP_CUDA_CHECK(cudaMemcpyAsync(dst.data, tmp.get(), static_cast<size_t>(bytes),
+                                    cudaMemcpyDeviceToDevice, stream_));
+    return;
+  }
+  PTDP_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, static_cast<size_t>(bytes),
+                                  cudaMemcpyDeviceToDevice, stream_));
+}
+
+void CudaBackend::Copy2D(Span dst, int64_t ld_dst, Span src, int64_t ld_src, int64_t rows,
+                         int64_t cols) {
+  PTDP_CHECK(dst.dtype == src.dtype && rows >= 0 && cols >= 0);
+  if (rows == 0 || cols == 0) return;
+  PTDP_CHECK(dst.numel >= ld_dst * (rows - 1) + cols && src.numel >= ld_src * (rows - 1) + cols);
+  // cudaMemcpy2D wants pitch >= width; with one row the pitch is never used.
+  if (rows == 1) ld_dst = ld_src = cols;
+  PTDP_CHECK(ld_dst >= cols && ld_src >= cols);
+  const int64_t size = SizeOf(dst.dtype);
+  const int64_t dst_extent = (ld_dst * (rows - 1) + cols) * size;
+  const int64_t src_extent = (ld_src * (rows - 1) + cols) * size;
+  if (dst.data == src.data && ld_dst == ld_src) return;
+  auto copy = [&](void* to, int64_t ld_to, const void* from, int64_t ld_from) {
+    PTDP_CUDA_CHECK(cudaMemcpy2DAsync(to, static_cast<size_t>(ld_to * size), from,
+                                      static_cast<size_t>(ld_from * size),
+                                      static_cast<size_t>(cols * size), static_cast<size_t>(rows),
+                                      cudaMemcpyDeviceToDevice, stream_));
+  };
+  if (Overlap(dst.data, dst_extent, src.data, src_extent)) {
+    Scratch tmp(*this, rows * cols * size);  // packed rows, then into place
+    copy(tmp.get(), cols, src.data, ld_src);
+    copy(dst.data, ld_dst, tmp.get(), cols);
+    return;
+  }
+  copy(dst.data, ld_dst, src.data, ld_src);
+}
+
+double CudaBackend::Reduce(Span x, bool squares) {
+  if (x.numel == 0) return 0;
+  const unsigned blocks = std::min<unsigned>(kReducePartials, Blocks(x.numel));
+  DispatchFloat(x, "Sum", [&](auto zero) {
+    using T = decltype(zero);
+    PTDP_CUDA_LAUNCH(ReduceKernel<T>, blocks, kThreads, 0, stream_, partials_, Ptr<T>(x), x.numel,
+                     squares);
+  });
+  std::vector<double> host(blocks);
+  PTDP_CUDA_CHECK(cudaMemcpyAsync(host.data(), partials_, blocks * sizeof(double),
+                                  cudaMemcpyDeviceToHost, stream_));
+  Sync();
+  double sum = 0;
+  for (double v : host) sum += v;  // block order: the same bits on every call
+  return sum;
+}
+
+double CudaBackend::SumSquares(Span x) { return Reduce(x, /*squares=*/true); }
+double CudaBackend::Sum(Span x) { return Reduce(x, /*squares=*/false); }
+
+}  // namespace cuda
+
+std::unique_ptr<Backend> MakeCudaBackend(int device, std::string* error) {
+  auto fail = [&](const std::string& why) -> std::unique_ptr<Backend> {
+    if (error != nullptr) *error = why;
+    return nullptr;
+  };
+  const CudaStatus status = QueryCuda();
+  if (!status.usable) return fail(status.reason);
+  if (device < 0 || device >= status.device_count) {
+    return fail("no CUDA device " + std::to_string(device) + ": the runtime reports " +
+                std::to_string(status.device_count));
+  }
+  try {
+    return std::make_unique<cuda::CudaBackend>(device);
+  } catch (const std::exception& e) {
+    return fail(e.what());
+  }
+}
+
+CudaMemoryFigures CudaMemory(const Backend& backend) {
+  const auto* cuda = dynamic_cast<const cuda::CudaBackend*>(&backend);
+  return cuda != nullptr ? cuda->figures() : CudaMemoryFigures{};
+}
+
+void Synchronize(Backend& backend) {
+  if (auto* cuda = dynamic_cast<cuda::CudaBackend*>(&backend)) cuda->Sync();
+}
 
 }  // namespace ptdp
