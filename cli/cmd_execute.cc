@@ -236,7 +236,7 @@ void AddRunOptions(po::options_description& o) {
       "dtype", po::value<std::string>()->value_name("T"),
       "fp32 (default) | bf16 | fp16 (Megatron's mixed precision: 16-bit weights and "
       "activations, fp32 main weights, gradients and optimizer state; fp16 with dynamic loss "
-      "scaling) | fp64 (numerical checks)")(
+      "scaling) | fp64 (execute only: numerical checks)")(
       "results", po::value<std::string>()->value_name("FILE"),
       "results JSON to write (execute: default execute-results.json)")(
       "launch", po::bool_switch(),

@@ -39,8 +39,7 @@ void AddValidateOptions(po::options_description& o) {
 }
 
 // The plan as the executor ran it, for the simulator: the profile, the precision it computed in
-// (--dtype: fp32, bf16 or fp16; fp64 is simulated as fp32), and every rank of a one-host job on
-// one node.
+// (--dtype: fp32, bf16 or fp16), and every rank of a one-host job on one node.
 Plan ExecutedPlan(const Plan& plan, DType dtype, const ClusterSpec& cluster, const JobInfo& job,
                   std::vector<std::string>* notes) {
   Plan executed = plan;
@@ -93,6 +92,11 @@ int RunValidate(const Flags& flags, std::ostream& out, std::ostream& err) {
     }
     const Format format = flags.Enum("format", kFormats, Format::kTable);
     ExecuteOptions options = ReadExecuteOptions(flags);
+    if (options.dtype == DType::kF64) {
+      flags.Fail("dtype",
+                 "validate runs fp32, bf16 or fp16, the precisions the simulator models (fp64 is "
+                 "for `ptdp execute`'s numerical checks)");
+    }
     options.keep_trace = true;  // the per-operation rows come from the trace events
     const Plan plan = LoadExecutablePlan(flags, options);
     const auto cluster_arg = flags.OptionalString("cluster");
@@ -154,10 +158,10 @@ const Command kValidateCommand{
         "pipeline phase, bubble fraction, per pipeline stage the busy time, one micro-batch's\n"
         "forward and backward, and peak memory by category, with the ratio and error of each.\n"
         "The simulation is of the plan as executed: in the precision it ran (--dtype: fp32,\n"
-        "bf16 or fp16), the executor's communication (non-\n"
-        "blocking sends, blocking tensor-parallel collectives, gradients reduced after the\n"
-        "backward), and all ranks of a one-host job on one node. Step lines go to stderr, the\n"
-        "comparison to stdout. Exits non-zero when the executor fails.",
+        "bf16 or fp16), the executor's communication (non-blocking sends, blocking\n"
+        "tensor-parallel collectives, gradients reduced after the backward), and all ranks\n"
+        "of a one-host job on one node. Step lines go to stderr, the comparison to stdout.\n"
+        "Exits non-zero when the executor fails.",
     .examples =
         "ptdp calibrate --backend cpu --out cpu.yaml\n"
         "ptdp validate --plan plan.yaml --launch --steps 10 --cluster cpu.yaml\n"

@@ -44,17 +44,17 @@ ExecuteResult Train(const Plan& plan, DType dtype, ProcessGroups& groups, Backen
 // the parameters by Adam's normalisation of tiny gradients (about 0.02 lr after 10 steps).
 // bf16 / fp16 against the single-process run in the same dtype: a layout sums in another order
 // and rounds at other places (a row-parallel linear's two partial outputs are each rounded to 16
-// bits before their fp32 sum; the single process rounds the whole product once), so activations
-// differ by an ulp here and there: 2^-8 relative in bf16, 2^-11 in fp16. Over 8 layers and 10
-// steps that moves the mean loss by some 1e-3 relative; 1e-2 leaves room and still catches a
+// bits before their fp32 sum, where one process rounds the whole product once), so activations
+// differ by an ulp here and there (2^-8 relative in bf16, 2^-11 in fp16). Measured: the mean
+// losses within 2.5e-5 relative over 10 steps; 1e-3 leaves a factor 40 and still catches a
 // wrong reduction, a missing gradient or a wrong loss scale (each off by far more). The gathered
 // parameters are the 16-bit weights: where two runs' fp32 main weights straddle a rounding
-// boundary they differ by one ulp of the weight (2^-7 below 2, the LayerNorm weights near 1),
-// plus Adam's sign-sensitive updates (lr 1e-4 a step): 1e-2 absolute.
+// boundary they differ by one ulp of the weight (2^-7 for the norms' weights in [1, 2), measured
+// on final_ln.weight of the MoE model), so 1e-2 absolute: one ulp there, several elsewhere.
 void ExpectEquivalent(const TinyLayout& layout, DType dtype = DType::kF32,
                       const TinyModel& model = {}) {
   const bool mixed = Is16Bit(dtype);
-  const double loss_tolerance = mixed ? 1e-2 : dtype == DType::kF32 ? 1e-5 : 1e-12;
+  const double loss_tolerance = mixed ? 1e-3 : dtype == DType::kF32 ? 1e-5 : 1e-12;
   const double param_tolerance = mixed ? 1e-2 : dtype == DType::kF32 ? 1e-5 : 1e-10;
   const Plan plan = TinyPlan(layout, model);
   if (g_session->world_size() != plan.parallel.world_size()) {
