@@ -40,6 +40,9 @@ namespace po = boost::program_options;
 namespace ptdp::cli {
 namespace {
 
+constexpr EnumName<DType> kDTypes[] = {
+    {"fp32", DType::kF32}, {"bf16", DType::kBF16}, {"fp16", DType::kF16}, {"fp64", DType::kF64}};
+
 // Flags `execute --launch` forwards to the ranks (all but --launch itself).
 constexpr const char* kForwarded[] = {
     "watchdog",         "plan", "steps", "backend", "data",  "save",
@@ -53,9 +56,7 @@ void AddExecuteOptions(po::options_description& o) {
       "checkpoint every K steps (and after the last)")(
       "load", po::value<std::string>()->value_name("DIR"), "resume from a checkpoint")(
       "eval-interval", po::value<std::string>()->value_name("K"),
-      "validation loss (held-out 10% of the data) every K steps; always after the last")(
-      "dtype", po::value<std::string>()->value_name("T"),
-      "fp32 (default) | fp64 (numerical checks)");
+      "validation loss (held-out 10% of the data) every K steps; always after the last");
 }
 
 // PTDP_TEST_FAULT="RANK:STEP[:MODE]": world rank RANK fails in step STEP. MODE throw: it
@@ -231,6 +232,10 @@ void AddRunOptions(po::options_description& o) {
       "data", po::value<std::string>()->value_name("FILE"),
       "text file of byte tokens (default /usr/share/common-licenses/GPL-3), or `synthetic`")(
       "trace", po::value<std::string>()->value_name("FILE"), "write a measured Chrome trace")(
+      "dtype", po::value<std::string>()->value_name("T"),
+      "fp32 (default) | bf16 | fp16 (Megatron's mixed precision: 16-bit weights and "
+      "activations, fp32 main weights, gradients and optimizer state; fp16 with dynamic loss "
+      "scaling) | fp64 (execute only: numerical checks)")(
       "results", po::value<std::string>()->value_name("FILE"),
       "results JSON to write (execute: default execute-results.json)")(
       "launch", po::bool_switch(),
@@ -272,11 +277,9 @@ ExecuteOptions ReadExecuteOptions(const Flags& flags) {
   options.load_dir = flags.OptionalString("load").value_or("");
   options.eval_interval = flags.OptionalPositiveInt("eval-interval").value_or(0);
   options.keep_trace = flags.Has("trace");
-  const std::string dtype = flags.OptionalString("dtype").value_or("fp32");
-  if (dtype != "fp32" && dtype != "fp64") {
-    flags.Fail("dtype", fmt::format("expected fp32 or fp64, got \"{}\"", dtype));
-  }
-  options.dtype = dtype == "fp64" ? DType::kF64 : DType::kF32;
+  // fp32 unless asked: the plan's precision (bf16 in Megatron's recipes) is the GPU's; the run
+  // says which dtype it computes in.
+  options.dtype = flags.Enum("dtype", kDTypes, DType::kF32);
   return options;
 }
 
@@ -396,9 +399,21 @@ int RunAsRank(std::string_view command, const Plan& plan, const ExecuteOptions& 
           p.sequence_parallel ? ", sequence parallel" : "",
           p.recompute != Recompute::kNone ? fmt::format(", {} recompute", Name(p.recompute)) : "",
           p.distributed_optimizer ? ", distributed optimizer" : "");
-      if (plan.training.precision != Precision::kFp32) {
-        log << fmt::format("note: the CPU path computes in {}, not the plan's {}\n",
-                           Name(opts.dtype), Name(plan.training.precision));
+      if (Is16Bit(opts.dtype)) {
+        log << fmt::format(
+            "precision: {} mixed (fp32 main weights, gradients, optimizer state and cross "
+            "entropy{})\n",
+            Name(opts.dtype), opts.dtype == DType::kF16 ? "; dynamic loss scaling" : "");
+      }
+      if (Name(opts.dtype) != Name(plan.training.precision)) {
+        const bool mixed_plan = plan.training.precision == Precision::kBf16 ||
+                                plan.training.precision == Precision::kFp16;
+        log << fmt::format("note: the CPU path computes in {}{}, not the plan's {}{}\n",
+                           Name(opts.dtype), flags.Has("dtype") ? " (--dtype)" : "",
+                           Name(plan.training.precision),
+                           mixed_plan && !flags.Has("dtype")
+                               ? fmt::format(" (--dtype {} runs it)", Name(plan.training.precision))
+                               : "");
       }
       log << fmt::format("attention: {}\n",
                          plan.options.attention == AttentionBackend::kUnfused
@@ -444,6 +459,14 @@ int RunAsRank(std::string_view command, const Plan& plan, const ExecuteOptions& 
           result.first_step, result.steps.back().step, result.steps.front().loss,
           result.steps.back().loss, result.bubble_fraction, result.measured_steps,
           result.ranks.empty() ? 0.0 : result.ranks[0].memory.peak_total_bytes / 1e6);
+      if (opts.dtype == DType::kF16) {
+        const auto skipped = std::count_if(result.steps.begin(), result.steps.end(),
+                                           [](const StepLog& s) { return s.skipped; });
+        log << fmt::format(
+            "fp16 loss scaling: {} of {} step(s) skipped for an inf/NaN gradient; loss scale "
+            "{:g} at the last step\n",
+            skipped, result.steps.size(), result.steps.back().loss_scale);
+      }
     }
     if (const CudaMemoryFigures cuda = CudaMemory(*backend); cuda.peak_reserved_bytes > 0) {
       log << fmt::format(
@@ -467,6 +490,7 @@ const Command kExecuteCommand{
     .summary = "train a GPT with a plan's exact layout, one process per rank",
     .usage =
         "mpirun -np N ptdp execute --plan plan.yaml [--steps S] [--backend cpu|cuda]\n"
+        "                     [--dtype fp32|bf16|fp16|fp64]\n"
         "                     [--data FILE|synthetic] [--save DIR [--save-interval K]]\n"
         "                     [--load DIR] [--trace out.json] [--results out.json]\n"
         "       ptdp execute --plan plan.yaml --launch [flags] [-- mpirun flags]",
@@ -478,8 +502,11 @@ const Command kExecuteCommand{
         "on byte tokens (vocabulary 256) of a text file. N must be tp x cp x pp x dp; ranks\n"
         "are laid out tp-cp-dp-pp (Megatron's order). One line per step; at the end a\n"
         "results JSON (losses, step times, bubble, peak memory per rank) and, with --trace,\n"
-        "a measured Chrome trace. CPU path: OpenBLAS + MPI, fp32. --backend cuda: one rank on\n"
-        "one GPU (cuBLASLt and the executor's CUDA kernels).",
+        "a measured Chrome trace. CPU path: OpenBLAS + MPI, in fp32, or with --dtype bf16 or\n"
+        "fp16 in Megatron's mixed precision (16-bit weights and activations, fp32 main\n"
+        "weights, main_grad and Adam state, fp32 cross entropy; fp16 with dynamic loss\n"
+        "scaling from 2^16, its skipped steps and scale on each step line). --backend cuda: one\n"
+        "rank on one GPU (cuBLASLt and the executor's CUDA kernels).",
     .examples =
         "mpirun -np 8 ptdp execute --plan plan.yaml --steps 20\n"
         "ptdp execute --plan plan.yaml --launch --steps 20 --trace measured.json\n"

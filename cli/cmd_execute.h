@@ -18,7 +18,8 @@
 
 namespace ptdp::cli {
 
-// --plan --steps --backend --data --results --trace --launch: the flags both commands take.
+// --plan --steps --backend --data --results --trace --dtype --launch --watchdog: the flags both
+// commands take.
 void AddRunOptions(boost::program_options::options_description& options);
 
 // The executor's options from whichever of execute's flags `flags` declares (--steps, --data,

@@ -28,7 +28,7 @@ constexpr EnumName<Format> kFormats[] = {{"table", Format::kTable}, {"json", For
 
 // Flags --launch forwards to the ranks.
 constexpr const char* kForwarded[] = {"watchdog", "plan",    "steps",   "backend", "data",
-                                      "trace",    "results", "cluster", "format"};
+                                      "trace",    "results", "cluster", "format",  "dtype"};
 
 void AddValidateOptions(po::options_description& o) {
   AddRunOptions(o);
@@ -38,9 +38,9 @@ void AddValidateOptions(po::options_description& o) {
       "format", po::value<std::string>()->value_name("F"), "table (default) | json");
 }
 
-// The plan as the executor ran it, for the simulator: the profile, fp32 (the CPU path's
-// precision), and every rank of a one-host job on one node.
-Plan ExecutedPlan(const Plan& plan, const ClusterSpec& cluster, const JobInfo& job,
+// The plan as the executor ran it, for the simulator: the profile, the precision it computed in
+// (--dtype: fp32, bf16 or fp16), and every rank of a one-host job on one node.
+Plan ExecutedPlan(const Plan& plan, DType dtype, const ClusterSpec& cluster, const JobInfo& job,
                   std::vector<std::string>* notes) {
   Plan executed = plan;
   executed.cluster = cluster;
@@ -55,12 +55,14 @@ Plan ExecutedPlan(const Plan& plan, const ClusterSpec& cluster, const JobInfo& j
         "the flash kernel");
     executed.options.attention = AttentionBackend::kFlash;
   }
-  if (executed.training.precision != Precision::kFp32) {
+  const Precision ran = dtype == DType::kBF16  ? Precision::kBf16
+                        : dtype == DType::kF16 ? Precision::kFp16
+                                               : Precision::kFp32;
+  if (executed.training.precision != ran) {
     notes->push_back(
-        fmt::format("the CPU executor computes in fp32; simulated in fp32, not the "
-                    "plan's {}",
-                    Name(plan.training.precision)));
-    executed.training.precision = Precision::kFp32;
+        fmt::format("the CPU executor computed in {}; simulated in {}, not the plan's {}",
+                    Name(dtype), Name(ran), Name(plan.training.precision)));
+    executed.training.precision = ran;
   }
   const std::set<std::string> hosts(job.hosts.begin(), job.hosts.end());
   if (hosts.size() != 1) return executed;
@@ -84,6 +86,11 @@ int RunValidate(const Flags& flags, std::ostream& out, std::ostream& err) {
   try {
     const Format format = flags.Enum("format", kFormats, Format::kTable);
     ExecuteOptions options = ReadExecuteOptions(flags);
+    if (options.dtype == DType::kF64) {
+      flags.Fail("dtype",
+                 "validate runs fp32, bf16 or fp16, the precisions the simulator models (fp64 is "
+                 "for `ptdp execute`'s numerical checks)");
+    }
     options.keep_trace = true;  // the per-operation rows come from the trace events
     const Plan plan = LoadExecutablePlan(flags, options);
     if (const int rc = CheckCudaRequest(flags, plan, "validate", err); rc != kExitOk) return rc;
@@ -103,7 +110,7 @@ int RunValidate(const Flags& flags, std::ostream& out, std::ostream& err) {
     }
     auto compare = [&](const ExecuteResult& result, const JobInfo& job) {
       ValidationReport report;
-      const Plan executed = ExecutedPlan(plan, cluster, job, &report.notes);
+      const Plan executed = ExecutedPlan(plan, options.dtype, cluster, job, &report.notes);
       const SimulationReport simulated = SimulatePlan(executed);
       std::vector<std::string> notes = std::move(report.notes);
       report = CompareRun(executed, result, simulated);
@@ -137,7 +144,7 @@ const Command kValidateCommand{
     .usage =
         "ptdp validate --plan plan.yaml --launch [--steps S] [--cluster PROFILE]\n"
         "                     [--format table|json] [--data FILE|synthetic] [--results out.json]\n"
-        "                     [--trace out.json] [-- mpirun flags]\n"
+        "                     [--trace out.json] [--dtype fp32|bf16|fp16] [-- mpirun flags]\n"
         "       mpirun -np N ptdp validate --plan plan.yaml [flags]",
     .description =
         "Trains the plan on the CPU executor (as `ptdp execute`: one rank per GPU of the plan,\n"
@@ -146,10 +153,11 @@ const Command kValidateCommand{
         "prints measured against simulated: step time (median of the steps after the first),\n"
         "pipeline phase, bubble fraction, per pipeline stage the busy time, one micro-batch's\n"
         "forward and backward, and peak memory by category, with the ratio and error of each.\n"
-        "The simulation is of the plan as executed: fp32, the executor's communication (non-\n"
-        "blocking sends, blocking tensor-parallel collectives, gradients reduced after the\n"
-        "backward), and all ranks of a one-host job on one node. Step lines go to stderr, the\n"
-        "comparison to stdout. Exits non-zero when the executor fails.",
+        "The simulation is of the plan as executed: in the precision it ran (--dtype: fp32,\n"
+        "bf16 or fp16), the executor's communication (non-blocking sends, blocking\n"
+        "tensor-parallel collectives, gradients reduced after the backward), and all ranks\n"
+        "of a one-host job on one node. Step lines go to stderr, the comparison to stdout.\n"
+        "Exits non-zero when the executor fails.",
     .examples =
         "ptdp calibrate --backend cpu --out cpu.yaml\n"
         "ptdp validate --plan plan.yaml --launch --steps 10 --cluster cpu.yaml\n"

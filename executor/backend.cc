@@ -15,6 +15,9 @@ int64_t SizeOf(DType dtype) {
       return 8;
     case DType::kI32:
       return 4;
+    case DType::kBF16:
+    case DType::kF16:
+      return 2;
   }
   return 0;
 }
@@ -27,6 +30,10 @@ std::string_view Name(DType dtype) {
       return "fp64";
     case DType::kI32:
       return "int32";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kF16:
+      return "fp16";
   }
   return "?";
 }

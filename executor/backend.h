@@ -6,9 +6,29 @@
 //
 // Conventions for every kernel:
 //  - matrices are row-major; "(N, C)" means N rows of C contiguous elements;
-//  - floating-point arguments of one call share one dtype (fp32, or fp64 for gradient checks);
-//    token ids are int32;
+//  - floating-point arguments of one call share one dtype (fp32, or fp64 for gradient checks,
+//    or bf16/fp16 for mixed precision below); token ids are int32;
 //  - "+=" in a contract means the kernel accumulates into that output, otherwise it overwrites.
+//
+// Mixed precision (Megatron-LM's --bf16 / --fp16; issue 11). 16-bit (bf16 or fp16) data are
+// stored in 16 bits and computed in fp32: a kernel converts each 16-bit input to fp32 on load,
+// computes as its fp32 form does (reductions and GEMM accumulation in fp32), and rounds each
+// 16-bit output to nearest even on store ("+=" outputs: load, add in fp32, round). So a 16-bit
+// call equals the fp32 call on the same (already 16-bit) inputs with its outputs rounded, up to
+// the order of fp32 operations (one ulp of the 16-bit result; the CPU backend is exact). When a
+// call's data are 16-bit, these spans are fp32 instead, and only these:
+//  - Gemm's c may be fp32 (a and b 16-bit): the weight gradient accumulated into the fp32
+//    main_grad, the logits the cross entropy reads;
+//  - parameter gradients ("+=" into the fp32 main_grad) may be fp32: BiasGrad's dbias,
+//    LayerNormBackwardParams' dweight and dbias, RmsNormBackwardParams' dweight,
+//    EmbeddingBackward's dtable, PositionsBackward's dpos;
+//  - per-row statistics are fp32: LayerNorm's mean and rstd, RMSNorm's rstd (every kernel that
+//    takes them), AttentionBlockForward/Backward's lse.
+// Every other floating span of a call shares the data's dtype (the MoE router included:
+// Megatron's default --moe-router-dtype routes in the model's dtype). The cross-entropy kernels
+// and the optimizer steps take fp32 or fp64 only (Megatron casts the logits to float for the
+// cross entropy; main weights, main_grad and Adam moments are fp32). Convert, Fill, Copy,
+// Copy2D, Scale, Add, Sum, SumSquares and GatherRows take any floating dtype.
 #pragma once
 
 #include <array>
@@ -19,10 +39,15 @@
 
 namespace ptdp {
 
-enum class DType : uint8_t { kF32, kF64, kI32 };
+// kBF16: bfloat16; kF16: IEEE binary16 (executor/half.h).
+enum class DType : uint8_t { kF32, kF64, kI32, kBF16, kF16 };
 
 int64_t SizeOf(DType dtype);
-std::string_view Name(DType dtype);
+std::string_view Name(DType dtype);  // "fp32", "fp64", "int32", "bf16", "fp16"
+inline bool Is16Bit(DType dtype) { return dtype == DType::kBF16 || dtype == DType::kF16; }
+// The precision of main weights, main_grad and optimizer state for data of `dtype`: fp32 for
+// 16-bit data, else the data's own.
+inline DType MainDType(DType dtype) { return Is16Bit(dtype) ? DType::kF32 : dtype; }
 
 // What an allocation holds, for the per-category peak-memory report.
 enum class MemCategory : uint8_t {
@@ -117,6 +142,12 @@ class Backend {
   // --- element-wise ---
   virtual void Fill(Span x, double value) = 0;
   virtual void Copy(Span dst, Span src) = 0;  // same numel and dtype
+  // dst = src converted (same numel; each fp32, fp64, bf16 or fp16; the same dtype copies):
+  // rounding to nearest even, as half.h does (an fp64 source is rounded to fp32 first), a
+  // 16-bit source widened exactly. Mixed precision's casts: the fp32 main weights into the
+  // 16-bit model weights after each step, the fp32 logits' gradient into the 16-bit backward.
+  // Added with mixed precision (issue 11): every backend implements it.
+  virtual void Convert(Span dst, Span src) = 0;
   // dst (rows, cols) = src (rows, cols), each starting at its span's first element with its
   // leading dimension (cudaMemcpy2D's shape): a block of columns out of or into a wider matrix.
   virtual void Copy2D(Span dst, int64_t ld_dst, Span src, int64_t ld_src, int64_t rows,
@@ -127,7 +158,8 @@ class Backend {
   virtual double Sum(Span x) = 0;
 
   // C (m, n) = alpha * op(A) op(B) + beta * C, op(A) (m, k), op(B) (k, n); each operand starts at
-  // its span's first element with the given leading dimension (row stride).
+  // its span's first element with the given leading dimension (row stride). a and b share a
+  // dtype; c is theirs, or fp32 when they are 16-bit; products accumulate in fp32 (fp64 for fp64).
   virtual void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
                     Span a, int64_t lda, Span b, int64_t ldb, double beta, Span c, int64_t ldc) = 0;
 

@@ -3,6 +3,7 @@
 #include "executor/backend_cpu.h"
 
 #include <cblas.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "executor/half.h"
 
 namespace ptdp {
 namespace {
@@ -293,6 +295,70 @@ void RotaryT(T* qkv, int64_t s, int64_t b, int64_t h, int64_t g, int64_t d, doub
   }
 }
 
+// 16-bit spans to and from fp32 on the host (half.h).
+void Widen(Span s, float* out) {
+  const auto* bits = static_cast<const uint16_t*>(s.data);
+  for (int64_t i = 0; i < s.numel; ++i) {
+    out[i] = s.dtype == DType::kBF16 ? Bf16ToFloat(bits[i]) : HalfToFloat(bits[i]);
+  }
+}
+void Narrow(Span s, const float* in) {
+  auto* bits = static_cast<uint16_t*>(s.data);
+  for (int64_t i = 0; i < s.numel; ++i) {
+    bits[i] = s.dtype == DType::kBF16 ? FloatToBf16(in[i]) : FloatToHalf(in[i]);
+  }
+}
+
+// One kernel call on 16-bit data (backend.h's mixed precision): each 16-bit span as an fp32
+// copy, converted on load; the outputs rounded back on Store. The fp32 kernel then runs on the
+// copies, so a 16-bit call is exactly the fp32 call on the rounded inputs, rounded.
+class Widened {
+ public:
+  // What dtype a span may have in a call whose data are `data`: the data's, fp32 or the
+  // data's (Gemm's c, parameter gradients), or fp32 (per-row statistics).
+  enum class Rule { kData, kF32OrData, kF32 };
+
+  explicit Widened(DType data) : data_(data) {}
+  Span In(Span s, Rule rule = Rule::kData) {
+    if (s.data == nullptr) return s;  // an absent optional argument
+    const bool ok = s.dtype == DType::kF32 ? rule != Rule::kData || data_ == DType::kF32
+                                           : s.dtype == data_ && rule != Rule::kF32;
+    if (!ok) {
+      throw InternalError(
+          fmt::format("cpu backend: a {} span in a call on {} data (backend.h "
+                      "lists the spans that may differ)",
+                      Name(s.dtype), Name(data_)));
+    }
+    if (!Is16Bit(s.dtype)) return s;
+    buffers_.emplace_back(static_cast<size_t>(s.numel));
+    Widen(s, buffers_.back().data());
+    return {buffers_.back().data(), DType::kF32, s.numel};
+  }
+  Span Out(Span s, Rule rule = Rule::kData) {
+    const Span wide = In(s, rule);
+    if (wide.data != s.data) outputs_.push_back({s, wide});
+    return wide;
+  }
+  void Store() {
+    for (const auto& [narrow, wide] : outputs_)
+      Narrow(narrow, static_cast<const float*>(wide.data));
+  }
+
+ private:
+  DType data_;
+  std::vector<std::vector<float>> buffers_;  // the copies (their storage never moves)
+  std::vector<std::pair<Span, Span>> outputs_;
+};
+using Rule = Widened::Rule;
+
+// Runs `call(widened)` on a call's 16-bit data, then stores its outputs.
+template <typename F>
+void Mixed(DType data, F&& call) {
+  Widened widened(data);
+  call(widened);
+  widened.Store();
+}
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int blas_threads) { openblas_set_num_threads(blas_threads); }
@@ -306,6 +372,7 @@ class CpuBackend final : public Backend {
   }
 
   void Fill(Span x, double value) override {
+    if (Is16Bit(x.dtype)) return Mixed(x.dtype, [&](Widened& w) { Fill(w.Out(x), value); });
     Dispatch(x, [&]<typename T>(T* p) {
       for (int64_t i = 0; i < x.numel; ++i) p[i] = static_cast<T>(value);
     });
@@ -313,6 +380,29 @@ class CpuBackend final : public Backend {
   void Copy(Span dst, Span src) override {
     PTDP_CHECK(dst.numel == src.numel && dst.dtype == src.dtype);
     std::memmove(dst.data, src.data, static_cast<size_t>(dst.bytes()));
+  }
+  void Convert(Span dst, Span src) override {
+    PTDP_CHECK(dst.numel == src.numel && dst.dtype != DType::kI32 && src.dtype != DType::kI32);
+    if (dst.dtype == src.dtype) return Copy(dst, src);
+    std::vector<float> wide;
+    const float* from = nullptr;  // src as fp32 (fp64 rounded), unless src is fp64 into fp64
+    if (Is16Bit(src.dtype)) {
+      wide.resize(static_cast<size_t>(src.numel));
+      Widen(src, wide.data());
+      from = wide.data();
+    } else if (src.dtype == DType::kF64 && dst.dtype != DType::kF64) {
+      const auto* d = static_cast<const double*>(src.data);
+      wide.assign(d, d + src.numel);
+      from = wide.data();
+    } else {
+      from = static_cast<const float*>(src.data);
+    }
+    if (Is16Bit(dst.dtype)) return Narrow(dst, from);
+    if (dst.dtype == DType::kF32) {
+      std::memcpy(dst.data, from, static_cast<size_t>(dst.bytes()));
+    } else {
+      std::copy(from, from + src.numel, static_cast<double*>(dst.data));
+    }
   }
   void Copy2D(Span dst, int64_t ld_dst, Span src, int64_t ld_src, int64_t rows,
               int64_t cols) override {
@@ -327,12 +417,14 @@ class CpuBackend final : public Backend {
     }
   }
   void Scale(Span x, double alpha) override {
+    if (Is16Bit(x.dtype)) return Mixed(x.dtype, [&](Widened& w) { Scale(w.Out(x), alpha); });
     Dispatch(x, [&]<typename T>(T* p) {
       const T a = static_cast<T>(alpha);
       for (int64_t i = 0; i < x.numel; ++i) p[i] *= a;
     });
   }
   void Add(Span y, Span x) override {
+    if (Is16Bit(y.dtype)) return Mixed(y.dtype, [&](Widened& w) { Add(w.Out(y), w.In(x)); });
     PTDP_CHECK(y.numel == x.numel);
     Dispatch(y, [&]<typename T>(T* py) {
       const T* px = P<T>(x);
@@ -340,6 +432,7 @@ class CpuBackend final : public Backend {
     });
   }
   double SumSquares(Span x) override {
+    if (Is16Bit(x.dtype)) return SumSquares(Widened(x.dtype).In(x));
     double sum = 0;
     Dispatch(x, [&]<typename T>(T* p) {
       for (int64_t i = 0; i < x.numel; ++i) sum += static_cast<double>(p[i]) * p[i];
@@ -347,6 +440,7 @@ class CpuBackend final : public Backend {
     return sum;
   }
   double Sum(Span x) override {
+    if (Is16Bit(x.dtype)) return Sum(Widened(x.dtype).In(x));
     double sum = 0;
     Dispatch(x, [&]<typename T>(T* p) {
       for (int64_t i = 0; i < x.numel; ++i) sum += p[i];
@@ -356,6 +450,12 @@ class CpuBackend final : public Backend {
 
   void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, Span a, int64_t lda,
             Span b, int64_t ldb, double beta, Span c, int64_t ldc) override {
+    if (Is16Bit(a.dtype)) {
+      return Mixed(a.dtype, [&](Widened& w) {
+        Gemm(ta, tb, m, n, k, alpha, w.In(a), lda, w.In(b), ldb, beta, w.Out(c, Rule::kF32OrData),
+             ldc);
+      });
+    }
     // Every operand must reach its last element: ld * (rows - 1) + cols.
     PTDP_CHECK(a.numel >= lda * ((ta ? k : m) - 1) + (ta ? m : k));
     PTDP_CHECK(b.numel >= ldb * ((tb ? n : k) - 1) + (tb ? k : n));
@@ -367,6 +467,9 @@ class CpuBackend final : public Backend {
   }
 
   void AddBias(Span out, Span bias, int64_t rows, int64_t cols) override {
+    if (Is16Bit(out.dtype)) {
+      return Mixed(out.dtype, [&](Widened& w) { AddBias(w.Out(out), w.In(bias), rows, cols); });
+    }
     PTDP_CHECK(out.numel == rows * cols && bias.numel == cols);
     Dispatch(out, [&]<typename T>(T* o) {
       const T* pb = P<T>(bias);
@@ -376,6 +479,11 @@ class CpuBackend final : public Backend {
     });
   }
   void BiasGrad(Span dbias, Span dout, int64_t rows, int64_t cols) override {
+    if (Is16Bit(dout.dtype)) {
+      return Mixed(dout.dtype, [&](Widened& w) {
+        BiasGrad(w.Out(dbias, Rule::kF32OrData), w.In(dout), rows, cols);
+      });
+    }
     PTDP_CHECK(dout.numel == rows * cols && dbias.numel == cols);
     Dispatch(dbias, [&]<typename T>(T* db) {
       const T* dy = P<T>(dout);
@@ -387,6 +495,12 @@ class CpuBackend final : public Backend {
 
   void LayerNormForward(Span out, Span mean, Span rstd, Span x, Span weight, Span bias,
                         int64_t rows, int64_t cols, double eps) override {
+    if (Is16Bit(x.dtype)) {
+      return Mixed(x.dtype, [&](Widened& w) {
+        LayerNormForward(w.Out(out), w.Out(mean, Rule::kF32), w.Out(rstd, Rule::kF32), w.In(x),
+                         w.In(weight), w.In(bias), rows, cols, eps);
+      });
+    }
     PTDP_CHECK(out.numel == rows * cols && x.numel == rows * cols && mean.numel == rows);
     Dispatch(out, [&]<typename T>(T* o) {
       LayerNormForwardT<T>(o, P<T>(mean), P<T>(rstd), P<T>(x), P<T>(weight), P<T>(bias), rows, cols,
@@ -395,6 +509,12 @@ class CpuBackend final : public Backend {
   }
   void LayerNormBackwardInput(Span dx, Span dout, Span x, Span mean, Span rstd, Span weight,
                               int64_t rows, int64_t cols) override {
+    if (Is16Bit(dx.dtype)) {
+      return Mixed(dx.dtype, [&](Widened& w) {
+        LayerNormBackwardInput(w.Out(dx), w.In(dout), w.In(x), w.In(mean, Rule::kF32),
+                               w.In(rstd, Rule::kF32), w.In(weight), rows, cols);
+      });
+    }
     PTDP_CHECK(dx.numel == rows * cols && dout.numel == rows * cols);
     Dispatch(dx, [&]<typename T>(T* pdx) {
       LayerNormBackwardInputT<T>(pdx, P<T>(dout), P<T>(x), P<T>(mean), P<T>(rstd), P<T>(weight),
@@ -403,6 +523,13 @@ class CpuBackend final : public Backend {
   }
   void LayerNormBackwardParams(Span dweight, Span dbias, Span dout, Span x, Span mean, Span rstd,
                                int64_t rows, int64_t cols) override {
+    if (Is16Bit(dout.dtype)) {
+      return Mixed(dout.dtype, [&](Widened& w) {
+        LayerNormBackwardParams(w.Out(dweight, Rule::kF32OrData), w.Out(dbias, Rule::kF32OrData),
+                                w.In(dout), w.In(x), w.In(mean, Rule::kF32), w.In(rstd, Rule::kF32),
+                                rows, cols);
+      });
+    }
     PTDP_CHECK(dweight.numel == cols && dout.numel == rows * cols);
     Dispatch(dweight, [&]<typename T>(T* dw) {
       LayerNormBackwardParamsT<T>(dw, P<T>(dbias), P<T>(dout), P<T>(x), P<T>(mean), P<T>(rstd),
@@ -411,6 +538,8 @@ class CpuBackend final : public Backend {
   }
 
   void Gelu(Span out, Span in) override {
+    if (Is16Bit(out.dtype))
+      return Mixed(out.dtype, [&](Widened& w) { Gelu(w.Out(out), w.In(in)); });
     PTDP_CHECK(out.numel == in.numel);
     Dispatch(out, [&]<typename T>(T* o) {
       const T* x = P<T>(in);
@@ -420,6 +549,9 @@ class CpuBackend final : public Backend {
     });
   }
   void GeluBackward(Span din, Span in, Span dout) override {
+    if (Is16Bit(din.dtype)) {
+      return Mixed(din.dtype, [&](Widened& w) { GeluBackward(w.Out(din), w.In(in), w.In(dout)); });
+    }
     PTDP_CHECK(din.numel == in.numel && dout.numel == in.numel);
     Dispatch(din, [&]<typename T>(T* dx) {
       const T* x = P<T>(in);
@@ -435,6 +567,11 @@ class CpuBackend final : public Backend {
 
   void EmbeddingForward(Span out, Span tokens, Span table, int64_t vocab_begin, int64_t vocab_rows,
                         int64_t rows, int64_t cols) override {
+    if (Is16Bit(out.dtype)) {
+      return Mixed(out.dtype, [&](Widened& w) {
+        EmbeddingForward(w.Out(out), tokens, w.In(table), vocab_begin, vocab_rows, rows, cols);
+      });
+    }
     PTDP_CHECK(out.numel == rows * cols && tokens.numel == rows &&
                table.numel == vocab_rows * cols);
     Dispatch(out, [&]<typename T>(T* o) {
@@ -453,6 +590,12 @@ class CpuBackend final : public Backend {
   }
   void EmbeddingBackward(Span dtable, Span tokens, Span dout, int64_t vocab_begin,
                          int64_t vocab_rows, int64_t rows, int64_t cols) override {
+    if (Is16Bit(dout.dtype)) {
+      return Mixed(dout.dtype, [&](Widened& w) {
+        EmbeddingBackward(w.Out(dtable, Rule::kF32OrData), tokens, w.In(dout), vocab_begin,
+                          vocab_rows, rows, cols);
+      });
+    }
     PTDP_CHECK(dout.numel == rows * cols && tokens.numel == rows &&
                dtable.numel == vocab_rows * cols);
     Dispatch(dtable, [&]<typename T>(T* dt) {
@@ -467,6 +610,11 @@ class CpuBackend final : public Backend {
   }
   void AddPositions(Span x, Span pos, int64_t seq_begin, int64_t seq_rows, int64_t batch,
                     int64_t cols) override {
+    if (Is16Bit(x.dtype)) {
+      return Mixed(x.dtype, [&](Widened& w) {
+        AddPositions(w.Out(x), w.In(pos), seq_begin, seq_rows, batch, cols);
+      });
+    }
     PTDP_CHECK(x.numel == seq_rows * batch * cols && pos.numel >= (seq_begin + seq_rows) * cols);
     Dispatch(x, [&]<typename T>(T* px) {
       const T* pp = P<T>(pos);
@@ -481,6 +629,12 @@ class CpuBackend final : public Backend {
   }
   void PositionsBackward(Span dpos, Span dx, int64_t seq_begin, int64_t seq_rows, int64_t batch,
                          int64_t cols) override {
+    if (Is16Bit(dx.dtype)) {
+      return Mixed(dx.dtype, [&](Widened& w) {
+        PositionsBackward(w.Out(dpos, Rule::kF32OrData), w.In(dx), seq_begin, seq_rows, batch,
+                          cols);
+      });
+    }
     PTDP_CHECK(dx.numel == seq_rows * batch * cols && dpos.numel >= (seq_begin + seq_rows) * cols);
     Dispatch(dpos, [&]<typename T>(T* dp) {
       const T* dy = P<T>(dx);
@@ -496,6 +650,11 @@ class CpuBackend final : public Backend {
 
   void AttentionForward(Span ctx, Span probs, Span qkv, int64_t seq, int64_t batch, int64_t heads,
                         int64_t groups, int64_t head_dim) override {
+    if (Is16Bit(qkv.dtype)) {
+      return Mixed(qkv.dtype, [&](Widened& w) {
+        AttentionForward(w.Out(ctx), w.Out(probs), w.In(qkv), seq, batch, heads, groups, head_dim);
+      });
+    }
     PTDP_CHECK(groups > 0 && heads % groups == 0);
     PTDP_CHECK(qkv.numel == seq * batch * (heads + 2 * groups) * head_dim);
     PTDP_CHECK(ctx.numel == seq * batch * heads * head_dim);
@@ -506,6 +665,12 @@ class CpuBackend final : public Backend {
   }
   void AttentionBackward(Span dqkv, Span dctx, Span qkv, Span probs, int64_t seq, int64_t batch,
                          int64_t heads, int64_t groups, int64_t head_dim) override {
+    if (Is16Bit(qkv.dtype)) {
+      return Mixed(qkv.dtype, [&](Widened& w) {
+        AttentionBackward(w.Out(dqkv), w.In(dctx), w.In(qkv), w.In(probs), seq, batch, heads,
+                          groups, head_dim);
+      });
+    }
     PTDP_CHECK(groups > 0 && heads % groups == 0);
     PTDP_CHECK(dqkv.numel == qkv.numel && dctx.numel == seq * batch * heads * head_dim);
     Dispatch(dqkv, [&]<typename T>(T* dq) {
@@ -516,6 +681,12 @@ class CpuBackend final : public Backend {
   void AttentionBlockForward(Span ctx, Span lse, Span q, Span kv, int64_t seq_q, int64_t seq_k,
                              int64_t batch, int64_t heads, int64_t groups, int64_t head_dim,
                              bool causal) override {
+    if (Is16Bit(q.dtype)) {
+      return Mixed(q.dtype, [&](Widened& w) {
+        AttentionBlockForward(w.Out(ctx), w.Out(lse, Rule::kF32), w.In(q), w.In(kv), seq_q, seq_k,
+                              batch, heads, groups, head_dim, causal);
+      });
+    }
     PTDP_CHECK(groups > 0 && heads % groups == 0);
     PTDP_CHECK(q.numel == seq_q * batch * (heads + 2 * groups) * head_dim);
     PTDP_CHECK(kv.numel == seq_k * batch * 2 * groups * head_dim);
@@ -528,6 +699,13 @@ class CpuBackend final : public Backend {
   void AttentionBlockBackward(Span dq, Span dkv, Span dctx, Span ctx, Span lse, Span q, Span kv,
                               int64_t seq_q, int64_t seq_k, int64_t batch, int64_t heads,
                               int64_t groups, int64_t head_dim, bool causal) override {
+    if (Is16Bit(q.dtype)) {
+      return Mixed(q.dtype, [&](Widened& w) {
+        AttentionBlockBackward(w.Out(dq), w.Out(dkv), w.In(dctx), w.In(ctx), w.In(lse, Rule::kF32),
+                               w.In(q), w.In(kv), seq_q, seq_k, batch, heads, groups, head_dim,
+                               causal);
+      });
+    }
     PTDP_CHECK(groups > 0 && heads % groups == 0);
     PTDP_CHECK(q.numel == seq_q * batch * (heads + 2 * groups) * head_dim && dq.numel == q.numel);
     PTDP_CHECK(kv.numel == seq_k * batch * 2 * groups * head_dim && dkv.numel == kv.numel);
@@ -540,6 +718,11 @@ class CpuBackend final : public Backend {
   }
   void Rotary(Span qkv, int64_t seq, int64_t batch, int64_t heads, int64_t groups, int64_t head_dim,
               double base, int64_t seq_begin, bool inverse) override {
+    if (Is16Bit(qkv.dtype)) {
+      return Mixed(qkv.dtype, [&](Widened& w) {
+        Rotary(w.Out(qkv), seq, batch, heads, groups, head_dim, base, seq_begin, inverse);
+      });
+    }
     PTDP_CHECK(groups > 0 && heads % groups == 0 && head_dim % 2 == 0 && seq_begin >= 0);
     PTDP_CHECK(qkv.numel == seq * batch * (heads + 2 * groups) * head_dim);
     Dispatch(qkv, [&]<typename T>(T* x) {
@@ -549,6 +732,11 @@ class CpuBackend final : public Backend {
 
   void RmsNormForward(Span out, Span rstd, Span x, Span weight, int64_t rows, int64_t cols,
                       double eps) override {
+    if (Is16Bit(x.dtype)) {
+      return Mixed(x.dtype, [&](Widened& w) {
+        RmsNormForward(w.Out(out), w.Out(rstd, Rule::kF32), w.In(x), w.In(weight), rows, cols, eps);
+      });
+    }
     PTDP_CHECK(out.numel == rows * cols && x.numel == rows * cols && rstd.numel == rows);
     Dispatch(out, [&]<typename T>(T* o) {
       const T* px = P<T>(x);
@@ -568,6 +756,12 @@ class CpuBackend final : public Backend {
   }
   void RmsNormBackwardInput(Span dx, Span dout, Span x, Span rstd, Span weight, int64_t rows,
                             int64_t cols) override {
+    if (Is16Bit(dx.dtype)) {
+      return Mixed(dx.dtype, [&](Widened& w) {
+        RmsNormBackwardInput(w.Out(dx), w.In(dout), w.In(x), w.In(rstd, Rule::kF32), w.In(weight),
+                             rows, cols);
+      });
+    }
     PTDP_CHECK(dx.numel == rows * cols && dout.numel == rows * cols);
     Dispatch(dx, [&]<typename T>(T* pdx) {
       const T* dy = P<T>(dout);
@@ -591,6 +785,12 @@ class CpuBackend final : public Backend {
   }
   void RmsNormBackwardParams(Span dweight, Span dout, Span x, Span rstd, int64_t rows,
                              int64_t cols) override {
+    if (Is16Bit(dout.dtype)) {
+      return Mixed(dout.dtype, [&](Widened& w) {
+        RmsNormBackwardParams(w.Out(dweight, Rule::kF32OrData), w.In(dout), w.In(x),
+                              w.In(rstd, Rule::kF32), rows, cols);
+      });
+    }
     PTDP_CHECK(dweight.numel == cols && dout.numel == rows * cols);
     Dispatch(dweight, [&]<typename T>(T* dw) {
       const T* dy = P<T>(dout);
@@ -603,6 +803,9 @@ class CpuBackend final : public Backend {
   }
 
   void SwiGlu(Span out, Span in, int64_t rows, int64_t cols) override {
+    if (Is16Bit(out.dtype)) {
+      return Mixed(out.dtype, [&](Widened& w) { SwiGlu(w.Out(out), w.In(in), rows, cols); });
+    }
     PTDP_CHECK(out.numel == rows * cols && in.numel == 2 * rows * cols);
     Dispatch(out, [&]<typename T>(T* o) {
       const T* x = P<T>(in);
@@ -615,6 +818,11 @@ class CpuBackend final : public Backend {
     });
   }
   void SwiGluBackward(Span din, Span in, Span dout, int64_t rows, int64_t cols) override {
+    if (Is16Bit(din.dtype)) {
+      return Mixed(din.dtype, [&](Widened& w) {
+        SwiGluBackward(w.Out(din), w.In(in), w.In(dout), rows, cols);
+      });
+    }
     PTDP_CHECK(din.numel == 2 * rows * cols && in.numel == din.numel && dout.numel == rows * cols);
     Dispatch(din, [&]<typename T>(T* dx) {
       const T* x = P<T>(in);
@@ -633,6 +841,11 @@ class CpuBackend final : public Backend {
 
   void RouterTopK(Span probs, Span choice, Span logits, int64_t rows, int64_t experts,
                   int64_t topk) override {
+    if (Is16Bit(logits.dtype)) {
+      return Mixed(logits.dtype, [&](Widened& w) {
+        RouterTopK(w.Out(probs), choice, w.In(logits), rows, experts, topk);
+      });
+    }
     PTDP_CHECK(logits.numel == rows * experts && probs.numel == rows * topk);
     PTDP_CHECK(choice.dtype == DType::kI32 && choice.numel == rows * topk && topk <= experts);
     Dispatch(probs, [&]<typename T>(T* p) {
@@ -664,6 +877,11 @@ class CpuBackend final : public Backend {
   }
   void RouterTopKBackward(Span dlogits, Span dprobs, Span probs, Span choice, int64_t rows,
                           int64_t experts, int64_t topk) override {
+    if (Is16Bit(dlogits.dtype)) {
+      return Mixed(dlogits.dtype, [&](Widened& w) {
+        RouterTopKBackward(w.Out(dlogits), w.In(dprobs), w.In(probs), choice, rows, experts, topk);
+      });
+    }
     PTDP_CHECK(dlogits.numel == rows * experts && dprobs.numel == rows * topk);
     PTDP_CHECK(probs.numel == rows * topk && choice.numel == rows * topk);
     Dispatch(dlogits, [&]<typename T>(T* dl) {
@@ -693,6 +911,10 @@ class CpuBackend final : public Backend {
     }
   }
   void ScatterAddRows(Span dst, Span src, Span index, int64_t rows, int64_t cols) override {
+    if (Is16Bit(dst.dtype)) {
+      return Mixed(dst.dtype,
+                   [&](Widened& w) { ScatterAddRows(w.Out(dst), w.In(src), index, rows, cols); });
+    }
     PTDP_CHECK(src.numel == rows * cols && index.numel == rows);
     Dispatch(dst, [&]<typename T>(T* d) {
       const T* s = P<T>(src);
@@ -704,6 +926,9 @@ class CpuBackend final : public Backend {
     });
   }
   void ScaleRows(Span x, Span scale, int64_t rows, int64_t cols) override {
+    if (Is16Bit(x.dtype)) {
+      return Mixed(x.dtype, [&](Widened& w) { ScaleRows(w.Out(x), w.In(scale), rows, cols); });
+    }
     PTDP_CHECK(x.numel == rows * cols && scale.numel == rows);
     Dispatch(x, [&]<typename T>(T* px) {
       const T* s = P<T>(scale);
@@ -713,6 +938,9 @@ class CpuBackend final : public Backend {
     });
   }
   void RowDots(Span out, Span a, Span b, int64_t rows, int64_t cols) override {
+    if (Is16Bit(a.dtype)) {
+      return Mixed(a.dtype, [&](Widened& w) { RowDots(w.Out(out), w.In(a), w.In(b), rows, cols); });
+    }
     PTDP_CHECK(out.numel == rows && a.numel == rows * cols && b.numel == rows * cols);
     Dispatch(out, [&]<typename T>(T* o) {
       const T* pa = P<T>(a);
@@ -846,10 +1074,12 @@ class CpuBackend final : public Backend {
         f.template operator()<double>(static_cast<double*>(s.data));
         return;
       case DType::kI32:
+      case DType::kBF16:
+      case DType::kF16:
         break;
     }
-    throw InternalError("cpu backend: floating-point kernel called on " +
-                        std::string(Name(s.dtype)));
+    // 16-bit data reach here only in kernels that take fp32 or fp64 alone (backend.h).
+    throw InternalError("cpu backend: fp32 or fp64 kernel called on " + std::string(Name(s.dtype)));
   }
 };
 

@@ -20,6 +20,9 @@ MPI_Datatype MpiType(DType dtype) {
       return MPI_DOUBLE;
     case DType::kI32:
       return MPI_INT;
+    case DType::kBF16:
+    case DType::kF16:
+      return MPI_UINT16_T;  // moved as bits; reductions go through fp32 (MpiComm)
   }
   return MPI_BYTE;
 }
@@ -75,8 +78,19 @@ class MpiComm final : public Comm {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
+  // MPI has no bf16 type (and fp16 only as an extension): a reduction over 16-bit data converts
+  // it to fp32, reduces that, and rounds the result once, which is as accurate as a 16-bit
+  // reduction can be (NCCL's bf16 sums round at each step of its ring). Megatron reduces the
+  // gradients in fp32 main_grad, so only activations take this path: a row-parallel linear's
+  // partial outputs (the tensor-parallel all-reduce, or reduce-scatter under sequence
+  // parallelism), the expert tensor-parallel reduce-scatter.
   void AllReduce(Span data, ReduceOp op) override {
     if (size_ == 1 || data.numel == 0) return;
+    if (Is16Bit(data.dtype)) {
+      Tensor wide = Widen(data);
+      AllReduce(wide.span(), op);
+      return backend_.Convert(data, wide.span());
+    }
     PTDP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data.data, Count(data.numel), MpiType(data.dtype),
                                  MpiOp(op), comm_));
   }
@@ -89,6 +103,11 @@ class MpiComm final : public Comm {
   void ReduceScatter(Span in, Span out) override {
     PTDP_CHECK(in.numel == out.numel * size_ && in.dtype == out.dtype);
     if (size_ == 1) return backend_.Copy(out, in);
+    if (Is16Bit(in.dtype)) {
+      Tensor wide_in = Widen(in), wide_out = Widen(out);
+      ReduceScatter(wide_in.span(), wide_out.span());
+      return backend_.Convert(out, wide_out.span());
+    }
     PTDP_MPI_CHECK(MPI_Reduce_scatter_block(in.data, out.data, Count(out.numel), MpiType(in.dtype),
                                             MPI_SUM, comm_));
   }
@@ -117,6 +136,11 @@ class MpiComm final : public Comm {
   }
   void ReduceScatterV(Span in, Span out, const std::vector<int64_t>& counts) override {
     PTDP_CHECK(in.dtype == out.dtype && counts.at(static_cast<size_t>(rank_)) == out.numel);
+    if (Is16Bit(in.dtype)) {
+      Tensor wide_in = Widen(in), wide_out = Widen(out);
+      ReduceScatterV(wide_in.span(), wide_out.span(), counts);
+      return backend_.Convert(out, wide_out.span());
+    }
     const std::vector<int> sizes = Counts(counts, in.numel);
     PTDP_MPI_CHECK(
         MPI_Reduce_scatter(in.data, out.data, sizes.data(), MpiType(in.dtype), MPI_SUM, comm_));
@@ -185,6 +209,12 @@ class MpiComm final : public Comm {
     for (const int64_t c : counts) out.push_back(Count(c));
     PTDP_CHECK(std::accumulate(counts.begin(), counts.end(), int64_t{0}) == total);
     return out;
+  }
+  // An fp32 copy of 16-bit data, for a reduction.
+  Tensor Widen(Span data) {
+    Tensor wide(backend_, DType::kF32, {data.numel}, MemCategory::kCommBuffers);
+    if (data.numel > 0) backend_.Convert(wide.span(), data);
+    return wide;
   }
   static std::vector<int> Offsets(const std::vector<int>& counts) {
     std::vector<int> out(counts.size());

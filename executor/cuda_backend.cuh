@@ -56,6 +56,7 @@ class CudaBackend final : public Backend {
 
   void Fill(Span x, double value) override;
   void Copy(Span dst, Span src) override;
+  void Convert(Span dst, Span src) override;
   void Copy2D(Span dst, int64_t ld_dst, Span src, int64_t ld_src, int64_t rows,
               int64_t cols) override;
   void Scale(Span x, double alpha) override;

@@ -1,6 +1,9 @@
 // Element-wise kernels: one grid-stride thread per output element, the CPU reference's
 // arithmetic in the same precision (nvcc may contract a * b + c into one fused multiply-add, so
 // results can differ from the CPU's in the last bit).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <cmath>
 
 #include "executor/cuda_backend.cuh"
@@ -179,7 +182,68 @@ __global__ void SgdKernel(T* p, const T* g, T* buf, int64_t n, T lr, T momentum,
   }
 }
 
+// Loads and stores of Convert's four dtypes through fp32 (fp64 kept whole where both are fp64):
+// an fp64 source is rounded to fp32 first, a 16-bit value widened exactly, 16-bit stores round
+// to nearest even (__float2bfloat16_rn, __float2half_rn), as half.h does on the host.
+__device__ inline double LoadWide(const void* p, int dtype, int64_t i) {
+  switch (dtype) {
+    case 0:
+      return static_cast<const float*>(p)[i];
+    case 1:
+      return static_cast<const double*>(p)[i];
+    case 2:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    default:
+      return __half2float(static_cast<const __half*>(p)[i]);
+  }
+}
+
+__global__ void ConvertKernel(void* dst, int dst_dtype, const void* src, int src_dtype,
+                              int64_t n) {
+  for (int64_t i = GlobalThread(); i < n; i += GridStride()) {
+    const double wide = LoadWide(src, src_dtype, i);
+    if (dst_dtype == 1) {
+      static_cast<double*>(dst)[i] = wide;
+      continue;
+    }
+    const float narrow = static_cast<float>(wide);
+    if (dst_dtype == 0) {
+      static_cast<float*>(dst)[i] = narrow;
+    } else if (dst_dtype == 2) {
+      static_cast<__nv_bfloat16*>(dst)[i] = __float2bfloat16_rn(narrow);
+    } else {
+      static_cast<__half*>(dst)[i] = __float2half_rn(narrow);
+    }
+  }
+}
+
+// Convert's dtype code: 0 fp32, 1 fp64, 2 bf16, 3 fp16.
+int ConvertCode(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return 0;
+    case DType::kF64:
+      return 1;
+    case DType::kBF16:
+      return 2;
+    case DType::kF16:
+      return 3;
+    case DType::kI32:
+      break;
+  }
+  throw InternalError("cuda backend: Convert of int32");
+}
+
 }  // namespace
+
+void CudaBackend::Convert(Span dst, Span src) {
+  PTDP_CHECK(dst.numel == src.numel);
+  if (dst.numel == 0) return;
+  if (dst.dtype == src.dtype) return Copy(dst, src);
+  const int to = ConvertCode(dst.dtype), from = ConvertCode(src.dtype);
+  PTDP_CUDA_LAUNCH(ConvertKernel, Blocks(dst.numel), kThreads, 0, stream_, dst.data, to, src.data,
+                   from, dst.numel);
+}
 
 void CudaBackend::Fill(Span x, double value) {
   DispatchFloat(x, "Fill", [&](auto zero) {

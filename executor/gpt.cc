@@ -69,6 +69,14 @@ std::shared_ptr<Tensor> GptModel::Shared(std::vector<int64_t> shape, MemCategory
   return std::make_shared<Tensor>(backend_, dtype_, std::move(shape), category);
 }
 
+Tensor GptModel::NewF32(std::vector<int64_t> shape, MemCategory category) {
+  return Tensor(backend_, MainDType(dtype_), std::move(shape), category);
+}
+
+std::shared_ptr<Tensor> GptModel::SharedF32(std::vector<int64_t> shape, MemCategory category) {
+  return std::make_shared<Tensor>(backend_, MainDType(dtype_), std::move(shape), category);
+}
+
 void GptModel::TpAllReduce(Span data, ReduceOp op, const char* what) {
   if (tp_.size() == 1) return;
   const double t0 = recorder_.Now();
@@ -239,7 +247,7 @@ Tensor GptModel::LayerForward(const LayerParams& p, const Tensor& x, LayerActs* 
   const MemCategory act = MemCategory::kActivations;
 
   // Attention block.
-  auto ln1_mean = Shared({Tl}, act), ln1_rstd = Shared({Tl}, act);
+  auto ln1_mean = SharedF32({Tl}, act), ln1_rstd = SharedF32({Tl}, act);
   Tensor ln1 = New({Tl, h}, act);
   NormForward(ln1.span(), ln1_mean->span(), ln1_rstd->span(), x.span(), p.ln1_w, p.ln1_b, Tl);
   auto ln1_full = sp_div_ == 1 ? std::make_shared<Tensor>(std::move(ln1))
@@ -254,11 +262,11 @@ Tensor GptModel::LayerForward(const LayerParams& p, const Tensor& x, LayerActs* 
     probs = Shared({batch_, H, seq_, seq_}, act);
     backend_.AttentionForward(ctx->span(), probs->span(), qkv->span(), seq_, batch_, H, G, hd);
   } else if (context_ == nullptr) {
-    lse = Shared({T, H}, act);
+    lse = SharedF32({T, H}, act);
     FlashAttentionForward(backend_, ctx->span(), lse->span(), qkv->span(), attention_shape());
   } else {
     const AttentionShape shape = attention_shape();
-    lse = Shared({context_->lse_rows(shape), context_->lse_cols(shape)}, act);
+    lse = SharedF32({context_->lse_rows(shape), context_->lse_cols(shape)}, act);
     context_->Forward(ctx->span(), lse->span(), qkv->span(), shape);
   }
   if (options_.recompute == Recompute::kSelective) probs.reset(), lse.reset();
@@ -271,7 +279,7 @@ Tensor GptModel::LayerForward(const LayerParams& p, const Tensor& x, LayerActs* 
   // MLP block: the MLP, or the routed experts plus the shared experts (moe_layer.py
   // postprocess: output + shared_expert_output), then the residual.
   LayerActs a{ln1_mean, ln1_rstd, ln1_full, qkv, probs, lse, ctx, mid};
-  a.ln2_mean = Shared({Tl}, act), a.ln2_rstd = Shared({Tl}, act);
+  a.ln2_mean = SharedF32({Tl}, act), a.ln2_rstd = SharedF32({Tl}, act);
   auto ln2 = Shared({Tl, h}, act);
   NormForward(ln2->span(), a.ln2_mean->span(), a.ln2_rstd->span(), mid->span(), p.ln2_w, p.ln2_b,
               Tl);
@@ -379,7 +387,7 @@ Tensor GptModel::LayerBackward(const LayerParams& p, LayerActs& a, std::shared_p
   } else if (context_ == nullptr) {
     const AttentionShape shape = attention_shape();
     if (a.lse == nullptr) {  // selective recompute: re-run core attention for the statistics
-      a.lse = Shared({T, H}, MemCategory::kActivations);
+      a.lse = SharedF32({T, H}, MemCategory::kActivations);
       Tensor ctx = New({T, H * hd}, MemCategory::kWorkspace);
       FlashAttentionForward(backend_, ctx.span(), a.lse->span(), a.qkv->span(), shape);
     }
@@ -388,8 +396,8 @@ Tensor GptModel::LayerBackward(const LayerParams& p, LayerActs& a, std::shared_p
   } else {
     const AttentionShape shape = attention_shape();
     if (a.lse == nullptr) {  // selective recompute: re-run the exchange and core attention
-      a.lse =
-          Shared({context_->lse_rows(shape), context_->lse_cols(shape)}, MemCategory::kActivations);
+      a.lse = SharedF32({context_->lse_rows(shape), context_->lse_cols(shape)},
+                        MemCategory::kActivations);
       Tensor ctx = New({T, H * hd}, MemCategory::kWorkspace);
       context_->Forward(ctx.span(), a.lse->span(), a.qkv->span(), shape);
     }
@@ -427,19 +435,20 @@ void GptModel::HeadForward(const ChunkParams& cp, std::shared_ptr<Tensor> x, con
   // x (T_loc, h) -> per-token losses (T), summed into *loss_sum.
   const int64_t h = d_.hidden, T = rows(), Tl = local_rows(), V = d_.vocab_local;
   const MemCategory act = MemCategory::kActivations;
-  auto mean = Shared({Tl}, act), rstd = Shared({Tl}, act);
+  auto mean = SharedF32({Tl}, act), rstd = SharedF32({Tl}, act);
   Tensor ln = New({Tl, h}, act);
   NormForward(ln.span(), mean->span(), rstd->span(), x->span(), cp.final_ln_w, cp.final_ln_b, Tl);
   auto ln_full = sp_div_ == 1 ? std::make_shared<Tensor>(std::move(ln))
                               : std::make_shared<Tensor>(ToFull(ln, act));
-  // logits (T, V_loc) = ln_full @ word^T: the column-parallel output layer.
-  auto logits = Shared({T, V}, act);
+  // logits (T, V_loc) = ln_full @ word^T: the column-parallel output layer, with fp32 logits
+  // under mixed precision (Megatron casts them to float for the cross entropy).
+  auto logits = SharedF32({T, V}, act);
   LinearForward(backend_, logits->span(), ln_full->span(), cp.output.value, T, h, V);
   // Vocab-parallel cross entropy: global max, then global sums of exp and of target logits.
-  Tensor row_max = New({T}, MemCategory::kWorkspace);
-  Tensor sum_exp = New({T}, MemCategory::kWorkspace);
-  Tensor target_logit = New({T}, MemCategory::kWorkspace);
-  Tensor losses = New({T}, MemCategory::kWorkspace);
+  Tensor row_max = NewF32({T}, MemCategory::kWorkspace);
+  Tensor sum_exp = NewF32({T}, MemCategory::kWorkspace);
+  Tensor target_logit = NewF32({T}, MemCategory::kWorkspace);
+  Tensor losses = NewF32({T}, MemCategory::kWorkspace);
   backend_.CrossEntropyMax(row_max.span(), logits->span(), T, V, d_.vocab_valid_local);
   TpAllReduce(row_max.span(), ReduceOp::kMax, "tp all-reduce max");
   backend_.CrossEntropyExp(logits->span(), sum_exp.span(), target_logit.span(), row_max.span(),
@@ -463,6 +472,13 @@ Tensor GptModel::HeadBackward(const ChunkParams& cp, ChunkActs& acts, const Micr
   auto dlogits = std::move(acts.head_probs);  // (T, V_loc), becomes the gradient in place
   backend_.CrossEntropyBackward(dlogits->span(), mb.targets->span(), d_.vocab_begin, T, V,
                                 loss_scale);
+  if (dlogits->dtype() != dtype_) {
+    // Mixed precision: the fp32 logits' gradient back to the model's dtype (the backward of
+    // Megatron's logits.float()), for the output layer's GEMMs.
+    auto narrow = Shared({T, V}, MemCategory::kActivations);
+    backend_.Convert(narrow->span(), dlogits->span());
+    dlogits = std::move(narrow);
+  }
   Tensor dln_full = New({T, h}, MemCategory::kWorkspace);
   LinearBackwardInput(backend_, dln_full.span(), dlogits->span(), cp.output.value, T, h, V);
   // The output layer's input is copied to the TP region (identity forward, all-reduce backward)

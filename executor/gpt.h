@@ -15,6 +15,10 @@
 // head tied to the word embedding or its own output layer, as the ModelSpec says. No dropout
 // (the CPU path trains deterministically, so layouts can be compared bit for bit up to rounding).
 //
+// Precision: activations in the parameters' dtype (fp32, fp64 for gradient checks, or bf16/fp16
+// under mixed precision, where the norms' statistics, the attention's log-sum-exp, the logits
+// and the cross entropy are fp32 and weight gradients accumulate into fp32 main_grad; backend.h).
+//
 // Activations are (S * B, h) with rows in (sequence, batch) order, Megatron's [s, b, h], where S
 // is the rank's share of the sequence: seq_length / cp tokens (all of it when cp == 1), at the
 // positions context_parallel.h's split gives them; under sequence parallelism a rank holds the
@@ -161,6 +165,10 @@ class GptModel {
   void TpAllReduce(Span data, ReduceOp op, const char* what);
   Tensor New(std::vector<int64_t> shape, MemCategory category);
   std::shared_ptr<Tensor> Shared(std::vector<int64_t> shape, MemCategory category);
+  // In MainDType(dtype()): fp32 under mixed precision, for the norms' statistics, the attention's
+  // log-sum-exp, the logits and the cross entropy (backend.h).
+  Tensor NewF32(std::vector<int64_t> shape, MemCategory category);
+  std::shared_ptr<Tensor> SharedF32(std::vector<int64_t> shape, MemCategory category);
 
   GptParams& params_;
   Backend& backend_;

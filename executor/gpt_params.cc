@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "executor/half.h"
 #include "executor/rng.h"
 
 namespace ptdp {
@@ -241,7 +242,7 @@ GptParams::GptParams(const ModelSpec& model, const ParallelConfig& parallel, Ran
     (experts ? expert_ : dense_) = {begin, total - begin};
   }
   values_ = Tensor(backend, dtype, {total}, MemCategory::kWeights);
-  grads_ = Tensor(backend, dtype, {total}, MemCategory::kGradients);
+  grads_ = Tensor(backend, MainDType(dtype), {total}, MemCategory::kGradients);
 
   auto ref = [&](int i) { return i < 0 ? ParamRef{} : Ref(infos_[static_cast<size_t>(i)]); };
   for (size_t c = 0; c < chunks_.size(); ++c) {
@@ -297,6 +298,15 @@ void GptParams::Initialize(uint64_t seed) {
     const Span dst = Ref(p).value;
     if (dtype_ == DType::kF64) {
       backend_.Upload(dst, host.data());
+    } else if (Is16Bit(dtype_)) {
+      // Megatron builds the model in fp32 and casts it (Float16Module): round each value once
+      // to fp32 and once to 16 bits.
+      std::vector<uint16_t> bits(host.size());
+      for (size_t i = 0; i < host.size(); ++i) {
+        const auto f = static_cast<float>(host[i]);
+        bits[i] = dtype_ == DType::kBF16 ? FloatToBf16(f) : FloatToHalf(f);
+      }
+      backend_.Upload(dst, bits.data());
     } else {
       std::vector<float> f(host.begin(), host.end());
       backend_.Upload(dst, f.data());
@@ -318,6 +328,12 @@ std::vector<double> DownloadAsDouble(Backend& backend, Span s) {
   std::vector<double> out(static_cast<size_t>(s.numel));
   if (s.dtype == DType::kF64) {
     backend.Download(s, out.data());
+  } else if (Is16Bit(s.dtype)) {
+    std::vector<uint16_t> bits(out.size());
+    backend.Download(s, bits.data());
+    for (size_t i = 0; i < out.size(); ++i) {
+      out[i] = s.dtype == DType::kBF16 ? Bf16ToFloat(bits[i]) : HalfToFloat(bits[i]);
+    }
   } else {
     std::vector<float> f(out.size());
     backend.Download(s, f.data());

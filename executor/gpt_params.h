@@ -77,8 +77,8 @@ struct ParamInfo {
 int64_t FullRow(const ParamInfo& p, int64_t local_row);
 
 struct ParamRef {
-  Span value;
-  Span grad;
+  Span value;  // the model's weights (GptParams::dtype())
+  Span grad;   // their gradient (fp32 main_grad under mixed precision)
 };
 
 // One expert's MLP: this rank's slices (rows of fc1, columns of fc2 over the expert TP group).
@@ -143,14 +143,18 @@ struct FlatRange {
 class GptParams {
  public:
   // Lays out (and allocates, zeroed) the parameters and gradients of the rank at `coords`, in
-  // two flat buffers: first the dense parameters, their length rounded up to a multiple of
+  // two flat buffers (the parameters in `dtype`, the model's weights; the gradients in
+  // MainDType(dtype): with bf16 or fp16 weights, Megatron's fp32 main_grad, into which every
+  // micro-batch's weight gradients accumulate; the fp32 main weights are optimizer state,
+  // optimizer.h): first the dense parameters, their length rounded up to a multiple of
   // `pad_multiple` (the distributed optimizer shards them over the data- and context-parallel
   // ranks), then the experts', rounded up to a multiple of `expert_pad_multiple` (sharded over
   // the expert data-parallel ranks).
   GptParams(const ModelSpec& model, const ParallelConfig& parallel, RankCoords coords, DType dtype,
             Backend& backend, int64_t pad_multiple = 1, int64_t expert_pad_multiple = 1);
 
-  // Fills every parameter with its slice of the full model drawn from `seed`.
+  // Fills every parameter with its slice of the full model drawn from `seed` (rounded to fp32,
+  // then to 16 bits for bf16 or fp16).
   void Initialize(uint64_t seed);
 
   const GptDims& dims() const { return dims_; }
@@ -159,8 +163,8 @@ class GptParams {
   int num_chunks() const { return static_cast<int>(chunks_.size()); }
   Span values() const { return values_.span(); }      // padded length
   int64_t used_numel() const { return used_numel_; }  // without the padding
-  Span grads() const { return grads_.span(); }
-  FlatRange dense_range() const { return dense_; }  // padded
+  Span grads() const { return grads_.span(); }        // in MainDType(dtype())
+  FlatRange dense_range() const { return dense_; }    // padded
   FlatRange expert_range() const { return expert_; }
   ParamRef Ref(const ParamInfo& info) const;
   DType dtype() const { return dtype_; }

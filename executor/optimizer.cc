@@ -1,6 +1,7 @@
 #include "executor/optimizer.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "core/error.h"
@@ -10,17 +11,26 @@ namespace {
 
 constexpr double kSgdMomentum = 0.9;  // Megatron's --sgd-momentum default
 
+// The loss scaler's state as the 4 values of its tensor.
+std::array<double, 4> Pack(const LossScalerState& s) {
+  return {s.scale, static_cast<double>(s.growth_tracker), static_cast<double>(s.hysteresis_tracker),
+          static_cast<double>(s.skipped_steps)};
+}
+
 }  // namespace
 
 TrainingOptimizer::TrainingOptimizer(GptParams& params, Backend& backend, ProcessGroups& groups,
                                      const TrainingSpec& training, bool distributed,
-                                     bool sequence_parallel, Recorder& recorder)
+                                     bool sequence_parallel, Recorder& recorder,
+                                     const LossScalerOptions& loss_scaler)
     : params_(params),
       backend_(backend),
       groups_(groups),
       training_(training),
       sequence_parallel_(sequence_parallel),
-      recorder_(recorder) {
+      recorder_(recorder),
+      scaler_options_(loss_scaler) {
+  const DType main = MainDType(params.dtype());
   int64_t state = 0;
   for (const bool experts : {false, true}) {
     Range r;
@@ -32,17 +42,37 @@ TrainingOptimizer::TrainingOptimizer(GptParams& params, Backend& backend, Proces
       PTDP_CHECK(r.flat.numel % r.group->size() == 0);
       const int64_t shard = r.flat.numel / r.group->size();
       r.shard = {r.flat.begin + r.group->rank() * shard, shard};
-      r.grad_shard = Tensor(backend, params.dtype(), {shard}, MemCategory::kGradients);
+      r.grad_shard = Tensor(backend, main, {shard}, MemCategory::kGradients);
     }
     r.state_offset = state;
     state += r.shard.numel;
     ranges_.push_back(std::move(r));
   }
-  m_ = Tensor(backend, params.dtype(), {state}, MemCategory::kOptimizer);
+  m_ = Tensor(backend, main, {state}, MemCategory::kOptimizer);
   if (training.optimizer == Optimizer::kAdam) {
-    v_ = Tensor(backend, params.dtype(), {state}, MemCategory::kOptimizer);
+    v_ = Tensor(backend, main, {state}, MemCategory::kOptimizer);
+  }
+  if (Is16Bit(params.dtype())) {
+    main_ = Tensor(backend, main, {state}, MemCategory::kOptimizer);
+    for (const Range& r : ranges_) {
+      if (r.shard.numel == 0) continue;
+      backend.Convert(main_.span().Slice(r.state_offset, r.shard.numel),
+                      params.values().Slice(r.shard.begin, r.shard.numel));
+    }
+  }
+  if (params.dtype() == DType::kF16) {
+    scaler_ = Tensor(backend, DType::kF64, {4}, MemCategory::kOptimizer);
+    backend.Upload(scaler_.span(), Pack(InitialLossScaler(loss_scaler)).data());
   }
 }
+
+LossScalerState TrainingOptimizer::ReadScaler() const {
+  std::array<double, 4> v{};
+  backend_.Download(scaler_.span(), v.data());
+  return {v[0], static_cast<int64_t>(v[1]), static_cast<int64_t>(v[2]), static_cast<int64_t>(v[3])};
+}
+
+double TrainingOptimizer::loss_scale() const { return scaler_.empty() ? 1.0 : ReadScaler().scale; }
 
 Span TrainingOptimizer::Range::grads(const GptParams& params) const {
   return distributed ? grad_shard.span() : params.grads().Slice(shard.begin, shard.numel);
@@ -51,6 +81,8 @@ Span TrainingOptimizer::Range::grads(const GptParams& params) const {
 std::vector<Span> TrainingOptimizer::state() const {
   std::vector<Span> out{m_.span()};
   if (!v_.empty()) out.push_back(v_.span());
+  if (!main_.empty()) out.push_back(main_.span());
+  if (!scaler_.empty()) out.push_back(scaler_.span());
   return out;
 }
 
@@ -61,7 +93,7 @@ void TrainingOptimizer::ReduceGradients() {
     int64_t n = 0;
     for (const ParamInfo& p : infos) n += p.sequence_parallel_grad ? p.numel : 0;
     if (n > 0) {
-      Tensor packed(backend_, params_.dtype(), {n}, MemCategory::kCommBuffers);
+      Tensor packed(backend_, params_.grads().dtype, {n}, MemCategory::kCommBuffers);
       int64_t at = 0;
       for (const ParamInfo& p : infos) {
         if (!p.sequence_parallel_grad) continue;
@@ -102,6 +134,21 @@ void TrainingOptimizer::ReduceGradients() {
   }
 }
 
+bool TrainingOptimizer::UnscaleAndCheck(double scale) {
+  // Megatron's _unscale_main_grads_and_check_for_nan: found_inf is all-reduced (here over the
+  // world, which covers its model-parallel and, for the distributed optimizer, data-parallel
+  // groups) so that every rank skips together.
+  bool found_inf = false;
+  for (const Range& r : ranges_) {
+    const Span grads = r.grads(params_);
+    if (grads.numel == 0) continue;
+    // A finite fp32 value squares to at most 1.2e77: a non-finite sum means an inf or NaN.
+    if (!std::isfinite(backend_.SumSquares(grads))) found_inf = true;
+    backend_.Scale(grads, 1.0 / scale);
+  }
+  return groups_.world->AllReduceHost(found_inf ? 1.0 : 0.0, ReduceOp::kMax) > 0;
+}
+
 double TrainingOptimizer::GradNorm() {
   double sum = 0;
   const bool tp_rank0 = groups_.coords.tp == 0;
@@ -128,10 +175,11 @@ void TrainingOptimizer::Update(const Range& r, int64_t step, double grad_scale) 
     const int64_t lo = std::max(p.offset, base);
     const int64_t hi = std::min(p.offset + p.numel, base + grads.numel);
     if (lo >= hi) continue;
-    const Span value = params_.values().Slice(lo, hi - lo);
     const Span grad = grads.Slice(lo - base, hi - lo);
     const double wd = p.weight_decay ? training_.weight_decay : 0.0;
     const int64_t state_at = r.state_offset + lo - base;
+    const Span value =
+        main_.empty() ? params_.values().Slice(lo, hi - lo) : main_.span().Slice(state_at, hi - lo);
     const Span m = m_.span().Slice(state_at, hi - lo);
     if (training_.optimizer == Optimizer::kAdam) {
       AdamArgs args;
@@ -153,12 +201,34 @@ OptimizerStepInfo TrainingOptimizer::Step(int64_t step) {
   ReduceGradients();
   const double t0 = recorder_.Now();
   OptimizerStepInfo info;
+  if (!scaler_.empty()) {
+    LossScalerState scaler = ReadScaler();
+    info.loss_scale = scaler.scale;
+    info.skipped = UnscaleAndCheck(scaler.scale);
+    scaler = UpdateLossScaler(scaler, info.skipped, scaler_options_);
+    backend_.Upload(scaler_.span(), Pack(scaler).data());
+    if (info.skipped) {
+      backend_.Fill(params_.grads(), 0);
+      recorder_.Add("optimizer (skipped)", "optimizer", t0, recorder_.Now());
+      return info;
+    }
+    // Adam's bias correction counts the updates made (torch.optim's step count): skipped
+    // steps are not among them.
+    step -= scaler.skipped_steps;
+  }
   info.grad_norm = GradNorm();
   if (training_.clip_grad > 0) {
     const double coeff = training_.clip_grad / (info.grad_norm + 1e-6);
     if (coeff < 1) info.clip_scale = coeff;
   }
   for (const Range& r : ranges_) Update(r, step, info.clip_scale);
+  if (!main_.empty()) {  // the updated main weights into the model's 16-bit weights
+    for (const Range& r : ranges_) {
+      if (r.shard.numel == 0) continue;
+      backend_.Convert(params_.values().Slice(r.shard.begin, r.shard.numel),
+                       main_.span().Slice(r.state_offset, r.shard.numel));
+    }
+  }
   backend_.Fill(params_.grads(), 0);
   recorder_.Add("optimizer", "optimizer", t0, recorder_.Now());
   for (const Range& r : ranges_) {

@@ -14,8 +14,18 @@
 //     rank of its group, shards once each; gradients are scaled by clip_grad / (norm + 1e-6)
 //     when that is below 1 (Megatron's clip_grad_norm);
 //  5. Adam (decoupled weight decay, none on biases and norms) or SGD with momentum 0.9, with the
-//     state in the parameters' precision (fp32 on the CPU path).
+//     state in the parameters' precision (fp32, or fp64 for gradient checks).
 // The loss was scaled by 1 / (tokens per step), so summing gradients over DP x CP averages them.
+//
+// Mixed precision (bf16 or fp16 model weights; Megatron's Float16OptimizerWithFloat16Params, or
+// its DistributedOptimizer): the gradients are fp32 main_grad (gpt_params.h), reduced in fp32;
+// the optimizer holds fp32 main weights for what it updates (its shard under the distributed
+// optimizer), copied from the 16-bit weights when it is built (Megatron clones them so), steps
+// them and the fp32 moments, then rounds them into the model's weights (Backend::Convert) before
+// the all-gather of the distributed optimizer, which moves 16-bit weights. Memory: the main
+// weights count as optimizer state, as Megatron counts them. fp16 adds the dynamic loss scaler
+// (loss_scaler.h): after the reductions the main gradients are unscaled and checked; an inf or
+// NaN anywhere skips the step (gradients zeroed, no update, Adam's step count unchanged).
 #pragma once
 
 #include <cstdint>
@@ -24,29 +34,38 @@
 #include "core/training_spec.h"
 #include "executor/backend.h"
 #include "executor/gpt_params.h"
+#include "executor/loss_scaler.h"
 #include "executor/measure.h"
 #include "executor/topology.h"
 
 namespace ptdp {
 
 struct OptimizerStepInfo {
-  double grad_norm = 0;  // before clipping
+  double grad_norm = 0;  // before clipping (0 for a skipped step)
   double clip_scale = 1;
+  double loss_scale = 1;  // the loss scale the step's gradients carried (fp16; else 1)
+  bool skipped = false;   // fp16: an inf or NaN gradient skipped the update
 };
 
 class TrainingOptimizer {
  public:
   // With `distributed` (the distributed optimizer), params' dense range must be a multiple of
-  // dp x cp long and its expert range a multiple of the expert data-parallel size.
+  // dp x cp long and its expert range a multiple of the expert data-parallel size. Build it
+  // after params are initialised (or loaded): 16-bit params' main weights start as their copy.
+  // `loss_scaler` applies to fp16 params only.
   TrainingOptimizer(GptParams& params, Backend& backend, ProcessGroups& groups,
                     const TrainingSpec& training, bool distributed, bool sequence_parallel,
-                    Recorder& recorder);
+                    Recorder& recorder, const LossScalerOptions& loss_scaler = {});
+
+  // What the step's loss must be multiplied by before the backward: fp16's loss scale, else 1.
+  double loss_scale() const;
 
   // Reduces the gradients, clips, updates the parameters and zeroes the gradients. `step` is
   // 1-based (Adam's bias correction).
   OptimizerStepInfo Step(int64_t step);
 
-  // The optimizer state this rank owns (for checkpoints): Adam m and v, or SGD momentum.
+  // The optimizer state this rank owns (for checkpoints): Adam m and v, or SGD momentum; then,
+  // under mixed precision, the fp32 main weights; then, for fp16, the loss scaler's state.
   std::vector<Span> state() const;
 
  private:
@@ -62,8 +81,12 @@ class TrainingOptimizer {
     Span grads(const GptParams& params) const;
   };
   void ReduceGradients();
+  // fp16: divides the gradients this rank updates with by the loss scale; whether any rank
+  // found an inf or NaN among them.
+  bool UnscaleAndCheck(double scale);
   double GradNorm();
   void Update(const Range& range, int64_t step, double grad_scale);
+  LossScalerState ReadScaler() const;
 
   GptParams& params_;
   Backend& backend_;
@@ -73,6 +96,10 @@ class TrainingOptimizer {
   Recorder& recorder_;
   std::vector<Range> ranges_;  // dense, then experts
   Tensor m_, v_;  // Adam moments (SGD: m_ is the momentum) of the ranges' shards, in order
+  Tensor main_;   // mixed precision: the fp32 main weights of the ranges' shards, in order
+  LossScalerOptions scaler_options_;
+  // fp16: the LossScalerState as 4 fp64 values, in backend memory so that checkpoints carry it.
+  Tensor scaler_;
 };
 
 }  // namespace ptdp

@@ -35,10 +35,11 @@ int64_t LocalRanks(int64_t fallback) {
 }
 
 // Rough bytes one rank needs: weights, gradients, optimizer state and the activations of the
-// micro-batches in flight (Korthikanti et al. 2022, Table 2, at 4 bytes instead of 2 and
-// counting the first stage's p micro-batches; a CP rank holds s / cp tokens). The experts split
-// over etp x ep x pp ranks, their state over the expert data-parallel ranks.
-double EstimateRankBytes(const Plan& plan, int64_t bytes_per_element) {
+// micro-batches in flight (Korthikanti et al. 2022, Table 2: its 2 bytes for 16-bit data, else
+// 4, and counting the first stage's p micro-batches; a CP rank holds s / cp tokens).
+// The experts split over etp x ep x pp ranks, their state over the expert data-parallel ranks.
+// Mixed precision: 16-bit weights, fp32 main_grad, and fp32 main weights beside the moments.
+double EstimateRankBytes(const Plan& plan, DType dtype) {
   const ModelSpec& m = plan.model;
   const ParallelConfig& p = plan.parallel;
   const double experts = static_cast<double>(m.NumMoeLayers()) * m.num_experts *
@@ -47,15 +48,20 @@ double EstimateRankBytes(const Plan& plan, int64_t bytes_per_element) {
       (static_cast<double>(CountParameters(m, p.tp).total) - experts) / (p.tp * p.pp) +
       static_cast<double>(PaddedVocabSize(m, p.tp)) * m.hidden_size / p.tp;
   const double expert_share = experts / (static_cast<double>(p.expert_tp()) * p.ep * p.pp);
-  const double optimizer = plan.training.optimizer == Optimizer::kAdam ? 2.0 : 1.0;
+  const double bytes = static_cast<double>(SizeOf(dtype));
+  const double main = static_cast<double>(SizeOf(MainDType(dtype)));
+  const double optimizer = (plan.training.optimizer == Optimizer::kAdam ? 2.0 : 1.0) +
+                           (Is16Bit(dtype) ? 1.0 : 0.0);  // the main weights
   const bool sharded = p.distributed_optimizer;
+  // Per parameter: weights and gradients (both in `bytes`, or 16-bit and fp32), and the state.
+  const double replicated = (bytes + main) / main;
   const double state =
-      bytes_per_element *
-      (dense * (2.0 + optimizer / static_cast<double>(sharded ? p.dp_cp() : 1)) +
-       expert_share * (2.0 + optimizer / static_cast<double>(sharded ? p.expert_dp() : 1)));
+      main *
+      (dense * (replicated + optimizer / static_cast<double>(sharded ? p.dp_cp() : 1)) +
+       expert_share * (replicated + optimizer / static_cast<double>(sharded ? p.expert_dp() : 1)));
   const double s = static_cast<double>(m.seq_length) / p.cp, b = p.micro_batch_size,
                h = m.hidden_size, a = m.num_attention_heads;
-  const double per_layer = 2.0 * s * b * h * (34.0 + 5.0 * a * s / h);
+  const double per_layer = (Is16Bit(dtype) ? 1.0 : 2.0) * s * b * h * (34.0 + 5.0 * a * s / h);
   // 1F1B's first stage holds pp micro-batches of L / pp layers: L layers' worth.
   const double activations = per_layer * m.num_layers / p.tp;
   return state + activations;
@@ -243,7 +249,8 @@ StepLog TrainStep(const Run& run, int64_t step, std::vector<PipelineStepStats>& 
                              tokens);
     });
   };
-  const double loss_scale = 1.0 / static_cast<double>(gbs * seq);
+  // fp16 multiplies the loss by the loss scaler's scale too (the optimizer divides it out).
+  const double loss_scale = 1.0 / static_cast<double>(gbs * seq) * run.optimizer.loss_scale();
   const PipelineStepStats stats = run.runner.RunStep(batch, loss_scale);
   step_stats.push_back(stats);
   const OptimizerStepInfo info = run.optimizer.Step(step);
@@ -263,6 +270,8 @@ StepLog TrainStep(const Run& run, int64_t step, std::vector<PipelineStepStats>& 
   log.step = step;
   log.loss = loss;
   log.grad_norm = info.grad_norm;
+  log.loss_scale = info.loss_scale;
+  log.skipped = info.skipped;
   log.time_s = t1 - t0;
   return log;
 }
@@ -280,10 +289,15 @@ void PrintProgress(std::ostream& out, const ExecuteOptions& options, const Execu
   double mean = 0;
   for (const StepLog& s : result.steps) mean += s.time_s;
   mean /= static_cast<double>(result.steps.size());
+  // fp16: the loss scale of the step, and whether an overflow skipped its update.
+  const std::string scaling =
+      options.dtype != DType::kF16
+          ? ""
+          : fmt::format(" | loss scale {:g}{}", log.loss_scale, log.skipped ? " (skipped)" : "");
   out << fmt::format(
-      "step {:>{}}/{} | loss {:.4f} | grad norm {:.3f} | {:.3f} s | {:.0f} tokens/s | ETA "
+      "step {:>{}}/{} | loss {:.4f} | grad norm {:.3f}{} | {:.3f} s | {:.0f} tokens/s | ETA "
       "{}{}\n",
-      log.step, width, options.steps, log.loss, log.grad_norm, log.time_s,
+      log.step, width, options.steps, log.loss, log.grad_norm, scaling, log.time_s,
       static_cast<double>(result.tokens_per_step) / log.time_s,
       Eta(mean * static_cast<double>(options.steps - log.step)),
       evaluated ? fmt::format(" | validation loss {:.4f}", log.validation_loss) : "");
@@ -525,16 +539,16 @@ std::vector<std::string> CheckExecutable(const Plan& plan, const ExecuteOptions&
     }
   }
   if (options.steps < 1) out.push_back("--steps: must be at least 1");
-  if (options.dtype == DType::kI32) out.push_back("dtype: must be fp32 or fp64");
-  const double need = EstimateRankBytes(plan, SizeOf(options.dtype));
+  if (options.dtype == DType::kI32) out.push_back("dtype: must be fp32, fp64, bf16 or fp16");
+  const double need = EstimateRankBytes(plan, options.dtype);
   const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
   const int64_t local = LocalRanks(plan.parallel.world_size());
   if (ram > 0 && need * static_cast<double>(local) > ram) {
     out.push_back(fmt::format(
         "model: each rank needs about {:.2f} GB (weights, gradients, optimizer state, "
-        "activations in fp32) and {} ranks share this machine's {:.2f} GB; use a smaller model "
+        "activations in {}) and {} ranks share this machine's {:.2f} GB; use a smaller model "
         "or more machines",
-        need / 1e9, local, ram / 1e9));
+        need / 1e9, Name(options.dtype), local, ram / 1e9));
   }
   return out;
 }
@@ -567,7 +581,7 @@ ExecuteResult Execute(const Plan& plan, const ExecuteOptions& options, ProcessGr
   model.set_micro_batch_size(par.micro_batch_size);
   PipelineRunner runner(model, backend, *groups.pp, schedule, recorder);
   TrainingOptimizer optimizer(params, backend, groups, training, distributed, par.sequence_parallel,
-                              recorder);
+                              recorder, options.loss_scaler);
   const std::string layout = CheckpointLayout(plan, options.dtype);
   const Run run{plan, options, groups, backend, data, recorder, params, runner, optimizer, layout};
 
@@ -635,6 +649,15 @@ std::string ResultsJson(const Plan& plan, const ExecuteOptions& options, const E
       "  \"losses\": [{}],\n  \"grad_norms\": [{}],\n  \"step_times_s\": [{}],\n  "
       "\"step_bubble_fractions\": [{}],\n  \"validation_losses\": [{}],\n",
       losses, norms, times, bubbles, validation);
+  if (options.dtype == DType::kF16) {  // the loss scaler's figures
+    std::string scales;
+    int64_t skipped = 0;
+    for (size_t i = 0; i < r.steps.size(); ++i) {
+      scales += (i == 0 ? "" : ", ") + num(r.steps[i].loss_scale);
+      skipped += r.steps[i].skipped ? 1 : 0;
+    }
+    out += fmt::format("  \"loss_scales\": [{}],\n  \"skipped_steps\": {},\n", scales, skipped);
+  }
   out +=
       fmt::format("  \"final_loss\": {},\n", r.steps.empty() ? "null" : num(r.steps.back().loss));
   out += fmt::format(

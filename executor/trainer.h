@@ -13,8 +13,10 @@
 // dense or with mixture-of-experts layers (moe.h: dropless top-k routing, experts over ep and
 // etp, shared experts; no biases, no auxiliary loss).
 // Tokens are bytes, so model.vocab_size must be at least 256 with a text file (entries beyond
-// 255 are never targets); math runs in the options' dtype (fp32 whatever the plan's precision:
-// bf16/fp16 mixed precision is the GPU path's).
+// 255 are never targets); math runs in the options' dtype whatever the plan's precision: fp32
+// (the default), fp64 (gradient checks), or bf16/fp16 mixed precision as Megatron-LM runs it
+// (16-bit weights and activations, fp32 main_grad, main weights and moments, fp32 cross
+// entropy; fp16 with the dynamic loss scaler; gpt.h, optimizer.h).
 #pragma once
 
 #include <cstdint>
@@ -28,6 +30,7 @@
 #include "core/plan.h"
 #include "core/trace.h"
 #include "executor/backend.h"
+#include "executor/loss_scaler.h"
 #include "executor/topology.h"
 
 namespace ptdp {
@@ -43,7 +46,8 @@ struct ExecuteOptions {
   // Validation loss (forward only, on one global batch of held-out sequences: the same ones
   // every time) every K steps and after the last; 0 = after the last only.
   int64_t eval_interval = 0;
-  DType dtype = DType::kF32;
+  DType dtype = DType::kF32;           // kF32, kF64, kBF16 or kF16
+  LossScalerOptions loss_scaler = {};  // fp16 only
   // Test hooks for fault injection, called on every rank: before each step (1-based), and
   // after each pipeline operation of a step (its 1-based index in the stage's list).
   std::function<void(int64_t step)> on_step_begin = {};
@@ -61,6 +65,8 @@ struct StepLog {
   int64_t step = 0;  // 1-based
   double loss = 0;   // mean per-token loss over the global batch
   double grad_norm = 0;
+  double loss_scale = 1;        // fp16: the step's loss scale
+  bool skipped = false;         // fp16: an overflow skipped the step's update
   double validation_loss = -1;  // when evaluated after this step, else -1
   double time_s = 0;            // wall time of the step on world rank 0 (training only)
   double pipeline_s = 0;        // first op start to last op end over all ranks (rank 0 only)

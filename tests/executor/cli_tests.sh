@@ -36,6 +36,11 @@
 #            checkpoint it repeats step 3's loss exactly; simulate accepts it and `ptdp validate`
 #            compares its run with its simulation; a capacity factor is refused (exit 2) with
 #            one message naming the key
+#   mixed    --dtype bf16 on (2,2,1): the precision line and note, dtype in the results; its
+#            step-2 checkpoint resumes to the same losses and an fp32 run refuses it; --dtype
+#            fp16 on (1,2,1): the loss scale on every step line, loss_scales and skipped_steps in
+#            the results; a bad --dtype is refused (exit 2) naming the flag and its values;
+#            `ptdp validate --dtype bf16` runs and simulates in bf16
 #   validate `ptdp validate --launch` on (2,1,1) and (1,2,1) plans: JSON and table with measured
 #            and simulated columns, with a calibrated profile; a failing rank makes it exit
 #            non-zero; bad flags are refused naming the flag
@@ -276,6 +281,49 @@ validate)
   [ $rc -eq 2 ] && grep -q -- "--cluster: \"no-such-profile\"" err.log || fail "--cluster: $rc"
   "$ptdp" validate --steps 3 2>err.log; rc=$?
   [ $rc -eq 2 ] && grep -q -- "--plan: is required" err.log || fail "no --plan: $rc"
+  ;;
+mixed)
+  "$tool" plan plan.yaml tp=2 pp=2 || fail "plan"
+  "$tool" plan pp2.yaml pp=2 || fail "plan"
+  run 4 "$ptdp" execute --plan plan.yaml --steps 4 --dtype bf16 --save ckpt --save-interval 2 \
+    --results bf16.json >bf16.log 2>&1 || { cat bf16.log; fail "execute bf16"; }
+  cat bf16.log
+  grep -q "^precision: bf16 mixed (fp32 main weights" bf16.log || fail "no precision line"
+  grep -q "note: the CPU path computes in bf16 (--dtype), not the plan's fp32" bf16.log \
+    || fail "no note on the plan's precision"
+  grep -q '"dtype": "bf16"' bf16.json || fail "no dtype in the results"
+  grep -q '"loss_scales"' bf16.json && fail "bf16 reports loss scales"
+  # The checkpoint holds the bf16 weights and the fp32 main weights: the resumed run repeats
+  # steps 3 and 4 exactly; an fp32 run refuses it.
+  run 4 "$ptdp" execute --plan plan.yaml --steps 4 --dtype bf16 --load ckpt/step-00000002 \
+    --results resumed.json >resumed.log 2>&1 || { cat resumed.log; fail "resumed bf16 run"; }
+  grep -q '"first_step": 3' resumed.json || fail "the resumed run did not start at step 3"
+  "$tool" same-losses bf16.json resumed.json || fail "bf16 losses differ after the resume"
+  run 4 "$ptdp" execute --plan plan.yaml --steps 4 --load ckpt/step-00000002 >load.log 2>&1 \
+    && fail "an fp32 run loaded a bf16 checkpoint"
+  grep -q "saved with a different model or layout" load.log || { cat load.log; fail "no refusal"; }
+  # fp16: the loss scale on each step line, the scaler's figures in the results and at the end.
+  run 2 "$ptdp" execute --plan pp2.yaml --steps 3 --dtype fp16 --results fp16.json >fp16.log \
+    2>&1 || { cat fp16.log; fail "execute fp16"; }
+  cat fp16.log
+  grep -q "^step 3/3 .* | loss scale 65536 | " fp16.log || fail "no loss scale on the step line"
+  grep -q '"skipped_steps": 0' fp16.json || fail "no skipped steps in the results"
+  grep -q '"loss_scales": \[65536, 65536, 65536\]' fp16.json || fail "no loss scales"
+  grep -q "^fp16 loss scaling: 0 of 3 step(s) skipped" fp16.log || fail "no loss-scaling summary"
+  # A bad value is refused naming the flag and the values it takes.
+  "$ptdp" execute --plan plan.yaml --dtype bf8 >out.log 2>err.log; rc=$?
+  [ $rc -eq 2 ] || fail "--dtype bf8: exit code $rc, not 2"
+  grep -q -- '--dtype: unknown value "bf8" (expected one of: fp32, bf16, fp16, fp64)' err.log \
+    || { cat err.log; fail "--dtype bf8: no message"; }
+  "$ptdp" validate --plan pp2.yaml --dtype fp8 >out.log 2>err.log; rc=$?
+  [ $rc -eq 2 ] && grep -q -- '--dtype: unknown value "fp8"' err.log || fail "validate --dtype fp8: $rc"
+  # validate runs bf16 and simulates the plan in bf16.
+  "$ptdp" validate --plan pp2.yaml --launch --steps 3 --dtype bf16 >v.txt 2>v.err \
+    || { cat v.err; fail "validate bf16"; }
+  cat v.txt
+  grep -q "^precision: bf16 mixed" v.err || fail "validate: no precision line"
+  grep -q "computed in bf16; simulated in bf16, not the plan's fp32" v.txt \
+    || fail "validate: not simulated in bf16"
   ;;
 *)
   fail "unknown case $case_name"
