@@ -2,10 +2,12 @@
 
 #include <fmt/format.h>
 #include <mpi.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <exception>
 #include <numeric>
+#include <string_view>
 
 #include "core/error.h"
 
@@ -248,7 +250,17 @@ void ThrowMpiError(int code, const char* call, const char* file, int line) {
 }
 
 MpiSession::MpiSession(int* argc, char*** argv) {
+  // A process no launcher started is a job of one rank: it needs no MPI (so it runs where
+  // MPI's runtime is absent, e.g. a GPU machine with only the executor's libraries); a
+  // launched one, even of one rank, joins its job. PTDP_MPI=1 initialises MPI regardless.
+  const char* force = std::getenv("PTDP_MPI");
+  if (LauncherRank() < 0 && (force == nullptr || std::string_view(force) != "1")) {
+    char host[256] = {};
+    if (gethostname(host, sizeof host - 1) == 0) host_ = host;
+    return;
+  }
   PTDP_MPI_CHECK(MPI_Init(argc, argv));
+  initialized_ = true;
   PTDP_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   PTDP_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   PTDP_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
@@ -258,9 +270,12 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   host_.assign(host, static_cast<size_t>(length));
 }
 
-MpiSession::~MpiSession() { MPI_Finalize(); }
+MpiSession::~MpiSession() {
+  if (initialized_) MPI_Finalize();
+}
 
 std::unique_ptr<Comm> MpiSession::World(Backend& backend) const {
+  if (!initialized_) return MakeLocalComm(backend);
   return std::make_unique<MpiComm>(MPI_COMM_WORLD, backend);
 }
 

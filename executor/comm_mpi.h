@@ -18,8 +18,10 @@ class MpiError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Owns MPI's lifetime in this process: MPI_Init on construction, MPI_Finalize on destruction.
-// At most one per process (MPI cannot be initialised twice).
+// Owns MPI's lifetime in this process: MPI_Init on construction, MPI_Finalize on destruction,
+// when a launcher (mpirun, srun: LauncherRank() >= 0) started the process or PTDP_MPI=1; else
+// the process is a job of one rank without MPI (World() is a one-rank LocalComm). At most one
+// per process (MPI cannot be initialised twice).
 class MpiSession {
  public:
   MpiSession(int* argc, char*** argv);
@@ -35,6 +37,7 @@ class MpiSession {
   std::unique_ptr<Comm> World(Backend& backend) const;
 
  private:
+  bool initialized_ = false;
   int rank_ = 0;
   int size_ = 1;
   std::string host_;
