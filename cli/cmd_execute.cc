@@ -280,6 +280,12 @@ ExecuteOptions ReadExecuteOptions(const Flags& flags) {
   // fp32 unless asked: the plan's precision (bf16 in Megatron's recipes) is the GPU's; the run
   // says which dtype it computes in.
   options.dtype = flags.Enum("dtype", kDTypes, DType::kF32);
+  // A GPU holds one rank: its memory bounds the plan, not this machine's (checked again, with
+  // the reason, when the backend starts).
+  if (IsCudaRequest(flags)) {
+    const CudaStatus gpu = QueryCuda();
+    options.device_memory_bytes = gpu.usable ? gpu.memory_bytes : -1;
+  }
   return options;
 }
 

@@ -11,6 +11,7 @@ struct CudaStatus {
   bool usable = false;  // built, and at least one device answers
   int device_count = 0;
   std::string device_name;   // of device 0, when usable
+  int64_t memory_bytes = 0;  // of device 0, when usable
   std::string nccl_version;  // of the linked NCCL, when built ("2.28.3")
   std::string reason;        // why not usable: "built without CUDA", "no CUDA device: ..."
 };

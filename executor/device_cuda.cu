@@ -32,7 +32,10 @@ CudaStatus QueryCuda() {
     return status;
   }
   cudaDeviceProp prop;
-  if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) status.device_name = prop.name;
+  if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) {
+    status.device_name = prop.name;
+    status.memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
+  }
   status.usable = true;
   status.device_count = count;
   return status;

@@ -541,6 +541,16 @@ std::vector<std::string> CheckExecutable(const Plan& plan, const ExecuteOptions&
   if (options.steps < 1) out.push_back("--steps: must be at least 1");
   if (options.dtype == DType::kI32) out.push_back("dtype: must be fp32, fp64, bf16 or fp16");
   const double need = EstimateRankBytes(plan, options.dtype);
+  if (options.device_memory_bytes != 0) {
+    if (options.device_memory_bytes > 0 &&
+        need > static_cast<double>(options.device_memory_bytes)) {
+      out.push_back(fmt::format(
+          "model: each rank needs about {:.2f} GB (weights, gradients, optimizer state, "
+          "activations in {}) but its GPU has {:.2f} GB; use a smaller model or more GPUs",
+          need / 1e9, Name(options.dtype), static_cast<double>(options.device_memory_bytes) / 1e9));
+    }
+    return out;
+  }
   const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
   const int64_t local = LocalRanks(plan.parallel.world_size());
   if (ram > 0 && need * static_cast<double>(local) > ram) {
@@ -586,6 +596,7 @@ ExecuteResult Execute(const Plan& plan, const ExecuteOptions& options, ProcessGr
   const Run run{plan, options, groups, backend, data, recorder, params, runner, optimizer, layout};
 
   ExecuteResult result;
+  result.backend = std::string(backend.name());
   result.data_description = data.description();
   result.tokens_per_step = training.global_batch_size * model_spec.seq_length;
   const int64_t done = options.load_dir.empty() ? 0 : LoadResumeCheckpoint(run);
@@ -624,9 +635,9 @@ std::string ResultsJson(const Plan& plan, const ExecuteOptions& options, const E
       p.virtual_stages, p.sequence_parallel ? "true" : "false", JsonString(Name(p.recompute)),
       p.distributed_optimizer ? "true" : "false");
   out += fmt::format(
-      "  \"backend\": \"cpu\",\n  \"dtype\": {},\n  \"data\": {},\n  \"global_batch_size\": "
+      "  \"backend\": {},\n  \"dtype\": {},\n  \"data\": {},\n  \"global_batch_size\": "
       "{},\n  \"tokens_per_step\": {},\n",
-      JsonString(Name(options.dtype)), JsonString(r.data_description),
+      JsonString(r.backend), JsonString(Name(options.dtype)), JsonString(r.data_description),
       plan.training.global_batch_size, r.tokens_per_step);
   out += fmt::format("  \"first_step\": {},\n  \"steps_run\": {},\n", r.first_step, r.steps.size());
   std::string losses, times, norms, bubbles, validation;

@@ -48,6 +48,9 @@ struct ExecuteOptions {
   int64_t eval_interval = 0;
   DType dtype = DType::kF32;           // kF32, kF64, kBF16 or kF16
   LossScalerOptions loss_scaler = {};  // fp16 only
+  // The memory one rank's backend holds (a GPU's); 0: the ranks share this machine's memory;
+  // -1: a GPU of unknown size (not checked).
+  int64_t device_memory_bytes = 0;
   // Test hooks for fault injection, called on every rank: before each step (1-based), and
   // after each pipeline operation of a step (its 1-based index in the stage's list).
   std::function<void(int64_t step)> on_step_begin = {};
@@ -86,7 +89,8 @@ struct RankReport {
 };
 
 struct ExecuteResult {
-  int64_t first_step = 1;  // the first step this run executed (after a resume: saved step + 1)
+  std::string backend = "cpu";  // Backend::name() of the run
+  int64_t first_step = 1;       // the first step this run executed (after a resume: saved step + 1)
   std::vector<StepLog> steps;
   std::string data_description;
   int64_t tokens_per_step = 0;

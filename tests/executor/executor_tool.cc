@@ -28,6 +28,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -164,6 +165,8 @@ int WritePlan(int argc, char** argv) {
   TinyModel m;
   std::string name = "tiny";
   double capacity = 0;  // MoE: moe_expert_capacity_factor
+  std::string cluster;  // a hardware profile preset instead of TinyPlan's cpu-local
+  std::optional<Precision> precision;
   using Setter = std::function<void(const std::string&)>;
   auto integer = [](int* field) {
     return Setter([field](const std::string& v) { *field = std::stoi(v); });
@@ -207,6 +210,13 @@ int WritePlan(int argc, char** argv) {
       {"dense", integer(&m.dense_layers)},
       {"capacity", [&](const std::string& v) { capacity = std::stod(v); }},
       {"name", [&](const std::string& v) { name = v; }},
+      {"cluster", [&](const std::string& v) { cluster = v; }},
+      {"attention",
+       [&](const std::string& v) {
+         l.attention = *ValueOf<AttentionBackend>(kAttentionBackendNames, v);
+       }},
+      {"precision",
+       [&](const std::string& v) { precision = *ValueOf<Precision>(kPrecisionNames, v); }},
   };
   for (int i = 3; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -219,6 +229,8 @@ int WritePlan(int argc, char** argv) {
   Plan plan = testing_executor::TinyPlan(l, m);
   plan.model.name = name;
   plan.model.moe_expert_capacity_factor = capacity;
+  if (!cluster.empty()) plan.cluster = ClusterPreset(cluster);
+  if (precision) plan.training.precision = *precision;
   std::ofstream(argv[2]) << WritePlanYaml(plan);
   return 0;
 }
