@@ -26,11 +26,12 @@ void Fail(const char* call, const char* file, int line, const std::string& what)
 namespace {
 
 // Per-block fp64 partial sums of x (or x^2), grid-stride; partial[blockIdx.x] gets the block's.
+// 16-bit values are widened exactly, as the CPU sums its fp32 copy in double.
 template <typename T>
 __global__ void ReduceKernel(double* partial, const T* x, int64_t n, bool squares) {
   double sum = 0;
   for (int64_t i = GlobalThread(); i < n; i += GridStride()) {
-    const double v = static_cast<double>(x[i]);
+    const double v = static_cast<double>(Wide(x[i]));
     sum += squares ? v * v : v;
   }
   sum = BlockSum(sum);
@@ -69,8 +70,11 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     PTDP_CUDA_CHECK(cublasCreate(&blas_));
     PTDP_CUDA_CHECK(cublasSetStream(blas_, stream_));
     // The default math mode keeps fp32 products in fp32 (TF32 only with
-    // CUBLAS_TF32_TENSOR_OP_MATH).
-    PTDP_CUDA_CHECK(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));
+    // CUBLAS_TF32_TENSOR_OP_MATH); 16-bit products with fp32 compute reduce in fp32 too (no
+    // split-K sums in the 16-bit output type), so their results are rounded once.
+    PTDP_CUDA_CHECK(cublasSetMathMode(
+        blas_, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
+                                         CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
     PTDP_CUDA_CHECK(cublasLtCreate(&lt_));
     PTDP_CUDA_CHECK(cudaMalloc(&index_error_, sizeof(int)));
     PTDP_CUDA_CHECK(cudaMalloc(&partials_, kReducePartials * sizeof(double)));
@@ -203,7 +207,7 @@ void CudaBackend::Copy2D(Span dst, int64_t ld_dst, Span src, int64_t ld_src, int
 double CudaBackend::Reduce(Span x, bool squares) {
   if (x.numel == 0) return 0;
   const unsigned blocks = std::min<unsigned>(kReducePartials, Blocks(x.numel));
-  DispatchFloat(x, "Sum", [&](auto zero) {
+  DispatchData(x, squares ? "SumSquares" : "Sum", [&](auto zero) {
     using T = decltype(zero);
     PTDP_CUDA_LAUNCH(ReduceKernel<T>, blocks, kThreads, 0, stream_, partials_, Ptr<T>(x), x.numel,
                      squares);

@@ -4,6 +4,9 @@
 // The unfused path (AttentionForward / AttentionBackward, which save probs (B, H, S, S)) runs the
 // CPU reference's products with cuBLAS, one strided-batched call per head over the batch, plus a
 // masked-softmax kernel and a dS kernel (one block per row).
+// On 16-bit data it runs that fp32 path on fp32 copies of its inputs and rounds its outputs once
+// (the CPU's rounding points exactly: scores, softmax and P V stay fp32; probs and ctx are
+// rounded on store), at the cost of fp32 temporaries of qkv, ctx and probs for the call.
 //
 // The block path (AttentionBlockForward / AttentionBlockBackward, context parallelism's flash
 // attention) never forms S x S. One warp owns one query (or one key), its D <= 256 values split
@@ -16,6 +19,8 @@
 //    (dK, dV over all query tiles and the group's heads), another owns queries (dQ over key
 //    tiles). Each output element has one owning thread that adds in a fixed order: no atomics,
 //    the same bits on every run.
+// On 16-bit data the block kernels load q, k, v, ctx and dctx as fp32 into the shared tiles,
+// compute in fp32 with fp32 lse (and Delta), and round ctx, dq and dkv once on store.
 #include <climits>
 #include <cmath>
 
@@ -89,12 +94,14 @@ __device__ inline T* SharedArray() {
 // Grid (ceil(Sq / warps), B * H); warp w of block x owns query x * warps + w.
 // Shared: q rows (warps x D) | k tile (32 x (D + 1)) | v tile (32 x D).
 template <typename T>
-__global__ void BlockForwardKernel(T* ctx, T* lse, const T* q, const T* kv, BlockShape s, T scale) {
+__global__ void BlockForwardKernel(T* ctx, Acc<T>* lse, const T* q, const T* kv, BlockShape s,
+                                   Acc<T> scale) {
+  using A = Acc<T>;
   const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t d = s.d, dpad = d + 1;
-  T* qs = SharedArray<T>();
-  T* ks = qs + warps * d;
-  T* vs = ks + kTile * dpad;
+  A* qs = SharedArray<A>();
+  A* ks = qs + warps * d;
+  A* vs = ks + kTile * dpad;
   const int64_t bi = blockIdx.y / s.heads, hi = blockIdx.y % s.heads, gi = hi / s.hpg();
   const int64_t ld_q = s.batch * s.wq(), ld_kv = s.batch * s.wkv();
   const T* k_base = kv + bi * s.wkv() + gi * 2 * d;  // key j's row at + j * ld_kv
@@ -106,40 +113,40 @@ __global__ void BlockForwardKernel(T* ctx, T* lse, const T* q, const T* kv, Bloc
   const int64_t last =
       first + warps < s.sq ? first + warps - 1 : s.sq - 1;  // the block's last query
   const int64_t block_limit = KeyLimit(s, last);
-  T* qw = qs + warp * d;
+  A* qw = qs + warp * d;
   if (active) {
     const T* q_row = q + i * ld_q + bi * s.wq() + (gi * (s.hpg() + 2) + hi % s.hpg()) * d;
-    for (int64_t e = lane; e < d; e += 32) qw[e] = q_row[e];
+    for (int64_t e = lane; e < d; e += 32) qw[e] = Wide(q_row[e]);
   }
-  T m = NegInf<T>(), l = 0;
-  T acc[kPerLane];
+  A m = NegInf<A>(), l = 0;
+  A acc[kPerLane];
 #pragma unroll
   for (int t = 0; t < kPerLane; ++t) acc[t] = 0;
   for (int64_t k0 = 0; k0 < block_limit; k0 += kTile) {
     __syncthreads();  // the previous tile is read (and, the first time, qw is written)
     for (int64_t idx = threadIdx.x; idx < kTile * d; idx += blockDim.x) {
       const int64_t r = idx / d, e = idx % d, j = k0 + r;
-      ks[r * dpad + e] = j < s.sk ? k_base[j * ld_kv + e] : T(0);
-      vs[r * d + e] = j < s.sk ? v_base[j * ld_kv + e] : T(0);
+      ks[r * dpad + e] = j < s.sk ? Wide(k_base[j * ld_kv + e]) : A(0);
+      vs[r * d + e] = j < s.sk ? Wide(v_base[j * ld_kv + e]) : A(0);
     }
     __syncthreads();
     if (active && k0 < limit) {  // uniform over the warp: every lane takes part below
       const int64_t j = k0 + lane;
-      T score = NegInf<T>();
+      A score = NegInf<A>();
       if (j < limit) {
-        T dot = 0;
+        A dot = 0;
         for (int64_t e = 0; e < d; ++e) dot += qw[e] * ks[lane * dpad + e];
         score = dot * scale;
       }
       // Key k0 < limit is valid, so the tile max is finite.
-      const T m_new = Max(m, WarpMax(score));
-      const T p = j < limit ? Exp(score - m_new) : T(0);
-      const T corr = Exp(m - m_new);  // 0 on the first tile (m = -inf)
+      const A m_new = Max(m, WarpMax(score));
+      const A p = j < limit ? Exp(score - m_new) : A(0);
+      const A corr = Exp(m - m_new);  // 0 on the first tile (m = -inf)
       l = l * corr + WarpSum(p);
 #pragma unroll
       for (int t = 0; t < kPerLane; ++t) acc[t] *= corr;
       for (int jj = 0; jj < kTile; ++jj) {
-        const T pj = __shfl_sync(0xffffffffu, p, jj);
+        const A pj = __shfl_sync(0xffffffffu, p, jj);
 #pragma unroll
         for (int t = 0; t < kPerLane; ++t) {
           const int64_t e = lane + 32 * t;
@@ -152,17 +159,17 @@ __global__ void BlockForwardKernel(T* ctx, T* lse, const T* q, const T* kv, Bloc
   if (active && limit > 0) {  // uniform over the warp
     // Transformer Engine's correction, as backend_cpu.cc merges: both parts rescaled to the
     // merged denominator.
-    T* l_out = lse + (i * s.batch + bi) * s.heads + hi;
-    const T lb = m + Log(l);
-    const T old = *l_out;
-    const T mx = Max(old, lb);
-    const T merged = mx + Log(Exp(old - mx) + Exp(lb - mx));
-    const T old_w = Exp(old - merged), new_w = Exp(lb - merged);
+    A* l_out = lse + (i * s.batch + bi) * s.heads + hi;
+    const A lb = m + Log(l);
+    const A old = *l_out;
+    const A mx = Max(old, lb);
+    const A merged = mx + Log(Exp(old - mx) + Exp(lb - mx));
+    const A old_w = Exp(old - merged), new_w = Exp(lb - merged);
     T* c = ctx + i * s.batch * s.heads * d + bi * s.heads * d + hi * d;
 #pragma unroll
     for (int t = 0; t < kPerLane; ++t) {
       const int64_t e = lane + 32 * t;
-      if (e < d) c[e] = c[e] * old_w + (acc[t] / l) * new_w;
+      if (e < d) c[e] = Narrow<T>(Wide(c[e]) * old_w + (acc[t] / l) * new_w);
     }
     __syncwarp();  // every lane has read the old lse before lane 0 replaces it
     if (lane == 0) *l_out = merged;
@@ -172,10 +179,10 @@ __global__ void BlockForwardKernel(T* ctx, T* lse, const T* q, const T* kv, Bloc
 // delta[r * H + h] = dctx . ctx over head h's D values of row r (FlashAttention's D_i), summed
 // in order as the CPU does.
 template <typename T>
-__global__ void DeltaKernel(T* delta, const T* dctx, const T* ctx, int64_t n, int64_t d) {
+__global__ void DeltaKernel(Acc<T>* delta, const T* dctx, const T* ctx, int64_t n, int64_t d) {
   for (int64_t idx = GlobalThread(); idx < n; idx += GridStride()) {
-    T dot = 0;
-    for (int64_t e = 0; e < d; ++e) dot += dctx[idx * d + e] * ctx[idx * d + e];
+    Acc<T> dot = 0;
+    for (int64_t e = 0; e < d; ++e) dot += Wide(dctx[idx * d + e]) * Wide(ctx[idx * d + e]);
     delta[idx] = dot;
   }
 }
@@ -185,33 +192,34 @@ __global__ void DeltaKernel(T* delta, const T* dctx, const T* ctx, int64_t n, in
 // Shared: k rows (warps x D) | v rows (warps x D) | q tile (32 x (D + 1)) |
 // dctx tile (32 x (D + 1)) | lse (32) | delta (32).
 template <typename T>
-__global__ void BlockBackwardKvKernel(T* dkv, const T* dctx, const T* lse, const T* delta,
-                                      const T* q, const T* kv, BlockShape s, T scale) {
+__global__ void BlockBackwardKvKernel(T* dkv, const T* dctx, const Acc<T>* lse, const Acc<T>* delta,
+                                      const T* q, const T* kv, BlockShape s, Acc<T> scale) {
+  using A = Acc<T>;
   const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t d = s.d, dpad = d + 1, hpg = s.hpg();
-  T* kw_all = SharedArray<T>();
-  T* vw_all = kw_all + warps * d;
-  T* qs = vw_all + warps * d;
-  T* dos = qs + kTile * dpad;
-  T* lse_s = dos + kTile * dpad;
-  T* delta_s = lse_s + kTile;
+  A* kw_all = SharedArray<A>();
+  A* vw_all = kw_all + warps * d;
+  A* qs = vw_all + warps * d;
+  A* dos = qs + kTile * dpad;
+  A* lse_s = dos + kTile * dpad;
+  A* delta_s = lse_s + kTile;
   const int64_t bi = blockIdx.y / s.groups, gi = blockIdx.y % s.groups;
   const int64_t ld_q = s.batch * s.wq(), ld_kv = s.batch * s.wkv(), ld_ctx = s.batch * s.heads * d;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * warps;
   const int64_t j = first + warp;
   const bool active = j < s.sk;
   const int64_t kv_off = j * ld_kv + bi * s.wkv() + gi * 2 * d;  // key j's k; its v at + d
-  T* kw = kw_all + warp * d;
-  T* vw = vw_all + warp * d;
+  A* kw = kw_all + warp * d;
+  A* vw = vw_all + warp * d;
   if (active) {
     for (int64_t e = lane; e < d; e += 32) {
-      kw[e] = kv[kv_off + e];
-      vw[e] = kv[kv_off + d + e];
+      kw[e] = Wide(kv[kv_off + e]);
+      vw[e] = Wide(kv[kv_off + d + e]);
     }
   }
   // Queries that may see the block's first key (and so any of its keys): i >= j - (Sk - Sq).
   const int64_t i_start = s.causal && first - (s.sk - s.sq) > 0 ? first - (s.sk - s.sq) : 0;
-  T dk[kPerLane], dv[kPerLane];
+  A dk[kPerLane], dv[kPerLane];
 #pragma unroll
   for (int t = 0; t < kPerLane; ++t) dk[t] = dv[t] = 0;
   for (int64_t t_head = 0; t_head < hpg; ++t_head) {
@@ -222,20 +230,20 @@ __global__ void BlockBackwardKvKernel(T* dkv, const T* dctx, const T* lse, const
       __syncthreads();  // the previous tile is read (and, the first time, kw and vw written)
       for (int64_t idx = threadIdx.x; idx < kTile * d; idx += blockDim.x) {
         const int64_t r = idx / d, e = idx % d, i = i0 + r;
-        qs[r * dpad + e] = i < s.sq ? q[i * ld_q + q_col + e] : T(0);
-        dos[r * dpad + e] = i < s.sq ? dctx[i * ld_ctx + c_col + e] : T(0);
+        qs[r * dpad + e] = i < s.sq ? Wide(q[i * ld_q + q_col + e]) : A(0);
+        dos[r * dpad + e] = i < s.sq ? Wide(dctx[i * ld_ctx + c_col + e]) : A(0);
       }
       for (int64_t r = threadIdx.x; r < kTile; r += blockDim.x) {
         const int64_t i = i0 + r;
-        lse_s[r] = i < s.sq ? lse[(i * s.batch + bi) * s.heads + hi] : T(0);
-        delta_s[r] = i < s.sq ? delta[(i * s.batch + bi) * s.heads + hi] : T(0);
+        lse_s[r] = i < s.sq ? lse[(i * s.batch + bi) * s.heads + hi] : A(0);
+        delta_s[r] = i < s.sq ? delta[(i * s.batch + bi) * s.heads + hi] : A(0);
       }
       __syncthreads();
       if (!active) continue;  // uniform over the warp; the loop bounds are the block's
       const int64_t i = i0 + lane;
-      T p = 0, ds = 0;
+      A p = 0, ds = 0;
       if (i < s.sq && (!s.causal || j <= i + s.sk - s.sq)) {
-        T dot_qk = 0, dot_dv = 0;
+        A dot_qk = 0, dot_dv = 0;
         for (int64_t e = 0; e < d; ++e) {
           dot_qk += qs[lane * dpad + e] * kw[e];
           dot_dv += dos[lane * dpad + e] * vw[e];
@@ -244,8 +252,8 @@ __global__ void BlockBackwardKvKernel(T* dkv, const T* dctx, const T* lse, const
         ds = p * (dot_dv - delta_s[lane]);
       }
       for (int ii = 0; ii < kTile; ++ii) {
-        const T pi = __shfl_sync(0xffffffffu, p, ii);
-        const T dsi = __shfl_sync(0xffffffffu, ds, ii);
+        const A pi = __shfl_sync(0xffffffffu, p, ii);
+        const A dsi = __shfl_sync(0xffffffffu, ds, ii);
 #pragma unroll
         for (int t = 0; t < kPerLane; ++t) {
           const int64_t e = lane + 32 * t;
@@ -262,8 +270,8 @@ __global__ void BlockBackwardKvKernel(T* dkv, const T* dctx, const T* lse, const
     for (int t = 0; t < kPerLane; ++t) {
       const int64_t e = lane + 32 * t;
       if (e < d) {
-        dkv[kv_off + e] += scale * dk[t];
-        dkv[kv_off + d + e] += dv[t];
+        dkv[kv_off + e] = Narrow<T>(Wide(dkv[kv_off + e]) + scale * dk[t]);
+        dkv[kv_off + d + e] = Narrow<T>(Wide(dkv[kv_off + d + e]) + dv[t]);
       }
     }
   }
@@ -273,14 +281,15 @@ __global__ void BlockBackwardKvKernel(T* dkv, const T* dctx, const T* lse, const
 // Shared: q rows (warps x D) | dctx rows (warps x D) | k tile (32 x (D + 1)) |
 // v tile (32 x (D + 1)).
 template <typename T>
-__global__ void BlockBackwardQKernel(T* dq, const T* dctx, const T* lse, const T* delta, const T* q,
-                                     const T* kv, BlockShape s, T scale) {
+__global__ void BlockBackwardQKernel(T* dq, const T* dctx, const Acc<T>* lse, const Acc<T>* delta,
+                                     const T* q, const T* kv, BlockShape s, Acc<T> scale) {
+  using A = Acc<T>;
   const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t d = s.d, dpad = d + 1;
-  T* qw_all = SharedArray<T>();
-  T* dow_all = qw_all + warps * d;
-  T* ks = dow_all + warps * d;
-  T* vs = ks + kTile * dpad;
+  A* qw_all = SharedArray<A>();
+  A* dow_all = qw_all + warps * d;
+  A* ks = dow_all + warps * d;
+  A* vs = ks + kTile * dpad;
   const int64_t bi = blockIdx.y / s.heads, hi = blockIdx.y % s.heads, gi = hi / s.hpg();
   const int64_t ld_q = s.batch * s.wq(), ld_kv = s.batch * s.wkv(), ld_ctx = s.batch * s.heads * d;
   const T* k_base = kv + bi * s.wkv() + gi * 2 * d;
@@ -293,42 +302,42 @@ __global__ void BlockBackwardQKernel(T* dq, const T* dctx, const T* lse, const T
       first + warps < s.sq ? first + warps - 1 : s.sq - 1;  // the block's last query
   const int64_t block_limit = KeyLimit(s, last);
   const int64_t q_off = i * ld_q + bi * s.wq() + (gi * (s.hpg() + 2) + hi % s.hpg()) * d;
-  T* qw = qw_all + warp * d;
-  T* dow = dow_all + warp * d;
-  T l_i = 0, delta_i = 0;
+  A* qw = qw_all + warp * d;
+  A* dow = dow_all + warp * d;
+  A l_i = 0, delta_i = 0;
   if (active) {
     for (int64_t e = lane; e < d; e += 32) {
-      qw[e] = q[q_off + e];
-      dow[e] = dctx[i * ld_ctx + bi * s.heads * d + hi * d + e];
+      qw[e] = Wide(q[q_off + e]);
+      dow[e] = Wide(dctx[i * ld_ctx + bi * s.heads * d + hi * d + e]);
     }
     l_i = lse[(i * s.batch + bi) * s.heads + hi];
     delta_i = delta[(i * s.batch + bi) * s.heads + hi];
   }
-  T acc[kPerLane];
+  A acc[kPerLane];
 #pragma unroll
   for (int t = 0; t < kPerLane; ++t) acc[t] = 0;
   for (int64_t k0 = 0; k0 < block_limit; k0 += kTile) {
     __syncthreads();  // the previous tile is read (and, the first time, qw and dow written)
     for (int64_t idx = threadIdx.x; idx < kTile * d; idx += blockDim.x) {
       const int64_t r = idx / d, e = idx % d, j = k0 + r;
-      ks[r * dpad + e] = j < s.sk ? k_base[j * ld_kv + e] : T(0);
-      vs[r * dpad + e] = j < s.sk ? v_base[j * ld_kv + e] : T(0);
+      ks[r * dpad + e] = j < s.sk ? Wide(k_base[j * ld_kv + e]) : A(0);
+      vs[r * dpad + e] = j < s.sk ? Wide(v_base[j * ld_kv + e]) : A(0);
     }
     __syncthreads();
     if (!(active && k0 < limit)) continue;  // uniform over the warp
     const int64_t j = k0 + lane;
-    T ds = 0;
+    A ds = 0;
     if (j < limit) {
-      T dot_qk = 0, dot_dv = 0;
+      A dot_qk = 0, dot_dv = 0;
       for (int64_t e = 0; e < d; ++e) {
         dot_qk += qw[e] * ks[lane * dpad + e];
         dot_dv += dow[e] * vs[lane * dpad + e];
       }
-      const T p = Exp(dot_qk * scale - l_i);
+      const A p = Exp(dot_qk * scale - l_i);
       ds = p * (dot_dv - delta_i);
     }
     for (int jj = 0; jj < kTile; ++jj) {
-      const T dsj = __shfl_sync(0xffffffffu, ds, jj);
+      const A dsj = __shfl_sync(0xffffffffu, ds, jj);
 #pragma unroll
       for (int t = 0; t < kPerLane; ++t) {
         const int64_t e = lane + 32 * t;
@@ -340,7 +349,7 @@ __global__ void BlockBackwardQKernel(T* dq, const T* dctx, const T* lse, const T
 #pragma unroll
     for (int t = 0; t < kPerLane; ++t) {
       const int64_t e = lane + 32 * t;
-      if (e < d) dq[q_off + e] += scale * acc[t];
+      if (e < d) dq[q_off + e] = Narrow<T>(Wide(dq[q_off + e]) + scale * acc[t]);
     }
   }
 }
@@ -358,6 +367,22 @@ void CudaBackend::AttentionForward(Span ctx, Span probs, Span qkv, int64_t seq, 
   PTDP_CHECK(qkv.numel == seq * batch * (heads + 2 * groups) * head_dim);
   PTDP_CHECK(ctx.numel == seq * batch * heads * head_dim);
   PTDP_CHECK(probs.numel == batch * heads * seq * seq);
+  CheckSpan("AttentionForward", "ctx", qkv.dtype, ctx, SpanRule::kData);
+  CheckSpan("AttentionForward", "probs", qkv.dtype, probs, SpanRule::kData);
+  if (Is16Bit(qkv.dtype)) {
+    // The fp32 call on fp32 copies, its outputs rounded once: the CPU's rounding points exactly
+    // (scores, softmax and P V in fp32; probs and ctx rounded to 16 bits on store).
+    Scratch wide_qkv(*this, qkv.numel * 4), wide_ctx(*this, ctx.numel * 4);
+    Scratch wide_probs(*this, probs.numel * 4);
+    const Span fq{wide_qkv.get(), DType::kF32, qkv.numel};
+    const Span fc{wide_ctx.get(), DType::kF32, ctx.numel};
+    const Span fp{wide_probs.get(), DType::kF32, probs.numel};
+    Convert(fq, qkv);
+    AttentionForward(fc, fp, fq, seq, batch, heads, groups, head_dim);
+    Convert(ctx, fc);
+    Convert(probs, fp);
+    return;
+  }
   DispatchFloat(ctx, "AttentionForward", [&](auto zero) {
     using T = decltype(zero);
     if (seq == 0 || batch == 0 || heads == 0 || head_dim == 0) return;
@@ -389,6 +414,23 @@ void CudaBackend::AttentionBackward(Span dqkv, Span dctx, Span qkv, Span probs, 
   PTDP_CHECK(qkv.numel == seq * batch * (heads + 2 * groups) * head_dim);
   PTDP_CHECK(dqkv.numel == qkv.numel && dctx.numel == seq * batch * heads * head_dim);
   PTDP_CHECK(probs.numel == batch * heads * seq * seq);
+  CheckSpan("AttentionBackward", "dqkv", qkv.dtype, dqkv, SpanRule::kData);
+  CheckSpan("AttentionBackward", "dctx", qkv.dtype, dctx, SpanRule::kData);
+  CheckSpan("AttentionBackward", "probs", qkv.dtype, probs, SpanRule::kData);
+  if (Is16Bit(qkv.dtype)) {  // as AttentionForward: the fp32 call on fp32 copies, rounded once
+    Scratch wide_dqkv(*this, dqkv.numel * 4), wide_dctx(*this, dctx.numel * 4);
+    Scratch wide_qkv(*this, qkv.numel * 4), wide_probs(*this, probs.numel * 4);
+    const Span fdq{wide_dqkv.get(), DType::kF32, dqkv.numel};
+    const Span fdc{wide_dctx.get(), DType::kF32, dctx.numel};
+    const Span fq{wide_qkv.get(), DType::kF32, qkv.numel};
+    const Span fp{wide_probs.get(), DType::kF32, probs.numel};
+    Convert(fdc, dctx);
+    Convert(fq, qkv);
+    Convert(fp, probs);
+    AttentionBackward(fdq, fdc, fq, fp, seq, batch, heads, groups, head_dim);  // overwrites fdq
+    Convert(dqkv, fdq);
+    return;
+  }
   DispatchFloat(dqkv, "AttentionBackward", [&](auto zero) {
     using T = decltype(zero);
     if (seq == 0 || batch == 0 || heads == 0 || head_dim == 0) return;
@@ -443,21 +485,26 @@ void CudaBackend::AttentionBlockForward(Span ctx, Span lse, Span q, Span kv, int
   PTDP_CHECK(q.numel == seq_q * batch * (heads + 2 * groups) * head_dim);
   PTDP_CHECK(kv.numel == seq_k * batch * 2 * groups * head_dim);
   PTDP_CHECK(ctx.numel == seq_q * batch * heads * head_dim && lse.numel == seq_q * batch * heads);
-  DispatchFloat(ctx, "AttentionBlockForward", [&](auto zero) {
+  const char* kname = "AttentionBlockForward";
+  CheckSpan(kname, "ctx", q.dtype, ctx, SpanRule::kData);
+  CheckSpan(kname, "lse", q.dtype, lse, SpanRule::kStats);
+  CheckSpan(kname, "kv", q.dtype, kv, SpanRule::kData);
+  DispatchData(q, kname, [&](auto zero) {
     using T = decltype(zero);
+    using A = Acc<T>;  // shared tiles, lse and arithmetic
     if (seq_q == 0 || seq_k == 0 || batch == 0 || heads == 0) return;
     const BlockShape shape{seq_q, seq_k, batch, heads, groups, head_dim, causal};
-    const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+    const A scale = static_cast<A>(1.0 / std::sqrt(static_cast<double>(head_dim)));
     const int64_t d = head_dim;
     auto shared = [&](int warps) {
-      return (warps * d + kTile * (d + 1) + kTile * d) * static_cast<int64_t>(sizeof(T));
+      return (warps * d + kTile * (d + 1) + kTile * d) * static_cast<int64_t>(sizeof(A));
     };
     const int warps = WarpsFitting(shared, max_shared_bytes_);
     AllowSharedMemory(reinterpret_cast<const void*>(&BlockForwardKernel<T>), shared(warps));
     PTDP_CHECK(batch * heads <= 65535);
     const dim3 grid(ToGrid((seq_q + warps - 1) / warps), static_cast<unsigned>(batch * heads));
     PTDP_CUDA_LAUNCH(BlockForwardKernel<T>, grid, warps * 32, static_cast<size_t>(shared(warps)),
-                     stream_, Ptr<T>(ctx), Ptr<T>(lse), Ptr<T>(q), Ptr<T>(kv), shape, scale);
+                     stream_, Ptr<T>(ctx), Ptr<A>(lse), Ptr<T>(q), Ptr<T>(kv), shape, scale);
   });
 }
 
@@ -471,19 +518,27 @@ void CudaBackend::AttentionBlockBackward(Span dq, Span dkv, Span dctx, Span ctx,
   PTDP_CHECK(kv.numel == seq_k * batch * 2 * groups * head_dim && dkv.numel == kv.numel);
   PTDP_CHECK(ctx.numel == seq_q * batch * heads * head_dim && dctx.numel == ctx.numel);
   PTDP_CHECK(lse.numel == seq_q * batch * heads);
-  DispatchFloat(dq, "AttentionBlockBackward", [&](auto zero) {
+  const char* kname = "AttentionBlockBackward";
+  CheckSpan(kname, "dq", q.dtype, dq, SpanRule::kData);
+  CheckSpan(kname, "dkv", q.dtype, dkv, SpanRule::kData);
+  CheckSpan(kname, "dctx", q.dtype, dctx, SpanRule::kData);
+  CheckSpan(kname, "ctx", q.dtype, ctx, SpanRule::kData);
+  CheckSpan(kname, "lse", q.dtype, lse, SpanRule::kStats);
+  CheckSpan(kname, "kv", q.dtype, kv, SpanRule::kData);
+  DispatchData(q, kname, [&](auto zero) {
     using T = decltype(zero);
+    using A = Acc<T>;  // shared tiles, lse, delta and arithmetic
     if (seq_q == 0 || seq_k == 0 || batch == 0 || heads == 0) return;
     const BlockShape shape{seq_q, seq_k, batch, heads, groups, head_dim, causal};
-    const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+    const A scale = static_cast<A>(1.0 / std::sqrt(static_cast<double>(head_dim)));
     const int64_t d = head_dim, rows = seq_q * batch * heads;
-    Scratch delta_buf(*this, rows * static_cast<int64_t>(sizeof(T)));
-    T* delta = static_cast<T*>(delta_buf.get());
+    Scratch delta_buf(*this, rows * static_cast<int64_t>(sizeof(A)));
+    A* delta = static_cast<A*>(delta_buf.get());
     PTDP_CUDA_LAUNCH(DeltaKernel<T>, Blocks(rows), kThreads, 0, stream_, delta, Ptr<T>(dctx),
                      Ptr<T>(ctx), rows, d);
     PTDP_CHECK(batch * heads <= 65535);
     auto shared_kv = [&](int warps) {
-      return (2 * warps * d + 2 * kTile * (d + 1) + 2 * kTile) * static_cast<int64_t>(sizeof(T));
+      return (2 * warps * d + 2 * kTile * (d + 1) + 2 * kTile) * static_cast<int64_t>(sizeof(A));
     };
     const int warps_kv = WarpsFitting(shared_kv, max_shared_bytes_);
     AllowSharedMemory(reinterpret_cast<const void*>(&BlockBackwardKvKernel<T>),
@@ -492,9 +547,9 @@ void CudaBackend::AttentionBlockBackward(Span dq, Span dkv, Span dctx, Span ctx,
                        static_cast<unsigned>(batch * groups));
     PTDP_CUDA_LAUNCH(BlockBackwardKvKernel<T>, grid_kv, warps_kv * 32,
                      static_cast<size_t>(shared_kv(warps_kv)), stream_, Ptr<T>(dkv), Ptr<T>(dctx),
-                     Ptr<T>(lse), delta, Ptr<T>(q), Ptr<T>(kv), shape, scale);
+                     Ptr<A>(lse), delta, Ptr<T>(q), Ptr<T>(kv), shape, scale);
     auto shared_q = [&](int warps) {
-      return (2 * warps * d + 2 * kTile * (d + 1)) * static_cast<int64_t>(sizeof(T));
+      return (2 * warps * d + 2 * kTile * (d + 1)) * static_cast<int64_t>(sizeof(A));
     };
     const int warps_q = WarpsFitting(shared_q, max_shared_bytes_);
     AllowSharedMemory(reinterpret_cast<const void*>(&BlockBackwardQKernel<T>), shared_q(warps_q));
@@ -502,7 +557,7 @@ void CudaBackend::AttentionBlockBackward(Span dq, Span dkv, Span dctx, Span ctx,
                       static_cast<unsigned>(batch * heads));
     PTDP_CUDA_LAUNCH(BlockBackwardQKernel<T>, grid_q, warps_q * 32,
                      static_cast<size_t>(shared_q(warps_q)), stream_, Ptr<T>(dq), Ptr<T>(dctx),
-                     Ptr<T>(lse), delta, Ptr<T>(q), Ptr<T>(kv), shape, scale);
+                     Ptr<A>(lse), delta, Ptr<T>(q), Ptr<T>(kv), shape, scale);
   });
 }
 

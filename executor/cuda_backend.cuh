@@ -26,16 +26,18 @@ namespace ptdp::cuda {
 // Synchronize) throws naming the kernel.
 enum IndexError : int { kNoIndexError = 0, kGatherRowsIndex, kScatterAddRowsIndex, kRouterChoice };
 
-// A cuBLASLt plan for one fp32 product shape: descriptors, layouts and the heuristic's algorithm.
+// A cuBLASLt plan for one product shape and dtype pair (fp32, or 16-bit a and b with c 16-bit or
+// fp32): descriptors, layouts and the heuristic's algorithm.
 struct LtPlan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
-  bool usable = false;  // false: no algorithm for it; the product goes to cublasSgemm
+  bool usable = false;  // false: no algorithm for it; the product goes to cublasSgemm / GemmEx
 };
-// (trans_a, trans_b, m, n, k, lda, ldb, ldc, alignment of a, b, c in bytes), cuBLAS's view.
-using LtKey =
-    std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int>;
+// (trans_a, trans_b, m, n, k, lda, ldb, ldc, alignment of a, b, c in bytes, DType of a and b,
+// DType of c), cuBLAS's view.
+using LtKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int,
+                         int, int, int>;
 
 class CudaBackend final : public Backend {
  public:
@@ -153,10 +155,11 @@ class CudaBackend final : public Backend {
                    double alpha, const void* a, int64_t lda, int64_t stride_a, const void* b,
                    int64_t ldb, int64_t stride_b, double beta, void* c, int64_t ldc,
                    int64_t stride_c, int64_t batch);
-  // fp32 product through cuBLASLt; false when Lt has no algorithm for it (the caller falls back).
+  // fp32 or 16-bit product through cuBLASLt (a and b of ab_dtype, c of c_dtype, fp32 compute);
+  // false when Lt has no algorithm for it (the caller falls back).
   bool LtGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-              const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-              int64_t ldc);
+              const void* a, int64_t lda, const void* b, int64_t ldb, float beta, void* c,
+              int64_t ldc, DType ab_dtype, DType c_dtype);
   LtPlan& LtPlanFor(const LtKey& key);
   void ClearLtPlans();
   // Sums of per-block partials (fp64) of x or of x^2, added on the host in block order.

@@ -5,6 +5,8 @@
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -58,18 +60,73 @@ inline unsigned Blocks(int64_t n, int threads = kThreads) {
   return static_cast<unsigned>(std::clamp<int64_t>((n + threads - 1) / threads, 1, 1 << 20));
 }
 
+// Storage types: float, double, __nv_bfloat16, __half (and int32_t for token ids). A kernel on
+// storage T computes in Acc<T>: the storage type for fp32 and fp64, float for 16-bit (backend.h's
+// mixed precision: load -> fp32, compute as the fp32 kernel does, round to nearest even on store).
+template <typename T>
+struct AccOf {
+  using type = T;
+};
+template <>
+struct AccOf<__nv_bfloat16> {
+  using type = float;
+};
+template <>
+struct AccOf<__half> {
+  using type = float;
+};
+template <typename T>
+using Acc = typename AccOf<T>::type;
+
+template <typename T>
+constexpr DType DTypeOf() {
+  if constexpr (std::is_same_v<T, float>) {
+    return DType::kF32;
+  } else if constexpr (std::is_same_v<T, double>) {
+    return DType::kF64;
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return DType::kBF16;
+  } else if constexpr (std::is_same_v<T, __half>) {
+    return DType::kF16;
+  } else {
+    static_assert(std::is_same_v<T, int32_t>, "a storage type of the CUDA backend");
+    return DType::kI32;
+  }
+}
+
 // The typed device pointer of a span, checking its dtype.
 template <typename T>
 T* Ptr(Span s) {
-  if constexpr (std::is_same_v<T, int32_t>) {
-    PTDP_CHECK(s.dtype == DType::kI32);
-  } else {
-    PTDP_CHECK(s.dtype == (sizeof(T) == 8 ? DType::kF64 : DType::kF32));
-  }
+  PTDP_CHECK(s.dtype == DTypeOf<T>());
   return static_cast<T*>(s.data);
 }
 
-// Calls f(T{}) with T = float or double after the span's dtype; throws for int32.
+// A stored value widened to its computation type (exact).
+__host__ __device__ inline float Wide(float v) { return v; }
+__host__ __device__ inline double Wide(double v) { return v; }
+__device__ inline float Wide(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ inline float Wide(__half v) { return __half2float(v); }
+
+// A computed value stored as T: 16-bit rounds to nearest even (from float; a double is rounded
+// to float first, as the CPU's fp32 copy would hold it), fp32 and fp64 as static_cast.
+template <typename T, typename A>
+__device__ inline T Narrow(A v) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __float2bfloat16_rn(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<T, __half>) {
+    return __float2half_rn(static_cast<float>(v));
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
+[[noreturn]] inline void RefuseDType(const char* kernel, DType dtype, const char* takes) {
+  throw InternalError(std::string("cuda backend: ") + kernel + " called on " +
+                      std::string(Name(dtype)) + " data; it takes " + takes + " (backend.h)");
+}
+
+// Calls f(T{}) with T = float or double after the span's dtype; throws for int32 and for 16-bit
+// data (the kernels that take fp32 or fp64 only: cross entropy and the optimizer steps).
 template <typename F>
 void DispatchFloat(Span s, const char* kernel, F&& f) {
   switch (s.dtype) {
@@ -80,12 +137,53 @@ void DispatchFloat(Span s, const char* kernel, F&& f) {
       f(double{});
       return;
     case DType::kI32:
-    case DType::kBF16:  // 16-bit kernels: not yet on the CUDA backend (Convert only)
+    case DType::kBF16:
     case DType::kF16:
       break;
   }
-  throw InternalError(std::string("cuda backend: ") + kernel +
-                      ": floating-point kernel called on " + std::string(Name(s.dtype)));
+  RefuseDType(kernel, s.dtype, "fp32 or fp64 only");
+}
+
+// Calls f(T{}) with T = float, double, __nv_bfloat16 or __half after the span's dtype (the
+// kernels that take any floating dtype); throws for int32.
+template <typename F>
+void DispatchData(Span s, const char* kernel, F&& f) {
+  switch (s.dtype) {
+    case DType::kF32:
+      f(float{});
+      return;
+    case DType::kF64:
+      f(double{});
+      return;
+    case DType::kBF16:
+      f(__nv_bfloat16{});
+      return;
+    case DType::kF16:
+      f(__half{});
+      return;
+    case DType::kI32:
+      break;
+  }
+  RefuseDType(kernel, s.dtype, "a floating dtype");
+}
+
+// Which dtype a span may have in a call on `data` (backend.h's mixed precision, as the CPU's
+// Widened checks it): kData the data's; kF32OrData fp32 or the data's when the data are 16-bit
+// (Gemm's c, parameter gradients); kStats fp32 when the data are 16-bit (per-row statistics).
+// With fp32 or fp64 data every span has the data's dtype.
+enum class SpanRule { kData, kF32OrData, kStats };
+inline void CheckSpan(const char* kernel, const char* span, DType data, Span s, SpanRule rule) {
+  if (s.data == nullptr && s.numel == 0) return;  // an absent optional argument (as the CPU)
+  bool ok = s.dtype == data;
+  if (Is16Bit(data)) {
+    if (rule == SpanRule::kF32OrData) ok = ok || s.dtype == DType::kF32;
+    if (rule == SpanRule::kStats) ok = s.dtype == DType::kF32;
+  }
+  if (!ok) {
+    throw InternalError(std::string("cuda backend: ") + kernel + ": " + span + " is " +
+                        std::string(Name(s.dtype)) + " in a call on " + std::string(Name(data)) +
+                        " data (backend.h lists the spans that may differ)");
+  }
 }
 
 // Grid-stride loop index helpers (64-bit throughout).

@@ -1,6 +1,7 @@
 // Element-wise kernels: one grid-stride thread per output element, the CPU reference's
 // arithmetic in the same precision (nvcc may contract a * b + c into one fused multiply-add, so
-// results can differ from the CPU's in the last bit).
+// results can differ from the CPU's in the last bit). 16-bit data are loaded as fp32 (Wide),
+// computed as the fp32 kernel does, and rounded to nearest even on store (Narrow).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -13,64 +14,72 @@ namespace ptdp::cuda {
 namespace {
 
 template <typename T>
-__global__ void FillKernel(T* x, int64_t n, T value) {
-  for (int64_t i = GlobalThread(); i < n; i += GridStride()) x[i] = value;
+__global__ void FillKernel(T* x, int64_t n, Acc<T> value) {
+  for (int64_t i = GlobalThread(); i < n; i += GridStride()) x[i] = Narrow<T>(value);
 }
 
 template <typename T>
-__global__ void ScaleKernel(T* x, int64_t n, T alpha) {
-  for (int64_t i = GlobalThread(); i < n; i += GridStride()) x[i] *= alpha;
+__global__ void ScaleKernel(T* x, int64_t n, Acc<T> alpha) {
+  for (int64_t i = GlobalThread(); i < n; i += GridStride()) x[i] = Narrow<T>(Wide(x[i]) * alpha);
 }
 
 template <typename T>
 __global__ void AddKernel(T* y, const T* x, int64_t n) {
-  for (int64_t i = GlobalThread(); i < n; i += GridStride()) y[i] += x[i];
+  for (int64_t i = GlobalThread(); i < n; i += GridStride()) {
+    y[i] = Narrow<T>(Wide(y[i]) + Wide(x[i]));
+  }
 }
 
 // out (N, C) += bias on every row; n = N * C.
 template <typename T>
 __global__ void AddBiasKernel(T* out, const T* bias, int64_t n, int64_t cols) {
-  for (int64_t i = GlobalThread(); i < n; i += GridStride()) out[i] += bias[i % cols];
+  for (int64_t i = GlobalThread(); i < n; i += GridStride()) {
+    out[i] = Narrow<T>(Wide(out[i]) + Wide(bias[i % cols]));
+  }
 }
 
 template <typename T>
 __global__ void GeluKernel(T* out, const T* in, int64_t n) {
+  using A = Acc<T>;
   for (int64_t i = GlobalThread(); i < n; i += GridStride()) {
-    const T x = in[i];
-    out[i] = static_cast<T>(0.5) * x * (T(1) + Erf(x * static_cast<T>(M_SQRT1_2)));
+    const A x = Wide(in[i]);
+    out[i] = Narrow<T>(static_cast<A>(0.5) * x * (A(1) + Erf(x * static_cast<A>(M_SQRT1_2))));
   }
 }
 
 template <typename T>
 __global__ void GeluBackwardKernel(T* din, const T* in, const T* dout, int64_t n) {
-  const T inv_sqrt_2pi = static_cast<T>(0.3989422804014327);
+  using A = Acc<T>;
+  const A inv_sqrt_2pi = static_cast<A>(0.3989422804014327);
   for (int64_t i = GlobalThread(); i < n; i += GridStride()) {
-    const T x = in[i];
-    const T cdf = static_cast<T>(0.5) * (T(1) + Erf(x * static_cast<T>(M_SQRT1_2)));
-    const T pdf = inv_sqrt_2pi * Exp(static_cast<T>(-0.5) * x * x);
-    din[i] = (cdf + x * pdf) * dout[i];
+    const A x = Wide(in[i]);
+    const A cdf = static_cast<A>(0.5) * (A(1) + Erf(x * static_cast<A>(M_SQRT1_2)));
+    const A pdf = inv_sqrt_2pi * Exp(static_cast<A>(-0.5) * x * x);
+    din[i] = Narrow<T>((cdf + x * pdf) * Wide(dout[i]));
   }
 }
 
 // in (N, 2F) rows [gate | up] -> out (N, F); n = N * F.
 template <typename T>
 __global__ void SwiGluKernel(T* out, const T* in, int64_t n, int64_t cols) {
+  using A = Acc<T>;
   for (int64_t idx = GlobalThread(); idx < n; idx += GridStride()) {
     const int64_t i = idx / cols, j = idx % cols;
-    const T gate = in[i * 2 * cols + j], up = in[i * 2 * cols + cols + j];
-    out[idx] = gate / (T(1) + Exp(-gate)) * up;
+    const A gate = Wide(in[i * 2 * cols + j]), up = Wide(in[i * 2 * cols + cols + j]);
+    out[idx] = Narrow<T>(gate / (A(1) + Exp(-gate)) * up);
   }
 }
 
 template <typename T>
 __global__ void SwiGluBackwardKernel(T* din, const T* in, const T* dout, int64_t n, int64_t cols) {
+  using A = Acc<T>;
   for (int64_t idx = GlobalThread(); idx < n; idx += GridStride()) {
     const int64_t i = idx / cols, j = idx % cols;
-    const T gate = in[i * 2 * cols + j], up = in[i * 2 * cols + cols + j];
-    const T sig = T(1) / (T(1) + Exp(-gate));
-    const T g = dout[idx];
-    din[i * 2 * cols + j] = g * up * sig * (T(1) + gate * (T(1) - sig));
-    din[i * 2 * cols + cols + j] = g * gate * sig;
+    const A gate = Wide(in[i * 2 * cols + j]), up = Wide(in[i * 2 * cols + cols + j]);
+    const A sig = A(1) / (A(1) + Exp(-gate));
+    const A g = Wide(dout[idx]);
+    din[i * 2 * cols + j] = Narrow<T>(g * up * sig * (A(1) + gate * (A(1) - sig)));
+    din[i * 2 * cols + cols + j] = Narrow<T>(g * gate * sig);
   }
 }
 
@@ -82,7 +91,7 @@ __global__ void EmbeddingForwardKernel(T* out, const int32_t* tokens, const T* t
   for (int64_t idx = GlobalThread(); idx < n; idx += GridStride()) {
     const int64_t i = idx / cols, j = idx % cols;
     const int64_t r = tokens[i] - vocab_begin;
-    out[idx] = (r >= 0 && r < vocab_rows) ? table[r * cols + j] : T(0);
+    out[idx] = (r >= 0 && r < vocab_rows) ? table[r * cols + j] : Narrow<T>(Acc<T>(0));
   }
 }
 
@@ -92,15 +101,17 @@ __global__ void AddPositionsKernel(T* x, const T* pos, int64_t seq_begin, int64_
                                    int64_t cols) {
   for (int64_t idx = GlobalThread(); idx < n; idx += GridStride()) {
     const int64_t i = idx / (batch * cols), c = idx % cols;
-    x[idx] += pos[(seq_begin + i) * cols + c];
+    x[idx] = Narrow<T>(Wide(x[idx]) + Wide(pos[(seq_begin + i) * cols + c]));
   }
 }
 
 // One thread per rotated pair (x[k], x[k + D/2]) of one q or k head of one token row;
-// n = S * B * G * (H/G + 1) * D/2. Angles in double, as the CPU computes them.
+// n = S * B * G * (H/G + 1) * D/2. Angles in double, as the CPU computes them, then rounded to
+// the computation type (fp32 for 16-bit data, as the CPU's fp32 call on the widened copy).
 template <typename T>
 __global__ void RotaryKernel(T* qkv, int64_t n, int64_t batch, int64_t groups, int64_t hpg,
                              int64_t d, double base, int64_t seq_begin, bool inverse) {
+  using A = Acc<T>;
   const int64_t half = d / 2, width = groups * (hpg + 2) * d;
   for (int64_t idx = GlobalThread(); idx < n; idx += GridStride()) {
     const int64_t k = idx % half;
@@ -112,18 +123,20 @@ __global__ void RotaryKernel(T* qkv, int64_t n, int64_t batch, int64_t groups, i
     const int64_t i = row / batch;
     const double angle = static_cast<double>(seq_begin + i) *
                          pow(base, -2.0 * static_cast<double>(k) / static_cast<double>(d));
-    const T c = static_cast<T>(cos(angle));
-    const T sn = static_cast<T>((inverse ? -1 : 1) * sin(angle));
+    const A c = static_cast<A>(cos(angle));
+    const A sn = static_cast<A>((inverse ? -1 : 1) * sin(angle));
     T* x = qkv + row * width + gi * (hpg + 2) * d + part * d;
-    const T x1 = x[k], x2 = x[k + half];
-    x[k] = x1 * c - x2 * sn;
-    x[k + half] = x2 * c + x1 * sn;
+    const A x1 = Wide(x[k]), x2 = Wide(x[k + half]);
+    x[k] = Narrow<T>(x1 * c - x2 * sn);
+    x[k + half] = Narrow<T>(x2 * c + x1 * sn);
   }
 }
 
 template <typename T>
 __global__ void ScaleRowsKernel(T* x, const T* scale, int64_t n, int64_t cols) {
-  for (int64_t idx = GlobalThread(); idx < n; idx += GridStride()) x[idx] *= scale[idx / cols];
+  for (int64_t idx = GlobalThread(); idx < n; idx += GridStride()) {
+    x[idx] = Narrow<T>(Wide(x[idx]) * Wide(scale[idx / cols]));
+  }
 }
 
 // dst (rows, C) row r = src row index[r]; W is a same-size stand-in for the element type.
@@ -198,8 +211,7 @@ __device__ inline double LoadWide(const void* p, int dtype, int64_t i) {
   }
 }
 
-__global__ void ConvertKernel(void* dst, int dst_dtype, const void* src, int src_dtype,
-                              int64_t n) {
+__global__ void ConvertKernel(void* dst, int dst_dtype, const void* src, int src_dtype, int64_t n) {
   for (int64_t i = GlobalThread(); i < n; i += GridStride()) {
     const double wide = LoadWide(src, src_dtype, i);
     if (dst_dtype == 1) {
@@ -246,26 +258,27 @@ void CudaBackend::Convert(Span dst, Span src) {
 }
 
 void CudaBackend::Fill(Span x, double value) {
-  DispatchFloat(x, "Fill", [&](auto zero) {
+  DispatchData(x, "Fill", [&](auto zero) {
     using T = decltype(zero);
     if (x.numel == 0) return;
     PTDP_CUDA_LAUNCH(FillKernel<T>, Blocks(x.numel), kThreads, 0, stream_, Ptr<T>(x), x.numel,
-                     static_cast<T>(value));
+                     static_cast<Acc<T>>(value));
   });
 }
 
 void CudaBackend::Scale(Span x, double alpha) {
-  DispatchFloat(x, "Scale", [&](auto zero) {
+  DispatchData(x, "Scale", [&](auto zero) {
     using T = decltype(zero);
     if (x.numel == 0) return;
     PTDP_CUDA_LAUNCH(ScaleKernel<T>, Blocks(x.numel), kThreads, 0, stream_, Ptr<T>(x), x.numel,
-                     static_cast<T>(alpha));
+                     static_cast<Acc<T>>(alpha));
   });
 }
 
 void CudaBackend::Add(Span y, Span x) {
   PTDP_CHECK(y.numel == x.numel);
-  DispatchFloat(y, "Add", [&](auto zero) {
+  CheckSpan("Add", "x", y.dtype, x, SpanRule::kData);
+  DispatchData(y, "Add", [&](auto zero) {
     using T = decltype(zero);
     if (y.numel == 0) return;
     PTDP_CUDA_LAUNCH(AddKernel<T>, Blocks(y.numel), kThreads, 0, stream_, Ptr<T>(y), Ptr<T>(x),
@@ -275,7 +288,8 @@ void CudaBackend::Add(Span y, Span x) {
 
 void CudaBackend::AddBias(Span out, Span bias, int64_t rows, int64_t cols) {
   PTDP_CHECK(out.numel == rows * cols && bias.numel == cols);
-  DispatchFloat(out, "AddBias", [&](auto zero) {
+  CheckSpan("AddBias", "bias", out.dtype, bias, SpanRule::kData);
+  DispatchData(out, "AddBias", [&](auto zero) {
     using T = decltype(zero);
     if (out.numel == 0) return;
     PTDP_CUDA_LAUNCH(AddBiasKernel<T>, Blocks(out.numel), kThreads, 0, stream_, Ptr<T>(out),
@@ -285,7 +299,8 @@ void CudaBackend::AddBias(Span out, Span bias, int64_t rows, int64_t cols) {
 
 void CudaBackend::Gelu(Span out, Span in) {
   PTDP_CHECK(out.numel == in.numel);
-  DispatchFloat(out, "Gelu", [&](auto zero) {
+  CheckSpan("Gelu", "in", out.dtype, in, SpanRule::kData);
+  DispatchData(out, "Gelu", [&](auto zero) {
     using T = decltype(zero);
     if (out.numel == 0) return;
     PTDP_CUDA_LAUNCH(GeluKernel<T>, Blocks(out.numel), kThreads, 0, stream_, Ptr<T>(out),
@@ -295,7 +310,9 @@ void CudaBackend::Gelu(Span out, Span in) {
 
 void CudaBackend::GeluBackward(Span din, Span in, Span dout) {
   PTDP_CHECK(din.numel == in.numel && dout.numel == in.numel);
-  DispatchFloat(din, "GeluBackward", [&](auto zero) {
+  CheckSpan("GeluBackward", "in", din.dtype, in, SpanRule::kData);
+  CheckSpan("GeluBackward", "dout", din.dtype, dout, SpanRule::kData);
+  DispatchData(din, "GeluBackward", [&](auto zero) {
     using T = decltype(zero);
     if (din.numel == 0) return;
     PTDP_CUDA_LAUNCH(GeluBackwardKernel<T>, Blocks(din.numel), kThreads, 0, stream_, Ptr<T>(din),
@@ -305,7 +322,8 @@ void CudaBackend::GeluBackward(Span din, Span in, Span dout) {
 
 void CudaBackend::SwiGlu(Span out, Span in, int64_t rows, int64_t cols) {
   PTDP_CHECK(out.numel == rows * cols && in.numel == 2 * rows * cols);
-  DispatchFloat(out, "SwiGlu", [&](auto zero) {
+  CheckSpan("SwiGlu", "in", out.dtype, in, SpanRule::kData);
+  DispatchData(out, "SwiGlu", [&](auto zero) {
     using T = decltype(zero);
     if (out.numel == 0) return;
     PTDP_CUDA_LAUNCH(SwiGluKernel<T>, Blocks(out.numel), kThreads, 0, stream_, Ptr<T>(out),
@@ -315,7 +333,9 @@ void CudaBackend::SwiGlu(Span out, Span in, int64_t rows, int64_t cols) {
 
 void CudaBackend::SwiGluBackward(Span din, Span in, Span dout, int64_t rows, int64_t cols) {
   PTDP_CHECK(din.numel == 2 * rows * cols && in.numel == din.numel && dout.numel == rows * cols);
-  DispatchFloat(din, "SwiGluBackward", [&](auto zero) {
+  CheckSpan("SwiGluBackward", "in", din.dtype, in, SpanRule::kData);
+  CheckSpan("SwiGluBackward", "dout", din.dtype, dout, SpanRule::kData);
+  DispatchData(din, "SwiGluBackward", [&](auto zero) {
     using T = decltype(zero);
     if (dout.numel == 0) return;
     PTDP_CUDA_LAUNCH(SwiGluBackwardKernel<T>, Blocks(dout.numel), kThreads, 0, stream_, Ptr<T>(din),
@@ -326,7 +346,8 @@ void CudaBackend::SwiGluBackward(Span din, Span in, Span dout, int64_t rows, int
 void CudaBackend::EmbeddingForward(Span out, Span tokens, Span table, int64_t vocab_begin,
                                    int64_t vocab_rows, int64_t rows, int64_t cols) {
   PTDP_CHECK(out.numel == rows * cols && tokens.numel == rows && table.numel == vocab_rows * cols);
-  DispatchFloat(out, "EmbeddingForward", [&](auto zero) {
+  CheckSpan("EmbeddingForward", "table", out.dtype, table, SpanRule::kData);
+  DispatchData(out, "EmbeddingForward", [&](auto zero) {
     using T = decltype(zero);
     if (out.numel == 0) return;
     PTDP_CUDA_LAUNCH(EmbeddingForwardKernel<T>, Blocks(out.numel), kThreads, 0, stream_,
@@ -339,7 +360,8 @@ void CudaBackend::AddPositions(Span x, Span pos, int64_t seq_begin, int64_t seq_
                                int64_t cols) {
   PTDP_CHECK(x.numel == seq_rows * batch * cols && pos.numel >= (seq_begin + seq_rows) * cols);
   PTDP_CHECK(seq_begin >= 0);
-  DispatchFloat(x, "AddPositions", [&](auto zero) {
+  CheckSpan("AddPositions", "pos", x.dtype, pos, SpanRule::kData);
+  DispatchData(x, "AddPositions", [&](auto zero) {
     using T = decltype(zero);
     if (x.numel == 0) return;
     PTDP_CUDA_LAUNCH(AddPositionsKernel<T>, Blocks(x.numel), kThreads, 0, stream_, Ptr<T>(x),
@@ -353,7 +375,7 @@ void CudaBackend::Rotary(Span qkv, int64_t seq, int64_t batch, int64_t heads, in
   PTDP_CHECK(qkv.numel == seq * batch * (heads + 2 * groups) * head_dim);
   const int64_t hpg = heads / groups;
   const int64_t n = seq * batch * groups * (hpg + 1) * (head_dim / 2);
-  DispatchFloat(qkv, "Rotary", [&](auto zero) {
+  DispatchData(qkv, "Rotary", [&](auto zero) {
     using T = decltype(zero);
     if (n == 0) return;
     PTDP_CUDA_LAUNCH(RotaryKernel<T>, Blocks(n), kThreads, 0, stream_, Ptr<T>(qkv), n, batch,
@@ -363,7 +385,8 @@ void CudaBackend::Rotary(Span qkv, int64_t seq, int64_t batch, int64_t heads, in
 
 void CudaBackend::ScaleRows(Span x, Span scale, int64_t rows, int64_t cols) {
   PTDP_CHECK(x.numel == rows * cols && scale.numel == rows);
-  DispatchFloat(x, "ScaleRows", [&](auto zero) {
+  CheckSpan("ScaleRows", "scale", x.dtype, scale, SpanRule::kData);
+  DispatchData(x, "ScaleRows", [&](auto zero) {
     using T = decltype(zero);
     if (x.numel == 0) return;
     PTDP_CUDA_LAUNCH(ScaleRowsKernel<T>, Blocks(x.numel), kThreads, 0, stream_, Ptr<T>(x),
@@ -375,8 +398,12 @@ void CudaBackend::GatherRows(Span dst, Span src, Span index, int64_t rows, int64
   PTDP_CHECK(dst.numel == rows * cols && index.numel == rows && src.dtype == dst.dtype);
   const int32_t* at = Ptr<int32_t>(index);
   if (dst.numel == 0) return;
-  // Any dtype: the rows move as 4- or 8-byte words.
-  if (SizeOf(dst.dtype) == 8) {
+  // Any dtype: the rows move as 2-, 4- or 8-byte words.
+  if (SizeOf(dst.dtype) == 2) {
+    PTDP_CUDA_LAUNCH(GatherRowsKernel<uint16_t>, Blocks(dst.numel), kThreads, 0, stream_,
+                     static_cast<uint16_t*>(dst.data), static_cast<const uint16_t*>(src.data), at,
+                     src.numel, dst.numel, cols, index_error_);
+  } else if (SizeOf(dst.dtype) == 8) {
     PTDP_CUDA_LAUNCH(GatherRowsKernel<uint64_t>, Blocks(dst.numel), kThreads, 0, stream_,
                      static_cast<uint64_t*>(dst.data), static_cast<const uint64_t*>(src.data), at,
                      src.numel, dst.numel, cols, index_error_);
