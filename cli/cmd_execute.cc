@@ -414,7 +414,7 @@ int RunAsRank(std::string_view command, const Plan& plan, const ExecuteOptions& 
       if (Name(opts.dtype) != Name(plan.training.precision)) {
         const bool mixed_plan = plan.training.precision == Precision::kBf16 ||
                                 plan.training.precision == Precision::kFp16;
-        log << fmt::format("note: the CPU path computes in {}{}, not the plan's {}{}\n",
+        log << fmt::format("note: the executor computes in {}{}, not the plan's {}{}\n",
                            Name(opts.dtype), flags.Has("dtype") ? " (--dtype)" : "",
                            Name(plan.training.precision),
                            mixed_plan && !flags.Has("dtype")

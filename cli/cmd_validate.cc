@@ -60,7 +60,7 @@ Plan ExecutedPlan(const Plan& plan, DType dtype, const ClusterSpec& cluster, con
                                                : Precision::kFp32;
   if (executed.training.precision != ran) {
     notes->push_back(
-        fmt::format("the CPU executor computed in {}; simulated in {}, not the plan's {}",
+        fmt::format("the executor computed in {}; simulated in {}, not the plan's {}",
                     Name(dtype), Name(ran), Name(plan.training.precision)));
     executed.training.precision = ran;
   }

@@ -289,7 +289,7 @@ mixed)
     --results bf16.json >bf16.log 2>&1 || { cat bf16.log; fail "execute bf16"; }
   cat bf16.log
   grep -q "^precision: bf16 mixed (fp32 main weights" bf16.log || fail "no precision line"
-  grep -q "note: the CPU path computes in bf16 (--dtype), not the plan's fp32" bf16.log \
+  grep -q "note: the executor computes in bf16 (--dtype), not the plan's fp32" bf16.log \
     || fail "no note on the plan's precision"
   grep -q '"dtype": "bf16"' bf16.json || fail "no dtype in the results"
   grep -q '"loss_scales"' bf16.json && fail "bf16 reports loss scales"

@@ -77,7 +77,7 @@ inline Plan TinyPlan(const TinyLayout& l, const TinyModel& m = {}) {
   p.num_gpus = int64_t{l.tp} * l.cp * l.pp * l.dp;
   p.training.global_batch_size = m.global_batch;
   // Megatron runs context parallelism only in Transformer Engine's 16-bit flash-style attention;
-  // the CPU path computes in fp32 (ExecuteOptions::dtype) whatever the plan's precision.
+  // the executor computes in ExecuteOptions::dtype whatever the plan's precision.
   p.training.precision = l.cp > 1 ? Precision::kBf16 : Precision::kFp32;
   p.training.lr = m.lr;
   p.parallel.tp = l.tp;
