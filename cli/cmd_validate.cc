@@ -59,9 +59,8 @@ Plan ExecutedPlan(const Plan& plan, DType dtype, const ClusterSpec& cluster, con
                         : dtype == DType::kF16 ? Precision::kFp16
                                                : Precision::kFp32;
   if (executed.training.precision != ran) {
-    notes->push_back(
-        fmt::format("the executor computed in {}; simulated in {}, not the plan's {}",
-                    Name(dtype), Name(ran), Name(plan.training.precision)));
+    notes->push_back(fmt::format("the executor computed in {}; simulated in {}, not the plan's {}",
+                                 Name(dtype), Name(ran), Name(plan.training.precision)));
     executed.training.precision = ran;
   }
   const std::set<std::string> hosts(job.hosts.begin(), job.hosts.end());
