@@ -84,6 +84,14 @@ int RunCommWorker(const std::string& path, const CalibrateOptions& options, std:
   }
 }
 
+// "0.31-0.79 over 125 shapes": the lowest and highest GEMM efficiency of a measured grid.
+std::string GemmEfficiencyRange(const std::vector<GemmEfficiencyPoint>& grid) {
+  const auto [low, high] = std::minmax_element(
+      grid.begin(), grid.end(), [](auto& a, auto& b) { return a.efficiency < b.efficiency; });
+  return fmt::format("{:.2f}-{:.2f} over {} shapes", low->efficiency, high->efficiency,
+                     grid.size());
+}
+
 // The base profile of a device: the preset whose datasheet matches its name.
 std::string BaseProfileFor(const std::string& device_name) {
   if (device_name.find("H200") != std::string::npos) return "hgx-h200";
@@ -141,18 +149,12 @@ int RunCalibrateCuda(const Flags& flags, std::ostream& out, std::ostream& err) {
   WriteOutputFile(out_path, CalibratedCudaProfileYaml(cluster, figures, record), "--out");
   out << fmt::format(
       "wrote {} ({:.1f} s of measuring on {}): bf16 {:.0f} TFLOP/s at {}^3 ({:.2f} of the "
-      "datasheet's {:.0f}), GEMM efficiency {:.2f}-{:.2f} over {} shapes, copy {:.0f} GB/s, "
+      "datasheet's {:.0f}), GEMM efficiency {}, copy {:.0f} GB/s, "
       "{:.2f} us per kernel launch\n",
       out_path, record.elapsed_s, figures.device_name, figures.bf16_flops_per_s / 1e12,
       options.peak_size, figures.bf16_flops_per_s / base.gpu.peak_bf16_flops,
-      base.gpu.peak_bf16_flops / 1e12,
-      std::min_element(cluster.gpu.gemm_efficiency.begin(), cluster.gpu.gemm_efficiency.end(),
-                       [](auto& a, auto& b) { return a.efficiency < b.efficiency; })
-          ->efficiency,
-      std::max_element(cluster.gpu.gemm_efficiency.begin(), cluster.gpu.gemm_efficiency.end(),
-                       [](auto& a, auto& b) { return a.efficiency < b.efficiency; })
-          ->efficiency,
-      cluster.gpu.gemm_efficiency.size(), figures.copy_bytes_per_s / 1e9, figures.launch_s * 1e6);
+      base.gpu.peak_bf16_flops / 1e12, GemmEfficiencyRange(cluster.gpu.gemm_efficiency),
+      figures.copy_bytes_per_s / 1e9, figures.launch_s * 1e6);
   return kExitOk;
 }
 
@@ -259,15 +261,9 @@ int RunCalibrate(const Flags& flags, std::ostream& out, std::ostream& err) {
   WriteOutputFile(out_path, CalibratedProfileYaml(cluster, compute, comm, record), "--out");
   out << fmt::format(
       "wrote {} ({:.1f} s of measuring): per rank (one core) {:.1f} GFLOP/s fp32 sgemm peak, "
-      "GEMM efficiency {:.2f}-{:.2f} over {} shapes, memory {:.1f} GB/s (x {:.2f} for y += x)",
+      "GEMM efficiency {}, memory {:.1f} GB/s (x {:.2f} for y += x)",
       out_path, record.elapsed_s, cluster.gpu.peak_fp32_flops / 1e9,
-      std::min_element(cluster.gpu.gemm_efficiency.begin(), cluster.gpu.gemm_efficiency.end(),
-                       [](auto& a, auto& b) { return a.efficiency < b.efficiency; })
-          ->efficiency,
-      std::max_element(cluster.gpu.gemm_efficiency.begin(), cluster.gpu.gemm_efficiency.end(),
-                       [](auto& a, auto& b) { return a.efficiency < b.efficiency; })
-          ->efficiency,
-      cluster.gpu.gemm_efficiency.size(), cluster.gpu.hbm_bandwidth_bytes_per_s / 1e9,
+      GemmEfficiencyRange(cluster.gpu.gemm_efficiency), cluster.gpu.hbm_bandwidth_bytes_per_s / 1e9,
       cluster.gpu.memory_efficiency);
   if (comm) {
     out << fmt::format(

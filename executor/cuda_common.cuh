@@ -125,25 +125,6 @@ __device__ inline T Narrow(A v) {
                       std::string(Name(dtype)) + " data; it takes " + takes + " (backend.h)");
 }
 
-// Calls f(T{}) with T = float or double after the span's dtype; throws for int32 and for 16-bit
-// data (the kernels that take fp32 or fp64 only: cross entropy and the optimizer steps).
-template <typename F>
-void DispatchFloat(Span s, const char* kernel, F&& f) {
-  switch (s.dtype) {
-    case DType::kF32:
-      f(float{});
-      return;
-    case DType::kF64:
-      f(double{});
-      return;
-    case DType::kI32:
-    case DType::kBF16:
-    case DType::kF16:
-      break;
-  }
-  RefuseDType(kernel, s.dtype, "fp32 or fp64 only");
-}
-
 // Calls f(T{}) with T = float, double, __nv_bfloat16 or __half after the span's dtype (the
 // kernels that take any floating dtype); throws for int32.
 template <typename F>
@@ -165,6 +146,20 @@ void DispatchData(Span s, const char* kernel, F&& f) {
       break;
   }
   RefuseDType(kernel, s.dtype, "a floating dtype");
+}
+
+// DispatchData for the kernels that take fp32 or fp64 only (cross entropy and the optimizer
+// steps): throws for 16-bit data too.
+template <typename F>
+void DispatchFloat(Span s, const char* kernel, F&& f) {
+  DispatchData(s, kernel, [&](auto zero) {
+    using T = decltype(zero);
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      f(zero);
+    } else {
+      RefuseDType(kernel, s.dtype, "fp32 or fp64 only");
+    }
+  });
 }
 
 // Which dtype a span may have in a call on `data` (backend.h's mixed precision, as the CPU's
