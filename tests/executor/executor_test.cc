@@ -747,5 +747,23 @@ TEST(Execute, FlashAttentionMatchesUnfusedAndKeepsNoSoftmax) {
   }
 }
 
+// In bf16 the flash-style path keeps its log-sum-exp in fp32 (backend.h's mixed-precision
+// contract) and rounds where the unfused one does not (its output, once per call): the losses
+// agree within bf16's rounding.
+TEST(Execute, FlashAttentionInBf16TracksUnfused) {
+  double last[2] = {0, 0};
+  const AttentionBackend kinds[2] = {AttentionBackend::kUnfused, AttentionBackend::kFlash};
+  for (int i = 0; i < 2; ++i) {
+    const Plan plan = TinyPlan({.micro_batch = 2, .attention = kinds[i]});
+    auto backend = MakeCpuBackend();
+    ProcessGroups groups = MakeProcessGroups(MakeLocalComm(*backend), plan.parallel);
+    const ExecuteResult r =
+        Execute(plan, {.steps = 3, .dtype = DType::kBF16}, groups, *backend, nullptr);
+    ASSERT_EQ(r.steps.size(), 3u);
+    last[i] = r.steps.back().loss;
+  }
+  EXPECT_NEAR(last[1], last[0], 1e-2 * last[0]);
+}
+
 }  // namespace
 }  // namespace ptdp
