@@ -90,7 +90,8 @@ int RunValidate(const Flags& flags, std::ostream& out, std::ostream& err) {
                  "validate runs fp32, bf16 or fp16, the precisions the simulator models (fp64 is "
                  "for `ptdp execute`'s numerical checks)");
     }
-    options.keep_trace = true;  // the per-operation rows come from the trace events
+    options.keep_trace = true;           // the per-operation rows come from the trace events
+    options.time_kernel_classes = true;  // and the per-class rows from the backend's clock
     const Plan plan = LoadExecutablePlan(flags, options);
     if (const int rc = CheckCudaRequest(flags, plan, "validate", err); rc != kExitOk) return rc;
     const auto cluster_arg = flags.OptionalString("cluster");
@@ -151,7 +152,9 @@ const Command kValidateCommand{
         "e.g. one that `ptdp calibrate` measured on this machine; default the plan's own), and\n"
         "prints measured against simulated: step time (median of the steps after the first),\n"
         "pipeline phase, bubble fraction, per pipeline stage the busy time, one micro-batch's\n"
-        "forward and backward, and peak memory by category, with the ratio and error of each.\n"
+        "forward and backward, the kernel time per step by class (GEMM, attention,\n"
+        "memory-bound, optimizer; kernels only, no communication), and peak memory by\n"
+        "category, with the ratio and error of each.\n"
         "The simulation is of the plan as executed: in the precision it ran (--dtype: fp32,\n"
         "bf16 or fp16), the executor's communication (non-blocking sends, blocking\n"
         "tensor-parallel collectives, gradients reduced after the backward), and all ranks\n"

@@ -1,9 +1,11 @@
 #include "executor/backend.h"
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 
 #include "core/error.h"
+#include "executor/kernel_clock.h"
 
 namespace ptdp {
 
@@ -96,7 +98,45 @@ void Tensor::Release() {
   data_ = nullptr;
 }
 
+std::string_view Name(KernelClass kernel_class) {
+  switch (kernel_class) {
+    case KernelClass::kGemm:
+      return "gemm";
+    case KernelClass::kAttention:
+      return "attention";
+    case KernelClass::kMemory:
+      return "memory-bound";
+    case KernelClass::kOptimizer:
+      return "optimizer";
+  }
+  return "?";
+}
+
+namespace {
+
+// Kernels that return when done: the wall clock between Begin and End.
+class HostKernelClock final : public KernelClock {
+ public:
+  void Begin() override { start_ = std::chrono::steady_clock::now(); }
+  void End(KernelClass c) override {
+    totals_[static_cast<size_t>(c)] +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+  KernelSeconds Totals() override { return totals_; }
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+  KernelSeconds totals_{};
+};
+
+}  // namespace
+
+std::unique_ptr<KernelClock> Backend::MakeKernelClock() {
+  return std::make_unique<HostKernelClock>();
+}
+
 void* Backend::Allocate(int64_t bytes, MemCategory category) {
+  if (Backend& owner = Underlying(); &owner != this) return owner.Allocate(bytes, category);
   PTDP_CHECK(bytes > 0);
   void* data = DoAllocate(bytes);
   const auto c = static_cast<size_t>(category);
@@ -108,12 +148,14 @@ void* Backend::Allocate(int64_t bytes, MemCategory category) {
 }
 
 void Backend::Free(void* data, int64_t bytes, MemCategory category) {
+  if (Backend& owner = Underlying(); &owner != this) return owner.Free(data, bytes, category);
   DoFree(data);
   memory_.current_bytes[static_cast<size_t>(category)] -= bytes;
   memory_.current_total_bytes -= bytes;
 }
 
 void Backend::ResetPeaks() {
+  if (Backend& owner = Underlying(); &owner != this) return owner.ResetPeaks();
   memory_.peak_bytes = memory_.current_bytes;
   memory_.peak_total_bytes = memory_.current_total_bytes;
 }

@@ -33,6 +33,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -80,6 +81,7 @@ struct Span {
 };
 
 class Backend;
+class KernelClock;
 
 // An owning, zero-initialised tensor in backend memory, freed on destruction. Movable, not
 // copyable (copies go through Backend::Copy so that they are visible and accounted).
@@ -129,10 +131,20 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
 
-  // --- memory (accounted by category) ---
+  // The backend that owns the memory and the stream: this one, or the one a decorator
+  // (timed_backend.h) forwards to. Memory is allocated and accounted there whichever of the two
+  // a Tensor names, so the accounting stays one.
+  virtual Backend& Underlying() { return *this; }
+  const Backend& Underlying() const { return const_cast<Backend*>(this)->Underlying(); }
+
+  // A clock for this backend's kernels (kernel_clock.h); the default times them on the host,
+  // right for backends whose kernels return when done.
+  virtual std::unique_ptr<KernelClock> MakeKernelClock();
+
+  // --- memory (accounted by category, on Underlying()) ---
   void* Allocate(int64_t bytes, MemCategory category);  // zero-filled
   void Free(void* data, int64_t bytes, MemCategory category);
-  const MemoryStats& memory() const { return memory_; }
+  const MemoryStats& memory() const { return Underlying().memory_; }
   void ResetPeaks();  // peaks restart from the current use
 
   // Host <-> backend copies of span.numel elements.

@@ -11,6 +11,7 @@
 #include "executor/cuda_backend.cuh"
 #include "executor/cuda_common.cuh"
 #include "executor/device.h"
+#include "executor/kernel_clock.h"
 
 namespace ptdp {
 namespace cuda {
@@ -120,6 +121,71 @@ void CudaBackend::Sync() {
     throw InternalError(std::string("cuda backend: a kernel skipped a bad index: ") +
                         IndexErrorKernel(code));
   }
+}
+
+namespace {
+
+// Kernel times from pairs of events recorded on the stream around each kernel: device time,
+// without the gaps in which the device waits for the host. Events are pooled; Totals() waits
+// for the last one and folds the pending pairs into the totals.
+class CudaKernelClock final : public KernelClock {
+ public:
+  explicit CudaKernelClock(cudaStream_t stream) : stream_(stream) {}
+  ~CudaKernelClock() override {
+    for (const Pending& p : pending_) free_.insert(free_.end(), {p.start, p.end});
+    for (cudaEvent_t e : free_) cudaEventDestroy(e);  // errors ignored: nothing to report to
+  }
+  CudaKernelClock(const CudaKernelClock&) = delete;
+  CudaKernelClock& operator=(const CudaKernelClock&) = delete;
+
+  void Begin() override {
+    start_ = Take();
+    PTDP_CUDA_CHECK(cudaEventRecord(start_, stream_));
+  }
+  void End(KernelClass c) override {
+    const cudaEvent_t end = Take();
+    PTDP_CUDA_CHECK(cudaEventRecord(end, stream_));
+    pending_.push_back({start_, end, c});
+  }
+  KernelSeconds Totals() override {
+    if (!pending_.empty()) PTDP_CUDA_CHECK(cudaEventSynchronize(pending_.back().end));
+    for (const Pending& p : pending_) {
+      float ms = 0;
+      PTDP_CUDA_CHECK(cudaEventElapsedTime(&ms, p.start, p.end));
+      totals_[static_cast<size_t>(p.kernel_class)] += 1e-3 * ms;
+      free_.insert(free_.end(), {p.start, p.end});
+    }
+    pending_.clear();
+    return totals_;
+  }
+
+ private:
+  struct Pending {
+    cudaEvent_t start, end;
+    KernelClass kernel_class;
+  };
+  cudaEvent_t Take() {
+    if (free_.empty()) {
+      cudaEvent_t e = nullptr;
+      PTDP_CUDA_CHECK(cudaEventCreate(&e));
+      return e;
+    }
+    const cudaEvent_t e = free_.back();
+    free_.pop_back();
+    return e;
+  }
+
+  cudaStream_t stream_;
+  cudaEvent_t start_ = nullptr;
+  std::vector<Pending> pending_;
+  std::vector<cudaEvent_t> free_;
+  KernelSeconds totals_{};
+};
+
+}  // namespace
+
+std::unique_ptr<KernelClock> CudaBackend::MakeKernelClock() {
+  return std::make_unique<CudaKernelClock>(stream_);
 }
 
 void CudaBackend::AllowSharedMemory(const void* kernel, int64_t bytes) {
@@ -245,12 +311,12 @@ std::unique_ptr<Backend> MakeCudaBackend(int device, std::string* error) {
 }
 
 CudaMemoryFigures CudaMemory(const Backend& backend) {
-  const auto* cuda = dynamic_cast<const cuda::CudaBackend*>(&backend);
+  const auto* cuda = dynamic_cast<const cuda::CudaBackend*>(&backend.Underlying());
   return cuda != nullptr ? cuda->figures() : CudaMemoryFigures{};
 }
 
 void Synchronize(Backend& backend) {
-  if (auto* cuda = dynamic_cast<cuda::CudaBackend*>(&backend)) cuda->Sync();
+  if (auto* cuda = dynamic_cast<cuda::CudaBackend*>(&backend.Underlying())) cuda->Sync();
 }
 
 }  // namespace ptdp

@@ -488,8 +488,9 @@ std::string AnnotatedClusterYaml(const ClusterSpec& cluster, const std::string& 
     const bool opens_section = colon + 1 == line.size();
     if (indent == 0 && opens_section) section = key;
     const std::string path = indent == 0 ? key : section + "." + key;
-    if (path != "gpu.gemm_efficiency" && path != "gpu.flash_attention" &&
-        (opens_section || path == "description")) {
+    const bool table = path == "gpu.gemm_efficiency" || path == "gpu.gemm_efficiency_fp8" ||
+                       path == "gpu.flash_attention";
+    if (!table && (opens_section || path == "description")) {
       out += line + "\n";
       continue;
     }
@@ -659,6 +660,18 @@ ClusterSpec CalibratedCudaCluster(const ClusterSpec& base, const CudaComputeFigu
   std::sort(g.gemm_efficiency.begin(), g.gemm_efficiency.end(), [](const auto& a, const auto& b) {
     return std::tie(a.m, a.n, a.k) < std::tie(b.m, b.n, b.k);
   });
+  // FP8 over the datasheet's FP8 peak, when both exist (else the base's table stays).
+  if (!f.gemm_fp8.empty() && g.peak_fp8_flops > 0) {
+    g.gemm_efficiency_fp8.clear();
+    for (const CudaGemmFigure& p : f.gemm_fp8) {
+      g.gemm_efficiency_fp8.push_back(
+          {p.m, p.n, p.k, std::min(1.0, RoundSignificant(p.flops_per_s / g.peak_fp8_flops, 3))});
+    }
+    std::sort(g.gemm_efficiency_fp8.begin(), g.gemm_efficiency_fp8.end(),
+              [](const auto& a, const auto& b) {
+                return std::tie(a.m, a.n, a.k) < std::tie(b.m, b.n, b.k);
+              });
+  }
   g.memory_efficiency =
       std::min(1.0, RoundSignificant(f.copy_bytes_per_s / g.hbm_bandwidth_bytes_per_s, 3));
   g.hbm_bytes = f.memory_bytes;
@@ -710,9 +723,16 @@ std::string CalibratedCudaProfileYaml(const ClusterSpec& cluster, const CudaComp
                   tflops(f.bf16_flops_per_s), tflops(f.fp16_flops_per_s),
                   tflops(f.fp32_flops_per_s)),
       0);
+  header += CommentLines(
+      f.gemm_fp8.empty()
+          ? "fp8: not measured (" + (f.fp8_skipped.empty() ? "no figures" : f.fp8_skipped) + ")."
+          : fmt::format("fp8 (E4M3 x E4M3 -> bf16, A transposed): best {} TFLOP/s; grid (TFLOP/s): "
+                        "{}.",
+                        tflops(f.fp8_flops_per_s), grid(f.gemm_fp8)),
+      0);
   header += CommentLines("fp16 grid (TFLOP/s): " + grid(f.gemm_fp16) + ".", 0);
   header += CommentLines("fp32 grid (TFLOP/s): " + grid(f.gemm_fp32) + ".", 0);
-  const std::map<std::string, std::string> note = {
+  std::map<std::string, std::string> note = {
       {"name", "ptdp calibrate --name (default: the --out file's stem)."},
       {"gpu.name", "The device's name (cudaGetDeviceProperties)."},
       {"gpu.hbm_bytes", "MEASURED: cudaMemGetInfo's total."},
@@ -742,6 +762,12 @@ std::string CalibratedCudaProfileYaml(const ClusterSpec& cluster, const CudaComp
        "0: the executor has no Python or framework work per micro-batch worth a figure."},
       {"host.optimizer_step_us", "0: as above, per optimizer step."},
   };
+  if (!f.gemm_fp8.empty() && cluster.gpu.peak_fp8_flops > 0) {
+    note["gpu.gemm_efficiency_fp8"] =
+        "gemm_efficiency_fp8: MEASURED. Achieved FLOP/s of FP8 products (cuBLASLt, E4M3 operands, "
+        "bf16 result, fp32 accumulation, the transposed-A order FP8 kernels take) over "
+        "peak_fp8_tflops (datasheet), the median of the repeats; at most 1.";
+  }
   return AnnotatedClusterYaml(cluster, header, note, kept);
 }
 

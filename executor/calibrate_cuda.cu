@@ -3,6 +3,7 @@
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -113,8 +115,10 @@ class LtGemm {
 
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: B's storage is the first
   // operand, A's the second, and the transposes carry over.
+  // `out_type`: C's type when it differs from the operands' (FP8 operands, a bf16 result).
   std::function<void()> Prepare(cudaDataType_t type, bool ta, bool tb, int64_t m, int64_t n,
-                                int64_t k, void* a, void* b, void* c) {
+                                int64_t k, void* a, void* b, void* c,
+                                std::optional<cudaDataType_t> out_type = std::nullopt) {
     auto plan = std::make_shared<Plan>();
     plan->alpha = 1.0f;
     plan->beta = 0.0f;
@@ -130,7 +134,7 @@ class LtGemm {
     const uint64_t second_rows = ta ? m : k, second_cols = ta ? k : m;
     CAL_LT(cublasLtMatrixLayoutCreate(&plan->first, type, first_rows, first_cols, first_rows));
     CAL_LT(cublasLtMatrixLayoutCreate(&plan->second, type, second_rows, second_cols, second_rows));
-    CAL_LT(cublasLtMatrixLayoutCreate(&plan->out, type, n, m, n));
+    CAL_LT(cublasLtMatrixLayoutCreate(&plan->out, out_type.value_or(type), n, m, n));
     cublasLtMatmulPreference_t pref;
     CAL_LT(cublasLtMatmulPreferenceCreate(&pref));
     CAL_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -265,6 +269,38 @@ CudaComputeFigures MeasureCudaCompute(const CudaCalibrateOptions& o, std::ostrea
     if (dt.type == CUDA_R_16BF) f.bf16_flops_per_s = peak, f.gemm_bf16 = std::move(grid);
     if (dt.type == CUDA_R_16F) f.fp16_flops_per_s = peak, f.gemm_fp16 = std::move(grid);
     if (dt.type == CUDA_R_32F) f.fp32_flops_per_s = peak, f.gemm_fp32 = std::move(grid);
+  }
+
+  // FP8: E4M3 operands, bf16 result, the TN order (row-major X W^T) its kernels require.
+  if (f.compute_capability < 89) {
+    f.fp8_skipped = "compute capability below 8.9: no FP8 units";
+  } else {
+    const int64_t n_el = static_cast<int64_t>(elements);
+    FillRandom<__nv_fp8_e4m3>(a.data, n_el, 1, stream);
+    FillRandom<__nv_fp8_e4m3>(b.data, n_el, 2, stream);
+    auto rate = [&](int64_t m, int64_t n, int64_t k) {
+      const double t = TimeOnStream(
+          lt.Prepare(CUDA_R_8F_E4M3, false, true, m, n, k, a.data, b.data, c.data, CUDA_R_16BF),
+          stream, o.repeats, o.min_timing_s);
+      return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) / t;
+    };
+    try {
+      f.fp8_flops_per_s = rate(o.peak_size, o.peak_size, o.peak_size);
+      for (const int64_t m : o.gemm_axis) {
+        for (const int64_t n : o.gemm_axis) {
+          for (const int64_t k : o.gemm_axis) f.gemm_fp8.push_back({m, n, k, rate(m, n, k)});
+        }
+      }
+      say("fp8: " + std::to_string(static_cast<int>(f.fp8_flops_per_s / 1e12)) + " TFLOP/s at " +
+          std::to_string(o.peak_size) + "^3; " + std::to_string(f.gemm_fp8.size()) +
+          " grid points timed");
+    } catch (const std::exception& e) {
+      // cuBLASLt without an FP8 algorithm for these shapes: the profile keeps the base's table.
+      f.fp8_flops_per_s = 0;
+      f.gemm_fp8.clear();
+      f.fp8_skipped = e.what();
+      say(std::string("fp8: skipped: ") + e.what());
+    }
   }
 
   // Copy bandwidth: reads + writes of a device-to-device copy.

@@ -4,7 +4,9 @@
 //
 //   MeasureCudaCompute(device, options)    cuBLASLt matrix products over the GEMM grid in bf16,
 //                                          fp16 and fp32 (fp32 accumulation; the executor's
-//                                          three kinds of linear-layer products), the device's
+//                                          three kinds of linear-layer products) and, on GPUs
+//                                          with FP8 units, in FP8 as Transformer Engine runs
+//                                          its linears (E4M3 operands, bf16 output), the device's
 //                                          copy bandwidth, the host's launch cost of a kernel,
 //                                          and the executor's own flash-style attention kernel
 //                                          (Backend::AttentionBlockForward / Backward) by
@@ -71,7 +73,14 @@ struct CudaComputeFigures {
   // Best square product of peak_size per dtype.
   double bf16_flops_per_s = 0, fp16_flops_per_s = 0, fp32_flops_per_s = 0;
   std::vector<CudaGemmFigure> gemm_bf16, gemm_fp16, gemm_fp32;  // sorted by (m, n, k)
-  int64_t copy_bytes = 0;                                       // the copy's buffer
+  // FP8 (compute capability 8.9 and later): E4M3 x E4M3 -> bf16, fp32 accumulation, the one
+  // operand order cuBLASLt's FP8 kernels take (A transposed: Transformer Engine keeps transposed
+  // copies so that all three of a linear's products run so); empty on GPUs without FP8 units
+  // or when cuBLASLt offers no FP8 algorithm (fp8_skipped says why).
+  double fp8_flops_per_s = 0;
+  std::vector<CudaGemmFigure> gemm_fp8;
+  std::string fp8_skipped;
+  int64_t copy_bytes = 0;                      // the copy's buffer
   double copy_bytes_per_s = 0;                 // cudaMemcpyAsync device to device, read + write
   double launch_s = 0;                         // host time per launch of an empty kernel
   std::vector<CudaAttentionFigure> attention;  // the executor's fp32 flash-style kernel
@@ -92,12 +101,12 @@ struct CudaCalibrationRecord {
 };
 
 // The profile: gpu.name the device's, the GEMM grid (bf16 products over `base`'s datasheet bf16
-// peak, at most 1), memory_efficiency (the copy over base's datasheet bandwidth, at most 1),
-// hbm_bytes (the device's), reserved_bytes (what the CUDA context and cuBLAS held at start),
-// flash_attention (the executor's kernel over the bf16 peak: what the simulator needs to time
-// the attention the executor runs), host.kernel_launch_s (the launch cost). The datasheet peaks,
-// links, NICs and latencies are `base`'s. Rounded to 3 significant digits; the result is what
-// its YAML reads back as.
+// peak, at most 1), the FP8 grid when measured (over base's FP8 peak, at most 1; else base's),
+// memory_efficiency (the copy over base's datasheet bandwidth, at most 1), hbm_bytes (the
+// device's), reserved_bytes (what the CUDA context and cuBLAS held at start), flash_attention (the
+// executor's kernel over the bf16 peak: what the simulator needs to time the attention the executor
+// runs), host.kernel_launch_s (the launch cost). The datasheet peaks, links, NICs and latencies are
+// `base`'s. Rounded to 3 significant digits; the result is what its YAML reads back as.
 ClusterSpec CalibratedCudaCluster(const ClusterSpec& base, const CudaComputeFigures& figures,
                                   const CudaCalibrationRecord& record);
 

@@ -52,6 +52,8 @@ class CudaBackend final : public Backend {
   }
   // Waits for the stream, then throws if a kernel reported a bad index.
   void Sync();
+  // Events on the compute stream around each kernel (kernel_clock.h).
+  std::unique_ptr<KernelClock> MakeKernelClock() override;
 
   void Upload(Span dst, const void* host) override;
   void Download(Span src, void* host) override;

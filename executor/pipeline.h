@@ -20,6 +20,7 @@
 #include "core/schedule.h"
 #include "executor/comm.h"
 #include "executor/gpt.h"
+#include "executor/kernel_clock.h"
 #include "executor/measure.h"
 
 namespace ptdp {
@@ -31,6 +32,9 @@ struct PipelineStepStats {
   double start_s = 0;  // recorder time when the step's first operation was about to run
   double end_s = 0;    // recorder time when the last operation ended
   int64_t ops = 0;
+  // With ExecuteOptions::time_kernel_classes: the step's kernel seconds by class (its
+  // micro-batches and its optimizer step; kernel_clock.h), else zeros.
+  KernelSeconds kernel_s{};
 };
 
 class PipelineRunner {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <sstream>
 
 #include "core/error.h"
@@ -19,6 +20,7 @@
 #include "executor/optimizer.h"
 #include "executor/pipeline.h"
 #include "executor/rng.h"
+#include "executor/timed_backend.h"
 
 namespace ptdp {
 namespace {
@@ -95,7 +97,9 @@ std::string PackRank(const RankReport& r, const std::vector<PipelineStepStats>& 
     out << ' ' << r.memory.peak_bytes[static_cast<size_t>(i)];
   out << ' ' << steps.size() << ' ' << events.size() << '\n';
   for (const PipelineStepStats& s : steps) {
-    out << s.start_s << ' ' << s.end_s << ' ' << s.busy_s << '\n';
+    out << s.start_s << ' ' << s.end_s << ' ' << s.busy_s;
+    for (double k : s.kernel_s) out << ' ' << k;
+    out << '\n';
   }
   for (const TraceEvent& e : events) {
     out << e.start_s << ' ' << e.duration_s << ' ' << e.microbatch << ' ' << e.chunk << ' '
@@ -114,7 +118,10 @@ void UnpackRank(const std::string& text, RankReport* r, std::vector<PipelineStep
   for (int i = 0; i < kNumMemCategories; ++i) in >> r->memory.peak_bytes[static_cast<size_t>(i)];
   in >> nsteps >> nevents;
   steps->resize(nsteps);
-  for (PipelineStepStats& s : *steps) in >> s.start_s >> s.end_s >> s.busy_s;
+  for (PipelineStepStats& s : *steps) {
+    in >> s.start_s >> s.end_s >> s.busy_s;
+    for (double& k : s.kernel_s) in >> k;
+  }
   for (size_t i = 0; i < nevents; ++i) {
     TraceEvent e;
     e.track = r->world_rank;
@@ -161,6 +168,7 @@ struct Run {
   PipelineRunner& runner;
   TrainingOptimizer& optimizer;
   const std::string& layout;  // the checkpoint layout (CheckpointLayout)
+  TimedBackend* timed;        // `backend` when it times kernels by class, else nullptr
 };
 
 // Loads the checkpoint in options.load_dir into the parameters and optimizer state, checking
@@ -240,6 +248,7 @@ StepLog TrainStep(const Run& run, int64_t step, std::vector<PipelineStepStats>& 
     run.runner.set_after_operation(
         [&on_operation = options.on_operation, step](int64_t op) { on_operation(step, op); });
   }
+  if (run.timed != nullptr) run.timed->Lap();  // what ran since the last step is not the step's
   const double t0 = run.recorder.Now();
   // This rank's sequences: the step's block for its data-parallel index.
   const int64_t base = (step - 1) * gbs + coords.dp * (gbs / par.dp);
@@ -253,7 +262,9 @@ StepLog TrainStep(const Run& run, int64_t step, std::vector<PipelineStepStats>& 
   const double loss_scale = 1.0 / static_cast<double>(gbs * seq) * run.optimizer.loss_scale();
   const PipelineStepStats stats = run.runner.RunStep(batch, loss_scale);
   step_stats.push_back(stats);
+  if (run.timed != nullptr) run.timed->set_phase(TimedBackend::Phase::kOptimizer);
   const OptimizerStepInfo info = run.optimizer.Step(step);
+  if (run.timed != nullptr) run.timed->set_phase(TimedBackend::Phase::kByMethod);
   // Mean over the data-parallel replicas and context-parallel ranks of the last stage's loss
   // (tp rank 0 reports): every CP rank averages the same number of tokens, so this is the
   // mean over every token of the step, as Megatron's loss summed over the CP group and
@@ -264,6 +275,7 @@ StepLog TrainStep(const Run& run, int64_t step, std::vector<PipelineStepStats>& 
                       static_cast<double>(par.dp_cp());
   Synchronize(run.backend);  // the optimizer's last kernels belong to the step
   const double t1 = run.recorder.Now();
+  if (run.timed != nullptr) step_stats.back().kernel_s = run.timed->Lap();
   run.recorder.Add(fmt::format("step {}", step), "other", t0, t1);
 
   StepLog log;
@@ -361,6 +373,7 @@ RankReport OwnReport(const Run& run, const std::vector<PipelineStepStats>& step_
   for (size_t i = skip; i < step_stats.size(); ++i) {
     mine.busy_s += step_stats[i].busy_s;
     mine.recv_wait_s += step_stats[i].recv_wait_s;
+    for (size_t c = 0; c < mine.kernel_s.size(); ++c) mine.kernel_s[c] += step_stats[i].kernel_s[c];
   }
   return mine;
 }
@@ -382,9 +395,11 @@ std::vector<std::vector<PipelineStepStats>> UnpackRanks(const std::vector<std::s
 }
 
 // On world rank 0: per step, the pipeline's span over every rank and its bubble; over the
-// measured steps (from `skip` on), the mean bubble and each stage's mean busy time per rank.
+// measured steps (from `skip` on), the mean bubble and each stage's mean busy time per rank, and
+// with `kernel_classes` each rank's kernel seconds by class and each stage's mean per step.
 void StepFigures(const std::vector<std::vector<PipelineStepStats>>& all_steps, size_t nsteps,
-                 size_t skip, const ParallelConfig& par, ExecuteResult& result) {
+                 size_t skip, const ParallelConfig& par, bool kernel_classes,
+                 ExecuteResult& result) {
   result.stage_busy_s.assign(static_cast<size_t>(par.pp), 0.0);
   const auto measured = static_cast<int64_t>(nsteps - skip);
   result.measured_steps = measured;
@@ -406,6 +421,21 @@ void StepFigures(const std::vector<std::vector<PipelineStepStats>>& all_steps, s
     if (measured > 0) {
       result.stage_busy_s[static_cast<size_t>(r.coords.pp)] +=
           r.busy_s / measured / ranks_per_stage;
+    }
+  }
+  if (!kernel_classes || measured <= 0) return;
+  result.stage_kernel_s.assign(static_cast<size_t>(par.pp), KernelSeconds{});
+  for (size_t r = 0; r < result.ranks.size(); ++r) {
+    RankReport& report = result.ranks[r];
+    report.kernel_s = {};
+    for (size_t i = skip; i < nsteps; ++i) {
+      for (size_t c = 0; c < report.kernel_s.size(); ++c) {
+        report.kernel_s[c] += all_steps[r][i].kernel_s[c];
+      }
+    }
+    KernelSeconds& stage = result.stage_kernel_s[static_cast<size_t>(report.coords.pp)];
+    for (size_t c = 0; c < stage.size(); ++c) {
+      stage[c] += report.kernel_s[c] / static_cast<double>(measured) / ranks_per_stage;
     }
   }
 }
@@ -564,7 +594,7 @@ std::vector<std::string> CheckExecutable(const Plan& plan, const ExecuteOptions&
 }
 
 ExecuteResult Execute(const Plan& plan, const ExecuteOptions& options, ProcessGroups& groups,
-                      Backend& backend, std::ostream* progress) {
+                      Backend& given_backend, std::ostream* progress) {
   const ModelSpec& model_spec = plan.model;
   const ParallelConfig& par = plan.parallel;
   const TrainingSpec& training = plan.training;
@@ -576,6 +606,10 @@ ExecuteResult Execute(const Plan& plan, const ExecuteOptions& options, ProcessGr
 
   Recorder recorder(options.keep_trace);
   SetCommonOrigin(*groups.world, recorder);
+  // Everything below computes through `backend`: the given one, or it wrapped in a clock.
+  std::optional<TimedBackend> timed;
+  if (options.time_kernel_classes) timed.emplace(given_backend);
+  Backend& backend = timed ? static_cast<Backend&>(*timed) : given_backend;
 
   // The distributed optimizer shards the dense parameters over data parallel with context
   // parallel (Megatron's get_data_parallel_group(with_context_parallel=True)) and the experts
@@ -593,7 +627,17 @@ ExecuteResult Execute(const Plan& plan, const ExecuteOptions& options, ProcessGr
   TrainingOptimizer optimizer(params, backend, groups, training, distributed, par.sequence_parallel,
                               recorder, options.loss_scaler);
   const std::string layout = CheckpointLayout(plan, options.dtype);
-  const Run run{plan, options, groups, backend, data, recorder, params, runner, optimizer, layout};
+  const Run run{plan,
+                options,
+                groups,
+                backend,
+                data,
+                recorder,
+                params,
+                runner,
+                optimizer,
+                layout,
+                timed ? &*timed : nullptr};
 
   ExecuteResult result;
   result.backend = std::string(backend.name());
@@ -616,7 +660,7 @@ ExecuteResult Execute(const Plan& plan, const ExecuteOptions& options, ProcessGr
       PackRank(OwnReport(run, step_stats, skip), step_stats, recorder.events()), 0);
   if (groups.world->rank() != 0) return result;
   const auto all_steps = UnpackRanks(packed, par, result);
-  StepFigures(all_steps, step_stats.size(), skip, par, result);
+  StepFigures(all_steps, step_stats.size(), skip, par, options.time_kernel_classes, result);
   return result;
 }
 

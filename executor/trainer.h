@@ -30,6 +30,7 @@
 #include "core/plan.h"
 #include "core/trace.h"
 #include "executor/backend.h"
+#include "executor/kernel_clock.h"
 #include "executor/loss_scaler.h"
 #include "executor/topology.h"
 
@@ -51,6 +52,9 @@ struct ExecuteOptions {
   // The memory one rank's backend holds (a GPU's); 0: the ranks share this machine's memory;
   // -1: a GPU of unknown size (not checked).
   int64_t device_memory_bytes = 0;
+  // Time the backend's kernels by class (kernel_clock.h) for `ptdp validate`'s rows: each
+  // kernel bracketed by the backend's clock (host timestamps on the CPU, events on a GPU).
+  bool time_kernel_classes = false;
   // Test hooks for fault injection, called on every rank: before each step (1-based), and
   // after each pipeline operation of a step (its 1-based index in the stage's list).
   std::function<void(int64_t step)> on_step_begin = {};
@@ -86,6 +90,8 @@ struct RankReport {
   int64_t parameters = 0;  // elements of this rank's flat buffer (with padding)
   // A GPU backend's caching allocator: the peak it held from the device (0 on the CPU).
   int64_t peak_reserved_bytes = 0;
+  // With time_kernel_classes: kernel seconds by class over the measured steps.
+  KernelSeconds kernel_s{};
 };
 
 struct ExecuteResult {
@@ -100,6 +106,9 @@ struct ExecuteResult {
   // (all but the run's first step when it ran more than one: the first includes warm-up).
   std::vector<RankReport> ranks;
   std::vector<double> stage_busy_s;
+  // With time_kernel_classes: per stage, kernel seconds by class per step (mean over the
+  // stage's ranks and the measured steps); empty otherwise.
+  std::vector<KernelSeconds> stage_kernel_s;
   double bubble_fraction = 0;
   int64_t measured_steps = 0;
   std::vector<TraceTrack> tracks;

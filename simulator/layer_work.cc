@@ -113,7 +113,7 @@ Dims MakeDims(const ModelSpec& m, const ParallelConfig& p, Precision precision,
 int64_t I(double x) { return static_cast<int64_t>(x + 0.5); }
 
 Work Memory(const char* name, double bytes) {
-  return {name, WorkKind::kMemory, false, {}, 0, bytes};
+  return {name, WorkKind::kMemory, false, false, {}, 0, bytes};
 }
 
 // C[m x n] = A[m x k] B[k x n], `batch` times: operands of `in` bytes per element, result of
@@ -121,7 +121,7 @@ Work Memory(const char* name, double bytes) {
 Work Gemm(const char* name, double m, double n, double k, double batch, double in, double out,
           bool fp8 = false) {
   const GemmShape shape{I(m), I(n), I(k), I(batch)};
-  return {name,  WorkKind::kGemm, fp8,
+  return {name,  WorkKind::kGemm, fp8, false,
           shape, shape.flops(),   batch * (in * (m * k + k * n) + out * m * n)};
 }
 Work Gemm(const char* name, double m, double n, double k, double batch, double e) {
@@ -197,6 +197,7 @@ Work FlashKernel(const Dims& d, bool backward, double seq, double heads_per_gpu,
   Work w{name,
          backward ? WorkKind::kAttentionBackward : WorkKind::kAttentionForward,
          false,
+         true,
          {I(seq), I(seq), I(d.d), I(heads)},
          2 * seq * seq * d.d * heads * share * (backward ? 2.5 : 1),
          qkv + out + 4 * heads * seq};
@@ -259,6 +260,11 @@ void AddContextParallelAttention(PassWork& pass, const Dims& d, bool backward) {
   }
 }
 
+// Marks the kernels added to `pass` from index `first` on as the core attention's.
+void MarkCoreAttention(PassWork& pass, int first) {
+  for (int i = first; i < pass.num_work; ++i) pass.work[i].core_attention = true;
+}
+
 // The core attention forward for one micro-batch: the flash-style kernel, or Megatron's unfused
 // path (Q K^T, softmax, dropout, x V).
 void AddCoreAttentionForward(PassWork& f, const Dims& d) {
@@ -271,6 +277,7 @@ void AddCoreAttentionForward(PassWork& f, const Dims& d) {
     f.Add(FlashForward(d));
     return;
   }
+  const int first = f.num_work;
   const double heads = d.b * d.a_t, s2 = d.s * d.s * heads;
   if (d.a_t != d.g_t) {
     // Megatron repeats each key/value group for its heads before the batched GEMMs.
@@ -289,6 +296,7 @@ void AddCoreAttentionForward(PassWork& f, const Dims& d) {
   }
   if (d.attention_dropout) f.Add(Memory("attention dropout", s2 * (2 * d.e + 1)));
   f.Add(Gemm("attention probs x v", d.s, d.d, d.s, heads, d.e));
+  MarkCoreAttention(f, first);
 }
 
 void AddCoreAttentionBackward(PassWork& b, const Dims& d) {
@@ -301,6 +309,7 @@ void AddCoreAttentionBackward(PassWork& b, const Dims& d) {
     b.Add(FlashBackward(d));
     return;
   }
+  const int first = b.num_work;
   const double heads = d.b * d.a_t, s2 = d.s * d.s * heads;
   b.Add(Gemm("attention probs grad", d.s, d.s, d.d, heads, d.e));
   b.Add(Gemm("attention v grad", d.s, d.d, d.s, heads, d.e));
@@ -318,6 +327,7 @@ void AddCoreAttentionBackward(PassWork& b, const Dims& d) {
   b.Add(Gemm("attention q grad", d.s, d.d, d.s, heads, d.e));
   b.Add(Gemm("attention k grad", d.s, d.d, d.s, heads, d.e));
   if (d.a_t != d.g_t) b.Add(Memory("gqa reduce k v grads", 2 * d.T * d.d * (d.g_t + d.a_t) * d.e));
+  MarkCoreAttention(b, first);
 }
 
 // The experts' grouped GEMM: `groups` GEMMs of m x n x k, FP8 operands in an FP8 layer. One
@@ -834,7 +844,7 @@ LayerWork MambaLayerWork(const ModelSpec& m, const ParallelConfig& p, Precision 
   // Depthwise causal conv1d + SiLU (causal_conv1d_fwd): read x B C, write them convolved.
   // (2 x kernel FLOPs per element: memory-bound, not counted as a matrix product.)
   f.Add(Memory("causal conv1d", 2 * scan_tokens * conv_channels * d.e));
-  f.Add({"mamba ssd chunk scan", WorkKind::kScan, false, chunk_shape, scan.forward_flops,
+  f.Add({"mamba ssd chunk scan", WorkKind::kScan, false, false, chunk_shape, scan.forward_flops,
          scan.forward_bytes});
   if (d.cp > 1) {
     f.Add(CommWork{"cp all-to-all y", Collective::kAllToAll, d.T * inner * d.e, CommGroup::kCp});
@@ -861,7 +871,7 @@ LayerWork MambaLayerWork(const ModelSpec& m, const ParallelConfig& p, Precision 
         CommWork{"cp all-to-all y grad", Collective::kAllToAll, d.T * inner * d.e, CommGroup::kCp});
   }
   b.Add(Memory("causal conv1d recompute", 2 * scan_tokens * conv_channels * d.e));
-  b.Add({"mamba ssd chunk scan backward", WorkKind::kScan, false, chunk_shape, scan.backward_flops,
+  b.Add({"mamba ssd chunk scan backward", WorkKind::kScan, false, false, chunk_shape, scan.backward_flops,
          scan.backward_bytes});
   // causal_conv1d_bwd: read x B C and their gradient, write the input gradient; the weight
   // and bias gradients (kernel + 1 per channel) reduced in the same kernel.

@@ -96,6 +96,9 @@ struct Work {
   const char* name;
   WorkKind kind;
   bool fp8;        // kGemm on the FP8 units
+  // Part of the core attention (its flash-style kernels, or every kernel of the unfused path:
+  // the batched GEMMs, softmax, dropout, the grouped-query expansion); for reports by class.
+  bool core_attention;
   GemmShape gemm;  // kGemm; kAttention*: m = n = s, k = d, batch = b x heads per GPU
   double flops;    // kGemm: gemm.flops(); kAttention*: the kernel's own count; memory-bound: 0
   double bytes;    // HBM bytes read plus written

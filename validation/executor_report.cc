@@ -11,6 +11,7 @@
 #include "core/json.h"
 #include "core/table.h"
 #include "core/text.h"
+#include "simulator/kernel_classes.h"
 
 namespace ptdp {
 namespace {
@@ -113,6 +114,11 @@ ValidationReport CompareRun(const Plan& executed, const ExecuteResult& r,
     }
   }
   v.bubble_fraction = {r.bubble_fraction, sim.bubble_fraction, /*difference=*/true};
+  std::vector<KernelClassTimes> sim_kernels;
+  if (!r.stage_kernel_s.empty()) {
+    PTDP_CHECK(static_cast<int>(r.stage_kernel_s.size()) == p);
+    sim_kernels = StageKernelClassTimes(executed, sim.estimate);
+  }
   for (int s = 0; s < p; ++s) {
     StageComparison st;
     st.stage = s;
@@ -131,6 +137,16 @@ ValidationReport CompareRun(const Plan& executed, const ExecuteResult& r,
                     sim_forward};
     st.backward_s = {backwards[k] > 0 ? backward[k] / static_cast<double>(backwards[k]) : 0,
                      sim_backward};
+    if (!sim_kernels.empty()) {
+      const KernelSeconds& meas = r.stage_kernel_s[k];
+      const KernelClassTimes& simk = sim_kernels[k];
+      auto at = [&](KernelClass c) { return meas[static_cast<size_t>(c)]; };
+      st.has_kernels = true;
+      st.kernels_s = {Compared{at(KernelClass::kGemm), simk.gemm_s},
+                      Compared{at(KernelClass::kAttention), simk.attention_s},
+                      Compared{at(KernelClass::kMemory), simk.memory_s},
+                      Compared{at(KernelClass::kOptimizer), simk.optimizer_s}};
+    }
     std::array<int64_t, kNumMemCategories> peak{};
     int64_t total = 0;
     for (const RankReport& k : r.ranks) {
@@ -192,6 +208,13 @@ std::string ValidationText(const ValidationReport& v) {
     row(fmt::format("stage {} backward (B + W)", s.stage), s.backward_s, Seconds);
   }
   for (const StageComparison& s : v.stages) {
+    if (!s.has_kernels) continue;
+    for (int c = 0; c < kNumKernelClasses; ++c) {
+      row(fmt::format("stage {} {} kernels per step", s.stage, Name(static_cast<KernelClass>(c))),
+          s.kernels_s[static_cast<size_t>(c)], Seconds);
+    }
+  }
+  for (const StageComparison& s : v.stages) {
     const std::string prefix = fmt::format("stage {} ", s.stage);
     row(prefix + "weights", s.weights_bytes, Megabytes);
     row(prefix + "gradients", s.gradients_bytes, Megabytes);
@@ -212,7 +235,9 @@ std::string ValidationText(const ValidationReport& v) {
       "\nerror = simulated / measured - 1 (bubble fraction: simulated - measured). Measured "
       "memory: the\nexecutor's allocator accounting, peak per category over the stage's ranks; "
       "the simulator's peak\nadds the profile's allowances (reserved bytes, fragmentation) to "
-      "its total.\n";
+      "its total. Kernels per step:\nthe backend's clock around each kernel (events on a GPU), "
+      "mean over the stage's ranks; the\nsimulator's kernels of the same class, without "
+      "communication or launch gaps.\n";
   return out;
 }
 
@@ -225,18 +250,26 @@ std::string ValidationJson(const ValidationReport& v, const SimulationReport& si
     notes += (i == 0 ? "" : ", ") + JsonString(v.notes[i]);
   for (size_t i = 0; i < v.stages.size(); ++i) {
     const StageComparison& s = v.stages[i];
+    std::string kernels;
+    if (s.has_kernels) {
+      kernels = fmt::format(
+          "\n     \"kernels_s\": {{\"gemm\": {}, \"attention\": {}, \"memory_bound\": {}, "
+          "\"optimizer\": {}}},",
+          ComparedJson(s.kernels_s[0]), ComparedJson(s.kernels_s[1]), ComparedJson(s.kernels_s[2]),
+          ComparedJson(s.kernels_s[3]));
+    }
     stages += fmt::format(
         "{}    {{\"stage\": {}, \"busy_s\": {},\n     \"forward_s\": {},\n     \"backward_s\": "
-        "{},\n     \"memory_bytes\": {{\"weights\": {}, "
+        "{},{}\n     \"memory_bytes\": {{\"weights\": {}, "
         "\"gradients\": {}, \"optimizer\": {}, \"activations\": {}, \"total\": {}, "
         "\"measured_other\": {}, \"simulated_allowance\": {}, \"simulated_peak\": {}, "
         "\"measured_reserved\": {}}}}}",
         i == 0 ? "" : ",\n", s.stage, ComparedJson(s.busy_s), ComparedJson(s.forward_s),
-        ComparedJson(s.backward_s), ComparedJson(s.weights_bytes), ComparedJson(s.gradients_bytes),
-        ComparedJson(s.optimizer_bytes), ComparedJson(s.activations_bytes),
-        ComparedJson(s.total_bytes), JsonNumber(s.measured_other_bytes),
-        JsonNumber(s.simulated_allowance_bytes), JsonNumber(s.simulated_peak_bytes),
-        JsonNumber(s.measured_reserved_bytes));
+        ComparedJson(s.backward_s), kernels, ComparedJson(s.weights_bytes),
+        ComparedJson(s.gradients_bytes), ComparedJson(s.optimizer_bytes),
+        ComparedJson(s.activations_bytes), ComparedJson(s.total_bytes),
+        JsonNumber(s.measured_other_bytes), JsonNumber(s.simulated_allowance_bytes),
+        JsonNumber(s.simulated_peak_bytes), JsonNumber(s.measured_reserved_bytes));
   }
   return fmt::format(
       "{{\n  \"plan\": {},\n  \"model\": {},\n  \"layout\": {},\n  \"profile\": {},\n"

@@ -2,6 +2,7 @@
 // predicts for the same plan, figure by figure, as a table for people and as JSON.
 #pragma once
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,12 @@ struct StageComparison {
   // stage's chunks.
   Compared forward_s;
   Compared backward_s;
+  // Kernel time per step by class (executor/kernel_clock.h, indexed by KernelClass: GEMM,
+  // attention, memory-bound, optimizer). Measured: the backend's clock, mean over the stage's
+  // ranks and the measured steps; simulated: simulator/kernel_classes.h. Only when the run
+  // timed its kernels (ExecuteOptions::time_kernel_classes).
+  bool has_kernels = false;
+  std::array<Compared, kNumKernelClasses> kernels_s{};
   // Peak bytes by category; measured: the largest among the stage's ranks, from the executor's
   // allocator accounting.
   Compared weights_bytes;
@@ -92,7 +99,8 @@ std::string ValidationText(const ValidationReport& report);
 //  "simulated_gpus_per_node", "first_step", "steps_run", "measured_step_times_s": [...],
 //  "step_time_s": {measured, simulated, ratio, error}, "pipeline_s": {...},
 //  "bubble_fraction": {...}, "stages": [{"stage", "busy_s": {...}, "forward_s": {...},
-//  "backward_s": {...}, "memory_bytes": {"weights": {...}, "gradients",
+//  "backward_s": {...}, "kernels_s": {"gemm": {...}, "attention", "memory_bound",
+//  "optimizer"} (when timed), "memory_bytes": {"weights": {...}, "gradients",
 //  "optimizer", "activations", "total", "measured_other", "simulated_allowance",
 //  "simulated_peak"}}], "notes": [...], "simulation": <simulate --format json's object>}
 std::string ValidationJson(const ValidationReport& report, const SimulationReport& simulated);

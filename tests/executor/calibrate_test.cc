@@ -219,6 +219,7 @@ TEST(CalibrateCuda, ProfileFromFiguresReadsBackWithTheBaseKept) {
   f.bf16_flops_per_s = 780e12;
   f.fp16_flops_per_s = 770e12;
   f.fp32_flops_per_s = 51e12;
+  f.fp8_flops_per_s = 1400e12;
   for (const int64_t m : {1024, 4096}) {
     for (const int64_t n : {1024, 4096}) {
       for (const int64_t k : {1024, 4096}) {
@@ -226,6 +227,7 @@ TEST(CalibrateCuda, ProfileFromFiguresReadsBackWithTheBaseKept) {
         f.gemm_bf16.push_back({m, n, k, 700e12 * (0.5 + 0.5 * scale)});
         f.gemm_fp16.push_back({m, n, k, 690e12 * (0.5 + 0.5 * scale)});
         f.gemm_fp32.push_back({m, n, k, 50e12});
+        f.gemm_fp8.push_back({m, n, k, 1300e12 * (0.5 + 0.5 * scale)});
       }
     }
   }
@@ -248,6 +250,10 @@ TEST(CalibrateCuda, ProfileFromFiguresReadsBackWithTheBaseKept) {
   EXPECT_EQ(c.gpu.gemm_efficiency.front().m, 1024);
   EXPECT_NEAR(c.gpu.gemm_efficiency.front().efficiency, 0.5078125 * 700 / 989, 1e-3);
   EXPECT_EQ(c.gpu.gemm_efficiency.back().efficiency, 1.0);
+  ASSERT_EQ(c.gpu.gemm_efficiency_fp8.size(), 8u);  // over the datasheet's FP8 peak
+  EXPECT_NEAR(c.gpu.gemm_efficiency_fp8.front().efficiency,
+              0.5078125 * 1300e12 / base.gpu.peak_fp8_flops, 1e-3);
+  EXPECT_NEAR(c.gpu.gemm_efficiency_fp8.back().efficiency, 1300e12 / base.gpu.peak_fp8_flops, 1e-3);
   EXPECT_NEAR(c.gpu.memory_efficiency, 4.31 / 4.8, 1e-3);
   EXPECT_EQ(c.gpu.hbm_bytes, f.memory_bytes);
   EXPECT_EQ(c.gpu.reserved_bytes, f.used_at_start_bytes);
@@ -261,11 +267,22 @@ TEST(CalibrateCuda, ProfileFromFiguresReadsBackWithTheBaseKept) {
 
   const std::string yaml = CalibratedCudaProfileYaml(c, f, r);
   EXPECT_EQ(ParseClusterYaml(yaml, "h200-measured.yaml"), c);
-  for (const char* says : {"MEASURED on NVIDIA H200", "cudaMemGetInfo", "cuBLASLt",
-                           "flash_attention: MEASURED", "fp32 grid (TFLOP/s): 1024x1024x1024 50.0",
-                           "NOT MEASURED: kept from the hgx-h200 profile"}) {
+  for (const char* says :
+       {"MEASURED on NVIDIA H200", "cudaMemGetInfo", "cuBLASLt", "flash_attention: MEASURED",
+        "fp32 grid (TFLOP/s): 1024x1024x1024 50.0", "gemm_efficiency_fp8: MEASURED",
+        "fp8 (E4M3 x E4M3 -> bf16", "NOT MEASURED: kept from the hgx-h200 profile"}) {
     EXPECT_NE(yaml.find(says), std::string::npos) << says << " missing from\n" << yaml;
   }
+
+  // A GPU without FP8 units: the base's FP8 table stays, and the file says why.
+  f.gemm_fp8.clear();
+  f.fp8_flops_per_s = 0;
+  f.fp8_skipped = "compute capability below 8.9: no FP8 units";
+  const ClusterSpec no_fp8 = CalibratedCudaCluster(base, f, r);
+  EXPECT_EQ(no_fp8.gpu.gemm_efficiency_fp8, base.gpu.gemm_efficiency_fp8);
+  const std::string no_fp8_yaml = CalibratedCudaProfileYaml(no_fp8, f, r);
+  EXPECT_NE(no_fp8_yaml.find("fp8: not measured (compute capability below 8.9"), std::string::npos);
+  EXPECT_EQ(no_fp8_yaml.find("gemm_efficiency_fp8: MEASURED"), std::string::npos);
 }
 
 }  // namespace

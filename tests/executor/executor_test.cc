@@ -747,6 +747,35 @@ TEST(Execute, FlashAttentionMatchesUnfusedAndKeepsNoSoftmax) {
   }
 }
 
+// Timing the kernels by class (`ptdp validate`'s rows) changes nothing the run computes or
+// holds, times every class, and stays inside the time the stage was busy.
+TEST(Execute, KernelClassTimingChangesNothingAndTimesEveryClass) {
+  const Plan plan = TinyPlan({.micro_batch = 2});
+  ExecuteResult runs[2];
+  for (int timed = 0; timed < 2; ++timed) {
+    auto backend = MakeCpuBackend();
+    ProcessGroups groups = MakeProcessGroups(MakeLocalComm(*backend), plan.parallel);
+    ExecuteOptions options{.steps = 3};
+    options.time_kernel_classes = timed == 1;
+    runs[timed] = Execute(plan, options, groups, *backend, nullptr);
+  }
+  for (size_t s = 0; s < 3; ++s) EXPECT_EQ(runs[1].steps[s].loss, runs[0].steps[s].loss);
+  EXPECT_EQ(runs[1].ranks[0].memory.peak_bytes, runs[0].ranks[0].memory.peak_bytes);
+  EXPECT_EQ(runs[1].ranks[0].memory.peak_total_bytes, runs[0].ranks[0].memory.peak_total_bytes);
+  EXPECT_TRUE(runs[0].stage_kernel_s.empty());
+  ASSERT_EQ(runs[1].stage_kernel_s.size(), 1u);
+  const KernelSeconds& k = runs[1].stage_kernel_s[0];
+  double kernels = 0;
+  for (int c = 0; c < kNumKernelClasses; ++c) {
+    EXPECT_GT(k[static_cast<size_t>(c)], 0) << Name(static_cast<KernelClass>(c));
+    EXPECT_DOUBLE_EQ(runs[1].ranks[0].kernel_s[static_cast<size_t>(c)],
+                     k[static_cast<size_t>(c)] * static_cast<double>(runs[1].measured_steps));
+    if (static_cast<KernelClass>(c) != KernelClass::kOptimizer)
+      kernels += k[static_cast<size_t>(c)];
+  }
+  EXPECT_LE(kernels, runs[1].stage_busy_s[0]);  // F, B and W hold the micro-batches' kernels
+}
+
 // In bf16 the flash-style path keeps its log-sum-exp in fp32 (backend.h's mixed-precision
 // contract) and rounds where the unfused one does not (its output, once per call): the losses
 // agree within bf16's rounding.

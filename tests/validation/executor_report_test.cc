@@ -11,6 +11,8 @@
 
 #include "cli/cli.h"
 #include "core/spec_yaml.h"
+#include "simulator/kernel_classes.h"
+#include "simulator/layer_work.h"
 #include "tests/executor/tiny_plan.h"
 
 namespace ptdp::cli {
@@ -80,6 +82,83 @@ TEST(Validate, ComparesEveryFigureOfTheRun) {
       << json;
   EXPECT_NE(json.find("\"ratio\": null"), std::string::npos);  // the optimizer's measured 0
   EXPECT_NE(json.find("\"simulation\": {"), std::string::npos);
+}
+
+TEST(Validate, KernelClassRowsOnlyWhenTheRunTimedItsKernels) {
+  Plan plan = TinyPlan(TinyLayout{.pp = 2});
+  plan.options = ExecutorCostOptions();
+  const SimulationReport sim = SimulatePlan(plan);
+  ExecuteResult run = GivenRun();
+  EXPECT_FALSE(CompareRun(plan, run, sim).stages[0].has_kernels);
+  EXPECT_EQ(ValidationText(CompareRun(plan, run, sim)).find("kernels per step"), std::string::npos);
+
+  run.stage_kernel_s = {KernelSeconds{0.04, 0.01, 0.02, 0.005}, KernelSeconds{0.05, 0.01, 0.03, 0}};
+  const ValidationReport v = CompareRun(plan, run, sim);
+  const std::vector<KernelClassTimes> simulated = StageKernelClassTimes(plan, sim.estimate);
+  ASSERT_TRUE(v.stages[1].has_kernels);
+  EXPECT_DOUBLE_EQ(v.stages[1].kernels_s[0].measured, 0.05);
+  EXPECT_DOUBLE_EQ(v.stages[1].kernels_s[0].simulated, simulated[1].gemm_s);
+  EXPECT_DOUBLE_EQ(v.stages[0].kernels_s[1].simulated, simulated[0].attention_s);
+  EXPECT_DOUBLE_EQ(v.stages[0].kernels_s[2].measured, 0.02);
+  EXPECT_DOUBLE_EQ(v.stages[0].kernels_s[3].simulated, simulated[0].optimizer_s);
+  const std::string text = ValidationText(v);
+  for (const char* row :
+       {"stage 0 gemm kernels per step ", "stage 1 attention kernels per step ",
+        "stage 1 memory-bound kernels per step ", "stage 0 optimizer kernels per step "}) {
+    EXPECT_NE(text.find(std::string("\n") + row), std::string::npos) << row << "\n" << text;
+  }
+  EXPECT_NE(ValidationJson(v, sim).find("\"kernels_s\": {\"gemm\": {\"measured\": 0.04,"),
+            std::string::npos);
+}
+
+// The simulated classes split exactly the cost model's kernels of the stage's micro-batches:
+// every layer of its chunks (recomputation included), the embedding on the first stage and the
+// output layer on the last; the unfused attention's batched GEMMs and softmax count as
+// attention, as the executor's attention kernels hold them.
+TEST(Validate, SimulatedKernelClassesSplitTheCostModelsKernels) {
+  for (const AttentionBackend attention : {AttentionBackend::kUnfused, AttentionBackend::kFlash}) {
+    Plan plan = TinyPlan(TinyLayout{.pp = 4,
+                                    .virtual_stages = 2,
+                                    .schedule = Schedule::kInterleaved,
+                                    .recompute = Recompute::kSelective});
+    plan.options = ExecutorCostOptions();
+    plan.options.attention = attention;
+    plan.training.precision = Precision::kBf16;  // flash kernels take 16-bit inputs
+    const SimulationReport sim = SimulatePlan(plan);
+    const std::vector<KernelClassTimes> classes = StageKernelClassTimes(plan, sim.estimate);
+    ASSERT_EQ(classes.size(), 4u);
+
+    const KernelTimer timer(plan.cluster, plan.training.precision, plan.options);
+    const auto total = [&](const LayerWork& w) {
+      return PassComputeTime(timer, w.forward) + PassComputeTime(timer, w.backward_input) +
+             PassComputeTime(timer, w.backward_weight) + PassComputeTime(timer, w.recompute);
+    };
+    const LayerWork layer =
+        TransformerLayerWork(plan.model, plan.parallel, plan.training.precision, plan.options);
+    double attention_s = 0;
+    for (const PassWork* pass : {&layer.forward, &layer.backward_input, &layer.recompute}) {
+      for (int i = 0; i < pass->num_work; ++i) {
+        if (pass->work[i].core_attention) attention_s += timer(pass->work[i]);
+      }
+    }
+    const double m = static_cast<double>(NumMicrobatches(plan.training, plan.parallel));
+    const double layers = plan.model.num_layers / 4.0;  // per pipeline stage
+    const double ends[4] = {
+        total(EmbeddingWork(plan.model, plan.parallel, plan.training.precision, plan.options)), 0,
+        0, total(OutputWork(plan.model, plan.parallel, plan.training.precision, plan.options))};
+    for (int s = 0; s < 4; ++s) {
+      const KernelClassTimes& k = classes[static_cast<size_t>(s)];
+      EXPECT_NEAR(k.gemm_s + k.attention_s + k.memory_s, m * (layers * total(layer) + ends[s]),
+                  1e-12)
+          << s;
+      EXPECT_NEAR(k.attention_s, m * layers * attention_s, 1e-12);
+      EXPECT_GT(k.attention_s, 0);
+      EXPECT_GT(k.gemm_s, 0);
+      EXPECT_GT(k.memory_s, 0);
+      EXPECT_DOUBLE_EQ(k.optimizer_s,
+                       sim.estimate.costs.stages[static_cast<size_t>(s)].optimizer_s);
+    }
+  }
 }
 
 TEST(Validate, ExecutorCostOptionsDescribeTheCpuExecutor) {
