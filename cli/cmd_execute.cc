@@ -12,12 +12,14 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "cli/cli.h"
@@ -26,14 +28,17 @@
 #include "core/error.h"
 #include "core/limits.h"
 #include "core/spec_yaml.h"
+#include "core/text.h"
 #include "core/trace.h"
 #include "executor/backend_cpu.h"
 #include "executor/backend_cuda.h"
 #include "executor/comm_mpi.h"
+#include "executor/comm_standin.h"
 #include "executor/device.h"
 #include "executor/launch.h"
 #include "executor/topology.h"
 #include "executor/trainer.h"
+#include "simulator/simulate.h"
 
 namespace po = boost::program_options;
 
@@ -243,6 +248,10 @@ void AddRunOptions(po::options_description& o) {
       "watchdog", po::value<std::string>()->value_name("S"),
       "end the job when a rank makes no progress for S seconds (a stopped, hung or dead peer); "
       "default 600, `off` to wait forever")(
+      "profile-rank", po::value<std::string>()->value_name("R"),
+      "run rank R of the plan alone on this machine's one device (its shapes, stage, "
+      "micro-batches and schedule; every exchange a local copy of the right size, timed "
+      "apart) and compare it with the cost model; no mpirun")(
       "attention-backend", po::value<std::string>()->value_name("A"),
       "the attention to run, overriding the plan's options.attention: flash | fused (both "
       "flash-style: the log-sum-exp kept, the softmax recomputed in the backward) | unfused "
@@ -280,6 +289,22 @@ ExecuteOptions ReadExecuteOptions(const Flags& flags) {
   // fp32 unless asked: the plan's precision (bf16 in Megatron's recipes) is the GPU's; the run
   // says which dtype it computes in.
   options.dtype = flags.Enum("dtype", kDTypes, DType::kF32);
+  if (const auto rank = flags.OptionalString("profile-rank")) {
+    const bool digits = !rank->empty() && rank->size() <= 9 &&
+                        rank->find_first_not_of("0123456789") == std::string::npos;
+    if (!digits)
+      flags.Fail("profile-rank", fmt::format("expected a rank, 0 or more, got \"{}\"", *rank));
+    options.profile_rank = std::stoi(*rank);
+    for (const char* other : {"launch", "save", "load", "save-interval"}) {
+      if (flags.Has(other) && (std::string_view(other) != "launch" || flags.Switch(other))) {
+        flags.Fail("profile-rank", fmt::format("runs one rank alone without mpirun or "
+                                               "checkpoints: drop --{}",
+                                               other));
+      }
+    }
+    options.keep_trace = true;           // its per-micro-batch figures come from the trace
+    options.time_kernel_classes = true;  // and its kernel classes from the clock
+  }
   // A GPU holds one rank: its memory bounds the plan, not this machine's (checked again, with
   // the reason, when the backend starts).
   if (IsCudaRequest(flags)) {
@@ -292,6 +317,11 @@ ExecuteOptions ReadExecuteOptions(const Flags& flags) {
 Plan LoadExecutablePlan(const Flags& flags, const ExecuteOptions& options) {
   const std::string plan_path = flags.String("plan");
   Plan plan = LoadPlanFile(plan_path);
+  if (options.profile_rank >= plan.parallel.world_size()) {
+    flags.Fail("profile-rank",
+               fmt::format("the plan has {} ranks (0..{})", plan.parallel.world_size(),
+                           plan.parallel.world_size() - 1));
+  }
   plan.options.attention =
       flags.Enum("attention-backend", kAttentionBackendNames, plan.options.attention);
   const std::vector<std::string> problems = CheckExecutable(plan, options);
@@ -326,7 +356,7 @@ LaunchCommand LaunchSelf(std::string_view subcommand, int64_t ranks, const Flags
 int CheckCudaRequest(const Flags& flags, const Plan& plan, std::string_view command,
                      std::ostream& err) {
   if (!IsCudaRequest(flags)) return kExitOk;
-  if (plan.parallel.world_size() == 1) {
+  if (plan.parallel.world_size() == 1 || flags.Has("profile-rank")) {
     const CudaStatus status = QueryCuda();
     if (status.usable) return kExitOk;
     err << fmt::format("ptdp: error: `ptdp {} --backend cuda` needs a GPU: {}\n", command,
@@ -336,7 +366,8 @@ int CheckCudaRequest(const Flags& flags, const Plan& plan, std::string_view comm
   err << fmt::format(
       "ptdp: error: `ptdp {} --backend cuda` runs plans of one GPU today; this plan has {} "
       "ranks (several GPUs, NCCL communicators with one process per GPU, are the multi-GPU "
-      "executor issue); --backend cpu runs it on CPUs\n",
+      "executor issue); --backend cpu runs it on CPUs, and --profile-rank R runs one of its "
+      "ranks alone on this GPU\n",
       command, plan.parallel.world_size());
   return kExitNotImplemented;
 }
@@ -352,13 +383,104 @@ std::unique_ptr<Backend> MakeBackend(const Flags& flags, int world_size) {
   return backend;
 }
 
+Plan ExecutedPlan(const Plan& plan, DType dtype, const ClusterSpec& cluster, const JobInfo& job,
+                  std::vector<std::string>* notes) {
+  Plan executed = plan;
+  executed.cluster = cluster;
+  executed.options = ExecutorCostOptions();
+  // The executor runs the plan's attention: unfused keeps the softmax, flash and fused run its
+  // flash-style kernel (context_parallel.h FlashAttentionForward), as the context-parallel
+  // blocks do (Megatron's rules refuse context parallelism with unfused attention).
+  executed.options.attention = plan.options.attention;
+  if (plan.options.attention == AttentionBackend::kFused) {
+    notes->push_back(
+        "the CPU executor's flash-style kernel stands for cuDNN's fused attention; simulated as "
+        "the flash kernel");
+    executed.options.attention = AttentionBackend::kFlash;
+  }
+  const Precision ran = dtype == DType::kBF16  ? Precision::kBf16
+                        : dtype == DType::kF16 ? Precision::kFp16
+                                               : Precision::kFp32;
+  if (executed.training.precision != ran) {
+    notes->push_back(fmt::format("the executor computed in {}; simulated in {}, not the plan's {}",
+                                 Name(dtype), Name(ran), Name(plan.training.precision)));
+    executed.training.precision = ran;
+  }
+  const std::set<std::string> hosts(job.hosts.begin(), job.hosts.end());
+  if (hosts.size() != 1) return executed;
+  if (executed.cluster.gpus_per_node < job.world_size) {
+    notes->push_back(
+        fmt::format("all {} ranks ran on one host: simulated on one node of {} (the "
+                    "profile says {} per node)",
+                    job.world_size, job.world_size, cluster.gpus_per_node));
+    executed.cluster.gpus_per_node = job.world_size;
+  }
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  if (cores > 0 && job.world_size > cores) {
+    notes->push_back(fmt::format("{} ranks shared {} cores; the simulator gives each rank a core",
+                                 job.world_size, cores));
+  }
+  return executed;
+}
+
+namespace {
+
+std::string Percent(double error) {
+  return std::isfinite(error) ? fmt::format("{:+.1f}%", 100 * error) : "-";
+}
+
+// `ptdp execute --profile-rank`: the rank's micro-batch against the cost model with the plan's
+// own profile, and what its exchanges carried.
+void PrintProfiledRank(const Plan& plan, const ExecuteOptions& options, const ExecuteResult& result,
+                       const JobInfo& job, std::ostream& log) {
+  std::vector<std::string> notes;
+  const Plan executed = ExecutedPlan(plan, options.dtype, plan.cluster, job, &notes);
+  const SimulationReport sim = SimulatePlan(executed);
+  const ValidationReport v = CompareRun(executed, result, sim);
+  const StageComparison& s = v.stages.at(0);
+  log << fmt::format(
+      "rank {} (stage {}), one micro-batch per model chunk: forward {} (cost model {}, {}), "
+      "backward {} (cost model {}, {}); cost model with the plan's profile {}, as executed ({})\n",
+      options.profile_rank, s.stage, Seconds(s.forward_s.measured), Seconds(s.forward_s.simulated),
+      Percent(s.forward_s.error()), Seconds(s.backward_s.measured), Seconds(s.backward_s.simulated),
+      Percent(s.backward_s.error()), plan.cluster.name, Name(options.dtype));
+  std::string exchanges;
+  // The groups in the order the report lists them (tp, cp, ep, etp, pp, dp_cp, ...).
+  ValidationReport rows = v;
+  AddStandInRows(rows, executed, sim, job.stand_in);
+  for (const StandInComparison& g : rows.stand_in) {
+    if (g.calls == 0) continue;
+    exchanges +=
+        fmt::format("{}{} {:.2f} MB ({} call{}, {})", exchanges.empty() ? "" : "; ", g.group,
+                    g.bytes.measured / 1e6, g.calls, g.calls == 1 ? "" : "s", Seconds(g.seconds));
+  }
+  if (!exchanges.empty()) log << "stand-in exchanges per step: " << exchanges << "\n";
+  log << fmt::format(
+      "compare every figure with `ptdp validate --plan PLAN --profile-rank {} [--cluster "
+      "PROFILE]`\n",
+      options.profile_rank);
+}
+
+}  // namespace
+
 int RunAsRank(std::string_view command, const Plan& plan, const ExecuteOptions& options,
               const Flags& flags, const std::string& default_results, std::ostream& log,
               std::ostream& err,
               const std::function<int(const ExecuteResult&, const JobInfo&)>& on_root) {
   MpiSession session(nullptr, nullptr);
   const bool root = session.world_rank() == 0;
-  if (session.world_size() != plan.parallel.world_size()) {
+  const bool profile = options.profile_rank >= 0;
+  if (profile && session.world_size() != 1) {
+    if (root) {
+      err << fmt::format(
+          "ptdp: error: --profile-rank runs rank {} alone in one process, but {} started: run "
+          "`ptdp {} --plan {} --profile-rank {}` without mpirun\n",
+          options.profile_rank, session.world_size(), command, flags.String("plan"),
+          options.profile_rank);
+    }
+    return kExitBadInput;
+  }
+  if (!profile && session.world_size() != plan.parallel.world_size()) {
     if (root) {
       err << fmt::format(
           "ptdp: error: this plan needs {} ranks (tp {}{} x pp {} x dp {}), but {} started: run "
@@ -386,10 +508,34 @@ int RunAsRank(std::string_view command, const Plan& plan, const ExecuteOptions& 
                                   session.world_size(), session.host()));
     watchdog.Install(opts);
     const std::unique_ptr<Backend> backend = MakeBackend(flags, session.world_size());
-    ProcessGroups groups = MakeProcessGroups(session.World(*backend), plan.parallel);
-    JobInfo job{session.world_size(), groups.world->GatherStrings(session.host(), 0)};
+    StandInTallies tallies;
+    // --profile-rank: each group's tallies at the end of every step (the measured steps' share).
+    std::vector<StandInTallies> tallies_at_end;
+    if (profile) {
+      opts.on_step_end = [&tallies, &tallies_at_end](int64_t) {
+        tallies_at_end.push_back(tallies);
+      };
+    }
+    ProcessGroups groups =
+        profile ? MakeStandInGroups(options.profile_rank, plan.parallel, *backend, &tallies)
+                : MakeProcessGroups(session.World(*backend), plan.parallel);
+    JobInfo job;
+    job.world_size = session.world_size();
+    job.hosts = profile ? std::vector<std::string>{session.host()}
+                        : groups.world->GatherStrings(session.host(), 0);
     const ParallelConfig& p = plan.parallel;
-    if (root) {
+    if (root && profile) {
+      const RankCoords& c = groups.coords;
+      log << fmt::format(
+          "ptdp execute: rank {} of {} alone ({}: tp {} of {}{}, stage {} of {}, dp {} of {}; "
+          "{} layers, hidden {}, sequence {}): its computation as the plan runs it, every "
+          "exchange a local copy of the right size (timed apart); the loss is the rank's own "
+          "on the last stage, 0 on the others\n",
+          options.profile_rank, p.world_size(), plan.model.name, c.tp, p.tp,
+          p.cp > 1 ? fmt::format(", cp {} of {}", c.cp, p.cp) : "", c.pp, p.pp, c.dp, p.dp,
+          plan.model.num_layers, plan.model.hidden_size, plan.model.seq_length);
+    }
+    if (root && !profile) {
       log << fmt::format(
           "ptdp execute: {} ({} layers, hidden {}, {} heads, sequence {}) on {} rank{} of {}: "
           "tp {}{} x pp {} x dp {}{}, micro-batch {}, {} micro-batches, {}{}{}{}{}\n",
@@ -461,9 +607,10 @@ int RunAsRank(std::string_view command, const Plan& plan, const ExecuteOptions& 
     if (!result.steps.empty()) {
       log << fmt::format(
           "done: steps {}..{}, loss {:.4f} -> {:.4f}; measured bubble fraction {:.3f} over {} "
-          "step(s); peak memory on rank 0 {:.1f} MB\n",
+          "step(s); peak memory on rank {} {:.1f} MB\n",
           result.first_step, result.steps.back().step, result.steps.front().loss,
           result.steps.back().loss, result.bubble_fraction, result.measured_steps,
+          result.ranks.empty() ? 0 : result.ranks[0].world_rank,
           result.ranks.empty() ? 0.0 : result.ranks[0].memory.peak_total_bytes / 1e6);
       if (opts.dtype == DType::kF16) {
         const auto skipped = std::count_if(result.steps.begin(), result.steps.end(),
@@ -480,6 +627,10 @@ int RunAsRank(std::string_view command, const Plan& plan, const ExecuteOptions& 
           "MB\n",
           result.ranks.empty() ? 0.0 : result.ranks[0].memory.peak_total_bytes / 1e6,
           cuda.peak_reserved_bytes / 1e6);
+    }
+    if (profile) {
+      job.stand_in = PerMeasuredStep(tallies_at_end);
+      if (!on_root) PrintProfiledRank(plan, opts, result, job, log);
     }
     if (!results_path.empty()) log << "results: " << results_path << "\n";
     if (const auto trace = flags.OptionalString("trace")) log << "trace: " << *trace << "\n";
@@ -512,11 +663,15 @@ const Command kExecuteCommand{
         "fp16 in Megatron's mixed precision (16-bit weights and activations, fp32 main\n"
         "weights, main_grad and Adam state, fp32 cross entropy; fp16 with dynamic loss\n"
         "scaling from 2^16, its skipped steps and scale on each step line). --backend cuda: one\n"
-        "rank on one GPU (cuBLASLt and the executor's CUDA kernels).",
+        "rank on one GPU (cuBLASLt and the executor's CUDA kernels). --profile-rank R runs\n"
+        "rank R of a plan of any size alone (no mpirun; --backend cuda on one GPU), its\n"
+        "exchanges local copies of their size timed apart, and prints one micro-batch's\n"
+        "forward and backward against the cost model.",
     .examples =
         "mpirun -np 8 ptdp execute --plan plan.yaml --steps 20\n"
         "ptdp execute --plan plan.yaml --launch --steps 20 --trace measured.json\n"
-        "ptdp execute --plan plan.yaml --launch -- --hostfile hosts",
+        "ptdp execute --plan plan.yaml --launch -- --hostfile hosts\n"
+        "ptdp execute --plan gpt175b.yaml --profile-rank 0 --backend cuda --dtype bf16",
     .implemented = true,
     .tracked_in = "",
     .add_options = AddExecuteOptions,

@@ -15,6 +15,7 @@
 #include "core/plan.h"
 #include "executor/launch.h"
 #include "executor/trainer.h"
+#include "validation/executor_report.h"
 
 namespace ptdp::cli {
 
@@ -45,16 +46,25 @@ int CheckCudaRequest(const Flags& flags, const Plan& plan, std::string_view comm
 
 // Run-wide facts rank 0 learns before training, for validate.
 struct JobInfo {
-  int world_size = 0;
-  std::vector<std::string> hosts;  // every rank's host name, by world rank
+  int world_size = 0;              // processes (1 for --profile-rank)
+  std::vector<std::string> hosts;  // every process's host name
+  // --profile-rank: what the rank's stand-in exchanges carried per measured step, by group.
+  StandInTallies stand_in;
 };
 
+// The plan as the executor ran it, for the simulator: `cluster` the profile, the precision it
+// computed in (`dtype`: fp32, bf16 or fp16), the attention it ran, the executor's software
+// (ExecutorCostOptions), and every rank of a one-host job on one node; each adjustment a note.
+Plan ExecutedPlan(const Plan& plan, DType dtype, const ClusterSpec& cluster, const JobInfo& job,
+                  std::vector<std::string>* notes);
+
 // Runs this process as one rank of a job of plan.parallel.world_size() ranks (MPI starts and
-// ends here): trains, and on world rank 0 writes --results (default `default_results`, none when
-// both are empty) and --trace, prints the run's lines to `log`, then returns on_root(result,
-// job)'s exit code when on_root is set. Any rank's failure aborts the whole job (MPI_Abort) with
-// its message on `err`; a wrong number of ranks is refused with exit code 2 (the message
-// names `ptdp <command>`).
+// ends here), or with options.profile_rank as that rank alone, its groups stand-ins
+// (executor/comm_standin.h): trains, and on world rank 0 writes --results (default
+// `default_results`, none when both are empty) and --trace, prints the run's lines to `log`, then
+// returns on_root(result, job)'s exit code when on_root is set. Any rank's failure aborts the whole
+// job (MPI_Abort) with its message on `err`; a wrong number of ranks is refused with exit code 2
+// (the message names `ptdp <command>`).
 int RunAsRank(std::string_view command, const Plan& plan, const ExecuteOptions& options,
               const Flags& flags, const std::string& default_results, std::ostream& log,
               std::ostream& err,

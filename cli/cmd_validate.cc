@@ -38,48 +38,6 @@ void AddValidateOptions(po::options_description& o) {
       "format", po::value<std::string>()->value_name("F"), "table (default) | json");
 }
 
-// The plan as the executor ran it, for the simulator: the profile, the precision it computed in
-// (--dtype: fp32, bf16 or fp16), and every rank of a one-host job on one node.
-Plan ExecutedPlan(const Plan& plan, DType dtype, const ClusterSpec& cluster, const JobInfo& job,
-                  std::vector<std::string>* notes) {
-  Plan executed = plan;
-  executed.cluster = cluster;
-  executed.options = ExecutorCostOptions();
-  // The executor runs the plan's attention: unfused keeps the softmax, flash and fused run its
-  // flash-style kernel (context_parallel.h FlashAttentionForward), as the context-parallel
-  // blocks do (Megatron's rules refuse context parallelism with unfused attention).
-  executed.options.attention = plan.options.attention;
-  if (plan.options.attention == AttentionBackend::kFused) {
-    notes->push_back(
-        "the CPU executor's flash-style kernel stands for cuDNN's fused attention; simulated as "
-        "the flash kernel");
-    executed.options.attention = AttentionBackend::kFlash;
-  }
-  const Precision ran = dtype == DType::kBF16  ? Precision::kBf16
-                        : dtype == DType::kF16 ? Precision::kFp16
-                                               : Precision::kFp32;
-  if (executed.training.precision != ran) {
-    notes->push_back(fmt::format("the executor computed in {}; simulated in {}, not the plan's {}",
-                                 Name(dtype), Name(ran), Name(plan.training.precision)));
-    executed.training.precision = ran;
-  }
-  const std::set<std::string> hosts(job.hosts.begin(), job.hosts.end());
-  if (hosts.size() != 1) return executed;
-  if (executed.cluster.gpus_per_node < job.world_size) {
-    notes->push_back(
-        fmt::format("all {} ranks ran on one host: simulated on one node of {} (the "
-                    "profile says {} per node)",
-                    job.world_size, job.world_size, cluster.gpus_per_node));
-    executed.cluster.gpus_per_node = job.world_size;
-  }
-  const int cores = static_cast<int>(std::thread::hardware_concurrency());
-  if (cores > 0 && job.world_size > cores) {
-    notes->push_back(fmt::format("{} ranks shared {} cores; the simulator gives each rank a core",
-                                 job.world_size, cores));
-  }
-  return executed;
-}
-
 int RunValidate(const Flags& flags, std::ostream& out, std::ostream& err) {
   const bool quiet = LauncherRank() > 0;
   try {
@@ -115,6 +73,13 @@ int RunValidate(const Flags& flags, std::ostream& out, std::ostream& err) {
       std::vector<std::string> notes = std::move(report.notes);
       report = CompareRun(executed, result, simulated);
       report.notes = std::move(notes);
+      if (result.profile_rank >= 0) {
+        AddStandInRows(report, executed, simulated, job.stand_in);
+        report.notes.push_back(
+            "the rank ran alone: its exchanges were local copies of their size (their rows give "
+            "the bytes against the simulator's and the copies' time, not a network's), so its "
+            "busy time and micro-batch rows hold no network time while the simulator's do");
+      }
       report.plan_path = flags.String("plan");
       report.backend = IsCudaRequest(flags) ? "cuda" : "cpu";
       report.profile_source =
@@ -145,7 +110,8 @@ const Command kValidateCommand{
         "ptdp validate --plan plan.yaml --launch [--steps S] [--cluster PROFILE]\n"
         "                     [--format table|json] [--data FILE|synthetic] [--results out.json]\n"
         "                     [--trace out.json] [--dtype fp32|bf16|fp16] [-- mpirun flags]\n"
-        "       mpirun -np N ptdp validate --plan plan.yaml [flags]",
+        "       mpirun -np N ptdp validate --plan plan.yaml [flags]\n"
+        "       ptdp validate --plan plan.yaml --profile-rank R [--cluster PROFILE] [flags]",
     .description =
         "Trains the plan on the CPU executor (as `ptdp execute`: one rank per GPU of the plan,\n"
         "--launch starts mpirun), simulates the same plan with a hardware profile (--cluster,\n"
@@ -159,6 +125,10 @@ const Command kValidateCommand{
         "bf16 or fp16), the executor's communication (non-blocking sends, blocking\n"
         "tensor-parallel collectives, gradients reduced after the backward), and all ranks\n"
         "of a one-host job on one node. Step lines go to stderr, the comparison to stdout.\n"
+        "--profile-rank R runs rank R of a plan of any size alone in this process (no mpirun):\n"
+        "its shapes, stage, micro-batches and schedule, every exchange a local copy of its\n"
+        "size, and prints its stage's rows and, per group, the bytes its exchanges carried per\n"
+        "step against the simulator's (e.g. one GPU checking the compute of a 3,072-GPU plan).\n"
         "Exits non-zero when the executor fails.",
     .examples =
         "ptdp calibrate --backend cpu --out cpu.yaml\n"

@@ -36,29 +36,92 @@ int WorldRankOf(const ExpertCoords& c, const ParallelConfig& p) {
   return c.etp + etp * (c.ep + p.ep * (c.edp + static_cast<int>(p.expert_dp()) * c.pp));
 }
 
+const char* Name(GroupId group) {
+  switch (group) {
+    case GroupId::kTp:
+      return "tp";
+    case GroupId::kCp:
+      return "cp";
+    case GroupId::kPp:
+      return "pp";
+    case GroupId::kDp:
+      return "dp";
+    case GroupId::kDpCp:
+      return "dp_cp";
+    case GroupId::kModelParallel:
+      return "model_parallel";
+    case GroupId::kEmbedding:
+      return "embedding";
+    case GroupId::kEtp:
+      return "etp";
+    case GroupId::kEp:
+      return "ep";
+    case GroupId::kEdp:
+      return "edp";
+  }
+  return "?";
+}
+
+std::array<GroupSplit, kNumGroups> GroupSplitsOf(int world_rank, const ParallelConfig& p) {
+  const RankCoords c = CoordsOf(world_rank, p);
+  // Colors name the coordinates the members share (mixed-radix numbers over them); keys order
+  // them.
+  const int dp_cp_rank = c.cp + p.cp * c.dp;
+  const bool on_ends = p.pp > 1 && (c.pp == 0 || c.pp == p.pp - 1);
+  const ExpertCoords e = ExpertCoordsOf(world_rank, p);
+  const int etp = p.expert_tp();
+  const auto edp = static_cast<int>(p.expert_dp());
+  std::array<GroupSplit, kNumGroups> s;
+  auto at = [&](GroupId g) -> GroupSplit& { return s[static_cast<size_t>(g)]; };
+  at(GroupId::kTp) = {(c.pp * p.dp + c.dp) * p.cp + c.cp, c.tp};
+  at(GroupId::kCp) = {(c.pp * p.dp + c.dp) * p.tp + c.tp, c.cp};
+  at(GroupId::kPp) = {(c.dp * p.cp + c.cp) * p.tp + c.tp, c.pp};
+  at(GroupId::kDp) = {(c.pp * p.cp + c.cp) * p.tp + c.tp, c.dp};
+  at(GroupId::kDpCp) = {c.pp * p.tp + c.tp, dp_cp_rank};
+  at(GroupId::kModelParallel) = {dp_cp_rank, c.pp * p.tp + c.tp};
+  at(GroupId::kEmbedding) = {on_ends ? dp_cp_rank * p.tp + c.tp : -1, c.pp};
+  at(GroupId::kEtp) = {(e.pp * edp + e.edp) * p.ep + e.ep, e.etp};
+  at(GroupId::kEp) = {(e.pp * edp + e.edp) * etp + e.etp, e.ep};
+  at(GroupId::kEdp) = {(e.pp * p.ep + e.ep) * etp + e.etp, e.edp};
+  return s;
+}
+
+std::unique_ptr<Comm>& Member(ProcessGroups& g, GroupId group) {
+  switch (group) {
+    case GroupId::kTp:
+      return g.tp;
+    case GroupId::kCp:
+      return g.cp;
+    case GroupId::kPp:
+      return g.pp;
+    case GroupId::kDp:
+      return g.dp;
+    case GroupId::kDpCp:
+      return g.dp_cp;
+    case GroupId::kModelParallel:
+      return g.model_parallel;
+    case GroupId::kEmbedding:
+      return g.embedding;
+    case GroupId::kEtp:
+      return g.etp;
+    case GroupId::kEp:
+      return g.ep;
+    case GroupId::kEdp:
+      return g.edp;
+  }
+  throw InternalError("Member: unknown group");
+}
+
 ProcessGroups MakeProcessGroups(std::unique_ptr<Comm> world, const ParallelConfig& p) {
   PTDP_CHECK(world->size() == p.world_size());
   ProcessGroups g;
   g.coords = CoordsOf(world->rank(), p);
-  const RankCoords& c = g.coords;
-  // Colors name the coordinates the members share (mixed-radix numbers over them); keys order
-  // them.
-  const int dp_cp_rank = c.cp + p.cp * c.dp;
-  g.tp = world->Split((c.pp * p.dp + c.dp) * p.cp + c.cp, c.tp);
-  g.cp = world->Split((c.pp * p.dp + c.dp) * p.tp + c.tp, c.cp);
-  g.pp = world->Split((c.dp * p.cp + c.cp) * p.tp + c.tp, c.pp);
-  g.dp = world->Split((c.pp * p.cp + c.cp) * p.tp + c.tp, c.dp);
-  g.dp_cp = world->Split(c.pp * p.tp + c.tp, dp_cp_rank);
-  g.model_parallel = world->Split(dp_cp_rank, c.pp * p.tp + c.tp);
-  const bool on_ends = p.pp > 1 && (c.pp == 0 || c.pp == p.pp - 1);
-  g.embedding = world->Split(on_ends ? dp_cp_rank * p.tp + c.tp : -1, c.pp);
   g.expert_coords = ExpertCoordsOf(world->rank(), p);
-  const ExpertCoords& e = g.expert_coords;
-  const int etp = p.expert_tp();
-  const auto edp = static_cast<int>(p.expert_dp());
-  g.etp = world->Split((e.pp * edp + e.edp) * p.ep + e.ep, e.etp);
-  g.ep = world->Split((e.pp * edp + e.edp) * etp + e.etp, e.ep);
-  g.edp = world->Split((e.pp * p.ep + e.ep) * etp + e.etp, e.edp);
+  const std::array<GroupSplit, kNumGroups> splits = GroupSplitsOf(world->rank(), p);
+  for (int i = 0; i < kNumGroups; ++i) {
+    const GroupSplit& s = splits[static_cast<size_t>(i)];
+    Member(g, static_cast<GroupId>(i)) = world->Split(s.color, s.key);
+  }
   g.world = std::move(world);
   return g;
 }

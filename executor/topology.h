@@ -17,6 +17,7 @@
 // parallel [0,4] [1,5] [2,6] [3,7].
 #pragma once
 
+#include <array>
 #include <memory>
 
 #include "core/parallel_config.h"
@@ -73,5 +74,30 @@ struct ProcessGroups {
 
 // Collective over `world` (whose size must be parallel.world_size()).
 ProcessGroups MakeProcessGroups(std::unique_ptr<Comm> world, const ParallelConfig& parallel);
+
+// The groups of ProcessGroups other than the world, in this order, and how a rank joins each:
+// Comm::Split's color (the coordinates the members share, as a mixed-radix number; negative:
+// none, the embedding group off the end stages) and key (its order in the group).
+enum class GroupId : uint8_t {
+  kTp,
+  kCp,
+  kPp,
+  kDp,
+  kDpCp,
+  kModelParallel,
+  kEmbedding,
+  kEtp,
+  kEp,
+  kEdp
+};
+inline constexpr int kNumGroups = 10;
+const char* Name(GroupId group);  // "tp", "cp", "pp", "dp", "dp_cp", "model_parallel", ...
+struct GroupSplit {
+  int color = 0;
+  int key = 0;
+};
+std::array<GroupSplit, kNumGroups> GroupSplitsOf(int world_rank, const ParallelConfig& parallel);
+// The member of ProcessGroups for `group`.
+std::unique_ptr<Comm>& Member(ProcessGroups& groups, GroupId group);
 
 }  // namespace ptdp

@@ -216,6 +216,21 @@ MicroBatch MakeMicroBatch(const Run& run, const std::function<void(int64_t, int3
   return mb;
 }
 
+// The job's loss from each rank's `mine` (its last stage's mean over its micro-batches): the
+// mean over the data-parallel replicas and context-parallel ranks of the last stage's (tp rank 0
+// reports), each of which averages the same number of tokens, so this is the mean over every
+// token of the step, as Megatron's loss summed over the CP group and divided by the total token
+// count. A profiled rank alone: its own on the last stage, else 0.
+double JobLoss(const Run& run, double mine) {
+  const ParallelConfig& par = run.plan.parallel;
+  const RankCoords& coords = run.groups.coords;
+  const bool last_stage = coords.pp == par.pp - 1;
+  if (run.options.profile_rank >= 0) return last_stage ? mine : 0.0;
+  const double contribution = last_stage && coords.tp == 0 ? mine : 0.0;
+  return run.groups.world->AllReduceHost(contribution, ReduceOp::kSum) /
+         static_cast<double>(par.dp_cp());
+}
+
 // Validation: the first GBS windows of the held-out split (wrapping around when it is
 // shorter), the same every time, in the training batch's shape; the mean loss per token.
 double ValidationLoss(const Run& run, int64_t val_count) {
@@ -230,9 +245,7 @@ double ValidationLoss(const Run& run, int64_t val_count) {
                                   static_cast<int>(seq), tokens);
     });
   });
-  const double contribution = coords.pp == par.pp - 1 && coords.tp == 0 ? mine : 0.0;
-  return run.groups.world->AllReduceHost(contribution, ReduceOp::kSum) /
-         static_cast<double>(par.dp_cp());
+  return JobLoss(run, mine);
 }
 
 // One training step: the pipeline over this rank's micro-batches (its stats appended to
@@ -265,14 +278,7 @@ StepLog TrainStep(const Run& run, int64_t step, std::vector<PipelineStepStats>& 
   if (run.timed != nullptr) run.timed->set_phase(TimedBackend::Phase::kOptimizer);
   const OptimizerStepInfo info = run.optimizer.Step(step);
   if (run.timed != nullptr) run.timed->set_phase(TimedBackend::Phase::kByMethod);
-  // Mean over the data-parallel replicas and context-parallel ranks of the last stage's loss
-  // (tp rank 0 reports): every CP rank averages the same number of tokens, so this is the
-  // mean over every token of the step, as Megatron's loss summed over the CP group and
-  // divided by the total token count.
-  const bool last_stage = coords.pp == par.pp - 1;
-  const double contribution = last_stage && coords.tp == 0 ? stats.loss : 0.0;
-  const double loss = run.groups.world->AllReduceHost(contribution, ReduceOp::kSum) /
-                      static_cast<double>(par.dp_cp());
+  const double loss = JobLoss(run, stats.loss);
   Synchronize(run.backend);  // the optimizer's last kernels belong to the step
   const double t1 = run.recorder.Now();
   if (run.timed != nullptr) step_stats.back().kernel_s = run.timed->Lap();
@@ -340,10 +346,12 @@ void SaveStepCheckpoint(const Run& run, int64_t step, std::ostream* progress) {
 std::vector<PipelineStepStats> TrainSteps(const Run& run, int64_t first_step, int64_t val_count,
                                           std::ostream* progress, ExecuteResult& result) {
   const ExecuteOptions& options = run.options;
-  std::ostream* const rank0_progress = run.groups.world->rank() == 0 ? progress : nullptr;
+  const bool reports = run.groups.world->rank() == 0 || options.profile_rank >= 0;
+  std::ostream* const rank0_progress = reports ? progress : nullptr;
   std::vector<PipelineStepStats> step_stats;
   for (int64_t step = first_step; step <= options.steps; ++step) {
     StepLog log = TrainStep(run, step, step_stats);
+    if (options.on_step_end) options.on_step_end(step);
     const bool eval_now = val_count > 0 && Due(step, options.steps, options.eval_interval);
     if (eval_now) {
       const double te = run.recorder.Now();
@@ -416,11 +424,13 @@ void StepFigures(const std::vector<std::vector<PipelineStepStats>>& all_steps, s
     result.steps[i].bubble_fraction = idle / static_cast<double>(all_steps.size());
     if (i >= skip) result.bubble_fraction += result.steps[i].bubble_fraction / measured;
   }
-  const double ranks_per_stage = static_cast<double>(par.tp * par.cp * par.dp);
+  // The ranks reported per stage: all tp x cp x dp of a job, the one of a profiled rank.
+  std::vector<double> ranks_per_stage(static_cast<size_t>(par.pp), 0.0);
+  for (const RankReport& r : result.ranks) ranks_per_stage[static_cast<size_t>(r.coords.pp)] += 1;
   for (const RankReport& r : result.ranks) {
     if (measured > 0) {
       result.stage_busy_s[static_cast<size_t>(r.coords.pp)] +=
-          r.busy_s / measured / ranks_per_stage;
+          r.busy_s / measured / ranks_per_stage[static_cast<size_t>(r.coords.pp)];
     }
   }
   if (!kernel_classes || measured <= 0) return;
@@ -435,7 +445,8 @@ void StepFigures(const std::vector<std::vector<PipelineStepStats>>& all_steps, s
     }
     KernelSeconds& stage = result.stage_kernel_s[static_cast<size_t>(report.coords.pp)];
     for (size_t c = 0; c < stage.size(); ++c) {
-      stage[c] += report.kernel_s[c] / static_cast<double>(measured) / ranks_per_stage;
+      stage[c] += report.kernel_s[c] / static_cast<double>(measured) /
+                  ranks_per_stage[static_cast<size_t>(report.coords.pp)];
     }
   }
 }
@@ -582,7 +593,7 @@ std::vector<std::string> CheckExecutable(const Plan& plan, const ExecuteOptions&
     return out;
   }
   const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
-  const int64_t local = LocalRanks(plan.parallel.world_size());
+  const int64_t local = options.profile_rank >= 0 ? 1 : LocalRanks(plan.parallel.world_size());
   if (ram > 0 && need * static_cast<double>(local) > ram) {
     out.push_back(fmt::format(
         "model: each rank needs about {:.2f} GB (weights, gradients, optimizer state, "
@@ -641,6 +652,7 @@ ExecuteResult Execute(const Plan& plan, const ExecuteOptions& options, ProcessGr
 
   ExecuteResult result;
   result.backend = std::string(backend.name());
+  result.profile_rank = options.profile_rank;
   result.data_description = data.description();
   result.tokens_per_step = training.global_batch_size * model_spec.seq_length;
   const int64_t done = options.load_dir.empty() ? 0 : LoadResumeCheckpoint(run);
@@ -654,11 +666,12 @@ ExecuteResult Execute(const Plan& plan, const ExecuteOptions& options, ProcessGr
   if (options.gather_parameters) {
     result.parameters = GatherFullParameters(params, groups, backend);
   }
-  // Gather the measurements on world rank 0.
+  // Gather the measurements on world rank 0 (a profiled rank's stand-in world gives its own).
   const size_t skip = step_stats.size() > 1 ? 1 : 0;  // the first step warms up
   const std::vector<std::string> packed = groups.world->GatherStrings(
       PackRank(OwnReport(run, step_stats, skip), step_stats, recorder.events()), 0);
-  if (groups.world->rank() != 0) return result;
+  if (groups.world->rank() != 0 && options.profile_rank < 0) return result;
+  PTDP_CHECK(options.profile_rank < 0 || packed.size() == 1);
   const auto all_steps = UnpackRanks(packed, par, result);
   StepFigures(all_steps, step_stats.size(), skip, par, options.time_kernel_classes, result);
   return result;

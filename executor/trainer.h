@@ -55,10 +55,15 @@ struct ExecuteOptions {
   // Time the backend's kernels by class (kernel_clock.h) for `ptdp validate`'s rows: each
   // kernel bracketed by the backend's clock (host timestamps on the CPU, events on a GPU).
   bool time_kernel_classes = false;
+  // `ptdp execute --profile-rank R`: this process is rank R alone, its groups stand-ins
+  // (comm_standin.h); it reports its own figures as world rank 0 reports a job's. -1: a job.
+  int profile_rank = -1;
   // Test hooks for fault injection, called on every rank: before each step (1-based), and
   // after each pipeline operation of a step (its 1-based index in the stage's list).
   std::function<void(int64_t step)> on_step_begin = {};
   std::function<void(int64_t step, int64_t operation)> on_operation = {};
+  // Called on every rank when a step's training is done (before its evaluation or checkpoint).
+  std::function<void(int64_t step)> on_step_end = {};
   // Called during each checkpoint save, with the step and the phase (checkpoint.h).
   std::function<void(int64_t step, std::string_view phase)> on_save = {};
 };
@@ -96,6 +101,7 @@ struct RankReport {
 
 struct ExecuteResult {
   std::string backend = "cpu";  // Backend::name() of the run
+  int profile_rank = -1;        // ExecuteOptions::profile_rank: the figures are that rank's alone
   int64_t first_step = 1;       // the first step this run executed (after a resume: saved step + 1)
   std::vector<StepLog> steps;
   std::string data_description;

@@ -72,6 +72,8 @@ ValidationReport CompareRun(const Plan& executed, const ExecuteResult& r,
              static_cast<int>(sim.memory.stages.size()) == p &&
              static_cast<int>(r.stage_busy_s.size()) == p);
   ValidationReport v;
+  v.profile_rank = r.profile_rank;
+  if (r.profile_rank >= 0) PTDP_CHECK(r.ranks.size() == 1);
   v.model = executed.model.name;
   v.layout = LayoutLine(executed);
   v.profile = executed.cluster.name;
@@ -120,6 +122,7 @@ ValidationReport CompareRun(const Plan& executed, const ExecuteResult& r,
     sim_kernels = StageKernelClassTimes(executed, sim.estimate);
   }
   for (int s = 0; s < p; ++s) {
+    if (r.profile_rank >= 0 && s != r.ranks[0].coords.pp) continue;
     StageComparison st;
     st.stage = s;
     st.busy_s = {r.stage_busy_s[static_cast<size_t>(s)],
@@ -178,14 +181,44 @@ ValidationReport CompareRun(const Plan& executed, const ExecuteResult& r,
   return v;
 }
 
+void AddStandInRows(ValidationReport& report, const Plan& executed, const SimulationReport& sim,
+                    const StandInTallies& per_step) {
+  PTDP_CHECK(report.stages.size() == 1);
+  const auto s = static_cast<size_t>(report.stages[0].stage);
+  const StageBreakdown& br = sim.estimate.stages[s];
+  const StageCosts& st = sim.estimate.costs.stages[s];
+  const auto m = static_cast<double>(NumMicrobatches(executed.training, executed.parallel));
+  // The simulator's bytes per step for the groups it models (cost_model.h: per micro-batch in
+  // the stage's breakdown, per step in its costs).
+  const std::map<std::string, double> simulated = {
+      {"tp", m * br.tp_comm_bytes},     {"cp", m * br.cp_comm_bytes},
+      {"ep", m * br.ep_comm_bytes},     {"etp", m * br.etp_comm_bytes},
+      {"pp", m * br.pp_comm_bytes},     {"dp_cp", st.dp_comm_bytes - st.expert_dp_comm_bytes},
+      {"edp", st.expert_dp_comm_bytes}, {"embedding", st.embedding_sync_bytes},
+  };
+  for (const char* group : {"tp", "cp", "ep", "etp", "pp", "dp_cp", "dp", "edp", "embedding",
+                            "model_parallel", "world"}) {
+    const auto it = simulated.find(group);
+    const double sim_bytes = it != simulated.end() ? it->second : kNaN;
+    const auto got = per_step.find(group);
+    const StandInTally g = got != per_step.end() ? got->second : StandInTally{};
+    if (g.calls == 0 && !(sim_bytes > 0)) continue;
+    report.stand_in.push_back({group, {g.bytes, sim_bytes}, g.seconds, g.calls});
+  }
+}
+
 std::string ValidationText(const ValidationReport& v) {
+  const std::string who =
+      v.profile_rank >= 0 ? fmt::format("rank {} of {} alone, its exchanges local stand-ins",
+                                        v.profile_rank, v.ranks)
+                          : fmt::format("{} rank{} ({} host{})", v.ranks, v.ranks == 1 ? "" : "s",
+                                        v.hosts, v.hosts == 1 ? "" : "s");
   std::string out = fmt::format(
-      "ptdp validate: {} on {} rank{} ({} host{}): {}\n"
+      "ptdp validate: {} on {}: {}\n"
       "measured: steps {}..{} of the {} executor (step time: median of the steps after the "
       "first)\nsimulated: profile {} ({}), {} ranks per node\n",
-      v.model, v.ranks, v.ranks == 1 ? "" : "s", v.hosts, v.hosts == 1 ? "" : "s", v.layout,
-      v.first_step, v.first_step + v.steps_run - 1, v.backend == "cpu" ? "CPU" : "CUDA", v.profile,
-      v.profile_source, v.simulated_gpus_per_node);
+      v.model, who, v.layout, v.first_step, v.first_step + v.steps_run - 1,
+      v.backend == "cpu" ? "CPU" : "CUDA", v.profile, v.profile_source, v.simulated_gpus_per_node);
   for (const std::string& n : v.notes) out += "note: " + n + "\n";
   out += "\n";
   Table t({{"figure"},
@@ -197,9 +230,11 @@ std::string ValidationText(const ValidationReport& v) {
     t.AddRow({name, format(c.measured), format(c.simulated), RatioCell(c), ErrorCell(c)});
   };
   auto fraction = [](double f) { return fmt::format("{:.3f}", f); };
-  row("step time", v.step_time_s, Seconds);
-  row("pipeline phase", v.pipeline_s, Seconds);
-  row("bubble fraction", v.bubble_fraction, fraction);
+  if (v.profile_rank < 0) {
+    row("step time", v.step_time_s, Seconds);
+    row("pipeline phase", v.pipeline_s, Seconds);
+    row("bubble fraction", v.bubble_fraction, fraction);
+  }
   for (const StageComparison& s : v.stages) {
     row(fmt::format("stage {} busy per step", s.stage), s.busy_s, Seconds);
   }
@@ -230,6 +265,13 @@ std::string ValidationText(const ValidationReport& v) {
           {s.measured_reserved_bytes, s.simulated_peak_bytes}, Megabytes);
     }
   }
+  for (const StandInComparison& c : v.stand_in) {
+    t.AddRow(
+        {fmt::format("{} exchanges per step ({} calls, {})", c.group, c.calls, Seconds(c.seconds)),
+         Megabytes(c.bytes.measured),
+         std::isfinite(c.bytes.simulated) ? Megabytes(c.bytes.simulated) : "-", RatioCell(c.bytes),
+         ErrorCell(c.bytes)});
+  }
   out += t.Render();
   out +=
       "\nerror = simulated / measured - 1 (bubble fraction: simulated - measured). Measured "
@@ -248,6 +290,13 @@ std::string ValidationJson(const ValidationReport& v, const SimulationReport& si
   }
   for (size_t i = 0; i < v.notes.size(); ++i)
     notes += (i == 0 ? "" : ", ") + JsonString(v.notes[i]);
+  std::string stand_in;
+  for (size_t i = 0; i < v.stand_in.size(); ++i) {
+    const StandInComparison& c = v.stand_in[i];
+    stand_in += fmt::format("{}{{\"group\": {}, \"bytes\": {}, \"seconds\": {}, \"calls\": {}}}",
+                            i == 0 ? "" : ",\n    ", JsonString(c.group), ComparedJson(c.bytes),
+                            JsonNumber(c.seconds), c.calls);
+  }
   for (size_t i = 0; i < v.stages.size(); ++i) {
     const StageComparison& s = v.stages[i];
     std::string kernels;
@@ -277,11 +326,14 @@ std::string ValidationJson(const ValidationReport& v, const SimulationReport& si
       "  \"simulated_gpus_per_node\": {},\n  \"first_step\": {},\n  \"steps_run\": {},\n"
       "  \"measured_step_times_s\": [{}],\n  \"step_time_s\": {},\n  \"pipeline_s\": {},\n"
       "  \"bubble_fraction\": {},\n"
-      "  \"stages\": [\n{}\n  ],\n  \"notes\": [{}],\n  \"simulation\": {}\n}}\n",
+      "  \"stages\": [\n{}\n  ],\n  \"profile_rank\": {},\n  \"stand_in\": [{}],\n"
+      "  \"notes\": [{}],\n  \"simulation\": {}\n}}\n",
       JsonString(v.plan_path), JsonString(v.model), JsonString(v.layout), JsonString(v.profile),
       JsonString(v.profile_source), v.ranks, v.hosts, v.simulated_gpus_per_node, v.first_step,
       v.steps_run, times, ComparedJson(v.step_time_s), ComparedJson(v.pipeline_s),
-      ComparedJson(v.bubble_fraction), stages, notes, SimulationJson(sim, 2));
+      ComparedJson(v.bubble_fraction), stages,
+      v.profile_rank >= 0 ? std::to_string(v.profile_rank) : "null", stand_in, notes,
+      SimulationJson(sim, 2));
 }
 
 }  // namespace ptdp

@@ -8,6 +8,7 @@
 
 #include "core/cost_options.h"
 #include "core/plan.h"
+#include "executor/comm_standin.h"
 #include "executor/trainer.h"
 #include "simulator/simulate.h"
 
@@ -58,6 +59,15 @@ struct StageComparison {
   double measured_reserved_bytes = 0;
 };
 
+// `--profile-rank`: one group's stand-in exchanges (executor/comm_standin.h) per step, the bytes
+// against the simulator's for the same group of the rank's stage (nccl-tests sizes).
+struct StandInComparison {
+  std::string group;   // "tp", "cp", "ep", "etp", "pp" (sent), "dp_cp", "edp", "embedding", ...
+  Compared bytes;      // simulated NaN where the simulator has no figure for the group
+  double seconds = 0;  // the stand-in copies' time (not a network's)
+  int64_t calls = 0;
+};
+
 struct ValidationReport {
   std::string plan_path;
   std::string model;
@@ -77,7 +87,16 @@ struct ValidationReport {
   Compared bubble_fraction;  // measured: mean over the steps after the first; error: difference
   std::vector<StageComparison> stages;
   std::vector<std::string> notes;  // what was adjusted to simulate the run as executed
+  // `--profile-rank R`: the rank measured alone (its stage's rows only; no step, pipeline or
+  // bubble rows: one rank with stand-in exchanges has no pipeline), and its exchanges.
+  int profile_rank = -1;
+  std::vector<StandInComparison> stand_in;
 };
+
+// Fills report.stand_in from what a profiled rank's stand-ins carried per measured step
+// (comm_standin.h PerMeasuredStep) and the simulation of its stage.
+void AddStandInRows(ValidationReport& report, const Plan& executed,
+                    const SimulationReport& simulated, const StandInTallies& per_step);
 
 // The simulator's settings for what the CPU executor does: non-blocking sends (Megatron's
 // --overlap-p2p-communication), gradients reduced after the backward, blocking tensor-parallel
@@ -102,7 +121,8 @@ std::string ValidationText(const ValidationReport& report);
 //  "backward_s": {...}, "kernels_s": {"gemm": {...}, "attention", "memory_bound",
 //  "optimizer"} (when timed), "memory_bytes": {"weights": {...}, "gradients",
 //  "optimizer", "activations", "total", "measured_other", "simulated_allowance",
-//  "simulated_peak"}}], "notes": [...], "simulation": <simulate --format json's object>}
+//  "simulated_peak"}}], "profile_rank": R or null, "stand_in": [{"group", "bytes": {...},
+//  "seconds", "calls"}], "notes": [...], "simulation": <simulate --format json's object>}
 std::string ValidationJson(const ValidationReport& report, const SimulationReport& simulated);
 
 }  // namespace ptdp

@@ -13,6 +13,7 @@
 #include "executor/backend_cpu.h"
 #include "executor/checkpoint.h"
 #include "executor/comm.h"
+#include "executor/comm_standin.h"
 #include "executor/context_parallel.h"
 #include "executor/data.h"
 #include "executor/gpt_params.h"
@@ -744,6 +745,39 @@ TEST(Execute, FlashAttentionMatchesUnfusedAndKeepsNoSoftmax) {
     const int64_t softmax = 8 * 2 * 4 * 32 * 32 * 8, lse = 8 * 64 * 4 * 8;
     EXPECT_EQ(runs[0].ranks[0].memory.peak_bytes[act] - runs[1].ranks[0].memory.peak_bytes[act],
               softmax - lse);
+  }
+}
+
+// Stand-in groups (--profile-rank) have the sizes and places Megatron's order gives every rank,
+// for each group of both grids.
+TEST(Topology, StandInGroupsHaveTheGroupsOfMegatronsOrder) {
+  Plan plan =
+      TinyPlan({.tp = 2, .pp = 2, .dp = 2, .sequence_parallel = true, .cp = 2, .ep = 4, .etp = 1},
+               {.layers = 4, .experts = 4, .topk = 2, .expert_ffn = 64});
+  const ParallelConfig& p = plan.parallel;
+  auto backend = MakeCpuBackend();
+  for (int r = 0; r < p.world_size(); ++r) {
+    StandInTallies tallies;
+    const ProcessGroups g = MakeStandInGroups(r, p, *backend, &tallies);
+    const RankCoords c = CoordsOf(r, p);
+    const ExpertCoords e = ExpertCoordsOf(r, p);
+    EXPECT_EQ(g.coords, c);
+    auto expect = [&](const std::unique_ptr<Comm>& comm, int64_t size, int rank, const char* what) {
+      ASSERT_NE(comm, nullptr) << what << " of rank " << r;
+      EXPECT_EQ(comm->size(), size) << what << " of rank " << r;
+      EXPECT_EQ(comm->rank(), rank) << what << " of rank " << r;
+    };
+    expect(g.world, p.world_size(), r, "world");
+    expect(g.tp, p.tp, c.tp, "tp");
+    expect(g.cp, p.cp, c.cp, "cp");
+    expect(g.pp, p.pp, c.pp, "pp");
+    expect(g.dp, p.dp, c.dp, "dp");
+    expect(g.dp_cp, p.dp * p.cp, c.cp + p.cp * c.dp, "dp_cp");
+    expect(g.model_parallel, p.tp * p.pp, c.pp * p.tp + c.tp, "model_parallel");
+    expect(g.embedding, 2, c.pp == 0 ? 0 : 1, "embedding");  // pp 2: both stages are ends
+    expect(g.etp, p.expert_tp(), e.etp, "etp");
+    expect(g.ep, p.ep, e.ep, "ep");
+    expect(g.edp, p.expert_dp(), e.edp, "edp");
   }
 }
 

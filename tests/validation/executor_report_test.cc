@@ -11,6 +11,8 @@
 
 #include "cli/cli.h"
 #include "core/spec_yaml.h"
+#include "executor/backend_cpu.h"
+#include "executor/comm_standin.h"
 #include "simulator/kernel_classes.h"
 #include "simulator/layer_work.h"
 #include "tests/executor/tiny_plan.h"
@@ -161,6 +163,51 @@ TEST(Validate, SimulatedKernelClassesSplitTheCostModelsKernels) {
   }
 }
 
+// A rank of an eight-rank plan run alone: its groups are the plan's sizes, its exchanges carry
+// per step exactly the bytes the simulator gives the same groups of its stage (tensor parallel,
+// pipeline sends, gradient reduction, tied embedding), and the report keeps its stage only.
+TEST(Validate, ProfiledRankExchangesCarryTheSimulatorsBytes) {
+  Plan plan = TinyPlan(TinyLayout{.tp = 2, .pp = 2, .dp = 2});
+  auto backend = MakeCpuBackend();
+  StandInTallies tallies;
+  std::vector<StandInTallies> at_end;
+  ProcessGroups groups = MakeStandInGroups(5, plan.parallel, *backend, &tallies);
+  EXPECT_EQ(groups.tp->size(), 2);
+  EXPECT_EQ(groups.dp_cp->size(), 2);
+  EXPECT_EQ(groups.world->rank(), 5);
+  ExecuteOptions options{.steps = 3, .keep_trace = true};
+  options.profile_rank = 5;
+  options.on_step_end = [&](int64_t) { at_end.push_back(tallies); };
+  const ExecuteResult result = Execute(plan, options, groups, *backend, nullptr);
+  ASSERT_EQ(at_end.size(), 3u);
+  const StandInTallies per_step = PerMeasuredStep(at_end);
+
+  plan.options = ExecutorCostOptions();
+  const SimulationReport sim = SimulatePlan(plan);
+  ValidationReport v = CompareRun(plan, result, sim);
+  EXPECT_EQ(v.profile_rank, 5);
+  ASSERT_EQ(v.stages.size(), 1u);
+  EXPECT_EQ(v.stages[0].stage, 1);  // rank 5: tp 1, dp 0, stage 1
+  EXPECT_GT(v.stages[0].forward_s.measured, 0);
+  AddStandInRows(v, plan, sim, per_step);
+  std::vector<std::string> seen;
+  for (const StandInComparison& c : v.stand_in) {
+    seen.push_back(c.group);
+    EXPECT_GT(c.calls, 0) << c.group;
+    EXPECT_NEAR(c.bytes.measured, c.bytes.simulated, 1e-9 * c.bytes.simulated) << c.group;
+  }
+  EXPECT_EQ(seen, (std::vector<std::string>{"tp", "pp", "dp_cp", "embedding"}));
+  const std::string text = ValidationText(v);
+  EXPECT_EQ(text.find("\nstep time "), std::string::npos) << text;
+  EXPECT_NE(text.find("rank 5 of 8 alone"), std::string::npos) << text;
+  EXPECT_NE(text.find("\ntp exchanges per step ("), std::string::npos) << text;
+  const std::string json = ValidationJson(v, sim);
+  EXPECT_NE(json.find("\"profile_rank\": 5,"), std::string::npos);
+  EXPECT_NE(json.find("\"stand_in\": [{\"group\": \"tp\", \"bytes\": {\"measured\": "),
+            std::string::npos)
+      << json.substr(0, 2000);
+}
+
 TEST(Validate, ExecutorCostOptionsDescribeTheCpuExecutor) {
   const CostOptions o = ExecutorCostOptions();
   EXPECT_TRUE(o.overlap_p2p_communication);  // Isend
@@ -204,6 +251,16 @@ TEST(Validate, BadFlagsAreRefusedNamingTheFlag) {
        2,
        "ptdp: error: --dtype: unknown value \"bf8\" (expected one of: fp32, bf16, fp16, fp64)"},
       {{"validate", "--plan", dir + "/missing.yaml"}, 2, "ptdp: error: "},
+      {{"validate", "--plan", plan, "--profile-rank", "2"},
+       2,
+       "ptdp: error: --profile-rank: the plan has 2 ranks (0..1)"},
+      {{"validate", "--plan", plan, "--profile-rank", "x"},
+       2,
+       "ptdp: error: --profile-rank: expected a rank, 0 or more, got \"x\""},
+      {{"validate", "--plan", plan, "--profile-rank", "1", "--launch"},
+       2,
+       "ptdp: error: --profile-rank: runs one rank alone without mpirun or checkpoints: drop "
+       "--launch"},
       {{"validate", "--plan", plan, "--backend", "cuda"},
        3,
        "ptdp: error: `ptdp validate --backend cuda` runs plans of one GPU today; this plan has"},
