@@ -52,6 +52,8 @@ class CudaBackend final : public Backend {
   }
   // Waits for the stream, then throws if a kernel reported a bad index.
   void Sync();
+  cudaStream_t stream() const { return stream_; }
+  int device() const { return device_; }
 
   void Upload(Span dst, const void* host) override;
   void Download(Span src, void* host) override;
