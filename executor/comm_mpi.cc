@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "executor/launch_env.h"
 
 namespace ptdp {
 namespace {
@@ -288,6 +289,15 @@ void MpiAbortJob(int code) {
 }
 
 int LauncherRank() {
+  // A torchrun-style launch has no MPI even inside an srun task (torchrun started several
+  // processes in it): launch_env.h's order decides.
+  try {
+    const LaunchEnv env = ReadLaunchEnv(ProcessEnv());
+    if (env.launcher != Launcher::kNone) return env.mpi() ? env.rank : -1;
+  } catch (const InputError&) {
+    // A malformed variable is reported where the rank reads its environment; here, the first
+    // rank variable set decides, as before.
+  }
   for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
     if (const char* value = std::getenv(name); value != nullptr && *value != '\0') {
       return std::atoi(value);

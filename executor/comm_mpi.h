@@ -47,8 +47,9 @@ class MpiSession {
 // never returns. Safe to call when MPI is not initialised (then it only exits).
 [[noreturn]] void MpiAbortJob(int code);
 
-// This process's world rank from the launcher's environment (OMPI_COMM_WORLD_RANK, PMI_RANK,
-// PMIX_RANK, SLURM_PROCID), without initialising MPI; -1 when none is set.
+// This process's world rank from an MPI launcher's environment (OMPI_COMM_WORLD_RANK,
+// PMIX_RANK, PMI_RANK, SLURM_PROCID; launch_env.h), without initialising MPI; -1 when none is
+// set, or when a torchrun-style launch (RANK, WORLD_SIZE, ...) started the process.
 int LauncherRank();
 
 // "PTDP_MPI_CHECK(MPI_Allreduce(...))": throws MpiError("MPI_Allreduce(...) failed at

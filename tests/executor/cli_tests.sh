@@ -230,6 +230,33 @@ launch)
   cat out.log
   grep -q "^launching: .* -np 4 " out.log || fail "no launch line"
   grep -q '"steps_run": 3' r.json || fail "no results"
+  # --launcher: srun by default inside a Slurm allocation (a stand-in srun prints its argv),
+  # one task per GPU of the plan with --backend cuda; bad values exit 2 naming the flag.
+  mkdir -p bin
+  printf '#!/bin/sh\necho "srun argv: $*"\n' >bin/srun && chmod +x bin/srun
+  SLURM_JOB_ID=1 PATH="$PWD/bin:$PATH" "$ptdp" execute --plan plan.yaml --launch --steps 2 \
+    -- --mpi=pmix >srun.log 2>&1 || { cat srun.log; fail "srun launch"; }
+  cat srun.log
+  grep -q -- "^srun argv: --ntasks 4 --kill-on-bad-exit=1 --mpi=pmix .*/ptdp execute --plan plan.yaml --steps 2$" \
+    srun.log || fail "srun's command"
+  expect2() {  # expect2 MESSAGE ARGS...: exit code 2 with MESSAGE on stderr
+    local message=$1 rc=0
+    shift
+    "$@" >e.out 2>e.err || rc=$?
+    [ $rc -eq 2 ] || { cat e.out e.err; fail "exit $rc, not 2: $*"; }
+    grep -qF -- "$message" e.err || { cat e.err; fail "no \"$message\""; }
+  }
+  expect2 "ptdp: error: --launcher: needs --launch" "$ptdp" execute --plan plan.yaml --launcher srun
+  expect2 'ptdp: error: --launcher: expected mpirun, srun or torchrun, got "pbs"' \
+    "$ptdp" execute --plan plan.yaml --launch --launcher pbs
+  expect2 "ptdp: error: --launcher: torchrun-style ranks bootstrap NCCL over a TCP store: they need --backend cuda" \
+    "$ptdp" execute --plan plan.yaml --launch --launcher torchrun
+  expect2 "ptdp: error: RANK: a torchrun-style launch (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) bootstraps NCCL: it needs --backend cuda" \
+    env RANK=0 WORLD_SIZE=4 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 \
+    "$ptdp" execute --plan plan.yaml
+  expect2 'ptdp: error: WORLD_SIZE: must be a positive integer, got "two"' \
+    env RANK=0 WORLD_SIZE=two LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 \
+    "$ptdp" execute --plan plan.yaml
   ;;
 trace)
   "$tool" plan plan.yaml pp=4 || fail "plan"
