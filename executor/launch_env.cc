@@ -142,6 +142,7 @@ LaunchEnv ReadLaunchEnv(const EnvLookup& env) {
 }
 
 int GpuOfRank(const LaunchEnv& env, int device_count) {
+  if (device_count == 1) return 0;
   if (env.local_rank < device_count) return env.local_rank;
   throw InputError(
       {"", 0, env.local_rank_variable.empty() ? "--backend" : env.local_rank_variable},

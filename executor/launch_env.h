@@ -57,8 +57,10 @@ EnvLookup ProcessEnv();  // getenv
 // No launcher: a job of one rank (Launcher::kNone).
 LaunchEnv ReadLaunchEnv(const EnvLookup& env);
 
-// The CUDA device of this rank: its local rank, which must be below the node's device count
-// (one process per GPU); an InputError naming the local-rank variable otherwise.
+// The CUDA device of this rank: device 0 when the process sees one device (the launcher bound
+// a GPU to it: srun --gpus-per-task, --gpu-bind), else its local rank, which must be below the
+// device count (one process per GPU); an InputError naming the local-rank variable otherwise.
+// Two ranks on one GPU are NCCL's to refuse ("Duplicate GPU detected").
 int GpuOfRank(const LaunchEnv& env, int device_count);
 
 }  // namespace ptdp

@@ -131,12 +131,15 @@ TEST(LaunchEnv, OneProcessPerGpu) {
   const LaunchEnv e =
       ReadLaunchEnv(Env({{"SLURM_PROCID", "9"}, {"SLURM_NTASKS", "16"}, {"SLURM_LOCALID", "1"}}));
   EXPECT_EQ(GpuOfRank(e, 8), 1);
+  EXPECT_EQ(GpuOfRank(e, 1), 0);  // the one GPU srun bound to the task
+  const LaunchEnv third =
+      ReadLaunchEnv(Env({{"SLURM_PROCID", "10"}, {"SLURM_NTASKS", "16"}, {"SLURM_LOCALID", "2"}}));
   try {
-    GpuOfRank(e, 1);
+    GpuOfRank(third, 2);
     ADD_FAILURE() << "no error";
   } catch (const InputError& error) {
     EXPECT_EQ(error.where().key, "SLURM_LOCALID");
-    EXPECT_EQ(error.message(), "rank 9 is process 1 on its node, which has 1 GPU");
+    EXPECT_EQ(error.message(), "rank 10 is process 2 on its node, which has 2 GPUs");
   }
   EXPECT_EQ(GpuOfRank(LaunchEnv{}, 1), 0);
 }
