@@ -49,9 +49,9 @@ constexpr EnumName<DType> kDTypes[] = {
 
 // Flags `execute --launch` forwards to the ranks (all but --launch itself).
 constexpr const char* kForwarded[] = {
-    "watchdog",         "plan", "steps", "backend", "data",  "save",
-    "save-interval",    "load", "trace", "results", "dtype", "eval-interval",
-    "attention-backend"};
+    "watchdog",          "plan", "steps", "backend", "data",  "save",
+    "save-interval",     "load", "trace", "results", "dtype", "eval-interval",
+    "attention-backend", "comm"};
 
 void AddExecuteOptions(po::options_description& o) {
   AddRunOptions(o);
@@ -252,6 +252,10 @@ void AddRunOptions(po::options_description& o) {
       "watchdog", po::value<std::string>()->value_name("S"),
       "end the job when a rank makes no progress for S seconds (a stopped, hung or dead peer); "
       "default 600, `off` to wait forever")(
+      "comm", po::value<std::string>()->value_name("C"),
+      "how ranks on GPUs talk: nccl (default; one process per GPU) | mpi (MPI over host copies "
+      "of the device memory: slower, and several processes may share a GPU; for tests and "
+      "machines without NCCL). CPU ranks talk over MPI")(
       "attention-backend", po::value<std::string>()->value_name("A"),
       "the attention to run, overriding the plan's options.attention: flash | fused (both "
       "flash-style: the log-sum-exp kept, the softmax recomputed in the backward) | unfused "
@@ -273,8 +277,22 @@ bool IsCudaRequest(const Flags& flags) {
   return false;
 }
 
+bool UsesNccl(const Flags& flags) {
+  const auto comm = flags.OptionalString("comm");
+  if (comm && *comm != "nccl" && *comm != "mpi") {
+    flags.Fail("comm", fmt::format("expected nccl or mpi, got \"{}\"", *comm));
+  }
+  const bool cuda = IsCudaRequest(flags);
+  if (comm && *comm == "nccl" && !cuda) {
+    flags.Fail("comm", "NCCL moves GPU memory: it needs --backend cuda",
+               "CPU ranks talk over MPI (the default)");
+  }
+  return cuda && comm.value_or("nccl") == "nccl";
+}
+
 ExecuteOptions ReadExecuteOptions(const Flags& flags) {
   (void)ReadWatchdogSeconds(flags);  // refused before anything starts
+  (void)UsesNccl(flags);             // a bad --comm: exit 2 naming it
   if (const auto launcher = flags.OptionalString("launcher")) {
     (void)ChooseLauncher(launcher, std::nullopt);  // an unknown value: exit 2 naming --launcher
     if (!flags.Switch("launch")) flags.Fail("launcher", "needs --launch");
@@ -413,7 +431,12 @@ std::unique_ptr<Comm> MakeWorld(const MpiSession& session, const LaunchEnv& env,
   const bool torchrun = env.launcher == Launcher::kTorchrun;
   const int size = torchrun ? env.size : session.world_size();
   const int rank = torchrun ? env.rank : session.world_rank();
-  if (!IsCudaRequest(flags) || size == 1) return session.World(backend);
+  if (torchrun && !UsesNccl(flags)) {
+    flags.Fail("comm", "a torchrun-style launch has no MPI: its ranks talk over NCCL",
+               "start the ranks with mpirun or srun for --comm mpi");
+  }
+  // MPI (CPU ranks, or --comm mpi: device memory staged through the host) or one rank.
+  if (!UsesNccl(flags) || size == 1) return session.World(backend);
   const int64_t watchdog_s = ReadWatchdogSeconds(flags);
   NcclOptions nccl;
   nccl.timeout_s =
@@ -624,7 +647,8 @@ const Command kExecuteCommand{
         "local rank; several GPUs talk over NCCL, bootstrapped over MPI (mpirun, srun) or,\n"
         "for torchrun-style launches (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT\n"
         "set, as torchrun, Kubernetes' PyTorchJob or a Slurm script set them), over a TCP\n"
-        "store on MASTER_ADDR:MASTER_PORT. --launch starts the ranks: srun inside a Slurm\n"
+        "store on MASTER_ADDR:MASTER_PORT (--comm mpi: MPI over host copies instead, several\n"
+        "processes may then share a GPU). --launch starts the ranks: srun inside a Slurm\n"
         "allocation, mpirun elsewhere, or --launcher torchrun for the GPUs of this node.",
     .examples =
         "mpirun -np 8 ptdp execute --plan plan.yaml --steps 20\n"

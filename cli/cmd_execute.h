@@ -27,6 +27,9 @@ void AddRunOptions(boost::program_options::options_description& options);
 // (IsCudaRequest: whether it is cuda; a value other than cpu or cuda is an InputError).
 ExecuteOptions ReadExecuteOptions(const Flags& flags);
 bool IsCudaRequest(const Flags& flags);
+// Whether the ranks talk over NCCL: --backend cuda and --comm nccl (its default there); --comm
+// mpi stages device memory through the host. A bad --comm is an InputError.
+bool UsesNccl(const Flags& flags);
 
 // Loads --plan and refuses (InputError naming the plan) what the CPU executor cannot run.
 Plan LoadExecutablePlan(const Flags& flags, const ExecuteOptions& options);

@@ -33,7 +33,9 @@ class MpiSession {
   int world_size() const { return size_; }
   const std::string& host() const { return host_; }
 
-  // MPI_COMM_WORLD as a Comm over `backend`'s memory (host memory for MPI).
+  // MPI_COMM_WORLD as a Comm over `backend`'s memory. MPI moves host memory: a device
+  // backend's spans (CUDA) are copied to the host and back around every exchange, which is
+  // slow but needs no NCCL and lets several processes share one GPU (tests).
   std::unique_ptr<Comm> World(Backend& backend) const;
 
  private:

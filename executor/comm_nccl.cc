@@ -153,8 +153,9 @@ class Watchdog {
 
   void Run() {
     cudaSetDevice(device_);  // events are queried on the communicators' device
+    // A tenth of the limit, at most 100 ms (an infinite limit: only asynchronous errors).
     const auto tick = std::chrono::milliseconds(
-        std::clamp<int64_t>(static_cast<int64_t>(options_.timeout_s * 100), 1, 100));
+        static_cast<int64_t>(std::clamp(options_.timeout_s * 100, 1.0, 100.0)));
     std::unique_lock<std::mutex> lock(mutex_);
     while (!wake_.wait_for(lock, tick, [this] { return stop_; })) {
       if (!failure_.empty()) continue;
@@ -288,6 +289,8 @@ class NcclSendRequest final : public SendRequest {
 // The two-rank communicator and stream that carry one ordered pair's messages
 // (comm_nccl_logic.h): the sender is rank 0 in it, the receiver rank 1.
 struct PairComm {
+  int peer = 0;
+  bool outgoing = false;  // this rank sends to `peer` on it (else receives from it)
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
 };
@@ -408,7 +411,7 @@ class NcclComm final : public Comm {
   // On the pair's own communicator and stream, at once (comm_nccl_logic.h says why).
   std::unique_ptr<SendRequest> Isend(Span data, int peer, int tag) override {
     PTDP_CHECK(tag >= 0);
-    const PairComm& pair = Pair(to_, peer, "send to", tag);
+    const PairComm& pair = Pair(true, peer, "send to", tag);
     Begin(pair.stream);
     PTDP_NCCL_CHECK(
         ncclSend(data.data, Count(data.numel), NcclType(data.dtype), 1, pair.comm, pair.stream));
@@ -420,7 +423,7 @@ class NcclComm final : public Comm {
   }
   void Recv(Span data, int peer, int tag) override {
     PTDP_CHECK(tag >= 0);
-    const PairComm& pair = Pair(from_, peer, "receive from", tag);
+    const PairComm& pair = Pair(false, peer, "receive from", tag);
     Begin(pair.stream);
     PTDP_NCCL_CHECK(
         ncclRecv(data.data, Count(data.numel), NcclType(data.dtype), 0, pair.comm, pair.stream));
@@ -514,24 +517,25 @@ class NcclComm final : public Comm {
                                              size_, rank_));
       if (comm == nullptr) continue;
       const Edge& e = round.at(static_cast<size_t>(args.color));
-      PairComm& pair = e.from == rank_ ? to_[e.to] : from_[e.from];
+      PairComm pair;
+      pair.outgoing = e.from == rank_;
+      pair.peer = pair.outgoing ? e.to : e.from;
       pair.comm = comm;
       shared_->watchdog->AddComm(comm);
-      PTDP_NCCL_CUDA_CHECK(cudaStreamCreateWithFlags(&pair.stream, cudaStreamNonBlocking));
+      pairs_.push_back(pair);  // before the stream: Release frees what is there
+      PTDP_NCCL_CUDA_CHECK(cudaStreamCreateWithFlags(&pairs_.back().stream, cudaStreamNonBlocking));
     }
   }
 
-  const PairComm& Pair(const std::map<int, PairComm>& pairs, int peer, std::string_view what,
-                       int tag) const {
+  const PairComm& Pair(bool outgoing, int peer, std::string_view what, int tag) const {
     ThrowIfFailed();
-    const auto it = pairs.find(peer);
-    if (it == pairs.end()) {
-      throw InternalError(fmt::format(
-          "NcclComm: {} rank {} (tag {}) from rank {} of a group of {}: point-to-point messages "
-          "go between ring neighbours only (rank +-1 modulo the group's size)",
-          what, peer, tag, rank_, size_));
+    for (const PairComm& pair : pairs_) {
+      if (pair.outgoing == outgoing && pair.peer == peer) return pair;
     }
-    return it->second;
+    throw InternalError(fmt::format(
+        "NcclComm: {} rank {} (tag {}) from rank {} of a group of {}: point-to-point messages "
+        "go between ring neighbours only (rank +-1 modulo the group's size)",
+        what, peer, tag, rank_, size_));
   }
 
   // Before an operation on `stream`: it waits for the compute stream's work so far.
@@ -595,38 +599,34 @@ class NcclComm final : public Comm {
   }
 
   // Frees the communicators: finalized and destroyed normally; aborted on an error path
-  // (`abort`: a peer may never come); nothing when the watchdog has aborted them.
+  // (`abort`: a peer may never come); nothing when the watchdog has aborted them. Every rank
+  // frees its pairs in the reverse of the rounds that made them, then the group's
+  // communicator: the same order everywhere, should finalizing wait for the peer.
   void Release(bool abort) {
-    std::vector<ncclComm_t> comms{comm_};
-    std::vector<cudaStream_t> streams;
-    for (auto* pairs : {&to_, &from_}) {
-      for (const auto& [peer, pair] : *pairs) {
-        comms.push_back(pair.comm);
-        streams.push_back(pair.stream);
-      }
-    }
+    std::vector<ncclComm_t> comms;
+    for (auto it = pairs_.rbegin(); it != pairs_.rend(); ++it) comms.push_back(it->comm);
+    comms.push_back(comm_);
     for (const ncclComm_t c : comms) shared_->watchdog->RemoveComm(c);
-    const bool aborted = !shared_->watchdog->failure().empty();
-    const bool unwinding = abort;
-    if (!aborted) {
-      for (const cudaStream_t st : streams) {
-        if (!unwinding) cudaStreamSynchronize(st);
+    if (shared_->watchdog->failure().empty()) {
+      if (!abort) {
+        for (const PairComm& pair : pairs_) {
+          if (pair.stream != nullptr) cudaStreamSynchronize(pair.stream);
+        }
+        cudaStreamSynchronize(shared_->stream);
       }
-      if (!unwinding) cudaStreamSynchronize(shared_->stream);
       for (const ncclComm_t c : comms) {
         if (c == nullptr) continue;
-        if (unwinding || ncclCommFinalize(c) != ncclSuccess) {
+        if (abort || ncclCommFinalize(c) != ncclSuccess) {
           ncclCommAbort(c);
         } else {
           ncclCommDestroy(c);
         }
       }
     }
-    for (const cudaStream_t st : streams) {
-      if (st != nullptr) cudaStreamDestroy(st);
+    for (const PairComm& pair : pairs_) {
+      if (pair.stream != nullptr) cudaStreamDestroy(pair.stream);
     }
-    to_.clear();
-    from_.clear();
+    pairs_.clear();
   }
 
   std::shared_ptr<Shared> shared_;
@@ -634,8 +634,7 @@ class NcclComm final : public Comm {
   ncclComm_t comm_;
   int rank_ = 0;
   int size_ = 1;
-  std::map<int, PairComm> to_;    // by peer: the pair that carries this rank's sends to it
-  std::map<int, PairComm> from_;  // by peer: the pair that carries its messages to this rank
+  std::vector<PairComm> pairs_;  // in the order made (EdgeRounds'); at most 4
 };
 
 NcclSendRequest::~NcclSendRequest() {

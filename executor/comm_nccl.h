@@ -11,11 +11,20 @@
 //    after a collective or a receive the compute stream waits for it, so results are ready for
 //    the next kernel without the host waiting. Host-side results (AllReduceHost,
 //    GatherStrings, Barrier) wait on the host.
-//  - Point-to-point: NCCL has no tags and matches messages between two ranks in order; Isend
-//    queues its send and the next Recv issues the queued sends with itself in one
-//    ncclGroupStart/End (P2pBatcher, comm_nccl_logic.h: why this cannot deadlock the pipeline).
-//    A send request's Wait orders the compute stream after the send (its buffer is device
-//    memory, reused only by later kernels); Test is true once the send has completed.
+//  - Point-to-point: each ordered pair of ring neighbours (r -> r+1, r -> r-1 modulo the size:
+//    the pipeline's and context parallelism's peers) has a two-rank communicator and stream
+//    of its own, split off when the communicator is made (up to 4 per rank, in 2 to 6
+//    ncclCommSplit rounds, for every communicator of 2 ranks or more); Isend and Recv issue at
+//    once on the pair's stream, so a send waits only for its own receive and the exchange
+//    behaves as MPI's rendezvous sends (comm_nccl_logic.h: why one stream, grouped or not,
+//    deadlocks the executor's schedules). NCCL has no tags: messages between two ranks meet in
+//    order, which the executor's schedules keep (tests/executor/nccl_logic_test.cc); tags
+//    only name the messages in errors. Other peers are an InternalError. A send request's
+//    Wait orders the compute stream after the send (its buffer is device memory, reused only
+//    by later kernels); Test is true once the send has completed. The all-to-alls are grouped
+//    ncclSend/ncclRecv on the group's communicator (every rank's group matches the others').
+//    The pair streams run concurrently with the collectives' stream: NCCL kernels of several
+//    communicators at once, as PyTorch's per-pair communicators run them.
 //  - 16-bit sums are NCCL's (rounded at each step of its ring, as Megatron's bf16 all-reduces
 //    are), unlike MpiComm's fp32 sums rounded once.
 //  - Errors: PTDP_NCCL_CHECK throws NcclError naming the call, file:line, host and world rank,
