@@ -15,7 +15,7 @@ namespace {
 
 using Args = std::vector<std::string>;
 
-TEST(Launch, ChoosesSrunInsideASlurmAllocationElseMpirun) {
+TEST(LaunchCommands, ChoosesSrunInsideASlurmAllocationElseMpirun) {
   EXPECT_EQ(ChooseLauncher(std::nullopt, std::nullopt), Launcher::kOpenMpi);
   EXPECT_EQ(ChooseLauncher(std::nullopt, "12345"), Launcher::kSlurm);
   EXPECT_EQ(ChooseLauncher(std::nullopt, ""), Launcher::kOpenMpi);
@@ -30,7 +30,7 @@ TEST(Launch, ChoosesSrunInsideASlurmAllocationElseMpirun) {
   }
 }
 
-TEST(Launch, SrunOneTaskPerGpu) {
+TEST(LaunchCommands, SrunOneTaskPerGpu) {
   const LaunchCommand c = MakeSrunCommand(
       16, 8, "/opt/ptdp", {"--plan", "p.yaml", "--backend", "cuda"}, {"--mpi=pmix"});
   EXPECT_EQ(c.argv,
@@ -45,7 +45,7 @@ TEST(Launch, SrunOneTaskPerGpu) {
             (Args{"srun", "--ntasks", "4", "--kill-on-bad-exit=1", "ptdp", "execute"}));
 }
 
-TEST(Launch, TorchrunStyleProcessesOnThisNode) {
+TEST(LaunchCommands, TorchrunStyleProcessesOnThisNode) {
   const LaunchCommand c = MakeLocalTorchrunCommand(2, 29511, "/opt/ptdp", {"--plan", "p.yaml"});
   EXPECT_EQ(c.argv, (Args{"/opt/ptdp", "execute", "--plan", "p.yaml"}));
   ASSERT_EQ(c.rank_env.size(), 2u);
@@ -71,7 +71,7 @@ TEST(Launch, TorchrunStyleProcessesOnThisNode) {
   EXPECT_GT(FreeLocalPort(), 0);
 }
 
-TEST(Launch, EveryProcessGetsItsVariablesAndTheFirstFailureStopsTheRest) {
+TEST(LaunchCommands, EveryProcessGetsItsVariablesAndTheFirstFailureStopsTheRest) {
   // The MPI rank variables of the launching process (inside an mpirun job) would win over
   // torchrun's in each rank (launch_env.h): they are removed.
   ::setenv("OMPI_COMM_WORLD_RANK", "9", 1);
