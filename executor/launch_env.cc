@@ -11,23 +11,32 @@
 namespace ptdp {
 namespace {
 
-// The variables of one launcher: rank, size, local rank, local size ("" when it has none).
+// The variables of one launcher: rank, then size, local rank and local size, each the first of
+// its names that is set ("" ends a list).
 struct Names {
   Launcher launcher;
   const char* rank;
-  const char* size;
-  const char* local_rank;
-  const char* local_size;
+  const char* size[2];
+  const char* local_rank[2];
+  const char* local_size[2];
 };
 
 constexpr Names kLaunchers[] = {
-    {Launcher::kOpenMpi, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-     "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {Launcher::kOpenMpi,
+     "OMPI_COMM_WORLD_RANK",
+     {"OMPI_COMM_WORLD_SIZE", ""},
+     {"OMPI_COMM_WORLD_LOCAL_RANK", ""},
+     {"OMPI_COMM_WORLD_LOCAL_SIZE", ""}},
     // PMIx publishes its sizes through its API only; under srun the Slurm variables say them.
-    {Launcher::kPmix, "PMIX_RANK", "SLURM_NTASKS", "SLURM_LOCALID", ""},
-    {Launcher::kPmi, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
-    {Launcher::kTorchrun, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
-    {Launcher::kSlurm, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", ""},
+    {Launcher::kPmix, "PMIX_RANK", {"SLURM_NTASKS", ""}, {"SLURM_LOCALID", ""}, {"", ""}},
+    // MPICH's hydra and Intel MPI set MPI_LOCALRANKID; srun --mpi=pmi2 does not.
+    {Launcher::kPmi,
+     "PMI_RANK",
+     {"PMI_SIZE", "SLURM_NTASKS"},
+     {"MPI_LOCALRANKID", "SLURM_LOCALID"},
+     {"MPI_LOCALNRANKS", ""}},
+    {Launcher::kTorchrun, "RANK", {"WORLD_SIZE", ""}, {"LOCAL_RANK", ""}, {"LOCAL_WORLD_SIZE", ""}},
+    {Launcher::kSlurm, "SLURM_PROCID", {"SLURM_NTASKS", ""}, {"SLURM_LOCALID", ""}, {"", ""}},
 };
 
 class Reader {
@@ -103,6 +112,13 @@ EnvLookup ProcessEnv() {
 
 LaunchEnv ReadLaunchEnv(const EnvLookup& env) {
   const Reader read(env);
+  // The first of `names` that is set.
+  auto first = [&](const char* const(&names)[2]) -> const char* {
+    for (const char* name : names) {
+      if (*name != '\0' && read.Get(name)) return name;
+    }
+    return names[0];
+  };
   for (const Names& n : kLaunchers) {
     if (!read.Get(n.rank)) continue;
     LaunchEnv e;
@@ -112,26 +128,24 @@ LaunchEnv ReadLaunchEnv(const EnvLookup& env) {
       read.Required("MASTER_ADDR", "RANK");
       read.Required("MASTER_PORT", "RANK");
     }
-    e.size = read.Int(n.size, 1, kMaxInt, "a positive integer").value_or(0);
-    if (e.size == 0) {
-      throw InputError({"", 0, n.size}, fmt::format("not set, but {} is", n.rank),
-                       "the launcher sets both; unset them to run one rank");
-    }
-    e.rank = *read.Int(n.rank, 0, e.size - 1,
-                       fmt::format("a rank in [0, {}) ({} is {})", e.size, n.size, e.size));
+    // An MPI launcher's ranks learn the size from MPI: a missing variable leaves it unknown (0).
+    const char* size_name = first(n.size);
+    e.size = read.Int(size_name, 1, kMaxInt, "a positive integer").value_or(0);
+    e.rank = e.size > 0
+                 ? *read.Int(n.rank, 0, e.size - 1,
+                             fmt::format("a rank in [0, {}) ({} is {})", e.size, size_name, e.size))
+                 : *read.Int(n.rank, 0, kMaxInt, "a non-negative integer");
+    const int most = e.size > 0 ? e.size : kMaxInt;
     e.local_size =
-        read.Int(n.local_size, 1, e.size, fmt::format("an integer in [1, {}]", e.size)).value_or(0);
-    const int local_max = e.local_size > 0 ? e.local_size - 1 : e.size - 1;
-    e.local_rank =
-        read.Int(n.local_rank, 0, local_max, fmt::format("an integer in [0, {}]", local_max))
-            .value_or(e.size == 1 ? 0 : -1);
-    e.local_rank_variable = n.local_rank;
-    if (e.local_rank < 0) {
-      // Without it the GPU of a rank is unknown; guessing rank % GPUs would put two ranks on
-      // one device on uneven nodes.
-      throw InputError({"", 0, n.local_rank}, fmt::format("not set, but {} is", n.rank),
-                       "the launcher sets the rank on the node; set it to the GPU of the rank");
-    }
+        read.Int(first(n.local_size), 1, most, fmt::format("an integer in [1, {}]", most))
+            .value_or(0);
+    const int local_max = e.local_size > 0 ? e.local_size - 1 : most - 1;
+    // Unknown (-1) when unset: only a rank that must choose among several GPUs needs it
+    // (GpuOfRank).
+    e.local_rank_variable = first(n.local_rank);
+    e.local_rank = read.Int(e.local_rank_variable, 0, local_max,
+                            fmt::format("an integer in [0, {}]", local_max))
+                       .value_or(e.size == 1 ? 0 : -1);
     if (n.launcher == Launcher::kTorchrun) {
       e.master_addr = *read.Get("MASTER_ADDR");
       e.master_port = *read.Int("MASTER_PORT", 1, 65535, "a TCP port in [1, 65535]");
@@ -143,6 +157,14 @@ LaunchEnv ReadLaunchEnv(const EnvLookup& env) {
 
 int GpuOfRank(const LaunchEnv& env, int device_count) {
   if (device_count == 1) return 0;
+  if (env.local_rank < 0) {
+    // Guessing rank % GPUs would put two ranks on one device on uneven nodes.
+    throw InputError({"", 0, env.local_rank_variable},
+                     fmt::format("not set: rank {} cannot tell which of this node's {} GPUs is its "
+                                 "own",
+                                 env.rank, device_count),
+                     "launchers set the rank on the node; set it to the GPU of the rank");
+  }
   if (env.local_rank < device_count) return env.local_rank;
   throw InputError(
       {"", 0, env.local_rank_variable.empty() ? "--backend" : env.local_rank_variable},

@@ -122,9 +122,35 @@ TEST(LaunchEnv, BadValuesNameTheVariable) {
   };
   EXPECT_EQ(without("MASTER_ADDR").substr(0, 36), "MASTER_ADDR: not set, but RANK is (h");
   EXPECT_NE(without("WORLD_SIZE").find("WORLD_SIZE: not set, but RANK is"), std::string::npos);
-  EXPECT_NE(without("LOCAL_RANK").find("LOCAL_RANK: not set, but RANK is"), std::string::npos);
-  EXPECT_NE(ErrorOf({{"OMPI_COMM_WORLD_RANK", "0"}}).find("OMPI_COMM_WORLD_SIZE: not set"),
-            std::string::npos);
+  EXPECT_EQ(without("LOCAL_RANK"), "no error");  // unknown: GpuOfRank refuses it (below)
+  EXPECT_NE(
+      ErrorOf({{"PMI_RANK", "x"}}).find("PMI_RANK: must be a non-negative integer, got \"x\""),
+      std::string::npos);
+}
+
+// MPI launchers that leave out a size or local rank: MPI says the size; a CPU rank needs no GPU.
+TEST(LaunchEnv, MpiLaunchersMayLeaveOutSizesAndLocalRanks) {
+  LaunchEnv e = ReadLaunchEnv(Env({{"OMPI_COMM_WORLD_RANK", "3"}}));
+  EXPECT_EQ(e.launcher, Launcher::kOpenMpi);
+  EXPECT_EQ(e.rank, 3);
+  EXPECT_EQ(e.size, 0);
+  EXPECT_EQ(e.local_rank, -1);
+  EXPECT_EQ(GpuOfRank(e, 1), 0);
+  try {
+    GpuOfRank(e, 8);
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& error) {
+    EXPECT_STREQ(error.what(),
+                 "OMPI_COMM_WORLD_LOCAL_RANK: not set: rank 3 cannot tell which of this node's 8 "
+                 "GPUs is its own (hint: launchers set the rank on the node; set it to the GPU of "
+                 "the rank)");
+  }
+  // srun --mpi=pmi2: PMI_RANK, with Slurm's size and local rank.
+  e = ReadLaunchEnv(Env({{"PMI_RANK", "9"}, {"SLURM_NTASKS", "16"}, {"SLURM_LOCALID", "1"}}));
+  EXPECT_EQ(e.launcher, Launcher::kPmi);
+  EXPECT_EQ(e.size, 16);
+  EXPECT_EQ(e.local_rank, 1);
+  EXPECT_EQ(e.local_rank_variable, "SLURM_LOCALID");
 }
 
 TEST(LaunchEnv, OneProcessPerGpu) {
