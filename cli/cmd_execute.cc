@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -33,9 +34,12 @@
 #include "executor/backend_cpu.h"
 #include "executor/backend_cuda.h"
 #include "executor/comm_mpi.h"
+#include "executor/comm_nccl.h"
 #include "executor/comm_standin.h"
 #include "executor/device.h"
 #include "executor/launch.h"
+#include "executor/launch_env.h"
+#include "executor/tcp_store.h"
 #include "executor/topology.h"
 #include "executor/trainer.h"
 #include "simulator/simulate.h"
@@ -50,9 +54,9 @@ constexpr EnumName<DType> kDTypes[] = {
 
 // Flags `execute --launch` forwards to the ranks (all but --launch itself).
 constexpr const char* kForwarded[] = {
-    "watchdog",         "plan", "steps", "backend", "data",  "save",
-    "save-interval",    "load", "trace", "results", "dtype", "eval-interval",
-    "attention-backend"};
+    "watchdog",          "plan", "steps", "backend", "data",  "save",
+    "save-interval",     "load", "trace", "results", "dtype", "eval-interval",
+    "attention-backend", "comm"};
 
 void AddExecuteOptions(po::options_description& o) {
   AddRunOptions(o);
@@ -202,23 +206,23 @@ class Watchdog {
 int RunExecute(const Flags& flags, std::ostream& out, std::ostream& err) {
   // Before MPI: every rank reads and checks the same plan; only rank 0 (or a lone process)
   // reports a problem, the others exit with the same code.
-  const bool quiet = LauncherRank() > 0;
+  const bool quiet = AnyLauncherRank() > 0;
   try {
     const ExecuteOptions options = ReadExecuteOptions(flags);
     const Plan plan = LoadExecutablePlan(flags, options);
     if (const int rc = CheckCudaRequest(flags, plan, "execute", err); rc != kExitOk) return rc;
     if (!flags.Has("results")) CheckOutputPath("execute-results.json", "--results");
     if (flags.Switch("launch")) {
+      // One process per GPU with --backend cuda: srun places the plan's GPUs per node.
+      const int per_node = IsCudaRequest(flags) ? plan.cluster.gpus_per_node : 0;
       const LaunchCommand command =
-          LaunchSelf("execute", plan.parallel.world_size(), flags, kForwarded);
-      std::string line;
-      for (const std::string& a : command.argv) line += (line.empty() ? "" : " ") + a;
-      out << "launching: " << line << "\n";
+          LaunchSelf("execute", plan.parallel.world_size(), flags, kForwarded, {}, per_node);
+      out << "launching: " << DescribeLaunch(command) << "\n";
       out.flush();
       return RunLaunchCommand(command);
     }
     if (!flags.passthrough().empty()) {
-      throw InputError({"", 0, "--"}, "mpirun arguments after -- need --launch");
+      throw InputError({"", 0, "--"}, "launcher arguments after -- need --launch");
     }
     return RunAsRank("execute", plan, options, flags, "execute-results.json", out, err, nullptr);
   } catch (const InputError&) {
@@ -244,7 +248,12 @@ void AddRunOptions(po::options_description& o) {
       "results", po::value<std::string>()->value_name("FILE"),
       "results JSON to write (execute: default execute-results.json)")(
       "launch", po::bool_switch(),
-      "start mpirun with one rank per GPU of the plan (mpirun flags after a lone --)")(
+      "start the ranks, one per GPU of the plan (the launcher's own flags after a lone --)")(
+      "launcher", po::value<std::string>()->value_name("L"),
+      "with --launch: mpirun | srun | torchrun (default: srun inside a Slurm allocation, i.e. "
+      "with SLURM_JOB_ID set, else mpirun). srun: one task per rank, --ntasks-per-node the "
+      "plan's GPUs per node with --backend cuda; torchrun: processes on this node with "
+      "torchrun's variables, NCCL bootstrapped over a TCP store (--backend cuda)")(
       "watchdog", po::value<std::string>()->value_name("S"),
       "end the job when a rank makes no progress for S seconds (a stopped, hung or dead peer); "
       "default 600, `off` to wait forever")(
@@ -252,6 +261,10 @@ void AddRunOptions(po::options_description& o) {
       "run rank R of the plan alone on this machine's one device (its shapes, stage, "
       "micro-batches and schedule; every exchange a local copy of the right size, timed "
       "apart) and compare it with the cost model; no mpirun")(
+      "comm", po::value<std::string>()->value_name("C"),
+      "how ranks on GPUs talk: nccl (default; one process per GPU) | mpi (MPI over host copies "
+      "of the device memory: slower, and several processes may share a GPU; for tests and "
+      "machines without NCCL). CPU ranks talk over MPI")(
       "attention-backend", po::value<std::string>()->value_name("A"),
       "the attention to run, overriding the plan's options.attention: flash | fused (both "
       "flash-style: the log-sum-exp kept, the softmax recomputed in the backward) | unfused "
@@ -273,8 +286,26 @@ bool IsCudaRequest(const Flags& flags) {
   return false;
 }
 
+bool UsesNccl(const Flags& flags) {
+  const auto comm = flags.OptionalString("comm");
+  if (comm && *comm != "nccl" && *comm != "mpi") {
+    flags.Fail("comm", fmt::format("expected nccl or mpi, got \"{}\"", *comm));
+  }
+  const bool cuda = IsCudaRequest(flags);
+  if (comm && *comm == "nccl" && !cuda) {
+    flags.Fail("comm", "NCCL moves GPU memory: it needs --backend cuda",
+               "CPU ranks talk over MPI (the default)");
+  }
+  return cuda && comm.value_or("nccl") == "nccl";
+}
+
 ExecuteOptions ReadExecuteOptions(const Flags& flags) {
   (void)ReadWatchdogSeconds(flags);  // refused before anything starts
+  (void)UsesNccl(flags);             // a bad --comm: exit 2 naming it
+  if (const auto launcher = flags.OptionalString("launcher")) {
+    (void)ChooseLauncher(launcher, std::nullopt);  // an unknown value: exit 2 naming --launcher
+    if (!flags.Switch("launch")) flags.Fail("launcher", "needs --launch");
+  }
   ExecuteOptions options;
   options.steps = flags.OptionalPositiveInt("steps").value_or(10);
   options.data = flags.OptionalString("data").value_or("");
@@ -335,7 +366,7 @@ Plan LoadExecutablePlan(const Flags& flags, const ExecuteOptions& options) {
 
 LaunchCommand LaunchSelf(std::string_view subcommand, int64_t ranks, const Flags& flags,
                          std::span<const char* const> forward,
-                         const std::vector<std::string>& extra_args) {
+                         const std::vector<std::string>& extra_args, int ranks_per_node) {
   std::vector<std::string> args;
   for (const char* name : forward) {
     if (const auto value = flags.OptionalString(name)) {
@@ -344,22 +375,61 @@ LaunchCommand LaunchSelf(std::string_view subcommand, int64_t ranks, const Flags
     }
   }
   args.insert(args.end(), extra_args.begin(), extra_args.end());
-  LaunchCommand command =
-      MakeLaunchCommand(ranks, SelfExecutable(), args, flags.passthrough(), geteuid() == 0);
-  // MakeLaunchCommand starts `execute`; its launcher flags serve the other subcommands too.
+  // calibrate's MPI measurement between CPU ranks keeps mpirun unless told otherwise.
+  const char* job = std::getenv("SLURM_JOB_ID");
+  const Launcher launcher = ChooseLauncher(
+      flags.OptionalString("launcher"),
+      subcommand == "calibrate" || job == nullptr ? std::nullopt : std::optional<std::string>(job));
+  LaunchCommand command;
+  if (launcher == Launcher::kSlurm) {
+    command = MakeSrunCommand(ranks, ranks_per_node, SelfExecutable(), args, flags.passthrough());
+  } else if (launcher == Launcher::kTorchrun) {
+    if (!IsCudaRequest(flags)) {
+      flags.Fail("launcher",
+                 "torchrun-style ranks bootstrap NCCL over a TCP store: they need --backend cuda",
+                 "CPU ranks talk over MPI: --launcher mpirun or srun");
+    }
+    if (!flags.passthrough().empty()) {
+      flags.Fail("launcher",
+                 "torchrun-style ranks on this node take no launcher arguments after --");
+    }
+    command = MakeLocalTorchrunCommand(ranks, FreeLocalPort(), SelfExecutable(), args);
+  } else {
+    command = MakeLaunchCommand(ranks, SelfExecutable(), args, flags.passthrough(), geteuid() == 0);
+  }
+  // The commands start `execute`; their launcher flags serve the other subcommands too.
   const size_t at = command.argv.size() - args.size() - 1;
   PTDP_CHECK(command.argv[at] == "execute");
   command.argv[at] = std::string(subcommand);
   return command;
 }
 
+int AnyLauncherRank() {
+  try {
+    const LaunchEnv env = ReadLaunchEnv(ProcessEnv());
+    if (env.launcher != Launcher::kNone) return env.rank;
+  } catch (const InputError&) {
+    // Reported where the rank reads its environment (RunAsRank).
+  }
+  return LauncherRank();
+}
+
 int CheckCudaRequest(const Flags& flags, const Plan& plan, std::string_view command,
                      std::ostream& err) {
   if (!IsCudaRequest(flags)) return kExitOk;
+  const CudaStatus status = QueryCuda();
   if (plan.parallel.world_size() == 1 || flags.Has("profile-rank")) {
-    const CudaStatus status = QueryCuda();
     if (status.usable) return kExitOk;
     err << fmt::format("ptdp: error: `ptdp {} --backend cuda` needs a GPU: {}\n", command,
+                       status.reason);
+    return kExitFailed;
+  }
+  // Several GPUs, one process each, over NCCL (execute; validate's measurement of them is its
+  // own change). The launching process may have no GPU (a Slurm login node): each rank checks
+  // its own.
+  if (command == "execute") {
+    if (status.built) return kExitOk;
+    err << fmt::format("ptdp: error: `ptdp {} --backend cuda` needs CUDA and NCCL: {}\n", command,
                        status.reason);
     return kExitFailed;
   }
@@ -372,13 +442,13 @@ int CheckCudaRequest(const Flags& flags, const Plan& plan, std::string_view comm
   return kExitNotImplemented;
 }
 
-std::unique_ptr<Backend> MakeBackend(const Flags& flags, int world_size) {
+// The rank's backend: the CPU, or (--backend cuda) the GPU of its local rank.
+std::unique_ptr<Backend> MakeBackend(const Flags& flags, const LaunchEnv& env) {
   if (!IsCudaRequest(flags)) return MakeCpuBackend(1);
-  if (world_size > 1) throw std::runtime_error("--backend cuda runs one rank on one GPU");
   const CudaStatus status = QueryCuda();
   if (!status.usable) throw std::runtime_error("--backend cuda needs a GPU: " + status.reason);
   std::string error;
-  std::unique_ptr<Backend> backend = MakeCudaBackend(0, &error);
+  std::unique_ptr<Backend> backend = MakeCudaBackend(GpuOfRank(env, status.device_count), &error);
   if (backend == nullptr) throw std::runtime_error("--backend cuda: " + error);
   return backend;
 }
@@ -463,51 +533,109 @@ void PrintProfiledRank(const Plan& plan, const ExecuteOptions& options, const Ex
 
 }  // namespace
 
+// The world communicator: MPI's for CPU ranks; NCCL's for several GPUs, its unique id sent over
+// MPI (mpirun, srun) or over the TCP store (torchrun-style; *store keeps it served). A rank
+// whose NCCL operation hangs past --watchdog says so and ends (the others' watchdogs end
+// them, or the launcher does).
+std::unique_ptr<Comm> MakeWorld(const MpiSession& session, const LaunchEnv& env, Backend& backend,
+                                const Flags& flags, std::unique_ptr<TcpStore>* store) {
+  const bool torchrun = env.launcher == Launcher::kTorchrun;
+  const int size = torchrun ? env.size : session.world_size();
+  const int rank = torchrun ? env.rank : session.world_rank();
+  if (torchrun && !UsesNccl(flags)) {
+    flags.Fail("comm", "a torchrun-style launch has no MPI: its ranks talk over NCCL",
+               "start the ranks with mpirun or srun for --comm mpi");
+  }
+  // MPI (CPU ranks, or --comm mpi: device memory staged through the host) or one rank.
+  if (!UsesNccl(flags) || size == 1) return session.World(backend);
+  const int64_t watchdog_s = ReadWatchdogSeconds(flags);
+  NcclOptions nccl;
+  nccl.timeout_s =
+      watchdog_s > 0 ? static_cast<double>(watchdog_s) : std::numeric_limits<double>::infinity();
+  nccl.on_timeout = [](const std::string& message) {
+    std::fputs(("ptdp: error: " + message + "\n").c_str(), stderr);
+    std::fflush(stderr);
+    std::_Exit(kExitFailed);
+  };
+  std::unique_ptr<Comm> mpi_world;
+  IdExchange exchange;
+  if (torchrun) {
+    TcpStoreOptions o;
+    o.host = env.master_addr;
+    o.port = env.master_port;
+    o.rank = env.rank;
+    o.world_size = env.size;
+    o.timeout_s = std::min(nccl.timeout_s, 600.0);
+    *store = std::make_unique<TcpStore>(o);
+    exchange = IdOverStore(**store, "ptdp/nccl-world-id", kNcclIdBytes);
+  } else {
+    mpi_world = session.World(backend);  // only its Broadcast of host bytes is used
+    exchange = IdOverComm(*mpi_world, kNcclIdBytes);
+  }
+  std::string error;
+  std::unique_ptr<Comm> world = MakeNcclWorld(backend, rank, size, exchange, nccl, &error);
+  if (world == nullptr) throw std::runtime_error("--backend cuda: " + error);
+  return world;
+}
+
 int RunAsRank(std::string_view command, const Plan& plan, const ExecuteOptions& options,
               const Flags& flags, const std::string& default_results, std::ostream& log,
               std::ostream& err,
               const std::function<int(const ExecuteResult&, const JobInfo&)>& on_root) {
+  // mpirun and srun start MPI ranks; a torchrun-style launch (launch_env.h) has no MPI: its
+  // ranks bootstrap NCCL over the TCP store at MASTER_ADDR:MASTER_PORT.
+  const LaunchEnv env = ReadLaunchEnv(ProcessEnv());
+  const bool torchrun = env.launcher == Launcher::kTorchrun;
+  if (torchrun && !IsCudaRequest(flags)) {
+    throw InputError({"", 0, "RANK"},
+                     "a torchrun-style launch (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) "
+                     "bootstraps NCCL: it needs --backend cuda",
+                     "CPU ranks talk over MPI: start them with mpirun or srun (ptdp " +
+                         std::string(command) + " --launch)");
+  }
   MpiSession session(nullptr, nullptr);
-  const bool root = session.world_rank() == 0;
+  const int world_rank = torchrun ? env.rank : session.world_rank();
+  const int world_size = torchrun ? env.size : session.world_size();
+  const bool root = world_rank == 0;
   const bool profile = options.profile_rank >= 0;
-  if (profile && session.world_size() != 1) {
+  if (profile && world_size != 1) {
     if (root) {
       err << fmt::format(
           "ptdp: error: --profile-rank runs rank {} alone in one process, but {} started: run "
-          "`ptdp {} --plan {} --profile-rank {}` without mpirun\n",
-          options.profile_rank, session.world_size(), command, flags.String("plan"),
-          options.profile_rank);
+          "`ptdp {} --plan {} --profile-rank {}` without a launcher\n",
+          options.profile_rank, world_size, command, flags.String("plan"), options.profile_rank);
     }
     return kExitBadInput;
   }
-  if (!profile && session.world_size() != plan.parallel.world_size()) {
+  if (!profile && world_size != plan.parallel.world_size()) {
     if (root) {
       err << fmt::format(
           "ptdp: error: this plan needs {} ranks (tp {}{} x pp {} x dp {}), but {} started: run "
           "`mpirun -np {} ptdp {} --plan {}`, or `ptdp {} --plan {} --launch`\n",
           plan.parallel.world_size(), plan.parallel.tp,
           plan.parallel.cp > 1 ? fmt::format(" x cp {}", plan.parallel.cp) : "", plan.parallel.pp,
-          plan.parallel.dp, session.world_size(), plan.parallel.world_size(), command,
-          flags.String("plan"), command, flags.String("plan"));
+          plan.parallel.dp, world_size, plan.parallel.world_size(), command, flags.String("plan"),
+          command, flags.String("plan"));
     }
     return kExitBadInput;
   }
+  std::unique_ptr<TcpStore> store;  // rank 0 serves the others until the job ends
   // Report a failure and end the whole job, before anything that talks to MPI is torn down.
   auto abort_job = [&](const std::exception& e) {
-    err << fmt::format("ptdp: error: rank {} of {} (host {}): {}\n", session.world_rank(),
-                       session.world_size(), session.host(), e.what());
+    err << fmt::format("ptdp: error: rank {} of {} (host {}): {}\n", world_rank, world_size,
+                       session.host(), e.what());
     err.flush();
     MpiAbortJob(dynamic_cast<const InputError*>(&e) != nullptr ? kExitBadInput : kExitFailed);
   };
   try {
     ExecuteOptions opts = options;
-    InstallFaultHooks(session.world_rank(), &opts);
+    InstallFaultHooks(world_rank, &opts);
     // Only a job of several ranks can wait on a peer.
-    Watchdog watchdog(session.world_size() > 1 ? ReadWatchdogSeconds(flags) : 0,
-                      fmt::format("rank {} of {} (host {})", session.world_rank(),
-                                  session.world_size(), session.host()));
+    Watchdog watchdog(
+        world_size > 1 ? ReadWatchdogSeconds(flags) : 0,
+        fmt::format("rank {} of {} (host {})", world_rank, world_size, session.host()));
     watchdog.Install(opts);
-    const std::unique_ptr<Backend> backend = MakeBackend(flags, session.world_size());
+    const std::unique_ptr<Backend> backend = MakeBackend(flags, env);
     StandInTallies tallies;
     // --profile-rank: each group's tallies at the end of every step (the measured steps' share).
     std::vector<StandInTallies> tallies_at_end;
@@ -517,10 +645,11 @@ int RunAsRank(std::string_view command, const Plan& plan, const ExecuteOptions& 
       };
     }
     ProcessGroups groups =
-        profile ? MakeStandInGroups(options.profile_rank, plan.parallel, *backend, &tallies)
-                : MakeProcessGroups(session.World(*backend), plan.parallel);
+        profile
+            ? MakeStandInGroups(options.profile_rank, plan.parallel, *backend, &tallies)
+            : MakeProcessGroups(MakeWorld(session, env, *backend, flags, &store), plan.parallel);
     JobInfo job;
-    job.world_size = session.world_size();
+    job.world_size = world_size;
     job.hosts = profile ? std::vector<std::string>{session.host()}
                         : groups.world->GatherStrings(session.host(), 0);
     const ParallelConfig& p = plan.parallel;
@@ -540,8 +669,8 @@ int RunAsRank(std::string_view command, const Plan& plan, const ExecuteOptions& 
           "ptdp execute: {} ({} layers, hidden {}, {} heads, sequence {}) on {} rank{} of {}: "
           "tp {}{} x pp {} x dp {}{}, micro-batch {}, {} micro-batches, {}{}{}{}{}\n",
           plan.model.name, plan.model.num_layers, plan.model.hidden_size,
-          plan.model.num_attention_heads, plan.model.seq_length, session.world_size(),
-          session.world_size() == 1 ? "" : "s", session.host(), p.tp,
+          plan.model.num_attention_heads, plan.model.seq_length, world_size,
+          world_size == 1 ? "" : "s", session.host(), p.tp,
           p.cp > 1 ? fmt::format(" x cp {} ({})", p.cp, Name(p.cp_comm)) : "", p.pp, p.dp,
           plan.model.moe() ? fmt::format(" (experts: etp {} x ep {} x edp {})", p.expert_tp(), p.ep,
                                          p.expert_dp())
@@ -650,7 +779,8 @@ const Command kExecuteCommand{
         "                     [--dtype fp32|bf16|fp16|fp64]\n"
         "                     [--data FILE|synthetic] [--save DIR [--save-interval K]]\n"
         "                     [--load DIR] [--trace out.json] [--results out.json]\n"
-        "       ptdp execute --plan plan.yaml --launch [flags] [-- mpirun flags]",
+        "       ptdp execute --plan plan.yaml --launch [--launcher mpirun|srun|torchrun] [flags]\n"
+        "                    [-- launcher flags]",
     .description =
         "Trains the plan's GPT (Megatron-LM's layers: vocab-parallel embedding, column- and\n"
         "row-parallel linears, vocab-parallel cross entropy) with the plan's tensor, pipeline\n"
@@ -663,14 +793,23 @@ const Command kExecuteCommand{
         "fp16 in Megatron's mixed precision (16-bit weights and activations, fp32 main\n"
         "weights, main_grad and Adam state, fp32 cross entropy; fp16 with dynamic loss\n"
         "scaling from 2^16, its skipped steps and scale on each step line). --backend cuda: one\n"
-        "rank on one GPU (cuBLASLt and the executor's CUDA kernels). --profile-rank R runs\n"
-        "rank R of a plan of any size alone (no mpirun; --backend cuda on one GPU), its\n"
-        "exchanges local copies of their size timed apart, and prints one micro-batch's\n"
-        "forward and backward against the cost model.",
+        "process per GPU (cuBLASLt and the executor's CUDA kernels), the GPU of a rank its\n"
+        "local rank; several GPUs talk over NCCL, bootstrapped over MPI (mpirun, srun) or,\n"
+        "for torchrun-style launches (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT\n"
+        "set, as torchrun, Kubernetes' PyTorchJob or a Slurm script set them), over a TCP\n"
+        "store on MASTER_ADDR:MASTER_PORT (--comm mpi: MPI over host copies instead, several\n"
+        "processes may then share a GPU). --launch starts the ranks: srun inside a Slurm\n"
+        "allocation, mpirun elsewhere, or --launcher torchrun for the GPUs of this node. "
+        "--profile-rank R runs rank R of a\n"
+        "plan of any size alone (no launcher; --backend cuda on one GPU), its exchanges local\n"
+        "copies of their size timed apart, and prints one micro-batch's forward and backward\n"
+        "against the cost model.",
     .examples =
         "mpirun -np 8 ptdp execute --plan plan.yaml --steps 20\n"
         "ptdp execute --plan plan.yaml --launch --steps 20 --trace measured.json\n"
         "ptdp execute --plan plan.yaml --launch -- --hostfile hosts\n"
+        "ptdp execute --plan plan.yaml --backend cuda --launch --launcher srun -- --mpi=pmix\n"
+        "ptdp execute --plan plan.yaml --backend cuda --launch --launcher torchrun\n"
         "ptdp execute --plan gpt175b.yaml --profile-rank 0 --backend cuda --dtype bf16",
     .implemented = true,
     .tracked_in = "",

@@ -28,15 +28,24 @@ void AddRunOptions(boost::program_options::options_description& options);
 // (IsCudaRequest: whether it is cuda; a value other than cpu or cuda is an InputError).
 ExecuteOptions ReadExecuteOptions(const Flags& flags);
 bool IsCudaRequest(const Flags& flags);
+// Whether the ranks talk over NCCL: --backend cuda and --comm nccl (its default there); --comm
+// mpi stages device memory through the host. A bad --comm is an InputError.
+bool UsesNccl(const Flags& flags);
 
 // Loads --plan and refuses (InputError naming the plan) what the CPU executor cannot run.
 Plan LoadExecutablePlan(const Flags& flags, const ExecuteOptions& options);
 
 // `mpirun -np ranks [execute --launch's launcher flags] [mpirun_args] <this ptdp> <subcommand>
-// <args>`: each of `forward` given on the command line is passed on as --name value.
+// <args>`, or srun's or torchrun-style processes' (--launcher; launch.h): each of `forward`
+// given on the command line is passed on as --name value. ranks_per_node: srun's
+// --ntasks-per-node (0: Slurm's placement). calibrate keeps mpirun unless --launcher says.
 LaunchCommand LaunchSelf(std::string_view subcommand, int64_t ranks, const Flags& flags,
                          std::span<const char* const> forward,
-                         const std::vector<std::string>& extra_args = {});
+                         const std::vector<std::string>& extra_args = {}, int ranks_per_node = 0);
+
+// This process's world rank from any launcher's environment (launch_env.h), -1 when none set
+// one; for choosing which rank reports an error on the command line.
+int AnyLauncherRank();
 
 // Before MPI starts: kExitOk when --backend (cpu, or cuda: one GPU) can run the plan here;
 // else says why on `err` and returns the exit code (kExitNotImplemented for a cuda plan of

@@ -12,6 +12,7 @@
 #include "executor/cuda_common.cuh"
 #include "executor/device.h"
 #include "executor/kernel_clock.h"
+#include "executor/launch_env.h"
 
 namespace ptdp {
 namespace cuda {
@@ -20,8 +21,16 @@ void Fail(const char* call, const char* file, int line, const std::string& what)
   char host[256] = "?";
   if (gethostname(host, sizeof(host) - 1) != 0) std::strcpy(host, "?");
   host[sizeof(host) - 1] = '\0';
+  // The rank, when a launcher started this process (a job of several GPUs).
+  std::string rank;
+  try {
+    const LaunchEnv env = ReadLaunchEnv(ProcessEnv());
+    if (env.launcher != Launcher::kNone) rank = ", rank " + std::to_string(env.rank);
+  } catch (const std::exception&) {
+    // A malformed launcher variable is reported where it is read; not here.
+  }
   throw InternalError(std::string(call) + " failed at " + file + ":" + std::to_string(line) +
-                      " on " + host + ": " + what);
+                      " on " + host + rank + ": " + what);
 }
 
 namespace {
@@ -317,6 +326,16 @@ CudaMemoryFigures CudaMemory(const Backend& backend) {
 
 void Synchronize(Backend& backend) {
   if (auto* cuda = dynamic_cast<cuda::CudaBackend*>(&backend.Underlying())) cuda->Sync();
+}
+
+void* CudaComputeStream(Backend& backend) {
+  auto* cuda = dynamic_cast<cuda::CudaBackend*>(&backend.Underlying());
+  return cuda != nullptr ? static_cast<void*>(cuda->stream()) : nullptr;
+}
+
+int CudaDeviceOf(const Backend& backend) {
+  const auto* cuda = dynamic_cast<const cuda::CudaBackend*>(&backend.Underlying());
+  return cuda != nullptr ? cuda->device() : -1;
 }
 
 }  // namespace ptdp

@@ -30,4 +30,9 @@ CudaMemoryFigures CudaMemory(const Backend& backend);
 // No-op for any other backend.
 void Synchronize(Backend& backend);
 
+// The backend's compute stream (a cudaStream_t) and its device, for a communicator that orders
+// its own stream with it (comm_nccl.h); nullptr and -1 for any other backend.
+void* CudaComputeStream(Backend& backend);
+int CudaDeviceOf(const Backend& backend);
+
 }  // namespace ptdp

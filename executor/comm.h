@@ -1,7 +1,7 @@
 // Comm: collectives and point-to-point messages within one group of ranks (a communicator).
 // The executor's groups (tensor, pipeline, data parallel, embedding; topology.h) are splits of
-// the world. Implementations: MPI (comm_mpi.h) on CPUs, a single-rank one (LocalComm) for
-// one-process runs and tests; NCCL later behind the same interface.
+// the world. Implementations: MPI (comm_mpi.h) on CPUs (and on GPUs through host copies), NCCL
+// (comm_nccl.h) on GPUs, a single-rank one (LocalComm) for one-process runs and tests.
 //
 // Buffers are backend memory (Span). Every rank of the group must call a collective with the
 // same arguments in the same order; results are identical on every rank.

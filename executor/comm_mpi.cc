@@ -8,8 +8,11 @@
 #include <exception>
 #include <numeric>
 #include <string_view>
+#include <vector>
 
 #include "core/error.h"
+#include "executor/backend_cuda.h"
+#include "executor/launch_env.h"
 
 namespace ptdp {
 namespace {
@@ -36,9 +39,35 @@ int Count(int64_t numel) {
   return static_cast<int>(numel);
 }
 
+// Host memory for a span of backend memory, for MPI: the span itself on the CPU backend; on a
+// device backend (CUDA) a host copy, downloaded on construction when `download`, and uploaded
+// back by Store().
+class HostSpan {
+ public:
+  HostSpan(Backend& backend, Span span, bool device, bool download)
+      : backend_(backend), span_(span), device_(device) {
+    if (!device_ || span.numel == 0) return;
+    copy_.resize(static_cast<size_t>(span.bytes()));
+    if (download) backend_.Download(span_, copy_.data());
+  }
+  void* data() { return device_ ? copy_.data() : span_.data; }
+  void Store() {
+    if (device_ && span_.numel > 0) backend_.Upload(span_, copy_.data());
+  }
+  std::vector<char> Release() { return std::move(copy_); }
+
+ private:
+  Backend& backend_;
+  Span span_;
+  bool device_;
+  std::vector<char> copy_;
+};
+
 class MpiSendRequest final : public SendRequest {
  public:
-  explicit MpiSendRequest(MPI_Request request) : request_(request) {}
+  // `staged`: the host copy a device span was sent from; kept until the send completes.
+  MpiSendRequest(MPI_Request request, std::vector<char> staged)
+      : request_(request), staged_(std::move(staged)) {}
   ~MpiSendRequest() override {
     // A request dropped before completion would leave MPI reading freed memory, so wait; but
     // not while an error unwinds the stack: the peer may never receive, and the job is about
@@ -59,12 +88,14 @@ class MpiSendRequest final : public SendRequest {
 
  private:
   MPI_Request request_;
+  std::vector<char> staged_;
 };
 
 class MpiComm final : public Comm {
  public:
   // Takes ownership of `comm` unless it is MPI_COMM_WORLD.
-  MpiComm(MPI_Comm comm, Backend& backend) : comm_(comm), backend_(backend) {
+  MpiComm(MPI_Comm comm, Backend& backend)
+      : comm_(comm), backend_(backend), device_(CudaComputeStream(backend) != nullptr) {
     PTDP_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
     PTDP_MPI_CHECK(MPI_Comm_size(comm_, &size_));
     PTDP_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
@@ -93,14 +124,18 @@ class MpiComm final : public Comm {
       AllReduce(wide.span(), op);
       return backend_.Convert(data, wide.span());
     }
-    PTDP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data.data, Count(data.numel), MpiType(data.dtype),
+    HostSpan host(backend_, data, device_, true);
+    PTDP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, host.data(), Count(data.numel), MpiType(data.dtype),
                                  MpiOp(op), comm_));
+    host.Store();
   }
   void AllGather(Span in, Span out) override {
     PTDP_CHECK(out.numel == in.numel * size_ && in.dtype == out.dtype);
     if (size_ == 1) return backend_.Copy(out, in);
-    PTDP_MPI_CHECK(MPI_Allgather(in.data, Count(in.numel), MpiType(in.dtype), out.data,
-                                 Count(in.numel), MpiType(out.dtype), comm_));
+    HostSpan host_in(backend_, in, device_, true), host_out(backend_, out, device_, false);
+    PTDP_MPI_CHECK(MPI_Allgather(host_in.data(), Count(in.numel), MpiType(in.dtype),
+                                 host_out.data(), Count(in.numel), MpiType(out.dtype), comm_));
+    host_out.Store();
   }
   void ReduceScatter(Span in, Span out) override {
     PTDP_CHECK(in.numel == out.numel * size_ && in.dtype == out.dtype);
@@ -110,15 +145,19 @@ class MpiComm final : public Comm {
       ReduceScatter(wide_in.span(), wide_out.span());
       return backend_.Convert(out, wide_out.span());
     }
-    PTDP_MPI_CHECK(MPI_Reduce_scatter_block(in.data, out.data, Count(out.numel), MpiType(in.dtype),
-                                            MPI_SUM, comm_));
+    HostSpan host_in(backend_, in, device_, true), host_out(backend_, out, device_, false);
+    PTDP_MPI_CHECK(MPI_Reduce_scatter_block(host_in.data(), host_out.data(), Count(out.numel),
+                                            MpiType(in.dtype), MPI_SUM, comm_));
+    host_out.Store();
   }
   void AllToAll(Span in, Span out) override {
     PTDP_CHECK(in.numel == out.numel && in.numel % size_ == 0 && in.dtype == out.dtype);
     if (size_ == 1) return backend_.Copy(out, in);
     const int block = Count(in.numel / size_);
-    PTDP_MPI_CHECK(MPI_Alltoall(in.data, block, MpiType(in.dtype), out.data, block,
+    HostSpan host_in(backend_, in, device_, true), host_out(backend_, out, device_, false);
+    PTDP_MPI_CHECK(MPI_Alltoall(host_in.data(), block, MpiType(in.dtype), host_out.data(), block,
                                 MpiType(out.dtype), comm_));
+    host_out.Store();
   }
   void AllToAllV(Span in, const std::vector<int64_t>& send_counts, Span out,
                  const std::vector<int64_t>& recv_counts) override {
@@ -126,15 +165,21 @@ class MpiComm final : public Comm {
     const std::vector<int> send = Counts(send_counts, in.numel);
     const std::vector<int> recv = Counts(recv_counts, out.numel);
     const std::vector<int> send_at = Offsets(send), recv_at = Offsets(recv);
-    PTDP_MPI_CHECK(MPI_Alltoallv(in.data, send.data(), send_at.data(), MpiType(in.dtype), out.data,
-                                 recv.data(), recv_at.data(), MpiType(out.dtype), comm_));
+    HostSpan host_in(backend_, in, device_, true), host_out(backend_, out, device_, false);
+    PTDP_MPI_CHECK(MPI_Alltoallv(host_in.data(), send.data(), send_at.data(), MpiType(in.dtype),
+                                 host_out.data(), recv.data(), recv_at.data(), MpiType(out.dtype),
+                                 comm_));
+    host_out.Store();
   }
   void AllGatherV(Span in, Span out, const std::vector<int64_t>& counts) override {
     PTDP_CHECK(in.dtype == out.dtype && counts.at(static_cast<size_t>(rank_)) == in.numel);
     const std::vector<int> sizes = Counts(counts, out.numel);
     const std::vector<int> at = Offsets(sizes);
-    PTDP_MPI_CHECK(MPI_Allgatherv(in.data, Count(in.numel), MpiType(in.dtype), out.data,
-                                  sizes.data(), at.data(), MpiType(out.dtype), comm_));
+    HostSpan host_in(backend_, in, device_, true), host_out(backend_, out, device_, false);
+    PTDP_MPI_CHECK(MPI_Allgatherv(host_in.data(), Count(in.numel), MpiType(in.dtype),
+                                  host_out.data(), sizes.data(), at.data(), MpiType(out.dtype),
+                                  comm_));
+    host_out.Store();
   }
   void ReduceScatterV(Span in, Span out, const std::vector<int64_t>& counts) override {
     PTDP_CHECK(in.dtype == out.dtype && counts.at(static_cast<size_t>(rank_)) == out.numel);
@@ -144,33 +189,40 @@ class MpiComm final : public Comm {
       return backend_.Convert(out, wide_out.span());
     }
     const std::vector<int> sizes = Counts(counts, in.numel);
-    PTDP_MPI_CHECK(
-        MPI_Reduce_scatter(in.data, out.data, sizes.data(), MpiType(in.dtype), MPI_SUM, comm_));
+    HostSpan host_in(backend_, in, device_, true), host_out(backend_, out, device_, false);
+    PTDP_MPI_CHECK(MPI_Reduce_scatter(host_in.data(), host_out.data(), sizes.data(),
+                                      MpiType(in.dtype), MPI_SUM, comm_));
+    host_out.Store();
   }
   void Broadcast(Span data, int root) override {
     if (size_ == 1) return;
-    PTDP_MPI_CHECK(MPI_Bcast(data.data, Count(data.numel), MpiType(data.dtype), root, comm_));
+    HostSpan host(backend_, data, device_, rank_ == root);
+    PTDP_MPI_CHECK(MPI_Bcast(host.data(), Count(data.numel), MpiType(data.dtype), root, comm_));
+    host.Store();
   }
   void Barrier() override { PTDP_MPI_CHECK(MPI_Barrier(comm_)); }
 
   std::unique_ptr<SendRequest> Isend(Span data, int peer, int tag) override {
     PTDP_CHECK(tag >= 0 && tag <= max_tag_);
     MPI_Request request = MPI_REQUEST_NULL;
+    HostSpan host(backend_, data, device_, true);
     PTDP_MPI_CHECK(
-        MPI_Isend(data.data, Count(data.numel), MpiType(data.dtype), peer, tag, comm_, &request));
-    return std::make_unique<MpiSendRequest>(request);
+        MPI_Isend(host.data(), Count(data.numel), MpiType(data.dtype), peer, tag, comm_, &request));
+    return std::make_unique<MpiSendRequest>(request, host.Release());
   }
   void Recv(Span data, int peer, int tag) override {
     PTDP_CHECK(tag >= 0 && tag <= max_tag_);
     MPI_Status status;
+    HostSpan host(backend_, data, device_, false);
     PTDP_MPI_CHECK(
-        MPI_Recv(data.data, Count(data.numel), MpiType(data.dtype), peer, tag, comm_, &status));
+        MPI_Recv(host.data(), Count(data.numel), MpiType(data.dtype), peer, tag, comm_, &status));
     int got = 0;
     PTDP_MPI_CHECK(MPI_Get_count(&status, MpiType(data.dtype), &got));
     if (got != data.numel) {
       throw MpiError(fmt::format("received {} elements from rank {} (tag {}), expected {}", got,
                                  peer, tag, data.numel));
     }
+    host.Store();
   }
   int max_tag() const override { return max_tag_; }
 
@@ -226,6 +278,7 @@ class MpiComm final : public Comm {
 
   MPI_Comm comm_;
   Backend& backend_;
+  const bool device_;  // backend memory is device memory: every exchange is staged (HostSpan)
   int rank_ = 0;
   int size_ = 1;
   int max_tag_ = 32767;
@@ -288,6 +341,15 @@ void MpiAbortJob(int code) {
 }
 
 int LauncherRank() {
+  // A torchrun-style launch has no MPI even inside an srun task (torchrun started several
+  // processes in it): launch_env.h's order decides.
+  try {
+    const LaunchEnv env = ReadLaunchEnv(ProcessEnv());
+    if (env.launcher != Launcher::kNone) return env.mpi() ? env.rank : -1;
+  } catch (const InputError&) {
+    // A malformed variable is reported where the rank reads its environment; here, the first
+    // rank variable set decides, as before.
+  }
   for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
     if (const char* value = std::getenv(name); value != nullptr && *value != '\0') {
       return std::atoi(value);

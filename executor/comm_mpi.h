@@ -33,7 +33,9 @@ class MpiSession {
   int world_size() const { return size_; }
   const std::string& host() const { return host_; }
 
-  // MPI_COMM_WORLD as a Comm over `backend`'s memory (host memory for MPI).
+  // MPI_COMM_WORLD as a Comm over `backend`'s memory. MPI moves host memory: a device
+  // backend's spans (CUDA) are copied to the host and back around every exchange, which is
+  // slow but needs no NCCL and lets several processes share one GPU (tests).
   std::unique_ptr<Comm> World(Backend& backend) const;
 
  private:
@@ -47,8 +49,9 @@ class MpiSession {
 // never returns. Safe to call when MPI is not initialised (then it only exits).
 [[noreturn]] void MpiAbortJob(int code);
 
-// This process's world rank from the launcher's environment (OMPI_COMM_WORLD_RANK, PMI_RANK,
-// PMIX_RANK, SLURM_PROCID), without initialising MPI; -1 when none is set.
+// This process's world rank from an MPI launcher's environment (OMPI_COMM_WORLD_RANK,
+// PMIX_RANK, PMI_RANK, SLURM_PROCID; launch_env.h), without initialising MPI; -1 when none is
+// set, or when a torchrun-style launch (RANK, WORLD_SIZE, ...) started the process.
 int LauncherRank();
 
 // "PTDP_MPI_CHECK(MPI_Allreduce(...))": throws MpiError("MPI_Allreduce(...) failed at

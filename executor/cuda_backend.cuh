@@ -54,6 +54,8 @@ class CudaBackend final : public Backend {
   void Sync();
   // Events on the compute stream around each kernel (kernel_clock.h).
   std::unique_ptr<KernelClock> MakeKernelClock() override;
+  cudaStream_t stream() const { return stream_; }
+  int device() const { return device_; }
 
   void Upload(Span dst, const void* host) override;
   void Download(Span src, void* host) override;

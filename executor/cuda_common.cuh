@@ -20,7 +20,8 @@
 
 namespace ptdp::cuda {
 
-// Throws InternalError "<call> failed at <file>:<line> on <host>: <name>: <message>".
+// Throws InternalError "<call> failed at <file>:<line> on <host>[, rank <r>]: <name>: <message>"
+// (the rank when a launcher started the process: launch_env.h).
 [[noreturn]] void Fail(const char* call, const char* file, int line, const std::string& what);
 
 inline void Check(cudaError_t err, const char* call, const char* file, int line) {

@@ -3,6 +3,7 @@
 
 #include "executor/backend_cuda.h"
 #include "executor/calibrate_cuda.h"
+#include "executor/comm_nccl.h"
 #include "executor/device.h"
 
 namespace ptdp {
@@ -26,6 +27,16 @@ std::unique_ptr<Backend> MakeCudaBackend(int, std::string* error) {
 CudaMemoryFigures CudaMemory(const Backend&) { return {}; }
 
 void Synchronize(Backend&) {}
+
+void* CudaComputeStream(Backend&) { return nullptr; }
+
+int CudaDeviceOf(const Backend&) { return -1; }
+
+std::unique_ptr<Comm> MakeNcclWorld(Backend&, int, int, const IdExchange&, const NcclOptions&,
+                                    std::string* error) {
+  *error = "ptdp was built without CUDA (nvcc or NCCL not found at configure time): no NCCL";
+  return nullptr;
+}
 
 CudaComputeFigures MeasureCudaCompute(const CudaCalibrateOptions&, std::ostream*) {
   throw std::runtime_error(

@@ -76,7 +76,8 @@ TEST(Cli, EveryCommandHasHelp) {
 }
 
 // The GPU path where there is no usable GPU (CI): exit 1 naming the reason, nothing written;
-// a plan of several GPUs on --backend cuda is the multi-GPU executor's work (exit 3).
+// a plan of several GPUs on --backend cuda needs one process per GPU (execute), or is not
+// measured yet (validate: exit 3).
 TEST(Cli, TheGpuPathWithoutAGpuSaysWhyAndWritesNothing) {
   for (const Command& c : AllCommands()) EXPECT_TRUE(c.implemented) << c.name;
   if (QueryCuda().usable) GTEST_SKIP() << "a GPU is usable here: the ctest label gpu checks it";
@@ -107,10 +108,23 @@ TEST(Cli, TheGpuPathWithoutAGpuSaysWhyAndWritesNothing) {
   p.parallel.dp = 2;
   p.training.global_batch_size = 2;
   std::ofstream(plan2) << WritePlanYaml(p);
+  // Several GPUs: one process each, over NCCL; one process alone is refused before any GPU is
+  // touched (built with CUDA), or the build says it has no NCCL.
   const Result two = Cli({"execute", "--plan", plan2, "--backend", "cuda"});
-  EXPECT_EQ(two.code, kExitNotImplemented);
-  EXPECT_NE(two.err.find("runs plans of one GPU today; this plan has 2 ranks"), std::string::npos)
-      << two.err;
+  if (QueryCuda().built) {
+    EXPECT_EQ(two.code, kExitBadInput);
+    EXPECT_NE(two.err.find("this plan needs 2 ranks (tp 1 x pp 1 x dp 2), but 1 started"),
+              std::string::npos)
+        << two.err;
+  } else {
+    EXPECT_EQ(two.code, kExitFailed);
+    EXPECT_NE(two.err.find("`ptdp execute --backend cuda` needs CUDA and NCCL: "),
+              std::string::npos)
+        << two.err;
+  }
+  // validate measures one GPU today (its multi-GPU measurement is validate's own change).
+  const Result validate_two = Cli({"validate", "--plan", plan2, "--backend", "cuda"});
+  EXPECT_EQ(validate_two.code, kExitNotImplemented);
   // Flags are still checked first.
   EXPECT_EQ(Cli({"simulate", "--tpp", "2"}).err,
             "ptdp: error: --tpp: unknown flag (hint: see `ptdp simulate --help`)\n");

@@ -15,7 +15,9 @@
 #            rank's message when it raised and the watchdog's when it fired
 #   refuse   wrong rank count and an unsupported layout (tp above the query groups) are refused
 #            with one clear message
-#   launch   `ptdp execute --launch` starts mpirun itself and trains
+#   launch   `ptdp execute --launch` starts mpirun itself and trains; --launcher srun's command
+#            (a stand-in srun) and the launcher errors
+#   cudampi  --backend cuda --comm mpi: 4 processes on one GPU reproduce the CPU's losses (gpu)
 #   trace    (1, 4, 1) 1F1B with --trace: valid Chrome trace JSON whose per-rank operations
 #            follow the schedule's warm-up / steady / cool-down lists
 #   calibrate  `ptdp calibrate --quick` over 2 ranks writes a profile the reader accepts, that
@@ -230,6 +232,54 @@ launch)
   cat out.log
   grep -q "^launching: .* -np 4 " out.log || fail "no launch line"
   grep -q '"steps_run": 3' r.json || fail "no results"
+  # --launcher: srun by default inside a Slurm allocation (a stand-in srun prints its argv),
+  # one task per GPU of the plan with --backend cuda; bad values exit 2 naming the flag.
+  mkdir -p bin
+  printf '#!/bin/sh\necho "srun argv: $*"\n' >bin/srun && chmod +x bin/srun
+  SLURM_JOB_ID=1 PATH="$PWD/bin:$PATH" "$ptdp" execute --plan plan.yaml --launch --steps 2 \
+    -- --mpi=pmix >srun.log 2>&1 || { cat srun.log; fail "srun launch"; }
+  cat srun.log
+  grep -q -- "^srun argv: --ntasks 4 --kill-on-bad-exit=1 --mpi=pmix .*/ptdp execute --plan plan.yaml --steps 2$" \
+    srun.log || fail "srun's command"
+  expect2() {  # expect2 MESSAGE ARGS...: exit code 2 with MESSAGE on stderr
+    local message=$1 rc=0
+    shift
+    "$@" >e.out 2>e.err || rc=$?
+    [ $rc -eq 2 ] || { cat e.out e.err; fail "exit $rc, not 2: $*"; }
+    grep -qF -- "$message" e.err || { cat e.err; fail "no \"$message\""; }
+  }
+  expect2 "ptdp: error: --launcher: needs --launch" "$ptdp" execute --plan plan.yaml --launcher srun
+  expect2 'ptdp: error: --launcher: expected mpirun, srun or torchrun, got "pbs"' \
+    "$ptdp" execute --plan plan.yaml --launch --launcher pbs
+  expect2 "ptdp: error: --launcher: torchrun-style ranks bootstrap NCCL over a TCP store: they need --backend cuda" \
+    "$ptdp" execute --plan plan.yaml --launch --launcher torchrun
+  expect2 "ptdp: error: RANK: a torchrun-style launch (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) bootstraps NCCL: it needs --backend cuda" \
+    env RANK=0 WORLD_SIZE=4 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 \
+    "$ptdp" execute --plan plan.yaml
+  expect2 'ptdp: error: WORLD_SIZE: must be a positive integer, got "two"' \
+    env RANK=0 WORLD_SIZE=two LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 \
+    "$ptdp" execute --plan plan.yaml
+  ;;
+cudampi)
+  # The CUDA backend under mpirun with MPI over host copies of device memory (--comm mpi): 4
+  # processes sharing one GPU train a tp 2 x pp 2 plan with the CPU backend's losses (1e-4
+  # relative, as the one-GPU training tests). Skipped, saying why, without a usable GPU.
+  "$tool" plan plan.yaml tp=2 pp=2 || fail "plan"
+  "$tool" plan one.yaml || fail "plan"
+  rc=0
+  "$ptdp" execute --plan one.yaml --backend cuda --steps 1 --results probe.json >probe.log 2>&1 \
+    || rc=$?
+  if [ $rc -ne 0 ]; then
+    grep -q "needs a GPU" probe.log || { cat probe.log; fail "the one-GPU probe"; }
+    echo "SKIPPED: $(grep -m1 -o 'needs a GPU: .*' probe.log)"
+    exit 0
+  fi
+  run 4 "$ptdp" execute --plan plan.yaml --steps 5 --results cpu.json >cpu.log 2>&1 \
+    || { cat cpu.log; fail "cpu run"; }
+  run 4 "$ptdp" execute --plan plan.yaml --steps 5 --backend cuda --comm mpi --results cuda.json \
+    >cuda.log 2>&1 || { cat cuda.log; fail "cuda run over MPI"; }
+  cat cuda.log
+  "$tool" close-losses cpu.json cuda.json 1e-4 || fail "CUDA's losses differ from the CPU's"
   ;;
 trace)
   "$tool" plan plan.yaml pp=4 || fail "plan"

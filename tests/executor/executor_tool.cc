@@ -8,6 +8,8 @@
 //                                                 topk expertffn shared dense capacity
 //   executor_tool same-losses A.json B.json      B's per-step losses equal A's at the same
 //                                                 steps, exactly (results JSON of ptdp execute)
+//   executor_tool close-losses A.json B.json TOL B's per-step losses within TOL (relative) of
+//                                                 A's (a CUDA run against the CPU's)
 //   executor_tool check-trace TRACE.json PLAN    the measured trace is valid JSON and every
 //                                                 rank's F/B/W operations of every step follow
 //                                                 the plan's schedule list, one after another
@@ -23,6 +25,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -257,6 +260,30 @@ int SameLosses(const std::string& a_path, const std::string& b_path) {
   return 0;
 }
 
+int CloseLosses(const std::string& a_path, const std::string& b_path, double tolerance) {
+  const Json a = ParseJsonFile(a_path), b = ParseJsonFile(b_path);
+  const auto& al = a.at("losses").items;
+  const auto& bl = b.at("losses").items;
+  if (bl.empty() || al.size() != bl.size()) {
+    throw std::runtime_error(
+        fmt::format("{} has {} losses, {} has {}", a_path, al.size(), b_path, bl.size()));
+  }
+  double worst = 0;
+  for (size_t i = 0; i < bl.size(); ++i) {
+    const double x = al[i].number, y = bl[i].number;
+    const double rel = std::abs(y - x) / std::max(std::abs(x), 1e-30);
+    worst = std::max(worst, rel);
+    if (!(rel <= tolerance)) {
+      std::cerr << fmt::format("loss {}: {} in {} but {} in {} (relative difference {:.3g} > {})\n",
+                               i + 1, x, a_path, y, b_path, rel, tolerance);
+      return 1;
+    }
+  }
+  std::cout << fmt::format("{} losses within {:.3g} relative (worst {:.3g})\n", bl.size(),
+                           tolerance, worst);
+  return 0;
+}
+
 int CheckTrace(const std::string& trace_path, const std::string& plan_path) {
   const Plan plan = LoadPlanFile(plan_path);
   const ParallelConfig& p = plan.parallel;
@@ -403,11 +430,15 @@ int main(int argc, char** argv) {
     if (cmd == "plan" && argc >= 3) return ptdp::WritePlan(argc, argv);
     if (cmd == "same-losses" && argc == 4) return ptdp::SameLosses(argv[2], argv[3]);
     if (cmd == "check-trace" && argc == 4) return ptdp::CheckTrace(argv[2], argv[3]);
+    if (cmd == "close-losses" && argc == 5) {
+      return ptdp::CloseLosses(argv[2], argv[3], std::stod(argv[4]));
+    }
     if (cmd == "check-profile" && argc == 4) return ptdp::CheckProfile(argv[2], std::stoi(argv[3]));
     if (cmd == "check-validation" && argc == 4) {
       return ptdp::CheckValidation(argv[2], std::stoul(argv[3]));
     }
-    std::cerr << "usage: executor_tool plan OUT [k=v...] | same-losses A B | check-trace T PLAN |"
+    std::cerr << "usage: executor_tool plan OUT [k=v...] | same-losses A B | close-losses A B TOL |"
+                 " check-trace T PLAN |"
                  " check-profile FILE RANKS | check-validation JSON STAGES\n";
     return 1;
   } catch (const std::exception& e) {
