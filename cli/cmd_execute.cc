@@ -424,22 +424,14 @@ int CheckCudaRequest(const Flags& flags, const Plan& plan, std::string_view comm
                        status.reason);
     return kExitFailed;
   }
-  // Several GPUs, one process each, over NCCL (execute; validate's measurement of them is its
-  // own change). The launching process may have no GPU (a Slurm login node): each rank checks
-  // its own.
-  if (command == "execute") {
-    if (status.built) return kExitOk;
-    err << fmt::format("ptdp: error: `ptdp {} --backend cuda` needs CUDA and NCCL: {}\n", command,
-                       status.reason);
-    return kExitFailed;
-  }
+  // Several GPUs, one process each, over NCCL. The launching process may have no GPU (a Slurm
+  // login node): each rank checks its own.
+  if (status.built) return kExitOk;
   err << fmt::format(
-      "ptdp: error: `ptdp {} --backend cuda` runs plans of one GPU today; this plan has {} "
-      "ranks (several GPUs, NCCL communicators with one process per GPU, are the multi-GPU "
-      "executor issue); --backend cpu runs it on CPUs, and --profile-rank R runs one of its "
-      "ranks alone on this GPU\n",
-      command, plan.parallel.world_size());
-  return kExitNotImplemented;
+      "ptdp: error: `ptdp {} --backend cuda` needs CUDA and NCCL: {} (--backend cpu runs the "
+      "plan on CPUs)\n",
+      command, status.reason);
+  return kExitFailed;
 }
 
 // The rank's backend: the CPU, or (--backend cuda) the GPU of its local rank.

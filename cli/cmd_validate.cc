@@ -1,5 +1,5 @@
-// `ptdp validate`: executes a plan on the CPU executor, simulates the same plan, and prints the
-// two side by side (validation_report.h).
+// `ptdp validate`: executes a plan (CPU ranks, or GPUs with --backend cuda), simulates the same
+// plan, and prints the two side by side (validation_report.h).
 //
 // Like `execute`, it runs as the job's ranks (`mpirun -np N ptdp validate ...`, or --launch to
 // start mpirun itself); rank 0 compares once the executor is done, so the measured figures never
@@ -27,8 +27,9 @@ enum class Format { kTable, kJson };
 constexpr EnumName<Format> kFormats[] = {{"table", Format::kTable}, {"json", Format::kJson}};
 
 // Flags --launch forwards to the ranks.
-constexpr const char* kForwarded[] = {"watchdog", "plan",    "steps",   "backend", "data",
-                                      "trace",    "results", "cluster", "format",  "dtype"};
+constexpr const char* kForwarded[] = {"watchdog", "plan",  "steps",   "backend",
+                                      "data",     "trace", "results", "cluster",
+                                      "format",   "dtype", "comm",    "attention-backend"};
 
 void AddValidateOptions(po::options_description& o) {
   AddRunOptions(o);
@@ -55,8 +56,10 @@ int RunValidate(const Flags& flags, std::ostream& out, std::ostream& err) {
     const auto cluster_arg = flags.OptionalString("cluster");
     const ClusterSpec cluster = cluster_arg ? ResolveCluster(*cluster_arg) : plan.cluster;
     if (flags.Switch("launch")) {
+      // One process per GPU with --backend cuda: srun places the plan's GPUs per node.
+      const int per_node = IsCudaRequest(flags) ? plan.cluster.gpus_per_node : 0;
       const LaunchCommand command =
-          LaunchSelf("validate", plan.parallel.world_size(), flags, kForwarded);
+          LaunchSelf("validate", plan.parallel.world_size(), flags, kForwarded, {}, per_node);
       std::string line;
       for (const std::string& a : command.argv) line += (line.empty() ? "" : " ") + a;
       err << "launching: " << line << "\n";
@@ -113,8 +116,9 @@ const Command kValidateCommand{
         "       mpirun -np N ptdp validate --plan plan.yaml [flags]\n"
         "       ptdp validate --plan plan.yaml --profile-rank R [--cluster PROFILE] [flags]",
     .description =
-        "Trains the plan on the CPU executor (as `ptdp execute`: one rank per GPU of the plan,\n"
-        "--launch starts mpirun), simulates the same plan with a hardware profile (--cluster,\n"
+        "Trains the plan on the executor as `ptdp execute` does (one rank per GPU of the plan:\n"
+        "CPU ranks over MPI, or --backend cuda with one process per GPU over NCCL; --launch\n"
+        "starts them), simulates the same plan with a hardware profile (--cluster,\n"
         "e.g. one that `ptdp calibrate` measured on this machine; default the plan's own), and\n"
         "prints measured against simulated: step time (median of the steps after the first),\n"
         "pipeline phase, bubble fraction, per pipeline stage the busy time, one micro-batch's\n"

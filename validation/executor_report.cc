@@ -266,11 +266,11 @@ std::string ValidationText(const ValidationReport& v) {
     }
   }
   for (const StandInComparison& c : v.stand_in) {
-    t.AddRow(
-        {fmt::format("{} exchanges per step ({} calls, {})", c.group, c.calls, Seconds(c.seconds)),
-         Megabytes(c.bytes.measured),
-         std::isfinite(c.bytes.simulated) ? Megabytes(c.bytes.simulated) : "-", RatioCell(c.bytes),
-         ErrorCell(c.bytes)});
+    t.AddRow({fmt::format("{} exchanges per step ({} call{}, {})", c.group, c.calls,
+                          c.calls == 1 ? "" : "s", Seconds(c.seconds)),
+              Megabytes(c.bytes.measured),
+              std::isfinite(c.bytes.simulated) ? Megabytes(c.bytes.simulated) : "-",
+              RatioCell(c.bytes), ErrorCell(c.bytes)});
   }
   out += t.Render();
   out +=

@@ -262,8 +262,8 @@ TEST(Validate, BadFlagsAreRefusedNamingTheFlag) {
        "ptdp: error: --profile-rank: runs one rank alone without mpirun or checkpoints: drop "
        "--launch"},
       {{"validate", "--plan", plan, "--backend", "cuda"},
-       3,
-       "ptdp: error: `ptdp validate --backend cuda` runs plans of one GPU today; this plan has"},
+       2,
+       "ptdp: error: this plan needs 2 ranks (tp 2 x pp 1 x dp 1), but 1 started"},
       {{"calibrate", "--backend", "tpu", "--out", "x.yaml"},
        2,
        "ptdp: error: --backend: expected cpu or cuda, got \"tpu\""},
