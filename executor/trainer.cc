@@ -734,10 +734,22 @@ std::string ResultsJson(const Plan& plan, const ExecuteOptions& options, const E
       num(r.total_time_s));
   out += fmt::format("  \"measured_steps\": {},\n  \"bubble_fraction\": {},\n", r.measured_steps,
                      num(r.bubble_fraction));
+  // --profile-rank: the figures are that rank's, alone.
+  out += fmt::format("  \"profile_rank\": {},\n",
+                     r.profile_rank >= 0 ? std::to_string(r.profile_rank) : "null");
   std::string stages;
   for (size_t s = 0; s < r.stage_busy_s.size(); ++s) {
-    stages += fmt::format("{}{{\"stage\": {}, \"busy_s_per_step\": {}}}", s == 0 ? "" : ", ", s,
-                          num(r.stage_busy_s[s]));
+    std::string kernels;  // with time_kernel_classes: seconds per step by class
+    if (s < r.stage_kernel_s.size()) {
+      for (int c = 0; c < kNumKernelClasses; ++c) {
+        kernels +=
+            fmt::format("{}\"{}\": {}", c == 0 ? "" : ", ", Name(static_cast<KernelClass>(c)),
+                        num(r.stage_kernel_s[s][static_cast<size_t>(c)]));
+      }
+      kernels = ", \"kernels_s_per_step\": {" + kernels + "}";
+    }
+    stages += fmt::format("{}{{\"stage\": {}, \"busy_s_per_step\": {}{}}}", s == 0 ? "" : ", ", s,
+                          num(r.stage_busy_s[s]), kernels);
   }
   out += "  \"stages\": [" + stages + "],\n  \"ranks\": [\n";
   for (size_t i = 0; i < r.ranks.size(); ++i) {
