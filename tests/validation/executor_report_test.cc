@@ -13,6 +13,7 @@
 #include "core/spec_yaml.h"
 #include "executor/backend_cpu.h"
 #include "executor/comm_standin.h"
+#include "executor/device.h"
 #include "simulator/kernel_classes.h"
 #include "simulator/layer_work.h"
 #include "tests/executor/tiny_plan.h"
@@ -261,9 +262,13 @@ TEST(Validate, BadFlagsAreRefusedNamingTheFlag) {
        2,
        "ptdp: error: --profile-rank: runs one rank alone without mpirun or checkpoints: drop "
        "--launch"},
+      // Built with CUDA, the job's ranks are counted first; without, the build says so.
       {{"validate", "--plan", plan, "--backend", "cuda"},
-       2,
-       "ptdp: error: this plan needs 2 ranks (tp 2 x pp 1 x dp 1), but 1 started"},
+       QueryCuda().built ? 2 : 1,
+       QueryCuda().built
+           ? "ptdp: error: this plan needs 2 ranks (tp 2 x pp 1 x dp 1), but 1 started"
+           : "ptdp: error: `ptdp validate --backend cuda` needs CUDA and NCCL: ptdp was built "
+             "without CUDA"},
       {{"calibrate", "--backend", "tpu", "--out", "x.yaml"},
        2,
        "ptdp: error: --backend: expected cpu or cuda, got \"tpu\""},
