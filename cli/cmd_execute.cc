@@ -326,11 +326,11 @@ ExecuteOptions ReadExecuteOptions(const Flags& flags) {
     if (!digits)
       flags.Fail("profile-rank", fmt::format("expected a rank, 0 or more, got \"{}\"", *rank));
     options.profile_rank = std::stoi(*rank);
-    for (const char* other : {"launch", "save", "load", "save-interval"}) {
-      if (flags.Has(other) && (std::string_view(other) != "launch" || flags.Switch(other))) {
+    for (const std::string& given : flags.Given()) {
+      if (given == "launch" || given == "save" || given == "load" || given == "save-interval") {
         flags.Fail("profile-rank", fmt::format("runs one rank alone without mpirun or "
                                                "checkpoints: drop --{}",
-                                               other));
+                                               given));
       }
     }
     options.keep_trace = true;           // its per-micro-batch figures come from the trace
@@ -487,10 +487,6 @@ Plan ExecutedPlan(const Plan& plan, DType dtype, const ClusterSpec& cluster, con
 
 namespace {
 
-std::string Percent(double error) {
-  return std::isfinite(error) ? fmt::format("{:+.1f}%", 100 * error) : "-";
-}
-
 // `ptdp execute --profile-rank`: the rank's micro-batch against the cost model with the plan's
 // own profile, and what its exchanges carried.
 void PrintProfiledRank(const Plan& plan, const ExecuteOptions& options, const ExecuteResult& result,
@@ -498,19 +494,18 @@ void PrintProfiledRank(const Plan& plan, const ExecuteOptions& options, const Ex
   std::vector<std::string> notes;
   const Plan executed = ExecutedPlan(plan, options.dtype, plan.cluster, job, &notes);
   const SimulationReport sim = SimulatePlan(executed);
-  const ValidationReport v = CompareRun(executed, result, sim);
+  ValidationReport v = CompareRun(executed, result, sim);
+  AddStandInRows(v, executed, sim, job.stand_in);
   const StageComparison& s = v.stages.at(0);
   log << fmt::format(
       "rank {} (stage {}), one micro-batch per model chunk: forward {} (cost model {}, {}), "
       "backward {} (cost model {}, {}); cost model with the plan's profile {}, as executed ({})\n",
       options.profile_rank, s.stage, Seconds(s.forward_s.measured), Seconds(s.forward_s.simulated),
-      Percent(s.forward_s.error()), Seconds(s.backward_s.measured), Seconds(s.backward_s.simulated),
-      Percent(s.backward_s.error()), plan.cluster.name, Name(options.dtype));
+      ErrorCell(s.forward_s), Seconds(s.backward_s.measured), Seconds(s.backward_s.simulated),
+      ErrorCell(s.backward_s), plan.cluster.name, Name(options.dtype));
   std::string exchanges;
   // The groups in the order the report lists them (tp, cp, ep, etp, pp, dp_cp, ...).
-  ValidationReport rows = v;
-  AddStandInRows(rows, executed, sim, job.stand_in);
-  for (const StandInComparison& g : rows.stand_in) {
+  for (const StandInComparison& g : v.stand_in) {
     if (g.calls == 0) continue;
     exchanges +=
         fmt::format("{}{} {:.2f} MB ({} call{}, {})", exchanges.empty() ? "" : "; ", g.group,

@@ -36,31 +36,20 @@ int WorldRankOf(const ExpertCoords& c, const ParallelConfig& p) {
   return c.etp + etp * (c.ep + p.ep * (c.edp + static_cast<int>(p.expert_dp()) * c.pp));
 }
 
-const char* Name(GroupId group) {
-  switch (group) {
-    case GroupId::kTp:
-      return "tp";
-    case GroupId::kCp:
-      return "cp";
-    case GroupId::kPp:
-      return "pp";
-    case GroupId::kDp:
-      return "dp";
-    case GroupId::kDpCp:
-      return "dp_cp";
-    case GroupId::kModelParallel:
-      return "model_parallel";
-    case GroupId::kEmbedding:
-      return "embedding";
-    case GroupId::kEtp:
-      return "etp";
-    case GroupId::kEp:
-      return "ep";
-    case GroupId::kEdp:
-      return "edp";
-  }
-  return "?";
-}
+namespace {
+
+// ProcessGroups' member and name for each GroupId, in the enum's order.
+constexpr std::unique_ptr<Comm> ProcessGroups::*kMembers[kNumGroups] = {
+    &ProcessGroups::tp,        &ProcessGroups::cp,    &ProcessGroups::pp,
+    &ProcessGroups::dp,        &ProcessGroups::dp_cp, &ProcessGroups::model_parallel,
+    &ProcessGroups::embedding, &ProcessGroups::etp,   &ProcessGroups::ep,
+    &ProcessGroups::edp};
+constexpr const char* kNames[kNumGroups] = {
+    "tp", "cp", "pp", "dp", "dp_cp", "model_parallel", "embedding", "etp", "ep", "edp"};
+
+}  // namespace
+
+const char* Name(GroupId group) { return kNames[static_cast<size_t>(group)]; }
 
 std::array<GroupSplit, kNumGroups> GroupSplitsOf(int world_rank, const ParallelConfig& p) {
   const RankCoords c = CoordsOf(world_rank, p);
@@ -87,29 +76,7 @@ std::array<GroupSplit, kNumGroups> GroupSplitsOf(int world_rank, const ParallelC
 }
 
 std::unique_ptr<Comm>& Member(ProcessGroups& g, GroupId group) {
-  switch (group) {
-    case GroupId::kTp:
-      return g.tp;
-    case GroupId::kCp:
-      return g.cp;
-    case GroupId::kPp:
-      return g.pp;
-    case GroupId::kDp:
-      return g.dp;
-    case GroupId::kDpCp:
-      return g.dp_cp;
-    case GroupId::kModelParallel:
-      return g.model_parallel;
-    case GroupId::kEmbedding:
-      return g.embedding;
-    case GroupId::kEtp:
-      return g.etp;
-    case GroupId::kEp:
-      return g.ep;
-    case GroupId::kEdp:
-      return g.edp;
-  }
-  throw InternalError("Member: unknown group");
+  return g.*kMembers[static_cast<size_t>(group)];
 }
 
 ProcessGroups MakeProcessGroups(std::unique_ptr<Comm> world, const ParallelConfig& p) {

@@ -121,8 +121,13 @@ Work Memory(const char* name, double bytes) {
 Work Gemm(const char* name, double m, double n, double k, double batch, double in, double out,
           bool fp8 = false) {
   const GemmShape shape{I(m), I(n), I(k), I(batch)};
-  return {name,  WorkKind::kGemm, fp8, false,
-          shape, shape.flops(),   batch * (in * (m * k + k * n) + out * m * n)};
+  return {name,
+          WorkKind::kGemm,
+          fp8,
+          false,
+          shape,
+          shape.flops(),
+          batch * (in * (m * k + k * n) + out * m * n)};
 }
 Work Gemm(const char* name, double m, double n, double k, double batch, double e) {
   return Gemm(name, m, n, k, batch, e, e);
@@ -871,8 +876,8 @@ LayerWork MambaLayerWork(const ModelSpec& m, const ParallelConfig& p, Precision 
         CommWork{"cp all-to-all y grad", Collective::kAllToAll, d.T * inner * d.e, CommGroup::kCp});
   }
   b.Add(Memory("causal conv1d recompute", 2 * scan_tokens * conv_channels * d.e));
-  b.Add({"mamba ssd chunk scan backward", WorkKind::kScan, false, false, chunk_shape, scan.backward_flops,
-         scan.backward_bytes});
+  b.Add({"mamba ssd chunk scan backward", WorkKind::kScan, false, false, chunk_shape,
+         scan.backward_flops, scan.backward_bytes});
   // causal_conv1d_bwd: read x B C and their gradient, write the input gradient; the weight
   // and bias gradients (kernel + 1 per channel) reduced in the same kernel.
   b.Add(Memory("causal conv1d backward",

@@ -95,7 +95,7 @@ enum class WorkKind : uint8_t {
 struct Work {
   const char* name;
   WorkKind kind;
-  bool fp8;        // kGemm on the FP8 units
+  bool fp8;  // kGemm on the FP8 units
   // Part of the core attention (its flash-style kernels, or every kernel of the unfused path:
   // the batched GEMMs, softmax, dropout, the grouped-query expansion); for reports by class.
   bool core_attention;

@@ -27,11 +27,6 @@ double Median(std::vector<double> v) {
 
 std::string Megabytes(double bytes) { return fmt::format("{:.2f} MB", bytes / 1e6); }
 
-std::string ErrorCell(const Compared& c) {
-  const double e = c.error();
-  if (!std::isfinite(e)) return "-";
-  return c.difference ? fmt::format("{:+.3f}", e) : fmt::format("{:+.1f}%", 100 * e);
-}
 std::string RatioCell(const Compared& c) {
   const double r = c.ratio();
   return std::isfinite(r) ? fmt::format("{:.2f}", r) : "-";
@@ -44,6 +39,12 @@ std::string ComparedJson(const Compared& c) {
 }
 
 }  // namespace
+
+std::string ErrorCell(const Compared& c) {
+  const double e = c.error();
+  if (!std::isfinite(e)) return "-";
+  return c.difference ? fmt::format("{:+.3f}", e) : fmt::format("{:+.1f}%", 100 * e);
+}
 
 double Compared::ratio() const { return measured != 0 ? simulated / measured : kNaN; }
 double Compared::error() const { return difference ? simulated - measured : ratio() - 1; }

@@ -27,6 +27,9 @@ struct Compared {
   double error() const;
 };
 
+// The error as the table prints it: "+1.2%" (a difference: "+0.012"); "-" when undefined.
+std::string ErrorCell(const Compared& c);
+
 struct StageComparison {
   int stage = 0;
   Compared busy_s;  // compute per step: F, B, W time (measured: mean over the stage's ranks)
