@@ -454,6 +454,10 @@ Plan ExecutedPlan(const Plan& plan, DType dtype, const ClusterSpec& cluster, con
   // flash-style kernel (context_parallel.h FlashAttentionForward), as the context-parallel
   // blocks do (Megatron's rules refuse context parallelism with unfused attention).
   executed.options.attention = plan.options.attention;
+  // It overlaps the data-parallel exchanges as the plan says, with the plan's buckets.
+  executed.options.overlap_grad_reduce = plan.options.overlap_grad_reduce;
+  executed.options.overlap_param_gather = plan.options.overlap_param_gather;
+  executed.options.ddp_bucket_size = plan.options.ddp_bucket_size;
   if (plan.options.attention == AttentionBackend::kFused) {
     notes->push_back(
         "the CPU executor's flash-style kernel stands for cuDNN's fused attention; simulated as "
@@ -786,11 +790,15 @@ const Command kExecuteCommand{
         "set, as torchrun, Kubernetes' PyTorchJob or a Slurm script set them), over a TCP\n"
         "store on MASTER_ADDR:MASTER_PORT (--comm mpi: MPI over host copies instead, several\n"
         "processes may then share a GPU). --launch starts the ranks: srun inside a Slurm\n"
-        "allocation, mpirun elsewhere, or --launcher torchrun for the GPUs of this node. "
-        "--profile-rank R runs rank R of a\n"
-        "plan of any size alone (no launcher; --backend cuda on one GPU), its exchanges local\n"
-        "copies of their size timed apart, and prints one micro-batch's forward and backward\n"
-        "against the cost model.",
+        "allocation, mpirun elsewhere, or --launcher torchrun for the GPUs of this node.\n"
+        "--profile-rank R runs rank R of a plan of any size alone (no launcher; --backend cuda\n"
+        "on one GPU), its exchanges local copies of their size timed apart, and prints one\n"
+        "micro-batch's forward and backward against the cost model. The plan's options\n"
+        "overlap_grad_reduce, overlap_param_gather and ddp_bucket_size (Megatron's\n"
+        "--overlap-grad-reduce, --overlap-param-gather, --ddp-bucket-size; `ptdp plan` turns\n"
+        "them on) run as Megatron runs them: each bucket's gradients reduced as the last\n"
+        "backward completes its layers, beside the rest of it (NCCL: on a stream of their\n"
+        "own), and each bucket's updated weights gathered behind the next forward.",
     .examples =
         "mpirun -np 8 ptdp execute --plan plan.yaml --steps 20\n"
         "ptdp execute --plan plan.yaml --launch --steps 20 --trace measured.json\n"

@@ -187,6 +187,15 @@ inline CostOptions CostOptionsFor(SoftwareStack stack) {
 
 // Bytes of one main-gradient element: 4 when gradients are accumulated in fp32 (forced for bf16
 // by Megatron's validate_args, and for fp32 training), else 2.
+// Parameters per DDP gradient bucket (--overlap-grad-reduce): --ddp-bucket-size, or Megatron's
+// default max(40,000,000, 1,000,000 x dp x cp) (megatron/core/distributed/
+// distributed_data_parallel_config.py, training.py). The simulator and the executor split each
+// model chunk's parameters into ceil(n / this) buckets.
+inline int64_t DdpBucketParameters(const CostOptions& options, int64_t dp_cp) {
+  if (options.ddp_bucket_size > 0) return options.ddp_bucket_size;
+  return dp_cp * 1'000'000 > 40'000'000 ? dp_cp * 1'000'000 : 40'000'000;
+}
+
 inline int GradientBytes(Precision precision, const CostOptions& options) {
   return precision != Precision::kFp16 || options.accumulate_allreduce_grads_in_fp32 ? 4 : 2;
 }

@@ -156,11 +156,16 @@ std::string CheckpointLayout(const Plan& plan, DType dtype) {
   // distributed optimizer's expert shards; dense models keep the earlier text.
   const std::string experts =
       plan.model.moe() ? fmt::format(" ep {} etp {}", p.ep, p.expert_tp()) : "";
+  // Overlapped, the distributed optimizer shards each DDP bucket instead of the whole range.
+  const std::string buckets =
+      plan.options.overlap_grad_reduce && p.distributed_optimizer
+          ? fmt::format(" ddp_buckets {}", DdpBucketParameters(plan.options, p.dp_cp()))
+          : "";
   return fmt::format(
-      "tp {} pp {} dp {}{}{} virtual_stages {}{} distributed_optimizer {} global_batch {} "
+      "tp {} pp {} dp {}{}{} virtual_stages {}{} distributed_optimizer {}{} global_batch {} "
       "optimizer {} {} | {}",
       p.tp, p.pp, p.dp, cp, experts, p.virtual_stages, split, p.distributed_optimizer ? 1 : 0,
-      plan.training.global_batch_size, Name(plan.training.optimizer), Name(dtype), model);
+      buckets, plan.training.global_batch_size, Name(plan.training.optimizer), Name(dtype), model);
 }
 
 void SaveCheckpoint(const std::string& dir, const CheckpointState& state, const std::string& layout,

@@ -17,13 +17,21 @@ namespace ptdp {
 
 enum class ReduceOp { kSum, kMax };
 
-// A posted non-blocking send. Its buffer must stay alive and unchanged until Wait() returns or
-// Test() returns true.
-class SendRequest {
+// A posted non-blocking send or a started collective. Its buffers must stay alive and
+// unchanged until Wait() returns or Test() returns true; after Wait() the backend's next kernels
+// see the results (NCCL: the compute stream waits for the communication stream).
+class CommRequest {
  public:
-  virtual ~SendRequest() = default;
+  virtual ~CommRequest() = default;
   virtual bool Test() = 0;
   virtual void Wait() = 0;
+};
+
+// A request that completed when it was made.
+class DoneRequest final : public CommRequest {
+ public:
+  bool Test() override { return true; }
+  void Wait() override {}
 };
 
 class Comm {
@@ -54,9 +62,27 @@ class Comm {
   virtual void Broadcast(Span data, int root) = 0;
   virtual void Barrier() = 0;
 
+  // Non-blocking forms of AllReduce (a sum), ReduceScatter and AllGather, for the data-parallel
+  // exchanges that run beside the backward and the next forward (--overlap-grad-reduce,
+  // --overlap-param-gather): NCCL runs them on a stream of their own; MPI progresses them inside
+  // MPI calls and Test(). Every rank of the group starts the same exchanges in the same order.
+  // These defaults run the blocking form and return a completed request.
+  virtual std::unique_ptr<CommRequest> StartAllReduce(Span data) {
+    AllReduce(data, ReduceOp::kSum);
+    return std::make_unique<DoneRequest>();
+  }
+  virtual std::unique_ptr<CommRequest> StartReduceScatter(Span in, Span out) {
+    ReduceScatter(in, out);
+    return std::make_unique<DoneRequest>();
+  }
+  virtual std::unique_ptr<CommRequest> StartAllGather(Span in, Span out) {
+    AllGather(in, out);
+    return std::make_unique<DoneRequest>();
+  }
+
   // Point-to-point; `peer` is a rank of this group; a message matches the receive with the same
   // peer and tag (0 <= tag < max_tag()).
-  virtual std::unique_ptr<SendRequest> Isend(Span data, int peer, int tag) = 0;
+  virtual std::unique_ptr<CommRequest> Isend(Span data, int peer, int tag) = 0;
   virtual void Recv(Span data, int peer, int tag) = 0;
   virtual int max_tag() const = 0;
 

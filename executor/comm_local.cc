@@ -30,7 +30,7 @@ class LocalComm final : public Comm {
   }
   void Broadcast(Span, int root) override { PTDP_CHECK(root == 0); }
   void Barrier() override {}
-  std::unique_ptr<SendRequest> Isend(Span, int, int) override {
+  std::unique_ptr<CommRequest> Isend(Span, int, int) override {
     throw InternalError("LocalComm: a one-rank group has no peer to send to");
   }
   void Recv(Span, int, int) override {

@@ -63,12 +63,12 @@ class HostSpan {
   std::vector<char> copy_;
 };
 
-class MpiSendRequest final : public SendRequest {
+class MpiRequest final : public CommRequest {
  public:
   // `staged`: the host copy a device span was sent from; kept until the send completes.
-  MpiSendRequest(MPI_Request request, std::vector<char> staged)
+  MpiRequest(MPI_Request request, std::vector<char> staged)
       : request_(request), staged_(std::move(staged)) {}
-  ~MpiSendRequest() override {
+  ~MpiRequest() override {
     // A request dropped before completion would leave MPI reading freed memory, so wait; but
     // not while an error unwinds the stack: the peer may never receive, and the job is about
     // to be aborted.
@@ -202,13 +202,42 @@ class MpiComm final : public Comm {
   }
   void Barrier() override { PTDP_MPI_CHECK(MPI_Barrier(comm_)); }
 
-  std::unique_ptr<SendRequest> Isend(Span data, int peer, int tag) override {
+  // MPI-3's non-blocking collectives on host memory of 32 or 64-bit elements (the fp32 gradients
+  // and, as bits, 16-bit weights for a gather); device memory, and 16-bit data to reduce, take the
+  // blocking path (staged copies and widening cannot outlive the call).
+  std::unique_ptr<CommRequest> StartAllReduce(Span data) override {
+    if (size_ == 1 || data.numel == 0 || device_ || Is16Bit(data.dtype)) {
+      return Comm::StartAllReduce(data);
+    }
+    MPI_Request request = MPI_REQUEST_NULL;
+    PTDP_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data.data, Count(data.numel), MpiType(data.dtype),
+                                  MPI_SUM, comm_, &request));
+    return std::make_unique<MpiRequest>(request, std::vector<char>{});
+  }
+  std::unique_ptr<CommRequest> StartReduceScatter(Span in, Span out) override {
+    PTDP_CHECK(in.numel == out.numel * size_ && in.dtype == out.dtype);
+    if (size_ == 1 || device_ || Is16Bit(in.dtype)) return Comm::StartReduceScatter(in, out);
+    MPI_Request request = MPI_REQUEST_NULL;
+    PTDP_MPI_CHECK(MPI_Ireduce_scatter_block(in.data, out.data, Count(out.numel), MpiType(in.dtype),
+                                             MPI_SUM, comm_, &request));
+    return std::make_unique<MpiRequest>(request, std::vector<char>{});
+  }
+  std::unique_ptr<CommRequest> StartAllGather(Span in, Span out) override {
+    PTDP_CHECK(out.numel == in.numel * size_ && in.dtype == out.dtype);
+    if (size_ == 1 || device_) return Comm::StartAllGather(in, out);
+    MPI_Request request = MPI_REQUEST_NULL;
+    PTDP_MPI_CHECK(MPI_Iallgather(in.data, Count(in.numel), MpiType(in.dtype), out.data,
+                                  Count(in.numel), MpiType(out.dtype), comm_, &request));
+    return std::make_unique<MpiRequest>(request, std::vector<char>{});
+  }
+
+  std::unique_ptr<CommRequest> Isend(Span data, int peer, int tag) override {
     PTDP_CHECK(tag >= 0 && tag <= max_tag_);
     MPI_Request request = MPI_REQUEST_NULL;
     HostSpan host(backend_, data, device_, true);
     PTDP_MPI_CHECK(
         MPI_Isend(host.data(), Count(data.numel), MpiType(data.dtype), peer, tag, comm_, &request));
-    return std::make_unique<MpiSendRequest>(request, host.Release());
+    return std::make_unique<MpiRequest>(request, host.Release());
   }
   void Recv(Span data, int peer, int tag) override {
     PTDP_CHECK(tag >= 0 && tag <= max_tag_);

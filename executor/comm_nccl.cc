@@ -262,27 +262,27 @@ struct Shared {
   std::unique_ptr<Watchdog> watchdog;
 };
 
-// A send's completion: an event after it on its pair's stream.
-struct SendState {
+// A send's or an overlapped collective's completion: an event after it on its stream.
+struct RequestState {
   cudaEvent_t done = nullptr;
-  ~SendState() {
+  ~RequestState() {
     if (done != nullptr) cudaEventDestroy(done);
   }
 };
 
 class NcclComm;
 
-class NcclSendRequest final : public SendRequest {
+class NcclRequest final : public CommRequest {
  public:
-  NcclSendRequest(NcclComm& comm, std::shared_ptr<SendState> state)
+  NcclRequest(NcclComm& comm, std::shared_ptr<RequestState> state)
       : comm_(comm), state_(std::move(state)) {}
-  ~NcclSendRequest() override;
+  ~NcclRequest() override;
   bool Test() override;
   void Wait() override;
 
  private:
   NcclComm& comm_;
-  std::shared_ptr<SendState> state_;
+  std::shared_ptr<RequestState> state_;
   bool waited_ = false;
 };
 
@@ -338,6 +338,36 @@ class NcclComm final : public Comm {
     PTDP_NCCL_CHECK(ncclReduceScatter(in.data, out.data, Count(out.numel), NcclType(in.dtype),
                                       ncclSum, comm_, shared_->stream));
     End(shared_->stream, Describe("ncclReduceScatter", in), true);
+  }
+  // The non-blocking collectives run on this communicator's overlap stream, after what the
+  // compute stream has queued so far; the request's Wait() orders the compute stream after them.
+  // A communicator's operations run in the order issued whatever their stream (NCCL orders them),
+  // while the tensor-parallel group's, another communicator, run beside them.
+  std::unique_ptr<CommRequest> StartAllReduce(Span data) override {
+    if (data.numel == 0) return std::make_unique<DoneRequest>();
+    const cudaStream_t stream = OverlapStream();
+    Begin(stream);
+    PTDP_NCCL_CHECK(ncclAllReduce(data.data, data.data, Count(data.numel), NcclType(data.dtype),
+                                  ncclSum, comm_, stream));
+    return Started(stream, Describe("ncclAllReduce (overlapped)", data));
+  }
+  std::unique_ptr<CommRequest> StartReduceScatter(Span in, Span out) override {
+    PTDP_CHECK(in.numel == out.numel * size_ && in.dtype == out.dtype);
+    if (out.numel == 0) return std::make_unique<DoneRequest>();
+    const cudaStream_t stream = OverlapStream();
+    Begin(stream);
+    PTDP_NCCL_CHECK(ncclReduceScatter(in.data, out.data, Count(out.numel), NcclType(in.dtype),
+                                      ncclSum, comm_, stream));
+    return Started(stream, Describe("ncclReduceScatter (overlapped)", in));
+  }
+  std::unique_ptr<CommRequest> StartAllGather(Span in, Span out) override {
+    PTDP_CHECK(out.numel == in.numel * size_ && in.dtype == out.dtype);
+    if (in.numel == 0) return std::make_unique<DoneRequest>();
+    const cudaStream_t stream = OverlapStream();
+    Begin(stream);
+    PTDP_NCCL_CHECK(
+        ncclAllGather(in.data, out.data, Count(in.numel), NcclType(in.dtype), comm_, stream));
+    return Started(stream, Describe("ncclAllGather (overlapped)", in));
   }
   void AllToAll(Span in, Span out) override {
     PTDP_CHECK(in.numel == out.numel && in.numel % size_ == 0 && in.dtype == out.dtype);
@@ -409,17 +439,17 @@ class NcclComm final : public Comm {
   }
 
   // On the pair's own communicator and stream, at once (comm_nccl_logic.h says why).
-  std::unique_ptr<SendRequest> Isend(Span data, int peer, int tag) override {
+  std::unique_ptr<CommRequest> Isend(Span data, int peer, int tag) override {
     PTDP_CHECK(tag >= 0);
     const PairComm& pair = Pair(true, peer, "send to", tag);
     Begin(pair.stream);
     PTDP_NCCL_CHECK(
         ncclSend(data.data, Count(data.numel), NcclType(data.dtype), 1, pair.comm, pair.stream));
-    auto state = std::make_shared<SendState>();
+    auto state = std::make_shared<RequestState>();
     PTDP_NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&state->done, cudaEventDisableTiming));
     PTDP_NCCL_CUDA_CHECK(cudaEventRecord(state->done, pair.stream));
     End(pair.stream, Describe(fmt::format("ncclSend (tag {}) to rank {}", tag, peer), data), false);
-    return std::make_unique<NcclSendRequest>(*this, std::move(state));
+    return std::make_unique<NcclRequest>(*this, std::move(state));
   }
   void Recv(Span data, int peer, int tag) override {
     PTDP_CHECK(tag >= 0);
@@ -483,7 +513,7 @@ class NcclComm final : public Comm {
   }
 
  private:
-  friend class NcclSendRequest;
+  friend class NcclRequest;
 
   void ThrowIfFailed() const {
     if (std::string failure = shared_->watchdog->failure(); !failure.empty()) {
@@ -504,6 +534,22 @@ class NcclComm final : public Comm {
     ThrowIfFailed();
     PTDP_NCCL_CHECK(rc);
     return out;
+  }
+
+  cudaStream_t OverlapStream() {
+    if (overlap_stream_ == nullptr) {
+      PTDP_NCCL_CUDA_CHECK(cudaStreamCreateWithFlags(&overlap_stream_, cudaStreamNonBlocking));
+    }
+    return overlap_stream_;
+  }
+  // The request of an operation just queued on `stream`: an event after it (the watchdog
+  // follows the operation as it follows the blocking ones).
+  std::unique_ptr<CommRequest> Started(cudaStream_t stream, std::string what) {
+    auto state = std::make_shared<RequestState>();
+    PTDP_NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&state->done, cudaEventDisableTiming));
+    PTDP_NCCL_CUDA_CHECK(cudaEventRecord(state->done, stream));
+    End(stream, std::move(what), false);
+    return std::make_unique<NcclRequest>(*this, std::move(state));
   }
 
   // The two-rank communicators of this rank's ring neighbours, in EdgeRounds' rounds.
@@ -613,6 +659,7 @@ class NcclComm final : public Comm {
           if (pair.stream != nullptr) cudaStreamSynchronize(pair.stream);
         }
         cudaStreamSynchronize(shared_->stream);
+        if (overlap_stream_ != nullptr) cudaStreamSynchronize(overlap_stream_);
       }
       for (const ncclComm_t c : comms) {
         if (c == nullptr) continue;
@@ -627,6 +674,8 @@ class NcclComm final : public Comm {
       if (pair.stream != nullptr) cudaStreamDestroy(pair.stream);
     }
     pairs_.clear();
+    if (overlap_stream_ != nullptr) cudaStreamDestroy(overlap_stream_);
+    overlap_stream_ = nullptr;
   }
 
   std::shared_ptr<Shared> shared_;
@@ -634,10 +683,11 @@ class NcclComm final : public Comm {
   ncclComm_t comm_;
   int rank_ = 0;
   int size_ = 1;
-  std::vector<PairComm> pairs_;  // in the order made (EdgeRounds'); at most 4
+  std::vector<PairComm> pairs_;            // in the order made (EdgeRounds'); at most 4
+  cudaStream_t overlap_stream_ = nullptr;  // the non-blocking collectives' (made on first use)
 };
 
-NcclSendRequest::~NcclSendRequest() {
+NcclRequest::~NcclRequest() {
   // A request dropped before Wait: later kernels on the compute stream may reuse its buffer,
   // so they are ordered after the send, as Wait does; not while an error unwinds the stack.
   if (!waited_ && std::uncaught_exceptions() == 0) {
@@ -648,7 +698,7 @@ NcclSendRequest::~NcclSendRequest() {
   }
 }
 
-bool NcclSendRequest::Test() {
+bool NcclRequest::Test() {
   comm_.ThrowIfFailed();
   const cudaError_t state = cudaEventQuery(state_->done);
   if (state == cudaErrorNotReady) return false;
@@ -658,7 +708,7 @@ bool NcclSendRequest::Test() {
   return true;
 }
 
-void NcclSendRequest::Wait() {
+void NcclRequest::Wait() {
   comm_.ThrowIfFailed();
   const Who& who_ = comm_.who_;
   PTDP_NCCL_CUDA_CHECK(cudaStreamWaitEvent(comm_.shared_->compute, state_->done, 0));

@@ -9,12 +9,6 @@
 namespace ptdp {
 namespace {
 
-class DoneRequest final : public SendRequest {
- public:
-  bool Test() override { return true; }
-  void Wait() override {}
-};
-
 class StandInComm final : public Comm {
  public:
   StandInComm(Backend& backend, int rank, int size, StandInTally* tally)
@@ -88,7 +82,7 @@ class StandInComm final : public Comm {
     Tallied(data.bytes(), [] {});
   }
   void Barrier() override {}
-  std::unique_ptr<SendRequest> Isend(Span data, int peer, int) override {
+  std::unique_ptr<CommRequest> Isend(Span data, int peer, int) override {
     PTDP_CHECK(peer >= 0 && peer < size_ && peer != rank_);
     Tallied(data.bytes(), [] {});
     return std::make_unique<DoneRequest>();

@@ -212,7 +212,7 @@ void ContextAttention::RingForward(Span ctx, Span lse, Span qkv, const Attention
   Tensor incoming = New(qkv.dtype, {s.rows(), wkv}, MemCategory::kCommBuffers);
   for (int step = 0; step < n; ++step) {
     // Pass the block on before computing with it (Transformer Engine overlaps the two).
-    std::unique_ptr<SendRequest> send;
+    std::unique_ptr<CommRequest> send;
     if (step + 1 < n) send = cp_.Isend(kv.span(), next, kKvTag);
     const int owner = (me - step + n) % n;
     if (step == 0) {
@@ -254,7 +254,7 @@ void ContextAttention::RingBackward(Span dqkv, Span dctx, Span ctx, Span lse, Sp
   Tensor kv_in = New(qkv.dtype, {s.rows(), wkv}, MemCategory::kCommBuffers);
   Tensor dkv_in = New(qkv.dtype, {s.rows(), wkv}, MemCategory::kCommBuffers);
   for (int step = 0; step < n; ++step) {
-    std::unique_ptr<SendRequest> send_kv;
+    std::unique_ptr<CommRequest> send_kv;
     if (step + 1 < n) send_kv = cp_.Isend(kv.span(), next, kKvTag);
     const int owner = (me - step + n) % n;
     if (step == 0) {
@@ -264,7 +264,7 @@ void ContextAttention::RingBackward(Span dqkv, Span dctx, Span ctx, Span lse, Sp
     } else {
       block(c, c, kv.span(), dkv.span(), s.seq, false);
     }
-    std::unique_ptr<SendRequest> send_dkv = cp_.Isend(dkv.span(), next, kKvGradTag);
+    std::unique_ptr<CommRequest> send_dkv = cp_.Isend(dkv.span(), next, kKvGradTag);
     const double t0 = recorder_.Now();
     if (send_kv != nullptr) cp_.Recv(kv_in.span(), prev, kKvTag);
     cp_.Recv(dkv_in.span(), prev, kKvGradTag);

@@ -526,25 +526,28 @@ Tensor GptModel::Forward(int chunk, Tensor input, const MicroBatch& mb, ChunkAct
 }
 
 Tensor GptModel::Backward(int chunk, ChunkActs& acts, Tensor grad_output, const MicroBatch& mb,
-                          double loss_scale, WeightGradQueue& queue, bool defer) {
+                          double loss_scale, WeightGradQueue& queue, bool defer,
+                          const std::function<void(int part)>& part_done) {
   const ChunkParams& cp = params_.chunk(chunk);
-  auto flush = [&] {
-    if (!defer) queue.Run(backend_);
+  auto flush = [&](int part) {
+    if (defer) return;
+    queue.Run(backend_);
+    if (part_done) part_done(part);
   };
   Tensor g = cp.has_head ? HeadBackward(cp, acts, mb, loss_scale, queue) : std::move(grad_output);
-  flush();
+  if (cp.has_head) flush(kHeadPart);
   PTDP_CHECK(g.numel() == local_rows() * d_.hidden);
   for (size_t l = cp.layers.size(); l-- > 0;) {
     LayerActs recomputed;
     LayerActs& a = Recomputes(l) ? recomputed : acts.layers[l];
     if (Recomputes(l)) LayerForward(cp.layers[l], *acts.layer_inputs[l], &a);
     g = LayerBackward(cp.layers[l], a, std::move(acts.layer_inputs[l]), std::move(g), queue);
-    flush();
+    flush(cp.first_layer + static_cast<int>(l));
   }
   acts = ChunkActs{};
   if (cp.has_embedding) {
     EmbedBackward(cp, std::move(g), mb, queue);
-    flush();
+    flush(kEmbeddingPart);
     return Tensor();
   }
   return g;

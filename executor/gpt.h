@@ -29,6 +29,7 @@
 // runs the queue at once (plain backward) or later (a W operation of ZB-H1).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -119,9 +120,11 @@ class GptModel {
   // weight of one token's loss in the step's objective). Returns the input gradient (T_loc, h),
   // empty on virtual stage 0. Consumes `acts`. Weight gradients go to `queue`; unless `defer`,
   // the queue is run after each layer (so its inputs are freed as early as possible), else
-  // it is left for a later W operation.
+  // it is left for a later W operation. Without `defer`, `part_done` (when given) hears each
+  // part (gpt_params.h kHeadPart, ...) as its weight gradients are complete.
   Tensor Backward(int chunk, ChunkActs& acts, Tensor grad_output, const MicroBatch& mb,
-                  double loss_scale, WeightGradQueue& queue, bool defer);
+                  double loss_scale, WeightGradQueue& queue, bool defer,
+                  const std::function<void(int part)>& part_done = {});
 
  private:
   // Whether a chunk's layer `layer` (its index in the chunk) keeps only its input and

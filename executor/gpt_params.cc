@@ -82,6 +82,7 @@ GptParams::GptParams(const ModelSpec& model, const ParallelConfig& parallel, Ran
   const int64_t attn = d.heads * d.head_dim;
   const double out_std = kInitStd / std::sqrt(2.0 * static_cast<double>(d.layers));
   int chunk = 0;
+  int part = kEmbeddingPart;
   auto replicated = [&](std::string name, int64_t rows, int64_t cols, InitKind init, double std,
                         bool wd) {
     ParamInfo p;
@@ -94,6 +95,7 @@ GptParams::GptParams(const ModelSpec& model, const ParallelConfig& parallel, Ran
     p.tp_duplicate = true;
     p.sequence_parallel_grad = parallel.sequence_parallel;
     p.chunk = chunk;
+    p.part = part;
     return Add(std::move(p));
   };
   // Split over `parts` ranks (TP, or the expert TP group), this rank holding part `index`.
@@ -112,6 +114,7 @@ GptParams::GptParams(const ModelSpec& model, const ParallelConfig& parallel, Ran
     p.init_std = std;
     p.weight_decay = wd;
     p.chunk = chunk;
+    p.part = part;
     return Add(std::move(p));
   };
   auto by_cols = [&](std::string name, int64_t rows, int64_t cols, double std, int64_t parts = 0,
@@ -128,6 +131,7 @@ GptParams::GptParams(const ModelSpec& model, const ParallelConfig& parallel, Ran
     p.init_std = std;
     p.weight_decay = true;
     p.chunk = chunk;
+    p.part = part;
     return Add(std::move(p));
   };
   auto word_embedding = [&](bool shared) {
@@ -160,6 +164,7 @@ GptParams::GptParams(const ModelSpec& model, const ParallelConfig& parallel, Ran
     cp.has_head = cp.virtual_stage == d.virtual_stages - 1;
     cp.first_layer = d.split.first_layer[static_cast<size_t>(cp.virtual_stage)];
     const int64_t chunk_layers = d.split.layers[static_cast<size_t>(cp.virtual_stage)];
+    part = kEmbeddingPart;
     if (cp.has_embedding) {
       ci.word = word_embedding(false);
       if (!d.rotary) {
@@ -170,6 +175,7 @@ GptParams::GptParams(const ModelSpec& model, const ParallelConfig& parallel, Ran
     const int64_t fc1_groups = d.swiglu ? 2 : 1;
     for (int64_t l = 0; l < chunk_layers; ++l) {
       const std::string p = fmt::format("layers.{}.", cp.first_layer + l);
+      part = static_cast<int>(cp.first_layer + l);
       LayerIndices li;
       auto bias = [&](const std::string& name, int64_t rows, bool sharded, int64_t groups = 1) {
         if (!d.biases) return -1;
@@ -213,6 +219,7 @@ GptParams::GptParams(const ModelSpec& model, const ParallelConfig& parallel, Ran
       ci.layers.push_back(li);
     }
     if (cp.has_head) {
+      part = kHeadPart;
       norm("final_ln", &ci.final_w, &ci.final_b);
       if (!d.tied) {
         ci.output =

@@ -60,6 +60,7 @@ struct ParamInfo {
   int64_t offset = 0;  // in the rank's flat parameter and gradient buffers
   int64_t numel = 0;   // local_rows * local_cols
   int chunk = 0;
+  int part = 0;  // the backward part that completes its gradient (kEmbeddingPart, ...)
   InitKind init = InitKind::kNormal;
   double init_std = 0;
   bool weight_decay = false;            // Megatron: none on biases and norms
@@ -72,6 +73,13 @@ struct ParamInfo {
   // over the expert data-parallel group instead of dp x cp.
   bool expert = false;
 };
+
+// The parts of a chunk's backward (GptModel::Backward), in the order it completes their weight
+// gradients: the head (final norm and output layer, or the last stage's copy of the tied word
+// embedding), the layers from the last to the first (a layer's part is its global index), the
+// embeddings (word, with the head's contribution when they share the tensor, and position).
+inline constexpr int kHeadPart = 1 << 30;
+inline constexpr int kEmbeddingPart = -1;
 
 // Row of the full tensor that local row `local_row` of this rank's slice is.
 int64_t FullRow(const ParamInfo& p, int64_t local_row);

@@ -11,6 +11,10 @@
 
 namespace ptdp {
 
+// The trace event of the time a rank waited for an overlapped parameter gather (the gather's
+// exposed part; the gather itself is an event from its start to its completion).
+inline constexpr const char* kParamGatherWait = "wait for param all-gather";
+
 class Recorder {
  public:
   explicit Recorder(bool keep_events = false) : keep_events_(keep_events) { SetOrigin(); }

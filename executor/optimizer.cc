@@ -19,34 +19,112 @@ std::array<double, 4> Pack(const LossScalerState& s) {
 
 }  // namespace
 
+std::vector<GradBucket> GradientBuckets(const std::vector<ParamInfo>& infos, FlatRange range,
+                                        bool experts, int64_t bucket_parameters, int64_t multiple) {
+  PTDP_CHECK(bucket_parameters >= 1 && multiple >= 1 && range.numel % multiple == 0);
+  if (range.numel == 0) return {};
+  // Each chunk's part of the range: from its first parameter to the next chunk's (the first
+  // from the range's start, the last to its end, padding included).
+  struct Part {
+    int chunk;
+    int64_t begin;
+  };
+  std::vector<Part> parts;
+  for (const ParamInfo& p : infos) {
+    if (p.expert != experts || p.numel == 0) continue;
+    PTDP_CHECK(p.offset >= range.begin && p.offset + p.numel <= range.begin + range.numel);
+    if (parts.empty() || parts.back().chunk != p.chunk) {
+      PTDP_CHECK(parts.empty() || parts.back().chunk < p.chunk);
+      parts.push_back({p.chunk, parts.empty() ? range.begin : p.offset});
+    }
+  }
+  if (parts.empty()) parts.push_back({0, range.begin});
+  const int64_t end = range.begin + range.numel;
+  std::vector<int64_t> cuts;  // bucket ends
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const int64_t begin = parts[i].begin;
+    const int64_t n = (i + 1 < parts.size() ? parts[i + 1].begin : end) - begin;
+    const int64_t k = std::max<int64_t>(1, (n + bucket_parameters - 1) / bucket_parameters);
+    for (int64_t j = 1; j <= k; ++j) {
+      const int64_t at = begin + n * j / k;
+      const int64_t rounded = range.begin + (at - range.begin) / multiple * multiple;
+      if (rounded > range.begin && (cuts.empty() || rounded > cuts.back())) cuts.push_back(rounded);
+    }
+  }
+  if (cuts.empty() || cuts.back() != end) cuts.push_back(end);
+  // The chunk holding element `at`: the last part starting at or before it.
+  auto chunk_at = [&](int64_t at) {
+    int c = parts.front().chunk;
+    for (const Part& part : parts) {
+      if (part.begin <= at) c = part.chunk;
+    }
+    return c;
+  };
+  std::vector<GradBucket> buckets;
+  int64_t begin = range.begin;
+  for (const int64_t cut : cuts) {
+    GradBucket b;
+    b.flat = {begin, cut - begin};
+    b.first_chunk = chunk_at(begin);
+    b.last_chunk = chunk_at(cut - 1);
+    for (const ParamInfo& p : infos) {
+      if (p.expert != experts || p.offset >= cut || p.offset + p.numel <= begin) continue;
+      b.tied_embedding = b.tied_embedding || p.tied_embedding;
+      b.parts.emplace_back(p.chunk, p.part);
+    }
+    std::sort(b.parts.begin(), b.parts.end());
+    b.parts.erase(std::unique(b.parts.begin(), b.parts.end()), b.parts.end());
+    buckets.push_back(b);
+    begin = cut;
+  }
+  return buckets;
+}
+
 TrainingOptimizer::TrainingOptimizer(GptParams& params, Backend& backend, ProcessGroups& groups,
                                      const TrainingSpec& training, bool distributed,
                                      bool sequence_parallel, Recorder& recorder,
-                                     const LossScalerOptions& loss_scaler)
+                                     const LossScalerOptions& loss_scaler,
+                                     const DataParallelOverlap& overlap)
     : params_(params),
       backend_(backend),
       groups_(groups),
       training_(training),
       sequence_parallel_(sequence_parallel),
       recorder_(recorder),
+      overlap_(overlap),
       scaler_options_(loss_scaler) {
   const DType main = MainDType(params.dtype());
+  overlap_.param_gather = overlap_.param_gather && distributed;
+  chunk_grads_done_.assign(static_cast<size_t>(params.num_chunks()), false);
   int64_t state = 0;
   for (const bool experts : {false, true}) {
-    Range r;
-    r.flat = experts ? params.expert_range() : params.dense_range();
-    r.group = experts ? groups.edp.get() : groups.dp_cp.get();
-    r.distributed = distributed && r.group->size() > 1;
-    r.shard = r.flat;
-    if (r.distributed) {
-      PTDP_CHECK(r.flat.numel % r.group->size() == 0);
-      const int64_t shard = r.flat.numel / r.group->size();
-      r.shard = {r.flat.begin + r.group->rank() * shard, shard};
-      r.grad_shard = Tensor(backend, main, {shard}, MemCategory::kGradients);
+    const FlatRange flat = experts ? params.expert_range() : params.dense_range();
+    Comm* group = experts ? groups.edp.get() : groups.dp_cp.get();
+    const bool sharded = distributed && group->size() > 1;
+    std::vector<GradBucket> buckets{{flat, 0, params.num_chunks() - 1, false}};
+    if (overlap_.grad_reduce && group->size() > 1) {
+      PTDP_CHECK(!sharded || flat.numel % group->size() == 0);
+      buckets = GradientBuckets(params.infos(), flat, experts, overlap_.bucket_parameters,
+                                sharded ? group->size() : 1);
     }
-    r.state_offset = state;
-    state += r.shard.numel;
-    ranges_.push_back(std::move(r));
+    for (const GradBucket& bucket : buckets) {
+      Range r;
+      r.flat = bucket.flat;
+      r.bucket = bucket;
+      r.experts = experts;
+      r.group = group;
+      r.distributed = sharded;
+      r.shard = r.flat;
+      if (r.distributed) {
+        PTDP_CHECK(r.flat.numel % r.group->size() == 0);
+        const int64_t shard = r.flat.numel / r.group->size();
+        r.shard = {r.flat.begin + r.group->rank() * shard, shard};
+        r.grad_shard = Tensor(backend, main, {shard}, MemCategory::kGradients);
+      }
+      r.state_offset = state;
+      state += r.shard.numel;
+      ranges_.push_back(std::move(r));
+    }
   }
   m_ = Tensor(backend, main, {state}, MemCategory::kOptimizer);
   if (training.optimizer == Optimizer::kAdam) {
@@ -86,52 +164,167 @@ std::vector<Span> TrainingOptimizer::state() const {
   return out;
 }
 
+void TrainingOptimizer::SequenceParallelAllReduce(bool reduced) {
+  if (!sequence_parallel_ || groups_.tp->size() == 1) return;
+  // One all-reduce over a packed buffer instead of one per parameter: each sequence-parallel
+  // parameter's part of the gradients summed (the buffer's, or each range's reduced ones).
+  std::vector<std::pair<Span, Span>> parts;  // (gradients, their place in the packed buffer)
+  int64_t n = 0;
+  for (const ParamInfo& p : params_.infos()) {
+    if (!p.sequence_parallel_grad) continue;
+    if (!reduced) {
+      parts.push_back({params_.Ref(p).grad, {}});
+      n += p.numel;
+      continue;
+    }
+    for (const Range& r : ranges_) {
+      const int64_t lo = std::max(p.offset, r.shard.begin);
+      const int64_t hi = std::min(p.offset + p.numel, r.shard.begin + r.shard.numel);
+      if (lo >= hi) continue;
+      parts.push_back({r.grads(params_).Slice(lo - r.shard.begin, hi - lo), {}});
+      n += hi - lo;
+    }
+  }
+  if (n == 0) return;
+  Tensor packed(backend_, params_.grads().dtype, {n}, MemCategory::kCommBuffers);
+  int64_t at = 0;
+  for (auto& [grads, place] : parts) {
+    place = packed.span().Slice(at, grads.numel);
+    backend_.Copy(place, grads);
+    at += grads.numel;
+  }
+  const double t0 = recorder_.Now();
+  groups_.tp->AllReduce(packed.span(), ReduceOp::kSum);
+  recorder_.Add("sp grad all-reduce", "tp-comm", t0, recorder_.Now());
+  for (const auto& [grads, place] : parts) backend_.Copy(grads, place);
+}
+
+void TrainingOptimizer::EmbeddingAllReduce() {
+  if (groups_.embedding == nullptr) return;
+  const double t0 = recorder_.Now();
+  for (const ParamInfo& p : params_.infos()) {
+    if (p.tied_embedding) groups_.embedding->AllReduce(params_.Ref(p).grad, ReduceOp::kSum);
+  }
+  recorder_.Add("embedding all-reduce", "dp-comm", t0, recorder_.Now());
+}
+
 void TrainingOptimizer::ReduceGradients() {
-  const std::vector<ParamInfo>& infos = params_.infos();
-  if (sequence_parallel_ && groups_.tp->size() > 1) {
-    // One all-reduce over a packed buffer instead of one per parameter.
-    int64_t n = 0;
-    for (const ParamInfo& p : infos) n += p.sequence_parallel_grad ? p.numel : 0;
-    if (n > 0) {
-      Tensor packed(backend_, params_.grads().dtype, {n}, MemCategory::kCommBuffers);
-      int64_t at = 0;
-      for (const ParamInfo& p : infos) {
-        if (!p.sequence_parallel_grad) continue;
-        backend_.Copy(packed.span().Slice(at, p.numel), params_.Ref(p).grad);
-        at += p.numel;
-      }
-      const double t0 = recorder_.Now();
-      groups_.tp->AllReduce(packed.span(), ReduceOp::kSum);
-      recorder_.Add("sp grad all-reduce", "tp-comm", t0, recorder_.Now());
-      at = 0;
-      for (const ParamInfo& p : infos) {
-        if (!p.sequence_parallel_grad) continue;
-        backend_.Copy(params_.Ref(p).grad, packed.span().Slice(at, p.numel));
-        at += p.numel;
-      }
-    }
-  }
-  if (groups_.embedding != nullptr) {
-    const double t0 = recorder_.Now();
-    for (const ParamInfo& p : infos) {
-      if (p.tied_embedding) groups_.embedding->AllReduce(params_.Ref(p).grad, ReduceOp::kSum);
-    }
-    recorder_.Add("embedding all-reduce", "dp-comm", t0, recorder_.Now());
-  }
+  if (overlap_.grad_reduce) return ReduceOverlapped();
+  SequenceParallelAllReduce(/*reduced=*/false);
+  EmbeddingAllReduce();
   for (Range& r : ranges_) {
     if (r.group->size() == 1 || r.flat.numel == 0) continue;
-    const bool experts = &r != &ranges_.front();
     const Span grads = params_.grads().Slice(r.flat.begin, r.flat.numel);
     const double t0 = recorder_.Now();
     if (r.distributed) {
       r.group->ReduceScatter(grads, r.grad_shard.span());
-      recorder_.Add(experts ? "edp reduce-scatter" : "dp reduce-scatter", "dp-comm", t0,
+      recorder_.Add(r.experts ? "edp reduce-scatter" : "dp reduce-scatter", "dp-comm", t0,
                     recorder_.Now());
     } else {
       r.group->AllReduce(grads, ReduceOp::kSum);
-      recorder_.Add(experts ? "edp all-reduce" : "dp all-reduce", "dp-comm", t0, recorder_.Now());
+      recorder_.Add(r.experts ? "edp all-reduce" : "dp all-reduce", "dp-comm", t0, recorder_.Now());
     }
   }
+}
+
+void TrainingOptimizer::StartReduction(Range& r) {
+  r.reduction_started = true;
+  if (r.group->size() == 1 || r.flat.numel == 0) return;
+  const Span grads = params_.grads().Slice(r.flat.begin, r.flat.numel);
+  r.reduction_start_s = recorder_.Now();
+  r.reduction = r.distributed ? r.group->StartReduceScatter(grads, r.grad_shard.span())
+                              : r.group->StartAllReduce(grads);
+}
+
+void TrainingOptimizer::Finished(Range& r, bool gather) {
+  const char* name = nullptr;
+  if (gather) {
+    name = r.experts ? "edp param all-gather" : "dp param all-gather";
+    recorder_.Add(name, "dp-comm", r.gather_start_s, recorder_.Now());
+    r.gather.reset();
+    r.gather_in = Tensor();
+  } else {
+    if (r.distributed) {
+      name = r.experts ? "edp reduce-scatter" : "dp reduce-scatter";
+    } else {
+      name = r.experts ? "edp all-reduce" : "dp all-reduce";
+    }
+    recorder_.Add(name, "dp-comm", r.reduction_start_s, recorder_.Now());
+    r.reduction.reset();
+  }
+}
+
+void TrainingOptimizer::PartDone(int chunk, int part) {
+  if (!overlap_.grad_reduce) return;
+  parts_done_.emplace(chunk, part);
+  StartReadyReductions();
+  Progress();  // MPI progresses its collectives only inside MPI calls
+}
+
+void TrainingOptimizer::GradientsDone(int chunk) {
+  if (!overlap_.grad_reduce) return;
+  chunk_grads_done_.at(static_cast<size_t>(chunk)) = true;
+  StartReadyReductions();
+}
+
+void TrainingOptimizer::StartReadyReductions() {
+  // Megatron starts the buckets in the order they fill: the backward runs the layers in
+  // reverse, so the last bucket first.
+  for (auto it = ranges_.rbegin(); it != ranges_.rend(); ++it) {
+    Range& r = *it;
+    if (r.reduction_started || (r.bucket.tied_embedding && groups_.embedding != nullptr)) {
+      continue;
+    }
+    const bool ready =
+        std::all_of(r.bucket.parts.begin(), r.bucket.parts.end(), [&](const auto& part) {
+          return chunk_grads_done_[static_cast<size_t>(part.first)] || parts_done_.count(part) > 0;
+        });
+    if (ready) StartReduction(r);
+  }
+}
+
+void TrainingOptimizer::Progress() {
+  for (Range& r : ranges_) {
+    if (r.reduction != nullptr && r.reduction->Test()) Finished(r, false);
+    if (r.gather != nullptr && r.gather->Test()) Finished(r, true);
+  }
+}
+
+void TrainingOptimizer::ReduceOverlapped() {
+  // What the backward's hooks did not start: the bucket waiting for the embedding's sum (and
+  // every bucket when no pipeline reported, as in a unit test).
+  EmbeddingAllReduce();
+  for (auto it = ranges_.rbegin(); it != ranges_.rend(); ++it) {
+    if (!it->reduction_started) StartReduction(*it);
+  }
+  for (Range& r : ranges_) {
+    if (r.reduction != nullptr) {
+      r.reduction->Wait();
+      Finished(r, false);
+    }
+    r.reduction_started = false;
+  }
+  chunk_grads_done_.assign(chunk_grads_done_.size(), false);
+  parts_done_.clear();
+  SequenceParallelAllReduce(/*reduced=*/true);
+}
+
+void TrainingOptimizer::WaitGather(Range& r) {
+  if (r.gather == nullptr) return;
+  const double t0 = recorder_.Now();
+  r.gather->Wait();
+  recorder_.Add(kParamGatherWait, "dp-comm", t0, recorder_.Now());
+  Finished(r, true);
+}
+
+void TrainingOptimizer::BeforeFirstForward(int chunk) {
+  for (Range& r : ranges_) {
+    if (r.bucket.first_chunk <= chunk && chunk <= r.bucket.last_chunk) WaitGather(r);
+  }
+}
+
+void TrainingOptimizer::FinishParamGather() {
+  for (Range& r : ranges_) WaitGather(r);
 }
 
 bool TrainingOptimizer::UnscaleAndCheck(double scale) {
@@ -198,6 +391,7 @@ void TrainingOptimizer::Update(const Range& r, int64_t step, double grad_scale) 
 }
 
 OptimizerStepInfo TrainingOptimizer::Step(int64_t step) {
+  FinishParamGather();  // the last step's, when no forward waited for it
   ReduceGradients();
   const double t0 = recorder_.Now();
   OptimizerStepInfo info;
@@ -231,14 +425,18 @@ OptimizerStepInfo TrainingOptimizer::Step(int64_t step) {
   }
   backend_.Fill(params_.grads(), 0);
   recorder_.Add("optimizer", "optimizer", t0, recorder_.Now());
-  for (const Range& r : ranges_) {
+  for (Range& r : ranges_) {
     if (!r.distributed || r.flat.numel == 0) continue;
-    const double t1 = recorder_.Now();
-    Tensor mine(backend_, params_.dtype(), {r.shard.numel}, MemCategory::kCommBuffers);
-    backend_.Copy(mine.span(), params_.values().Slice(r.shard.begin, r.shard.numel));
-    r.group->AllGather(mine.span(), params_.values().Slice(r.flat.begin, r.flat.numel));
-    recorder_.Add(&r == &ranges_.front() ? "dp param all-gather" : "edp param all-gather",
-                  "dp-comm", t1, recorder_.Now());
+    r.gather_start_s = recorder_.Now();
+    r.gather_in = Tensor(backend_, params_.dtype(), {r.shard.numel}, MemCategory::kCommBuffers);
+    backend_.Copy(r.gather_in.span(), params_.values().Slice(r.shard.begin, r.shard.numel));
+    const Span out = params_.values().Slice(r.flat.begin, r.flat.numel);
+    if (overlap_.param_gather) {
+      r.gather = r.group->StartAllGather(r.gather_in.span(), out);
+    } else {
+      r.group->AllGather(r.gather_in.span(), out);
+      Finished(r, true);
+    }
   }
   return info;
 }

@@ -17,6 +17,18 @@
 //     state in the parameters' precision (fp32, or fp64 for gradient checks).
 // The loss was scaled by 1 / (tokens per step), so summing gradients over DP x CP averages them.
 //
+// Overlap (--overlap-grad-reduce, --overlap-param-gather; DataParallelOverlap): each range is
+// split into Megatron's DDP buckets (GradientBuckets), each reduced (or reduce-scattered: the
+// distributed optimizer then owns 1/size of every bucket, as Megatron's does) as soon as the
+// pipeline says the model chunks it holds have their gradients (StepListener, pipeline.h), beside
+// the rest of the backward; the step waits for them before step 4. The bucket holding the tied
+// embedding waits for the embedding's all-reduce after the backward (its two copies' layouts
+// differ, so that sum cannot follow a reduce-scatter), and under sequence parallelism the
+// tensor-parallel sum of step 1 runs on the reduced gradients (TP ranks of one DP rank hold the
+// same shards; the sums commute). With the parameter gather overlapped, each bucket's updated
+// parameters are gathered beside what follows the step, and the next step's first forward of
+// a chunk waits for the buckets it reads.
+//
 // Mixed precision (bf16 or fp16 model weights; Megatron's Float16OptimizerWithFloat16Params, or
 // its DistributedOptimizer): the gradients are fp32 main_grad (gpt_params.h), reduced in fp32;
 // the optimizer holds fp32 main weights for what it updates (its shard under the distributed
@@ -29,6 +41,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <set>
+#include <utility>
 #include <vector>
 
 #include "core/training_spec.h"
@@ -36,6 +51,7 @@
 #include "executor/gpt_params.h"
 #include "executor/loss_scaler.h"
 #include "executor/measure.h"
+#include "executor/pipeline.h"
 #include "executor/topology.h"
 
 namespace ptdp {
@@ -47,7 +63,34 @@ struct OptimizerStepInfo {
   bool skipped = false;   // fp16: an inf or NaN gradient skipped the update
 };
 
-class TrainingOptimizer {
+// Megatron's data-parallel overlap as the executor runs it (the plan's options).
+struct DataParallelOverlap {
+  bool grad_reduce = false;   // --overlap-grad-reduce
+  bool param_gather = false;  // --overlap-param-gather (the distributed optimizer's gather)
+  int64_t bucket_parameters = 40'000'000;  // DdpBucketParameters (core/cost_options.h)
+};
+
+// One DDP bucket: a part of a range of the flat buffers, the model chunks whose parameters it
+// holds, and whether it holds a tied word embedding's copy.
+struct GradBucket {
+  FlatRange flat;
+  int first_chunk = 0, last_chunk = 0;
+  bool tied_embedding = false;
+  // The (chunk, backward part) pairs of its parameters (gpt_params.h ParamInfo::part), sorted:
+  // its gradients are complete when those parts are.
+  std::vector<std::pair<int, int>> parts = {};
+};
+
+// The buckets of `range` (the dense or the expert parameters, `experts`; params laid out chunk
+// after chunk, as GptParams lays them): each model chunk's share split into
+// ceil(n / bucket_parameters) even buckets (the simulator's count), every boundary then rounded
+// down to a multiple of `multiple` from the range's start (the distributed optimizer's group
+// size: each bucket is sharded over it), so a bucket may reach into the next chunk. `range` is
+// a multiple of `multiple` long; empty ranges have no bucket.
+std::vector<GradBucket> GradientBuckets(const std::vector<ParamInfo>& infos, FlatRange range,
+                                        bool experts, int64_t bucket_parameters, int64_t multiple);
+
+class TrainingOptimizer final : public StepListener {
  public:
   // With `distributed` (the distributed optimizer), params' dense range must be a multiple of
   // dp x cp long and its expert range a multiple of the expert data-parallel size. Build it
@@ -55,7 +98,10 @@ class TrainingOptimizer {
   // `loss_scaler` applies to fp16 params only.
   TrainingOptimizer(GptParams& params, Backend& backend, ProcessGroups& groups,
                     const TrainingSpec& training, bool distributed, bool sequence_parallel,
-                    Recorder& recorder, const LossScalerOptions& loss_scaler = {});
+                    Recorder& recorder, const LossScalerOptions& loss_scaler = {},
+                    const DataParallelOverlap& overlap = {});
+  TrainingOptimizer(const TrainingOptimizer&) = delete;
+  TrainingOptimizer& operator=(const TrainingOptimizer&) = delete;
 
   // What the step's loss must be multiplied by before the backward: fp16's loss scale, else 1.
   double loss_scale() const;
@@ -68,6 +114,17 @@ class TrainingOptimizer {
   // under mixed precision, the fp32 main weights; then, for fp16, the loss scaler's state.
   std::vector<Span> state() const;
 
+  // StepListener: with the overlap, the pipeline's hooks start the ready buckets' reductions,
+  // wait for a chunk's gathered parameters, and let exchanges in flight progress.
+  void BeforeFirstForward(int chunk) override;
+  void PartDone(int chunk, int part) override;
+  void GradientsDone(int chunk) override;
+  void Progress() override;
+
+  // Waits for every parameter gather in flight: call before anything but the next step reads
+  // the parameters (evaluation, checkpoints, the final model) and before the end.
+  void FinishParamGather();
+
  private:
   // A range of the flat buffers and the group its gradients are reduced over.
   struct Range {
@@ -77,10 +134,31 @@ class TrainingOptimizer {
     FlatRange shard;           // what this rank updates: the whole range unless distributed
     int64_t state_offset = 0;  // of the shard's optimizer state in m_ and v_
     Tensor grad_shard;         // distributed: this rank's reduced gradient slice
+    bool experts = false;      // the expert range's
+    GradBucket bucket;         // the chunks it holds (the whole range without overlap)
+    // The overlapped exchanges in flight: the gradients' reduction, the parameters' gather
+    // (its send buffer kept until then), and when they were started.
+    bool reduction_started = false;
+    std::unique_ptr<CommRequest> reduction;
+    double reduction_start_s = 0;
+    Tensor gather_in;
+    std::unique_ptr<CommRequest> gather;
+    double gather_start_s = 0;
     // The gradients this rank updates with: the buffer's, or the reduced slice.
     Span grads(const GptParams& params) const;
   };
   void ReduceGradients();
+  void ReduceOverlapped();
+  // Sums the sequence-parallel gradients over TP: `reduced`, those the optimizer updates with
+  // (after the data-parallel reduction), or the whole buffer's (before it).
+  void SequenceParallelAllReduce(bool reduced);
+  void EmbeddingAllReduce();
+  void StartReduction(Range& r);
+  // Starts, last bucket first, the reductions whose gradients are now complete.
+  void StartReadyReductions();
+  // Records a finished exchange of `r` (its reduction, or its gather) and drops its request.
+  void Finished(Range& r, bool gather);
+  void WaitGather(Range& r);
   // fp16: divides the gradients this rank updates with by the loss scale; whether any rank
   // found an inf or NaN among them.
   bool UnscaleAndCheck(double scale);
@@ -94,7 +172,10 @@ class TrainingOptimizer {
   TrainingSpec training_;
   bool sequence_parallel_;
   Recorder& recorder_;
-  std::vector<Range> ranges_;  // dense, then experts
+  DataParallelOverlap overlap_;
+  std::vector<bool> chunk_grads_done_;        // this step's, with overlap_.grad_reduce
+  std::set<std::pair<int, int>> parts_done_;  // (chunk, part), this step's
+  std::vector<Range> ranges_;                 // dense, then experts (bucket by bucket with overlap)
   Tensor m_, v_;  // Adam moments (SGD: m_ is the momentum) of the ranges' shards, in order
   Tensor main_;   // mixed precision: the fp32 main weights of the ranges' shards, in order
   LossScalerOptions scaler_options_;

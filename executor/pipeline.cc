@@ -65,11 +65,24 @@ PipelineStepStats PipelineRunner::RunStep(const std::function<MicroBatch(int)>& 
     Synchronize(backend_);
     return recorder_.Now();
   };
+  // Per model chunk: the index of its first F and of its last B or W in this stage's list.
+  const std::vector<PipelineOp>& ops = schedule_.ops[static_cast<size_t>(r)];
+  std::vector<size_t> first_forward(static_cast<size_t>(schedule_.chunks), ops.size());
+  std::vector<size_t> last_grad(static_cast<size_t>(schedule_.chunks), ops.size());
+  for (size_t i = ops.size(); i-- > 0;) {
+    const auto c = static_cast<size_t>(ops[i].chunk);
+    if (ops[i].kind == OpKind::kForward) {
+      first_forward[c] = i;
+    } else if (last_grad[c] == ops.size()) {
+      last_grad[c] = i;
+    }
+  }
   PipelineStepStats stats;
   stats.start_s = done();
   double loss_sum = 0;
   int losses = 0;
-  for (const PipelineOp& op : schedule_.ops[static_cast<size_t>(r)]) {
+  for (size_t index = 0; index < ops.size(); ++index) {
+    const PipelineOp& op = ops[index];
     const int vs = schedule_.VirtualStage(r, op.chunk);
     const std::pair<int, int> key{op.microbatch, op.chunk};
     const MicroBatch& mb = micro(op.microbatch);
@@ -95,6 +108,9 @@ PipelineStepStats PipelineRunner::RunStep(const std::function<MicroBatch(int)>& 
     if (op.kind == OpKind::kForward) {
       Tensor input;
       if (op.recv_from != kNoStage) input = receive(false, MemCategory::kActivations);
+      if (listener_ != nullptr && first_forward[static_cast<size_t>(op.chunk)] == index) {
+        listener_->BeforeFirstForward(op.chunk);
+      }
       const double t0 = recorder_.Now();
       double loss = 0;
       Tensor out = model_.Forward(op.chunk, std::move(input), mb, &acts[key], &loss);
@@ -111,8 +127,12 @@ PipelineStepStats PipelineRunner::RunStep(const std::function<MicroBatch(int)>& 
       auto it = acts.find(key);
       PTDP_CHECK(it != acts.end());
       WeightGradQueue& queue = queues[key];
+      std::function<void(int)> part_done;
+      if (listener_ != nullptr && last_grad[static_cast<size_t>(op.chunk)] == index) {
+        part_done = [this, chunk = op.chunk](int part) { listener_->PartDone(chunk, part); };
+      }
       Tensor dx = model_.Backward(op.chunk, it->second, std::move(grad), mb, loss_scale, queue,
-                                  schedule_.split_backward);
+                                  schedule_.split_backward, part_done);
       acts.erase(it);
       if (!schedule_.split_backward) queues.erase(key);
       stats.busy_s += recorder_.Add(label(op), "backward", t0, done(), op.microbatch, op.chunk);
@@ -124,6 +144,10 @@ PipelineStepStats PipelineRunner::RunStep(const std::function<MicroBatch(int)>& 
       it->second.Run(backend_);
       queues.erase(it);
       stats.busy_s += recorder_.Add(label(op), "weight-grad", t0, done(), op.microbatch, op.chunk);
+    }
+    if (listener_ != nullptr) {
+      if (last_grad[static_cast<size_t>(op.chunk)] == index) listener_->GradientsDone(op.chunk);
+      listener_->Progress();
     }
     ++stats.ops;
     if (after_op_) after_op_(stats.ops);

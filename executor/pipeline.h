@@ -9,6 +9,8 @@
 //   W: run the weight gradients queued by B.
 // Sends are non-blocking (their buffers are kept until they complete) and receives blocking, so
 // a schedule whose lists have no cyclic wait (the simulator checks that) cannot deadlock.
+// A StepListener (the optimizer's data-parallel overlap, optimizer.h) hears where each model
+// chunk's parameters are first needed and where its gradients are complete.
 #pragma once
 
 #include <functional>
@@ -37,6 +39,24 @@ struct PipelineStepStats {
   KernelSeconds kernel_s{};
 };
 
+// What the runner tells a listener as it plays a step (Megatron's forward pre-hooks and its
+// gradient-ready hooks: per layer in the last backward of a chunk, per chunk after a split
+// backward's last W).
+class StepListener {
+ public:
+  virtual ~StepListener() = default;
+  // Just before the step's first forward of model chunk `chunk` (its weights are read).
+  virtual void BeforeFirstForward(int chunk) = 0;
+  // During the step's last B of `chunk` (when the schedule does not split the backward): the
+  // weight gradients of one part of it (gpt_params.h kHeadPart, ...) are complete.
+  virtual void PartDone(int chunk, int part) = 0;
+  // Just after the step's last operation that adds to `chunk`'s weight gradients (its last B,
+  // or its last W when the schedule splits the backward).
+  virtual void GradientsDone(int chunk) = 0;
+  // After every operation: exchanges in flight may progress.
+  virtual void Progress() = 0;
+};
+
 class PipelineRunner {
  public:
   // `pp` is the pipeline group (rank == stage). The runner uses the model's micro-batch shape.
@@ -49,6 +69,8 @@ class PipelineRunner {
 
   // Called after each operation of RunStep with its 1-based index (tests inject faults here).
   void set_after_operation(std::function<void(int64_t)> hook) { after_op_ = std::move(hook); }
+  // The listener of every later RunStep (not owned; nullptr: none).
+  void set_listener(StepListener* listener) { listener_ = listener; }
 
   // Forward only (evaluation): every micro-batch through every chunk, in (micro-batch, chunk)
   // order on every stage, which has no cyclic wait; nothing is kept. Returns the mean
@@ -65,7 +87,7 @@ class PipelineRunner {
   const PipelineSchedule& schedule_;
   Recorder& recorder_;
   struct Pending {
-    std::unique_ptr<SendRequest> request;
+    std::unique_ptr<CommRequest> request;
     Tensor buffer;
     std::string name;
     double posted_s = 0;
@@ -73,6 +95,7 @@ class PipelineRunner {
   };
   std::vector<Pending> pending_;
   std::function<void(int64_t)> after_op_;
+  StepListener* listener_ = nullptr;
 };
 
 }  // namespace ptdp

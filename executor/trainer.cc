@@ -156,6 +156,12 @@ void SetCommonOrigin(Comm& world, Recorder& recorder) {
   if (one_host) recorder.SetOriginClockS(origin);
 }
 
+// The plan's data-parallel overlap, with Megatron's bucket size for its dp x cp.
+DataParallelOverlap Overlap(const Plan& plan) {
+  return {plan.options.overlap_grad_reduce, plan.options.overlap_param_gather,
+          DdpBucketParameters(plan.options, plan.parallel.dp_cp())};
+}
+
 // What the phases of a run share: its inputs and this rank's objects.
 struct Run {
   const Plan& plan;
@@ -354,6 +360,7 @@ std::vector<PipelineStepStats> TrainSteps(const Run& run, int64_t first_step, in
     if (options.on_step_end) options.on_step_end(step);
     const bool eval_now = val_count > 0 && Due(step, options.steps, options.eval_interval);
     if (eval_now) {
+      run.optimizer.FinishParamGather();
       const double te = run.recorder.Now();
       log.validation_loss = ValidationLoss(run, val_count);
       run.recorder.Add("validation", "other", te, run.recorder.Now());
@@ -361,9 +368,11 @@ std::vector<PipelineStepStats> TrainSteps(const Run& run, int64_t first_step, in
     result.steps.push_back(log);
     if (rank0_progress != nullptr) PrintProgress(*rank0_progress, options, result, eval_now);
     if (!options.save_dir.empty() && Due(step, options.steps, options.save_interval)) {
+      run.optimizer.FinishParamGather();
       SaveStepCheckpoint(run, step, rank0_progress);
     }
   }
+  run.optimizer.FinishParamGather();  // the final model is complete
   return step_stats;
 }
 
@@ -636,7 +645,8 @@ ExecuteResult Execute(const Plan& plan, const ExecuteOptions& options, ProcessGr
   model.set_micro_batch_size(par.micro_batch_size);
   PipelineRunner runner(model, backend, *groups.pp, schedule, recorder);
   TrainingOptimizer optimizer(params, backend, groups, training, distributed, par.sequence_parallel,
-                              recorder, options.loss_scaler);
+                              recorder, options.loss_scaler, Overlap(plan));
+  runner.set_listener(&optimizer);
   const std::string layout = CheckpointLayout(plan, options.dtype);
   const Run run{plan,
                 options,

@@ -225,13 +225,6 @@ LayerCost CostOfLayer(const ModelSpec& m, const ClusterSpec& c, const TrainingSp
 
 static_assert(std::is_trivially_destructible_v<LayerCost>);
 
-// Megatron's default DDP bucket: max(40,000,000, 1,000,000 x dp) parameters
-// (megatron/core/distributed/distributed_data_parallel_config.py, training.py).
-double BucketParameters(const ParallelConfig& p, const CostOptions& options) {
-  if (options.ddp_bucket_size > 0) return static_cast<double>(options.ddp_bucket_size);
-  return std::max(40e6, 1e6 * static_cast<double>(p.dp_cp()));
-}
-
 // The embedding's and the output layer's passes (virtual stages 0 and last) and what they add.
 struct EndParts {
   PassTimes ef, eb, ew, of, ob, ow;
@@ -744,7 +737,7 @@ StepEstimate EstimatePrepared(const ModelSpec& m, const ClusterSpec& c,
   const BytesPerParameter per_param = BytesPerParam(training, p, options);
   const double opt_bytes = OptimizerBytesPerParam(training, options);
   const bool shard_optimizer = p.distributed_optimizer || p.fsdp != Fsdp::kNone;
-  const double bucket = BucketParameters(p, options);
+  const auto bucket = static_cast<double>(DdpBucketParameters(options, p.dp_cp()));
   const BytesPerParameter expert_per_param =
       m.moe() ? BytesPerParam(training, p, options, p.expert_dp()) : BytesPerParameter{};
   const auto stage_costs = [&](int r) {

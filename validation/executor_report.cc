@@ -11,6 +11,7 @@
 #include "core/json.h"
 #include "core/table.h"
 #include "core/text.h"
+#include "executor/measure.h"
 #include "simulator/kernel_classes.h"
 
 namespace ptdp {
@@ -38,6 +39,58 @@ std::string ComparedJson(const Compared& c) {
                      JsonNumber(c.error()));
 }
 
+// Per stage, the data-parallel communication its ranks waited for per measured step (mean over
+// the stage's ranks and steps), from each rank's trace events within each "step N" event: the
+// tail of the gradient reductions (dp-comm all-reduces and reduce-scatters) past the step's last
+// pipeline operation, plus the parameter gathers (blocking) or the waits for them (overlapped).
+std::vector<double> MeasuredDpExposed(const Plan& executed, const ExecuteResult& r) {
+  const int p = executed.parallel.pp;
+  const bool overlapped_gather =
+      executed.options.overlap_param_gather && executed.parallel.distributed_optimizer;
+  std::map<int, int> stage_of;
+  for (const RankReport& k : r.ranks) stage_of[k.world_rank] = k.coords.pp;
+  struct Window {
+    double begin, end, last_op = 0, reduced = 0, gather = 0;
+  };
+  std::map<int, std::vector<Window>> steps;  // track -> its measured steps
+  const std::string first = fmt::format("step {}", r.first_step);
+  for (const TraceEvent& e : r.events) {
+    if (e.category != "other" || e.name.rfind("step ", 0) != 0) continue;
+    if (r.steps.size() > 1 && e.name == first) continue;
+    steps[e.track].push_back({e.start_s, e.start_s + e.duration_s});
+  }
+  for (const TraceEvent& e : r.events) {
+    const auto it = steps.find(e.track);
+    if (it == steps.end()) continue;
+    const double end = e.start_s + e.duration_s;
+    for (Window& w : it->second) {
+      if (e.start_s < w.begin || e.start_s > w.end) continue;
+      if (e.category == "forward" || e.category == "backward" || e.category == "weight-grad") {
+        w.last_op = std::max(w.last_op, end);
+      } else if (e.category == "dp-comm") {
+        const bool gather = e.name.find("param all-gather") != std::string::npos;
+        if (!gather) {
+          w.reduced = std::max(w.reduced, end);
+        } else if ((e.name == kParamGatherWait) == overlapped_gather) {
+          w.gather += e.duration_s;
+        }
+      }
+    }
+  }
+  std::vector<double> sum(static_cast<size_t>(p)), count(static_cast<size_t>(p));
+  for (const auto& [track, windows] : steps) {
+    const auto st = stage_of.find(track);
+    if (st == stage_of.end()) continue;
+    for (const Window& w : windows) {
+      const auto s = static_cast<size_t>(st->second);
+      sum[s] += std::max(0.0, w.reduced - w.last_op) + w.gather;
+      count[s] += 1;
+    }
+  }
+  for (size_t s = 0; s < sum.size(); ++s) sum[s] = count[s] > 0 ? sum[s] / count[s] : 0;
+  return sum;
+}
+
 }  // namespace
 
 std::string ErrorCell(const Compared& c) {
@@ -52,7 +105,7 @@ double Compared::error() const { return difference ? simulated - measured : rati
 CostOptions ExecutorCostOptions() {
   CostOptions o;
   o.attention = AttentionBackend::kUnfused;
-  o.overlap_grad_reduce = false;
+  o.overlap_grad_reduce = false;  // ExecutedPlan takes the plan's overlap and buckets
   o.overlap_p2p_communication = true;
   o.accumulate_allreduce_grads_in_fp32 = true;
   o.gradient_accumulation_fusion = true;
@@ -116,6 +169,7 @@ ValidationReport CompareRun(const Plan& executed, const ExecuteResult& r,
       if (e.category == "weight-grad") backward[s] += e.duration_s;
     }
   }
+  const std::vector<double> dp_exposed = MeasuredDpExposed(executed, r);
   v.bubble_fraction = {r.bubble_fraction, sim.bubble_fraction, /*difference=*/true};
   std::vector<KernelClassTimes> sim_kernels;
   if (!r.stage_kernel_s.empty()) {
@@ -141,6 +195,7 @@ ValidationReport CompareRun(const Plan& executed, const ExecuteResult& r,
                     sim_forward};
     st.backward_s = {backwards[k] > 0 ? backward[k] / static_cast<double>(backwards[k]) : 0,
                      sim_backward};
+    st.dp_exposed_s = {dp_exposed[k], sim.sim.stages[k].dp_exposed_s};
     if (!sim_kernels.empty()) {
       const KernelSeconds& meas = r.stage_kernel_s[k];
       const KernelClassTimes& simk = sim_kernels[k];
@@ -244,6 +299,11 @@ std::string ValidationText(const ValidationReport& v) {
     row(fmt::format("stage {} backward (B + W)", s.stage), s.backward_s, Seconds);
   }
   for (const StageComparison& s : v.stages) {
+    if (s.dp_exposed_s.measured > 0 || s.dp_exposed_s.simulated > 0) {
+      row(fmt::format("stage {} dp comm exposed per step", s.stage), s.dp_exposed_s, Seconds);
+    }
+  }
+  for (const StageComparison& s : v.stages) {
     if (!s.has_kernels) continue;
     for (int c = 0; c < kNumKernelClasses; ++c) {
       row(fmt::format("stage {} {} kernels per step", s.stage, Name(static_cast<KernelClass>(c))),
@@ -310,16 +370,17 @@ std::string ValidationJson(const ValidationReport& v, const SimulationReport& si
     }
     stages += fmt::format(
         "{}    {{\"stage\": {}, \"busy_s\": {},\n     \"forward_s\": {},\n     \"backward_s\": "
-        "{},{}\n     \"memory_bytes\": {{\"weights\": {}, "
+        "{},\n     \"dp_exposed_s\": {},{}\n     \"memory_bytes\": {{\"weights\": {}, "
         "\"gradients\": {}, \"optimizer\": {}, \"activations\": {}, \"total\": {}, "
         "\"measured_other\": {}, \"simulated_allowance\": {}, \"simulated_peak\": {}, "
         "\"measured_reserved\": {}}}}}",
         i == 0 ? "" : ",\n", s.stage, ComparedJson(s.busy_s), ComparedJson(s.forward_s),
-        ComparedJson(s.backward_s), kernels, ComparedJson(s.weights_bytes),
-        ComparedJson(s.gradients_bytes), ComparedJson(s.optimizer_bytes),
-        ComparedJson(s.activations_bytes), ComparedJson(s.total_bytes),
-        JsonNumber(s.measured_other_bytes), JsonNumber(s.simulated_allowance_bytes),
-        JsonNumber(s.simulated_peak_bytes), JsonNumber(s.measured_reserved_bytes));
+        ComparedJson(s.backward_s), ComparedJson(s.dp_exposed_s), kernels,
+        ComparedJson(s.weights_bytes), ComparedJson(s.gradients_bytes),
+        ComparedJson(s.optimizer_bytes), ComparedJson(s.activations_bytes),
+        ComparedJson(s.total_bytes), JsonNumber(s.measured_other_bytes),
+        JsonNumber(s.simulated_allowance_bytes), JsonNumber(s.simulated_peak_bytes),
+        JsonNumber(s.measured_reserved_bytes));
   }
   return fmt::format(
       "{{\n  \"plan\": {},\n  \"model\": {},\n  \"layout\": {},\n  \"profile\": {},\n"

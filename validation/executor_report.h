@@ -39,6 +39,12 @@ struct StageComparison {
   // stage's chunks.
   Compared forward_s;
   Compared backward_s;
+  // Data-parallel communication the stage waits for per step (simulator's
+  // StageResult::dp_exposed_s): the gradient reduction's and embedding sum's tail after the
+  // stage's last pipeline operation, and the parameter gather (all of it, or with
+  // --overlap-param-gather the time the next forward waited for it). Measured from the trace
+  // events, mean over the stage's ranks and the measured steps.
+  Compared dp_exposed_s;
   // Kernel time per step by class (executor/kernel_clock.h, indexed by KernelClass: GEMM,
   // attention, memory-bound, optimizer). Measured: the backend's clock, mean over the stage's
   // ranks and the measured steps; simulated: simulator/kernel_classes.h. Only when the run

@@ -18,6 +18,7 @@
 #include "executor/data.h"
 #include "executor/gpt_params.h"
 #include "executor/launch.h"
+#include "executor/optimizer.h"
 #include "executor/rng.h"
 #include "executor/topology.h"
 #include "executor/trainer.h"
@@ -92,7 +93,7 @@ class SplitOnlyComm final : public Comm {
   void ReduceScatterV(Span, Span, const std::vector<int64_t>&) override { Unused(); }
   void Broadcast(Span, int) override { Unused(); }
   void Barrier() override { Unused(); }
-  std::unique_ptr<SendRequest> Isend(Span, int, int) override { Unused(); }
+  std::unique_ptr<CommRequest> Isend(Span, int, int) override { Unused(); }
   void Recv(Span, int, int) override { Unused(); }
   int max_tag() const override { return 0; }
   std::vector<std::string> GatherStrings(const std::string&, int) override { Unused(); }
@@ -826,6 +827,56 @@ TEST(Execute, FlashAttentionInBf16TracksUnfused) {
     last[i] = r.steps.back().loss;
   }
   EXPECT_NEAR(last[1], last[0], 1e-2 * last[0]);
+}
+
+
+namespace bucket_test {
+
+ParamInfo At(int chunk, int part, int64_t offset, int64_t numel, bool tied = false) {
+  ParamInfo p;
+  p.chunk = chunk;
+  p.part = part;
+  p.offset = offset;
+  p.numel = numel;
+  p.tied_embedding = tied;
+  return p;
+}
+
+}  // namespace bucket_test
+
+// Megatron's DDP buckets over a two-chunk range: chunk 0 holds [0, 100) (embedding, layers 0
+// and 1), chunk 1 [100, 220) (layers 2 and 3, the head) and the padding to 224. Buckets of at
+// most 50: ceil(100 / 50) = 2 for chunk 0 and ceil(124 / 50) = 3 for chunk 1, even, every end
+// rounded down to a multiple of the group's 8, so one straddles the chunks.
+TEST(GradientBuckets, EvenPerChunkRoundedToTheGroupAndStraddling) {
+  using bucket_test::At;
+  const std::vector<ParamInfo> infos = {
+      At(0, kEmbeddingPart, 0, 40, /*tied=*/true), At(0, 0, 40, 30), At(0, 1, 70, 30),
+      At(1, 2, 100, 50), At(1, 3, 150, 50), At(1, kHeadPart, 200, 20)};
+  const std::vector<GradBucket> b = GradientBuckets(infos, {0, 224}, false, 50, 8);
+  ASSERT_EQ(b.size(), 5u);
+  const int64_t begins[] = {0, 48, 96, 136, 176}, ends[] = {48, 96, 136, 176, 224};
+  for (size_t i = 0; i < b.size(); ++i) {
+    EXPECT_EQ(b[i].flat.begin, begins[i]) << i;
+    EXPECT_EQ(b[i].flat.begin + b[i].flat.numel, ends[i]) << i;
+  }
+  EXPECT_TRUE(b[0].tied_embedding);
+  EXPECT_FALSE(b[1].tied_embedding);
+  EXPECT_EQ(b[2].first_chunk, 0);
+  EXPECT_EQ(b[2].last_chunk, 1);
+  using Parts = std::vector<std::pair<int, int>>;
+  EXPECT_EQ(b[0].parts, (Parts{{0, kEmbeddingPart}, {0, 0}}));
+  EXPECT_EQ(b[2].parts, (Parts{{0, 1}, {1, 2}}));
+  EXPECT_EQ(b[4].parts, (Parts{{1, 3}, {1, kHeadPart}}));  // and the padding
+
+  // All-reduced buckets need no rounding; a bucket larger than a chunk gives one per chunk;
+  // an empty range (a dense model's experts) none.
+  const std::vector<GradBucket> exact = GradientBuckets(infos, {0, 224}, false, 50, 1);
+  ASSERT_EQ(exact.size(), 5u);
+  EXPECT_EQ(exact[2].flat.begin, 100);
+  EXPECT_EQ(exact[2].parts, (Parts{{1, 2}}));
+  EXPECT_EQ(GradientBuckets(infos, {0, 224}, false, 1000, 8).size(), 2u);
+  EXPECT_TRUE(GradientBuckets(infos, {224, 0}, true, 50, 8).empty());
 }
 
 }  // namespace

@@ -7,11 +7,14 @@
 // one test per job with --gtest_filter); a test whose layout does not match the world skips.
 // Every rank trains; world rank 0 then trains the reference in-process (one-rank groups) and
 // compares. The job fails when any rank fails.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <map>
+#include <string>
 
 #include "executor/backend_cpu.h"
 #include "executor/comm.h"
@@ -31,11 +34,13 @@ MpiSession* g_session = nullptr;
 
 constexpr int kSteps = 10;
 
-ExecuteResult Train(const Plan& plan, DType dtype, ProcessGroups& groups, Backend& backend) {
+ExecuteResult Train(const Plan& plan, DType dtype, ProcessGroups& groups, Backend& backend,
+                    bool keep_trace = false) {
   ExecuteOptions options;
   options.steps = kSteps;
   options.gather_parameters = true;
   options.dtype = dtype;
+  options.keep_trace = keep_trace;
   return Execute(plan, options, groups, backend, nullptr);
 }
 
@@ -51,6 +56,35 @@ ExecuteResult Train(const Plan& plan, DType dtype, ProcessGroups& groups, Backen
 // parameters are the 16-bit weights: where two runs' fp32 main weights straddle a rounding
 // boundary they differ by one ulp of the weight (2^-7 for the norms' weights in [1, 2), measured
 // on final_ln.weight of the MoE model), so 1e-2 absolute: one ulp there, several elsewhere.
+// With --overlap-grad-reduce every rank starts a gradient reduction during its last
+// backward: before its last B ends in the last step (a split backward's W ops report per chunk,
+// after the op, so this holds without them).
+void ExpectOverlapped(const ExecuteResult& got) {
+  std::map<int, double> step_start, last_backward_end, first_reduction;
+  const std::string last_step = fmt::format("step {}", kSteps);
+  for (const TraceEvent& e : got.events) {
+    if (e.name == last_step) step_start[e.track] = e.start_s;
+  }
+  ASSERT_EQ(step_start.size(), got.ranks.size());
+  for (const TraceEvent& e : got.events) {
+    if (e.start_s < step_start[e.track]) continue;
+    if (e.category == "backward") {
+      last_backward_end[e.track] = std::max(last_backward_end[e.track], e.start_s + e.duration_s);
+    }
+    const bool reduction = e.category == "dp-comm" &&
+                           (e.name.find("all-reduce") != std::string::npos ||
+                            e.name.find("reduce-scatter") != std::string::npos) &&
+                           e.name != "embedding all-reduce";
+    if (reduction && first_reduction.count(e.track) == 0) first_reduction[e.track] = e.start_s;
+    if (reduction) first_reduction[e.track] = std::min(first_reduction[e.track], e.start_s);
+  }
+  for (const auto& [track, start] : step_start) {
+    ASSERT_TRUE(first_reduction.count(track)) << "rank " << track << " reduced nothing";
+    EXPECT_LT(first_reduction[track], last_backward_end[track])
+        << "rank " << track << " started its first reduction after its last backward";
+  }
+}
+
 void ExpectEquivalent(const TinyLayout& layout, DType dtype = DType::kF32,
                       const TinyModel& model = {}) {
   const bool mixed = Is16Bit(dtype);
@@ -63,9 +97,11 @@ void ExpectEquivalent(const TinyLayout& layout, DType dtype = DType::kF32,
   }
   auto backend = MakeCpuBackend(1);
   ProcessGroups groups = MakeProcessGroups(g_session->World(*backend), plan.parallel);
-  const ExecuteResult got = Train(plan, dtype, groups, *backend);
+  const ExecuteResult got =
+      Train(plan, dtype, groups, *backend, /*keep_trace=*/layout.overlap_grad_reduce);
   ASSERT_EQ(got.steps.size(), static_cast<size_t>(kSteps));
   if (g_session->world_rank() != 0) return;
+  if (layout.overlap_grad_reduce && layout.schedule != Schedule::kZbH1) ExpectOverlapped(got);
 
   const Plan reference_plan = TinyPlan({}, model);
   auto reference_backend = MakeCpuBackend(1);
@@ -332,6 +368,54 @@ TEST(Equivalence, MoeSharedEp4Cp2AllToAllDistributedOptimizer) {
 // context parallelism, the distributed optimizer (fp32 main weights sharded, 16-bit weights
 // all-gathered) and expert parallelism: 16-bit activations cross every kind of exchange (point to
 // point, all-gather, reduce-scatter and all-reduce through fp32, all-to-all).
+// --overlap-grad-reduce and --overlap-param-gather with small buckets (20,000 parameters, about
+// half a layer of this model): each bucket reduced (or reduce-scattered and gathered) as the
+// backward completes its layers. Interleaved: buckets that straddle two chunks, the tied
+// embedding's held for its sum, the next forward waiting per chunk for its gathered weights.
+TEST(Equivalence, OverlapPp4InterleavedDp2DistributedOptimizer) {
+  ExpectEquivalent({.pp = 4,
+                    .dp = 2,
+                    .virtual_stages = 2,
+                    .schedule = Schedule::kInterleaved,
+                    .distributed_optimizer = true,
+                    .overlap_grad_reduce = true,
+                    .overlap_param_gather = true,
+                    .ddp_bucket_size = 20000});
+}
+// Sequence parallelism: its tensor-parallel sum runs on the reduce-scattered shards; in fp64
+// the layout agrees with one process to rounding.
+TEST(Equivalence, Fp64OverlapTp2Pp2Dp2SequenceParallelDistributedOptimizer) {
+  ExpectEquivalent({.tp = 2,
+                    .pp = 2,
+                    .dp = 2,
+                    .sequence_parallel = true,
+                    .distributed_optimizer = true,
+                    .overlap_grad_reduce = true,
+                    .overlap_param_gather = true,
+                    .ddp_bucket_size = 20000},
+                   DType::kF64);
+}
+// All-reduced buckets (no distributed optimizer) under a split backward: a chunk's buckets
+// start after its last W.
+TEST(Equivalence, OverlapLlamaPp2Dp2ZeroBubble) {
+  ExpectEquivalent({.pp = 2,
+                    .dp = 2,
+                    .schedule = Schedule::kZbH1,
+                    .overlap_grad_reduce = true,
+                    .ddp_bucket_size = 20000},
+                   DType::kF32, kLlama);
+}
+// MoE: the expert range's buckets reduce-scattered over the expert data-parallel pairs.
+TEST(Equivalence, OverlapMoeEp2Dp4DistributedOptimizer) {
+  ExpectEquivalent({.dp = 4,
+                    .distributed_optimizer = true,
+                    .ep = 2,
+                    .overlap_grad_reduce = true,
+                    .overlap_param_gather = true,
+                    .ddp_bucket_size = 5000},
+                   DType::kF32, kMoe);
+}
+
 TEST(Equivalence, Bf16Tp2Pp2) { ExpectEquivalent({.tp = 2, .pp = 2}, DType::kBF16); }
 TEST(Equivalence, Fp16Tp2Pp2) { ExpectEquivalent({.tp = 2, .pp = 2}, DType::kF16); }
 TEST(Equivalence, Bf16LlamaTp2Dp2SequenceParallelDistributedOptimizer) {

@@ -286,7 +286,7 @@ class SplitRecorder final : public Comm {
   void ReduceScatterV(Span, Span, const std::vector<int64_t>&) override {}
   void Broadcast(Span, int) override {}
   void Barrier() override {}
-  std::unique_ptr<SendRequest> Isend(Span, int, int) override { return nullptr; }
+  std::unique_ptr<CommRequest> Isend(Span, int, int) override { return nullptr; }
   void Recv(Span, int, int) override {}
   int max_tag() const override { return 0; }
   std::vector<std::string> GatherStrings(const std::string&, int) override { return {}; }

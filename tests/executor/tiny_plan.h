@@ -27,6 +27,10 @@ struct TinyLayout {
   // The attention the executor runs with cp == 1: unfused (the softmax kept) or flash-style
   // (context parallelism is flash-style only, as Megatron's rules say).
   AttentionBackend attention = AttentionBackend::kUnfused;
+  // Megatron's data-parallel overlap (--overlap-grad-reduce, --overlap-param-gather) and
+  // --ddp-bucket-size (0: Megatron's default).
+  bool overlap_grad_reduce = false, overlap_param_gather = false;
+  int64_t ddp_bucket_size = 0;
 };
 
 struct TinyModel {
@@ -99,6 +103,9 @@ inline Plan TinyPlan(const TinyLayout& l, const TinyModel& m = {}) {
   p.parallel.ep = l.ep;
   p.parallel.etp = l.etp;
   p.options.attention = l.cp > 1 ? AttentionBackend::kFlash : l.attention;
+  p.options.overlap_grad_reduce = l.overlap_grad_reduce;
+  p.options.overlap_param_gather = l.overlap_param_gather;
+  p.options.ddp_bucket_size = l.ddp_bucket_size;
   return ParsePlanYaml(WritePlanYaml(p), "tiny-plan.yaml");
 }
 

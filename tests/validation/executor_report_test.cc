@@ -14,6 +14,7 @@
 #include "executor/backend_cpu.h"
 #include "executor/comm_standin.h"
 #include "executor/device.h"
+#include "executor/measure.h"
 #include "simulator/kernel_classes.h"
 #include "simulator/layer_work.h"
 #include "tests/executor/tiny_plan.h"
@@ -85,6 +86,45 @@ TEST(Validate, ComparesEveryFigureOfTheRun) {
       << json;
   EXPECT_NE(json.find("\"ratio\": null"), std::string::npos);  // the optimizer's measured 0
   EXPECT_NE(json.find("\"simulation\": {"), std::string::npos);
+}
+
+// The data-parallel time a stage waited for, from the trace events of the measured steps (the
+// first, step 1, is left out): the reductions' tail past the last backward, plus the blocking
+// parameter gathers, or, overlapped, the waits for them.
+TEST(Validate, DataParallelExposedFromTheTraceEvents) {
+  auto event = [](int track, std::string name, std::string category, double start, double end) {
+    return TraceEvent{track, std::move(name), std::move(category), start, end - start, -1, -1};
+  };
+  ExecuteResult run = GivenRun();
+  run.steps.resize(3);
+  for (int track : {0, 1}) {
+    run.events.push_back(event(track, "step 1", "other", 0, 10));
+    run.events.push_back(event(track, "step 2", "other", 10, 20));
+    run.events.push_back(event(track, "step 3", "other", 20, 30));
+    run.events.push_back(event(track, "B0", "backward", 13, 15));
+    run.events.push_back(event(track, "B0", "backward", 23, 25));
+  }
+  // Step 1's would count 9 if it were measured.
+  run.events.push_back(event(0, "dp reduce-scatter", "dp-comm", 1, 10));
+  run.events.push_back(event(0, "dp reduce-scatter", "dp-comm", 14, 17));  // 2 past the B
+  run.events.push_back(event(0, "dp param all-gather", "dp-comm", 18, 19));
+  run.events.push_back(event(0, "dp reduce-scatter", "dp-comm", 22, 24));  // hidden
+  run.events.push_back(event(0, "dp param all-gather", "dp-comm", 26, 27));
+  run.events.push_back(event(0, kParamGatherWait, "dp-comm", 21, 21.5));
+  run.events.push_back(event(1, "embedding all-reduce", "dp-comm", 25, 25.5));
+
+  Plan plan = TinyPlan(TinyLayout{.pp = 2, .distributed_optimizer = true});
+  plan.options = ExecutorCostOptions();
+  const SimulationReport sim = SimulatePlan(plan);
+  ValidationReport v = CompareRun(plan, run, sim);
+  EXPECT_DOUBLE_EQ(v.stages[0].dp_exposed_s.measured, (3 + 1) / 2.0);
+  EXPECT_DOUBLE_EQ(v.stages[1].dp_exposed_s.measured, 0.5 / 2);
+  EXPECT_DOUBLE_EQ(v.stages[1].dp_exposed_s.simulated, sim.sim.stages[1].dp_exposed_s);
+  EXPECT_NE(ValidationText(v).find("\nstage 1 dp comm exposed per step "), std::string::npos);
+
+  plan.options.overlap_grad_reduce = plan.options.overlap_param_gather = true;
+  v = CompareRun(plan, run, SimulatePlan(plan));
+  EXPECT_DOUBLE_EQ(v.stages[0].dp_exposed_s.measured, (2 + 0.5) / 2);  // the wait, not gathers
 }
 
 TEST(Validate, KernelClassRowsOnlyWhenTheRunTimedItsKernels) {
