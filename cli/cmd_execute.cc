@@ -454,7 +454,9 @@ Plan ExecutedPlan(const Plan& plan, DType dtype, const ClusterSpec& cluster, con
   // flash-style kernel (context_parallel.h FlashAttentionForward), as the context-parallel
   // blocks do (Megatron's rules refuse context parallelism with unfused attention).
   executed.options.attention = plan.options.attention;
-  // It overlaps the data-parallel exchanges as the plan says, with the plan's buckets.
+  // It overlaps the data-parallel exchanges as the plan says, with the plan's buckets, and the
+  // column-parallel input gradients' reduction with their weight gradients.
+  executed.options.async_tensor_parallel_allreduce = plan.options.async_tensor_parallel_allreduce;
   executed.options.overlap_grad_reduce = plan.options.overlap_grad_reduce;
   executed.options.overlap_param_gather = plan.options.overlap_param_gather;
   executed.options.ddp_bucket_size = plan.options.ddp_bucket_size;
@@ -798,7 +800,9 @@ const Command kExecuteCommand{
         "--overlap-grad-reduce, --overlap-param-gather, --ddp-bucket-size; `ptdp plan` turns\n"
         "them on) run as Megatron runs them: each bucket's gradients reduced as the last\n"
         "backward completes its layers, beside the rest of it (NCCL: on a stream of their\n"
-        "own), and each bucket's updated weights gathered behind the next forward.",
+        "own), and each bucket's updated weights gathered behind the next forward. With\n"
+        "async_tensor_parallel_allreduce (Megatron's default) the input gradients of QKV and\n"
+        "fc1 are reduced over TP beside those linears' weight-gradient GEMMs.",
     .examples =
         "mpirun -np 8 ptdp execute --plan plan.yaml --steps 20\n"
         "ptdp execute --plan plan.yaml --launch --steps 20 --trace measured.json\n"

@@ -112,6 +112,31 @@ Tensor GptModel::FromPartial(Tensor partial) {
   return out;
 }
 
+Tensor GptModel::ReduceInputGrad(Tensor partial, WeightGradQueue& queue, WeightGradTask wgrad) {
+  if (!options_.async_input_grad || weight_grads_deferred_ || tp_.size() == 1) {
+    Tensor out = FromPartial(std::move(partial));
+    queue.Push(std::move(wgrad));
+    return out;
+  }
+  queue.Run(backend_);  // what the layer queued before this linear runs in its place
+  const int64_t cols = partial.numel() / rows();
+  Tensor out;
+  const double t0 = recorder_.Now();
+  std::unique_ptr<CommRequest> request;
+  if (sp_div_ == 1) {
+    request = tp_.StartAllReduce(partial.span());
+  } else {
+    out = New({local_rows(), cols}, MemCategory::kActivations);
+    request = tp_.StartReduceScatter(partial.span(), out.span());
+  }
+  queue.Push(std::move(wgrad));
+  queue.Run(backend_);
+  request->Wait();
+  recorder_.Add(sp_div_ == 1 ? "tp all-reduce (beside wgrad)" : "tp reduce-scatter (beside wgrad)",
+                "tp-comm", t0, recorder_.Now());
+  return sp_div_ == 1 ? std::move(partial) : std::move(out);
+}
+
 void GptModel::NormForward(Span out, Span mean, Span rstd, Span x, const ParamRef& w,
                            const ParamRef& b, int64_t rows) {
   if (d_.rmsnorm) {
@@ -336,10 +361,11 @@ std::shared_ptr<Tensor> GptModel::MlpBackward(const LayerParams& p, int64_t f, L
   dgelu = Tensor();
   Tensor dln_full = New({T, h}, MemCategory::kWorkspace);
   LinearBackwardInput(backend_, dln_full.span(), dfc1->span(), p.fc1_w.value, T, h, fc1_cols);
-  auto dln = std::make_shared<Tensor>(FromPartial(std::move(dln_full)));
   queue.Push(LinearGradTask(a.gelu, dfc2, p.fc2_w.grad, Span(), T, f, h));
   if (p.fc2_b.value.data != nullptr) queue.Push(BiasGradTask(dout, p.fc2_b.grad, Tl, h));
-  queue.Push(LinearGradTask(a.ln2_full, dfc1, p.fc1_w.grad, p.fc1_b.grad, T, h, fc1_cols));
+  auto dln = std::make_shared<Tensor>(ReduceInputGrad(
+      std::move(dln_full), queue,
+      LinearGradTask(a.ln2_full, dfc1, p.fc1_w.grad, p.fc1_b.grad, T, h, fc1_cols)));
   a.fc1.reset();
   return dln;
 }
@@ -411,19 +437,16 @@ Tensor GptModel::LayerBackward(const LayerParams& p, LayerActs& a, std::shared_p
   a.qkv.reset();
   Tensor dln1_full = New({T, h}, MemCategory::kWorkspace);
   LinearBackwardInput(backend_, dln1_full.span(), dqkv->span(), p.qkv_w.value, T, h, qkv_cols);
-  auto dln1 = std::make_shared<Tensor>(FromPartial(std::move(dln1_full)));
+  queue.Push(LinearGradTask(a.ctx, dproj, p.proj_w.grad, Span(), T, H * hd, h));
+  if (p.proj_b.value.data != nullptr) queue.Push(BiasGradTask(dmid_shared, p.proj_b.grad, Tl, h));
+  auto dln1 = std::make_shared<Tensor>(ReduceInputGrad(
+      std::move(dln1_full), queue,
+      LinearGradTask(a.ln1_full, dqkv, p.qkv_w.grad, p.qkv_b.grad, T, h, qkv_cols)));
   Tensor dx = New({Tl, h}, MemCategory::kActivations);
   backend_.Copy(dx.span(), dmid_shared->span());
   NormBackwardInput(dx.span(), dln1->span(), x->span(), a.ln1_mean->span(), a.ln1_rstd->span(),
                     p.ln1_w, Tl);
-  {
-    queue.Push(LinearGradTask(a.ctx, dproj, p.proj_w.grad, Span(), T, H * hd, h));
-    if (p.proj_b.value.data != nullptr) {
-      queue.Push(BiasGradTask(dmid_shared, p.proj_b.grad, Tl, h));
-    }
-    queue.Push(LinearGradTask(a.ln1_full, dqkv, p.qkv_w.grad, p.qkv_b.grad, T, h, qkv_cols));
-    queue.Push(NormTask(x, a.ln1_mean, a.ln1_rstd, dln1, p.ln1_w, p.ln1_b, Tl));
-  }
+  queue.Push(NormTask(x, a.ln1_mean, a.ln1_rstd, dln1, p.ln1_w, p.ln1_b, Tl));
   a = LayerActs{};
   return dx;
 }
@@ -529,6 +552,7 @@ Tensor GptModel::Backward(int chunk, ChunkActs& acts, Tensor grad_output, const 
                           double loss_scale, WeightGradQueue& queue, bool defer,
                           const std::function<void(int part)>& part_done) {
   const ChunkParams& cp = params_.chunk(chunk);
+  weight_grads_deferred_ = defer;
   auto flush = [&](int part) {
     if (defer) return;
     queue.Run(backend_);

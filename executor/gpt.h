@@ -93,6 +93,12 @@ struct GptOptions {
   // instead of keeping the (B, H, S, S) softmax (Megatron's unfused local attention). With
   // cp > 1 the attention is always flash-style (context_parallel.h).
   bool flash_attention = false;
+  // Megatron's asynchronous input-gradient reduction (CostOptions::
+  // async_tensor_parallel_allreduce): the input gradient of QKV and of fc1 (column-parallel) is
+  // all-reduced, or reduce-scattered under sequence parallelism, beside that linear's
+  // weight-gradient GEMM, which then runs at once instead of after the layer. Not when the
+  // schedule defers the weight gradients to W operations.
+  bool async_input_grad = false;
 };
 
 class GptModel {
@@ -162,12 +168,18 @@ class GptModel {
                           const ParamRef& w, const ParamRef& b, int64_t rows);
   void AddBias(Span out, const ParamRef& bias, int64_t rows, int64_t cols);
   Tensor FromPartial(Tensor partial);
+  // A column-parallel linear's input gradient, `partial` (T, h), reduced as FromPartial does;
+  // `wgrad` is that linear's weight-gradient task (and its bias's). With async_input_grad (and
+  // the weight gradients not deferred) what `queue` holds runs first, then the reduction starts,
+  // `wgrad` runs beside it, and the reduction is waited for; otherwise `wgrad` joins `queue`.
+  Tensor ReduceInputGrad(Tensor partial, WeightGradQueue& queue, WeightGradTask wgrad);
   // Rotary embedding of qkv (T, qkv_local) at its tokens' positions in the full sequence.
   void RotaryAtPositions(Span qkv, bool inverse);
   AttentionShape attention_shape() const;
   void TpAllReduce(Span data, ReduceOp op, const char* what);
   Tensor New(std::vector<int64_t> shape, MemCategory category);
   std::shared_ptr<Tensor> Shared(std::vector<int64_t> shape, MemCategory category);
+  bool weight_grads_deferred_ = false;  // the Backward being run defers them (a W op runs them)
   // In MainDType(dtype()): fp32 under mixed precision, for the norms' statistics, the attention's
   // log-sum-exp, the logits and the cross entropy (backend.h).
   Tensor NewF32(std::vector<int64_t> shape, MemCategory category);

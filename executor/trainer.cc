@@ -640,7 +640,8 @@ ExecuteResult Execute(const Plan& plan, const ExecuteOptions& options, ProcessGr
   params.Initialize(static_cast<uint64_t>(training.seed));
   GptModel model(params, backend, groups,
                  {par.sequence_parallel, par.recompute, par.recompute_num_layers, 1e-5, par.cp_comm,
-                  plan.options.attention != AttentionBackend::kUnfused},
+                  plan.options.attention != AttentionBackend::kUnfused,
+                  plan.options.async_tensor_parallel_allreduce},
                  recorder);
   model.set_micro_batch_size(par.micro_batch_size);
   PipelineRunner runner(model, backend, *groups.pp, schedule, recorder);

@@ -110,8 +110,9 @@ CostOptions ExecutorCostOptions() {
   o.accumulate_allreduce_grads_in_fp32 = true;
   o.gradient_accumulation_fusion = true;
   o.scatter_gather_tensors_in_pipeline = false;
-  // Its tensor-parallel all-reduces block: an input gradient's does not run beside the weight
-  // gradient's GEMM.
+  // Its tensor-parallel all-reduces block (ExecutedPlan takes the plan's
+  // async_tensor_parallel_allreduce: the input gradients of QKV and fc1 reduced beside their
+  // weight gradients, executor/gpt.h).
   o.async_tensor_parallel_allreduce = false;
   // MoE layers dispatch their tokens with all-to-alls over the EP group (executor/moe.h).
   o.moe_token_dispatcher = MoeDispatcher::kAllToAll;

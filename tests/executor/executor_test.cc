@@ -782,6 +782,42 @@ TEST(Topology, StandInGroupsHaveTheGroupsOfMegatronsOrder) {
   }
 }
 
+// Megatron's asynchronous input-gradient reduction: QKV's and fc1's input gradients are reduced
+// beside their weight-gradient GEMMs (two per layer and micro-batch), which changes no
+// arithmetic (rank 2, TP rank 0 of the last stage, alone with stand-in groups, gives the same
+// losses either way);
+// with sequence parallelism it is a reduce-scatter; a split backward (W ops) leaves it blocking.
+TEST(Execute, AsyncInputGradReductionBesideTheWeightGradients) {
+  auto run = [](bool async, bool sp, Schedule schedule) {
+    Plan plan =
+        TinyPlan({.tp = 2, .pp = 2, .schedule = schedule, .sequence_parallel = sp}, {.layers = 4});
+    plan.options.async_tensor_parallel_allreduce = async;
+    auto backend = MakeCpuBackend();
+    StandInTallies tallies;
+    ProcessGroups groups = MakeStandInGroups(2, plan.parallel, *backend, &tallies);
+    ExecuteOptions options{.steps = 2, .keep_trace = true};
+    options.profile_rank = 2;
+    const ExecuteResult r = Execute(plan, options, groups, *backend, nullptr);
+    std::map<std::string, int> beside;
+    for (const TraceEvent& e : r.events) {
+      if (e.name.find("(beside wgrad)") != std::string::npos) ++beside[e.name];
+    }
+    return std::pair{r, beside};
+  };
+  const auto [blocking, none] = run(false, false, Schedule::k1F1B);
+  const auto [async, beside] = run(true, false, Schedule::k1F1B);
+  EXPECT_TRUE(none.empty());
+  // Stage 1 holds 2 layers; 8 micro-batches per step, 2 steps: 2 x 2 x 8 x 2.
+  EXPECT_EQ(beside, (std::map<std::string, int>{{"tp all-reduce (beside wgrad)", 64}}));
+  for (size_t s = 0; s < 2; ++s) {
+    EXPECT_GT(blocking.steps[s].loss, 0);
+    EXPECT_EQ(async.steps[s].loss, blocking.steps[s].loss);
+  }
+  EXPECT_EQ(run(true, true, Schedule::k1F1B).second,
+            (std::map<std::string, int>{{"tp reduce-scatter (beside wgrad)", 64}}));
+  EXPECT_TRUE(run(true, false, Schedule::kZbH1).second.empty());
+}
+
 // Timing the kernels by class (`ptdp validate`'s rows) changes nothing the run computes or
 // holds, times every class, and stays inside the time the stage was busy.
 TEST(Execute, KernelClassTimingChangesNothingAndTimesEveryClass) {
@@ -829,7 +865,6 @@ TEST(Execute, FlashAttentionInBf16TracksUnfused) {
   EXPECT_NEAR(last[1], last[0], 1e-2 * last[0]);
 }
 
-
 namespace bucket_test {
 
 ParamInfo At(int chunk, int part, int64_t offset, int64_t numel, bool tied = false) {
@@ -850,9 +885,12 @@ ParamInfo At(int chunk, int part, int64_t offset, int64_t numel, bool tied = fal
 // rounded down to a multiple of the group's 8, so one straddles the chunks.
 TEST(GradientBuckets, EvenPerChunkRoundedToTheGroupAndStraddling) {
   using bucket_test::At;
-  const std::vector<ParamInfo> infos = {
-      At(0, kEmbeddingPart, 0, 40, /*tied=*/true), At(0, 0, 40, 30), At(0, 1, 70, 30),
-      At(1, 2, 100, 50), At(1, 3, 150, 50), At(1, kHeadPart, 200, 20)};
+  const std::vector<ParamInfo> infos = {At(0, kEmbeddingPart, 0, 40, /*tied=*/true),
+                                        At(0, 0, 40, 30),
+                                        At(0, 1, 70, 30),
+                                        At(1, 2, 100, 50),
+                                        At(1, 3, 150, 50),
+                                        At(1, kHeadPart, 200, 20)};
   const std::vector<GradBucket> b = GradientBuckets(infos, {0, 224}, false, 50, 8);
   ASSERT_EQ(b.size(), 5u);
   const int64_t begins[] = {0, 48, 96, 136, 176}, ends[] = {48, 96, 136, 176, 224};

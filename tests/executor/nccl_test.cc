@@ -92,6 +92,33 @@ TEST_F(NcclOneRank, CollectivesOnEveryDtype) {
   EXPECT_EQ(std::vector<int32_t>(back, back + 3), std::vector<int32_t>(host, host + 3));
 }
 
+// The overlapped collectives (--overlap-grad-reduce, --overlap-param-gather, the asynchronous
+// input-gradient reduction) run on the communicator's own stream: a kernel queued on the
+// compute stream before the start is seen by the exchange, and one after Wait() sees its
+// result; Test() turns true once the exchange is done.
+TEST_F(NcclOneRank, StartedCollectivesOrderWithTheComputeStream) {
+  const std::vector<float> v = {1, -2, 3.5, 4}, doubled = {2, -4, 7, 8};
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(std::string(Name(dtype)));
+    Tensor a = Make(dtype, v);
+    backend_->Scale(a.span(), 2.0);  // queued before the start: the exchange moves 2 v
+    Tensor gathered(*backend_, dtype, {4}, MemCategory::kWorkspace);
+    Tensor scattered(*backend_, dtype, {4}, MemCategory::kWorkspace);
+    auto reduce = comm_->StartAllReduce(a.span());
+    reduce->Wait();
+    auto gather = comm_->StartAllGather(a.span(), gathered.span());
+    auto scatter = comm_->StartReduceScatter(a.span(), scattered.span());
+    gather->Wait();
+    scatter->Wait();
+    EXPECT_EQ(Read(a), doubled);
+    EXPECT_EQ(Read(gathered), doubled);
+    EXPECT_EQ(Read(scattered), doubled);
+    Synchronize(*backend_);
+    EXPECT_TRUE(reduce->Test());
+    EXPECT_TRUE(gather->Test());
+  }
+}
+
 TEST_F(NcclOneRank, HostHelpersBarrierAndSplits) {
   EXPECT_EQ(comm_->AllReduceHost(2.5, ReduceOp::kSum), 2.5);
   EXPECT_EQ(comm_->AllReduceHost(-1.0, ReduceOp::kMax), -1.0);
