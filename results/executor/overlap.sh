@@ -7,7 +7,8 @@
 # both runs, where each rank's first gradient reduction started in the last step relative to its
 # last backward, and the data-parallel time each stage waited for, measured and simulated.
 # Usage (from the repository root): results/executor/overlap.sh BUILD_DIR [OUT]
-#   OUT defaults to results/executor/overlap (plans/, json/, traces/).
+#   OUT defaults to results/executor/overlap (plans/, json/, traces/); the last step of each run
+#   is drawn to results/executor/overlap-blocking.svg and overlap-overlapped.svg.
 set -euo pipefail
 build=${1:?usage: overlap.sh BUILD_DIR [OUT_DIR]}
 out=${2:-results/executor/overlap}
@@ -77,3 +78,9 @@ for n in runs:
               f"{(back['ts'] + back['dur'] - t0) / 1e3:.1f} | {(first - t0) / 1e3:.1f} | "
               f"{(last - t0) / 1e3:.1f} | {len(red)} |")
 PY
+
+here=$(dirname "$0")
+python3 "$here/plot_trace.py" "$out/traces/blocking.json" "$here/overlap-blocking.svg" 8 \
+  "blocking: DP 2, gradients reduced after the backward (step 8)"
+python3 "$here/plot_trace.py" "$out/traces/overlapped.json" "$here/overlap-overlapped.svg" 8 \
+  "overlapped: 7 buckets reduced as the last backward finishes its layers (step 8)"
