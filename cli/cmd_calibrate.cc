@@ -108,9 +108,12 @@ int RunCalibrateCuda(const Flags& flags, std::ostream& out, std::ostream& err) {
   const bool quick = flags.Switch("quick");
   CudaCalibrateOptions options = quick ? CudaCalibrateOptions::Quick() : CudaCalibrateOptions{};
   if (const auto device = flags.OptionalString("device")) {
-    if (*device != "0") {
-      options.device = static_cast<int>(flags.OptionalPositiveInt("device", 1023).value_or(0));
+    const bool digits = !device->empty() && device->size() <= 4 &&
+                        device->find_first_not_of("0123456789") == std::string::npos;
+    if (!digits || std::stoi(*device) > 1023) {
+      flags.Fail("device", fmt::format("expected a GPU index, 0 to 1023, got \"{}\"", *device));
     }
+    options.device = std::stoi(*device);
   }
   const std::string out_path = flags.String("out");
   const auto base_arg = flags.OptionalString("base");

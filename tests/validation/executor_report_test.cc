@@ -329,6 +329,12 @@ TEST(Validate, BadFlagsAreRefusedNamingTheFlag) {
       {{"calibrate", "--out", "x.yaml", "--device", "1"},
        2,
        "ptdp: error: --device: is for --backend cuda"},
+      {{"calibrate", "--backend", "cuda", "--out", "x.yaml", "--device", "-1"},
+       2,
+       "ptdp: error: --device: expected a GPU index, 0 to 1023, got \"-1\""},
+      {{"calibrate", "--backend", "cuda", "--out", "x.yaml", "--device", "1024"},
+       2,
+       "ptdp: error: --device: expected a GPU index, 0 to 1023, got \"1024\""},
   };
   for (const auto& c : cases) {
     const Result r = Cli(c.args);
