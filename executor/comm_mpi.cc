@@ -66,7 +66,7 @@ class HostSpan {
 class MpiRequest final : public CommRequest {
  public:
   // `staged`: the host copy a device span was sent from; kept until the send completes.
-  MpiRequest(MPI_Request request, std::vector<char> staged)
+  explicit MpiRequest(MPI_Request request, std::vector<char> staged = {})
       : request_(request), staged_(std::move(staged)) {}
   ~MpiRequest() override {
     // A request dropped before completion would leave MPI reading freed memory, so wait; but
@@ -212,7 +212,7 @@ class MpiComm final : public Comm {
     MPI_Request request = MPI_REQUEST_NULL;
     PTDP_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data.data, Count(data.numel), MpiType(data.dtype),
                                   MPI_SUM, comm_, &request));
-    return std::make_unique<MpiRequest>(request, std::vector<char>{});
+    return std::make_unique<MpiRequest>(request);
   }
   std::unique_ptr<CommRequest> StartReduceScatter(Span in, Span out) override {
     PTDP_CHECK(in.numel == out.numel * size_ && in.dtype == out.dtype);
@@ -220,7 +220,7 @@ class MpiComm final : public Comm {
     MPI_Request request = MPI_REQUEST_NULL;
     PTDP_MPI_CHECK(MPI_Ireduce_scatter_block(in.data, out.data, Count(out.numel), MpiType(in.dtype),
                                              MPI_SUM, comm_, &request));
-    return std::make_unique<MpiRequest>(request, std::vector<char>{});
+    return std::make_unique<MpiRequest>(request);
   }
   std::unique_ptr<CommRequest> StartAllGather(Span in, Span out) override {
     PTDP_CHECK(out.numel == in.numel * size_ && in.dtype == out.dtype);
@@ -228,7 +228,7 @@ class MpiComm final : public Comm {
     MPI_Request request = MPI_REQUEST_NULL;
     PTDP_MPI_CHECK(MPI_Iallgather(in.data, Count(in.numel), MpiType(in.dtype), out.data,
                                   Count(in.numel), MpiType(out.dtype), comm_, &request));
-    return std::make_unique<MpiRequest>(request, std::vector<char>{});
+    return std::make_unique<MpiRequest>(request);
   }
 
   std::unique_ptr<CommRequest> Isend(Span data, int peer, int tag) override {

@@ -52,21 +52,11 @@ std::vector<GradBucket> GradientBuckets(const std::vector<ParamInfo>& infos, Fla
     }
   }
   if (cuts.empty() || cuts.back() != end) cuts.push_back(end);
-  // The chunk holding element `at`: the last part starting at or before it.
-  auto chunk_at = [&](int64_t at) {
-    int c = parts.front().chunk;
-    for (const Part& part : parts) {
-      if (part.begin <= at) c = part.chunk;
-    }
-    return c;
-  };
   std::vector<GradBucket> buckets;
   int64_t begin = range.begin;
   for (const int64_t cut : cuts) {
     GradBucket b;
     b.flat = {begin, cut - begin};
-    b.first_chunk = chunk_at(begin);
-    b.last_chunk = chunk_at(cut - 1);
     for (const ParamInfo& p : infos) {
       if (p.expert != experts || p.offset >= cut || p.offset + p.numel <= begin) continue;
       b.tied_embedding = b.tied_embedding || p.tied_embedding;
@@ -74,6 +64,12 @@ std::vector<GradBucket> GradientBuckets(const std::vector<ParamInfo>& infos, Fla
     }
     std::sort(b.parts.begin(), b.parts.end());
     b.parts.erase(std::unique(b.parts.begin(), b.parts.end()), b.parts.end());
+    if (b.parts.empty()) {  // only the padding after the last parameter
+      b.first_chunk = b.last_chunk = buckets.empty() ? 0 : buckets.back().last_chunk;
+    } else {
+      b.first_chunk = b.parts.front().first;
+      b.last_chunk = b.parts.back().first;
+    }
     buckets.push_back(b);
     begin = cut;
   }
@@ -109,16 +105,16 @@ TrainingOptimizer::TrainingOptimizer(GptParams& params, Backend& backend, Proces
     }
     for (const GradBucket& bucket : buckets) {
       Range r;
-      r.flat = bucket.flat;
       r.bucket = bucket;
       r.experts = experts;
       r.group = group;
       r.distributed = sharded;
-      r.shard = r.flat;
+      const FlatRange& in = bucket.flat;
+      r.shard = in;
       if (r.distributed) {
-        PTDP_CHECK(r.flat.numel % r.group->size() == 0);
-        const int64_t shard = r.flat.numel / r.group->size();
-        r.shard = {r.flat.begin + r.group->rank() * shard, shard};
+        PTDP_CHECK(in.numel % r.group->size() == 0);
+        const int64_t shard = in.numel / r.group->size();
+        r.shard = {in.begin + r.group->rank() * shard, shard};
         r.grad_shard = Tensor(backend, main, {shard}, MemCategory::kGradients);
       }
       r.state_offset = state;
@@ -213,43 +209,40 @@ void TrainingOptimizer::ReduceGradients() {
   SequenceParallelAllReduce(/*reduced=*/false);
   EmbeddingAllReduce();
   for (Range& r : ranges_) {
-    if (r.group->size() == 1 || r.flat.numel == 0) continue;
-    const Span grads = params_.grads().Slice(r.flat.begin, r.flat.numel);
+    if (r.group->size() == 1 || r.bucket.flat.numel == 0) continue;
+    const Span grads = params_.grads().Slice(r.bucket.flat.begin, r.bucket.flat.numel);
     const double t0 = recorder_.Now();
     if (r.distributed) {
       r.group->ReduceScatter(grads, r.grad_shard.span());
-      recorder_.Add(r.experts ? "edp reduce-scatter" : "dp reduce-scatter", "dp-comm", t0,
-                    recorder_.Now());
     } else {
       r.group->AllReduce(grads, ReduceOp::kSum);
-      recorder_.Add(r.experts ? "edp all-reduce" : "dp all-reduce", "dp-comm", t0, recorder_.Now());
     }
+    recorder_.Add(ReductionName(r), "dp-comm", t0, recorder_.Now());
   }
 }
 
 void TrainingOptimizer::StartReduction(Range& r) {
   r.reduction_started = true;
-  if (r.group->size() == 1 || r.flat.numel == 0) return;
-  const Span grads = params_.grads().Slice(r.flat.begin, r.flat.numel);
+  if (r.group->size() == 1 || r.bucket.flat.numel == 0) return;
+  const Span grads = params_.grads().Slice(r.bucket.flat.begin, r.bucket.flat.numel);
   r.reduction_start_s = recorder_.Now();
   r.reduction = r.distributed ? r.group->StartReduceScatter(grads, r.grad_shard.span())
                               : r.group->StartAllReduce(grads);
 }
 
+const char* TrainingOptimizer::ReductionName(const Range& r) {
+  if (r.distributed) return r.experts ? "edp reduce-scatter" : "dp reduce-scatter";
+  return r.experts ? "edp all-reduce" : "dp all-reduce";
+}
+
 void TrainingOptimizer::Finished(Range& r, bool gather) {
-  const char* name = nullptr;
   if (gather) {
-    name = r.experts ? "edp param all-gather" : "dp param all-gather";
-    recorder_.Add(name, "dp-comm", r.gather_start_s, recorder_.Now());
+    recorder_.Add(r.experts ? "edp param all-gather" : "dp param all-gather", "dp-comm",
+                  r.gather_start_s, recorder_.Now());
     r.gather.reset();
     r.gather_in = Tensor();
   } else {
-    if (r.distributed) {
-      name = r.experts ? "edp reduce-scatter" : "dp reduce-scatter";
-    } else {
-      name = r.experts ? "edp all-reduce" : "dp all-reduce";
-    }
-    recorder_.Add(name, "dp-comm", r.reduction_start_s, recorder_.Now());
+    recorder_.Add(ReductionName(r), "dp-comm", r.reduction_start_s, recorder_.Now());
     r.reduction.reset();
   }
 }
@@ -426,11 +419,11 @@ OptimizerStepInfo TrainingOptimizer::Step(int64_t step) {
   backend_.Fill(params_.grads(), 0);
   recorder_.Add("optimizer", "optimizer", t0, recorder_.Now());
   for (Range& r : ranges_) {
-    if (!r.distributed || r.flat.numel == 0) continue;
+    if (!r.distributed || r.bucket.flat.numel == 0) continue;
     r.gather_start_s = recorder_.Now();
     r.gather_in = Tensor(backend_, params_.dtype(), {r.shard.numel}, MemCategory::kCommBuffers);
     backend_.Copy(r.gather_in.span(), params_.values().Slice(r.shard.begin, r.shard.numel));
-    const Span out = params_.values().Slice(r.flat.begin, r.flat.numel);
+    const Span out = params_.values().Slice(r.bucket.flat.begin, r.bucket.flat.numel);
     if (overlap_.param_gather) {
       r.gather = r.group->StartAllGather(r.gather_in.span(), out);
     } else {

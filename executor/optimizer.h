@@ -65,9 +65,9 @@ struct OptimizerStepInfo {
 
 // Megatron's data-parallel overlap as the executor runs it (the plan's options).
 struct DataParallelOverlap {
-  bool grad_reduce = false;   // --overlap-grad-reduce
-  bool param_gather = false;  // --overlap-param-gather (the distributed optimizer's gather)
-  int64_t bucket_parameters = 40'000'000;  // DdpBucketParameters (core/cost_options.h)
+  bool grad_reduce = false;       // --overlap-grad-reduce
+  bool param_gather = false;      // --overlap-param-gather (the distributed optimizer's gather)
+  int64_t bucket_parameters = 0;  // with grad_reduce: DdpBucketParameters (core/cost_options.h)
 };
 
 // One DDP bucket: a part of a range of the flat buffers, the model chunks whose parameters it
@@ -128,14 +128,14 @@ class TrainingOptimizer final : public StepListener {
  private:
   // A range of the flat buffers and the group its gradients are reduced over.
   struct Range {
-    FlatRange flat;
+    GradBucket bucket;  // its part of the flat buffers and the chunks it holds (the whole
+                        // range, dense or experts, without overlap)
     Comm* group = nullptr;
     bool distributed = false;  // sharded over the group
     FlatRange shard;           // what this rank updates: the whole range unless distributed
     int64_t state_offset = 0;  // of the shard's optimizer state in m_ and v_
     Tensor grad_shard;         // distributed: this rank's reduced gradient slice
     bool experts = false;      // the expert range's
-    GradBucket bucket;         // the chunks it holds (the whole range without overlap)
     // The overlapped exchanges in flight: the gradients' reduction, the parameters' gather
     // (its send buffer kept until then), and when they were started.
     bool reduction_started = false;
@@ -156,6 +156,8 @@ class TrainingOptimizer final : public StepListener {
   void StartReduction(Range& r);
   // Starts, last bucket first, the reductions whose gradients are now complete.
   void StartReadyReductions();
+  // The trace name of r's gradient reduction.
+  static const char* ReductionName(const Range& r);
   // Records a finished exchange of `r` (its reduction, or its gather) and drops its request.
   void Finished(Range& r, bool gather);
   void WaitGather(Range& r);

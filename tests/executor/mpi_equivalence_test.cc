@@ -75,8 +75,10 @@ void ExpectOverlapped(const ExecuteResult& got) {
                            (e.name.find("all-reduce") != std::string::npos ||
                             e.name.find("reduce-scatter") != std::string::npos) &&
                            e.name != "embedding all-reduce";
-    if (reduction && first_reduction.count(e.track) == 0) first_reduction[e.track] = e.start_s;
-    if (reduction) first_reduction[e.track] = std::min(first_reduction[e.track], e.start_s);
+    if (reduction) {
+      const auto [it, first] = first_reduction.try_emplace(e.track, e.start_s);
+      it->second = std::min(it->second, e.start_s);
+    }
   }
   for (const auto& [track, start] : step_start) {
     ASSERT_TRUE(first_reduction.count(track)) << "rank " << track << " reduced nothing";
