@@ -1,7 +1,8 @@
-// One evaluation of a configuration by the cost model, as the planner repeats it for every
-// candidate layout: the durations and sizes for the event simulator (EstimateStep) plus the
-// per-stage memory (EstimateMemory), without the event simulation. The schedule's in-flight
-// counts are computed once per (schedule, p, m, v) outside the timed loop, as the planner does.
+// One evaluation of a configuration by the cost model: the durations and sizes for the event
+// simulator (EstimateStep) plus the per-stage memory (EstimateMemory), without the event
+// simulation; and what the planner pays per candidate layout instead (the largest stage's memory
+// and the step time's lower bound). The schedule's in-flight counts are computed once per
+// (schedule, p, m, v) outside the timed loop, as the planner does.
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
@@ -35,18 +36,28 @@ Case MakeCase(const char* model, const char* cluster, int64_t batch, ParallelCon
 }
 
 // What is timed: a cold evaluation (no cache: the efficiency tables prepared and every layer
-// kind's kernels worked out, as `ptdp simulate` pays once), its two halves, and the planner's
-// per-candidate evaluation, where the layer costs, placements and tables come from the search's
-// LayerCostCache (warmed by the first iteration, as the first candidate of a search warms it).
-enum class Mode { kCold, kStepCold, kMemory, kPlanner };
+// kind's kernels worked out, as `ptdp simulate` pays once), its two halves, the same with the
+// layer costs, placements and tables from a search's LayerCostCache (warmed by the first
+// iteration, as the first candidate of a search warms it), and the planner's per-candidate
+// evaluation: EstimatePeakMemory and EstimateStepLowerBound with the cache (planner.cc).
+enum class Mode { kCold, kStepCold, kMemory, kCached, kPlanner };
 
 // Not inlined: a profiler (valgrind --toggle-collect) can count one evaluation's instructions.
 [[gnu::noinline]] void Evaluate(benchmark::State& state, const Case& c, Mode mode) {
   LayerCostCache cache;
   for (auto _ : state) {
+    if (mode == Mode::kPlanner) {
+      MemoryPeak peak =
+          EstimatePeakMemory(c.model, c.cluster, c.training, c.parallel, c.in_flight, c.options);
+      benchmark::DoNotOptimize(peak);
+      double bound =
+          EstimateStepLowerBound(c.model, c.cluster, c.training, c.parallel, c.options, cache);
+      benchmark::DoNotOptimize(bound);
+      continue;
+    }
     if (mode != Mode::kMemory) {
       StepEstimate est = EstimateStep(c.model, c.cluster, c.training, c.parallel, c.options,
-                                      mode == Mode::kPlanner ? &cache : nullptr);
+                                      mode == Mode::kCached ? &cache : nullptr);
       benchmark::DoNotOptimize(est);
     }
     if (mode != Mode::kStepCold) {
@@ -141,6 +152,7 @@ void Register() {
   const std::pair<const char*, Mode> modes[] = {{"Cold", Mode::kCold},
                                                 {"StepCold", Mode::kStepCold},
                                                 {"Memory", Mode::kMemory},
+                                                {"Cached", Mode::kCached},
                                                 {"Planner", Mode::kPlanner}};
   for (const auto& [mode_name, mode] : modes) {
     for (const auto& [name, make] : cases) {

@@ -16,7 +16,7 @@ valgrind --tool=callgrind --callgrind-out-file="$out" \
   --toggle-collect='ptdp::(anonymous namespace)::Evaluate(*' \
   "$bench" --benchmark_filter="$filter" --benchmark_min_time=0.3 >/dev/null 2>&1
 total=$(callgrind_annotate "$out" | grep "PROGRAM TOTALS" | awk '{gsub(",", "", $1); print $1}')
-calls=$(callgrind_annotate --tree=calling "$out" | grep -E "=> .*(EstimateStep|EstimateMemory)\(" |
+calls=$(callgrind_annotate --tree=calling "$out" | grep -E "=> .*(EstimateStep|EstimateMemory|EstimatePeakMemory|EstimateStepLowerBound)\(" |
   grep -v lambda | sed -E 's/.*\(([0-9,]+)x\)$/\1/' | tr -d , | sort -n | tail -1)
 if [[ -z "$calls" || "$calls" -eq 0 ]]; then
   echo "$0: no EstimateStep or EstimateMemory calls found for '$filter' (built with -g?)" >&2

@@ -13,7 +13,6 @@
 #include "core/megatron_rules.h"
 #include "core/schedule.h"
 #include "core/text.h"
-#include "simulator/bounds.h"
 #include "simulator/cost_model.h"
 #include "simulator/layer_work.h"
 #include "simulator/memory_model.h"
@@ -60,9 +59,9 @@ class InFlightCache {
   std::map<std::tuple<int, int, int64_t, int>, std::vector<int>> cache_;
 };
 
-std::string OutOfMemory(const CandidatePoint& c, const MemoryEstimate& mem, double limit,
+std::string OutOfMemory(const CandidatePoint& c, const MemoryPeak& mem, double limit,
                         MemoryUnit unit) {
-  return fmt::format("{}: stage {} needs {}, {} available", Describe(c.parallel), mem.largest_stage,
+  return fmt::format("{}: stage {} needs {}, {} available", Describe(c.parallel), mem.stage,
                      Memory(mem.peak_bytes(), unit), Memory(limit, unit));
 }
 
@@ -136,7 +135,7 @@ PlanSearchResult SearchPlans(const PlanRequest& req) {
   res.memory_limit_bytes = limit;
   InFlightCache in_flight;
   LayerCostCache layer_costs;
-  std::optional<std::pair<ParallelConfig, MemoryEstimate>> last_memory;
+  std::optional<std::pair<ParallelConfig, MemoryPeak>> last_memory;
   std::vector<CandidatePoint> fitting;
   double closest_ratio = std::numeric_limits<double>::infinity();
   // Counted here and added once (the first example met), not per candidate.
@@ -167,16 +166,14 @@ PlanSearchResult SearchPlans(const PlanRequest& req) {
         ParallelConfig memory_key = p;
         memory_key.cp_comm = CpComm::kP2p;
         if (!last_memory || last_memory->first != memory_key) {
-          last_memory.emplace(
-              memory_key, EstimateMemory(req.model, req.cluster, req.training, p, held, options));
+          last_memory.emplace(memory_key, EstimatePeakMemory(req.model, req.cluster, req.training,
+                                                             p, held, options));
         }
-        const MemoryEstimate& mem = last_memory->second;
+        const MemoryPeak& mem = last_memory->second;
         CandidatePoint point{p, 0, mem.peak_bytes(), mem.peak_bytes() <= limit};
         if (point.fits || req.keep_points) {
-          const StepEstimate est =
-              EstimateStep(req.model, req.cluster, req.training, p, options, &layer_costs);
-          point.step_lower_bound_s = StepTimeLowerBound(p.schedule, p.pp, static_cast<int>(m),
-                                                        p.virtual_stages, est.costs);
+          point.step_lower_bound_s =
+              EstimateStepLowerBound(req.model, req.cluster, req.training, p, options, layer_costs);
         }
         if (req.keep_points) res.points.push_back(point);
         if (point.fits) {

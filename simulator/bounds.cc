@@ -6,9 +6,11 @@
 
 namespace ptdp {
 
-double StepTimeLowerBound(Schedule kind, int p, int m, int v, const StepCosts& costs) {
-  PTDP_CHECK(static_cast<int>(costs.chunks.size()) == p * v &&
-             static_cast<int>(costs.stages.size()) == p);
+namespace {
+
+// Costs: StepCosts or StepCostsView, read through chunk(vs) and stage(r).
+template <typename Costs>
+double LowerBound(Schedule kind, int p, int m, int v, const Costs& costs) {
   const bool split = kind == Schedule::kZbH1;
   double pipeline_end = 0, grads_ready = 0, tail_phases = 0;
   double head = 0;  // forward of micro-batch 0 through virtual stages 0 .. r-1, with sends
@@ -16,7 +18,7 @@ double StepTimeLowerBound(Schedule kind, int p, int m, int v, const StepCosts& c
   for (int r = 0; r < p; ++r) {
     double busy = 0;
     for (int c = 0; c < v; ++c) {
-      const ChunkCosts& ch = costs.chunks[c * p + r];
+      const ChunkCosts& ch = costs.chunk(c * p + r);
       busy += ch.forward_s + ch.backward_input_s + ch.backward_weight_s;
     }
     busy *= m;
@@ -24,19 +26,39 @@ double StepTimeLowerBound(Schedule kind, int p, int m, int v, const StepCosts& c
     // Every schedule here ends a stage with a backward of chunk 0 unless the backward is split
     // (zb-h1 ends with weight gradients, which nothing waits for).
     // From virtual stage r down to 0 (virtual stage 0 sends nothing back).
-    const double back = r > 0 ? tail + costs.chunks[r].send_backward_s : 0.0;
+    const double back = r > 0 ? tail + costs.chunk(r).send_backward_s : 0.0;
     pipeline_end = std::max(pipeline_end, end + (split ? 0.0 : back));
-    const StageCosts& st = costs.stages[r];
+    const StageCosts& st = costs.stage(r);
     const double sync =
         st.overlap_grad_sync ? st.dp_grad_sync_s / (v * st.dp_buckets) : st.dp_grad_sync_s;
     grads_ready = std::max(grads_ready, end + sync + st.embedding_sync_s);
     tail_phases = std::max(tail_phases, st.optimizer_s + st.dp_param_gather_s);
-    const ChunkCosts& here = costs.chunks[r];  // chunk 0 of stage r = virtual stage r
+    const ChunkCosts& here = costs.chunk(r);  // chunk 0 of stage r = virtual stage r
     head += here.forward_s + here.send_forward_s;
     tail += (split ? here.backward_input_s : here.backward_input_s + here.backward_weight_s) +
             (r > 0 ? here.send_backward_s : 0.0);
   }
   return std::max(pipeline_end, grads_ready) + tail_phases;
+}
+
+struct Whole {
+  const StepCosts& costs;
+  const ChunkCosts& chunk(int vs) const { return costs.chunks[vs]; }
+  const StageCosts& stage(int r) const { return costs.stages[r]; }
+};
+
+}  // namespace
+
+double StepTimeLowerBound(Schedule kind, int p, int m, int v, const StepCosts& costs) {
+  PTDP_CHECK(static_cast<int>(costs.chunks.size()) == p * v &&
+             static_cast<int>(costs.stages.size()) == p);
+  return LowerBound(kind, p, m, v, Whole{costs});
+}
+
+double StepTimeLowerBound(Schedule kind, int p, int m, int v, const StepCostsView& costs) {
+  PTDP_CHECK(static_cast<int>(costs.chunk_of.size()) == p * v &&
+             static_cast<int>(costs.stage_of.size()) == p);
+  return LowerBound(kind, p, m, v, costs);
 }
 
 double StepTimeLowerBound(const PipelineSchedule& s, const StepCosts& costs) {

@@ -22,6 +22,8 @@ double StepTimeLowerBound(const PipelineSchedule& schedule, const StepCosts& cos
 // The same bound from the schedule's sizes alone (kind, p, m, v); no operation lists needed.
 double StepTimeLowerBound(Schedule kind, int stages, int microbatches, int chunks,
                           const StepCosts& costs);
+double StepTimeLowerBound(Schedule kind, int stages, int microbatches, int chunks,
+                          const StepCostsView& costs);
 
 // For each stage, the micro-batch counts per chunk held at the moments that can be the peak
 // (the Pareto-maximal vectors over the stage's operation order). Peak activation bytes of stage r

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "simulator/bounds.h"
 #include "simulator/collectives.h"
 #include "simulator/flops.h"
 #include "simulator/layer_work.h"
@@ -385,6 +386,18 @@ struct SizesHash {
   }
 };
 
+// What EstimatePrepared works out, each repeated virtual stage and pipeline stage held once
+// (StepCostsView), with what each distinct virtual stage adds to its stage's breakdown.
+struct CompactCosts {
+  std::vector<ChunkCosts> chunks;
+  std::vector<StageBreakdown> breakdowns;  // beside chunks, when asked for
+  std::vector<int> chunk_of;               // by virtual stage
+  std::vector<StageCosts> stages;
+  std::vector<int> stage_of;       // by pipeline stage
+  std::vector<ChunkLayers> kinds;  // each virtual stage's layers, where the chunks differ
+  StepCostsView View() const { return {chunks, chunk_of, stages, stage_of}; }
+};
+
 struct LayerCostCache::Impl {
   // tp, cp, dp, pp, ep, etp
   std::unordered_map<std::array<int, 6>, LayoutPlacements, SizesHash> placements;
@@ -393,9 +406,13 @@ struct LayerCostCache::Impl {
   const TrainingSpec* training = nullptr;
   CostOptions options;
   std::optional<KernelTimer> timer;
-  std::unordered_map<PartKey, LayerCost, PartKeyHash> layers;
+  // A configuration's layer costs by slot [kind][fp8][recompute] (the key's part 0 stands for
+  // them all: one lookup per evaluation), each computed when first met.
+  using Slots = std::array<std::unique_ptr<LayerCost>, ChunkLayers::kSlots>;
+  std::unordered_map<PartKey, Slots, PartKeyHash> layers;
   std::unordered_map<PartKey, EndParts, PartKeyHash> ends;
   double model_flops = -1;  // per step (flops.h), once known
+  CompactCosts scratch;     // the last evaluation's (its vectors' storage is reused)
 
   // The timer for this model, cluster, training and software; checks that they do not change.
   const KernelTimer& Bind(const ModelSpec& m, const ClusterSpec& c, const TrainingSpec& t,
@@ -426,9 +443,10 @@ struct Prepared {
   LayerCostCache::Impl* shared;
 };
 
-StepEstimate EstimatePrepared(const ModelSpec& m, const ClusterSpec& c,
-                              const TrainingSpec& training, const ParallelConfig& p,
-                              const CostOptions& options, const Prepared& prepared) {
+// Fills `out` (its previous contents dropped); the breakdowns only when `breakdowns`.
+void EstimatePrepared(const ModelSpec& m, const ClusterSpec& c, const TrainingSpec& training,
+                      const ParallelConfig& p, const CostOptions& options, const Prepared& prepared,
+                      bool breakdowns, CompactCosts& out) {
   const Precision precision = training.precision;
   const int pp = p.pp, v = p.virtual_stages, vstages = pp * v;
   LayerCostCache::Impl* shared = prepared.shared;
@@ -448,6 +466,7 @@ StepEstimate EstimatePrepared(const ModelSpec& m, const ClusterSpec& c,
     LayerCost slot[ChunkLayers::kSlots];
   } own_layers;
   int own_used = 0;
+  LayerCostCache::Impl::Slots* cached = nullptr;  // with a cache: this configuration's there
   const auto cost_of = [&](int e, int f, int r) -> const LayerCost& {
     const int slot = 4 * e + 2 * f + r;
     if (layer[slot] == nullptr) {
@@ -455,11 +474,13 @@ StepEstimate EstimatePrepared(const ModelSpec& m, const ClusterSpec& c,
       if (r == 0) q.recompute = Recompute::kNone;
       const LayerKind kind = static_cast<LayerKind>(e);
       if (shared != nullptr) {
-        const auto [it, inserted] = shared->layers.try_emplace(KeyOf(q, options, groups, slot));
-        if (inserted) {
-          it->second = CostOfLayer(m, c, training, q, options, timer, groups, f == 1, kind);
+        if (cached == nullptr) cached = &shared->layers[KeyOf(p, options, groups, 0)];
+        std::unique_ptr<LayerCost>& known = (*cached)[slot];
+        if (!known) {
+          known = std::make_unique<LayerCost>(
+              CostOfLayer(m, c, training, q, options, timer, groups, f == 1, kind));
         }
-        layer[slot] = &it->second;
+        layer[slot] = known.get();
       } else {
         layer[slot] = new (&own_layers.slot[own_used++])
             LayerCost(CostOfLayer(m, c, training, q, options, timer, groups, f == 1, kind));
@@ -534,10 +555,9 @@ StepEstimate EstimatePrepared(const ModelSpec& m, const ClusterSpec& c,
   // One layer's gather and reduce-scatter, for the last unit size met (most chunks share it).
   double fsdp_unit = -1, fsdp_unit_gather = 0, fsdp_unit_scatter = 0;
 
-  StepEstimate est;
-  est.microbatches = NumMicrobatches(training, p);
-  est.costs.chunks.reserve(vstages);
-  est.stages.assign(pp, StageBreakdown{});
+  out.chunks.clear(), out.breakdowns.clear(), out.chunk_of.clear();
+  out.stages.clear(), out.stage_of.clear(), out.kinds.clear();
+  out.chunk_of.reserve(vstages);
   // The layers' part of a chunk, the same for every chunk of the same kinds (most of them): as
   // it enters the chunk's costs and the stage's breakdown, worked out once per distinct chunk.
   struct LayerSums {
@@ -555,23 +575,15 @@ StepEstimate EstimatePrepared(const ModelSpec& m, const ClusterSpec& c,
   // With uniform sends, a virtual stage's costs and what it adds to its stage's breakdown
   // depend only on its layers and on whether it is its stage's first chunk, the first or last
   // virtual stage, or on the first or last pipeline stage: each such kind is worked out once and
-  // copied (a 64-stage pipeline has three; an uneven split a few more). The layer compositions
-  // are told apart among the first kMaxCompositions met (with uniform chunks there is one).
-  constexpr int kMaxCompositions = 4, kPositions = 32, kMaxRepeats = 32;
-  struct Repeat {
-    ChunkCosts chunk;
-    StageBreakdown breakdown;
-  };
-  union Repeats {  // filled as met: nothing zeroed beforehand
-    Repeats() {}
-    Repeat at[kMaxRepeats];
-  } repeat;
+  // referred to (a 64-stage pipeline has three; an uneven split a few more). The layer
+  // compositions are told apart among the first kMaxCompositions met (with uniform chunks there
+  // is one).
+  constexpr int kMaxCompositions = 4, kPositions = 32;
   // Only in a search (with a cache): a single evaluation works every virtual stage out, and the
   // tests compare the two.
   const bool copy_repeats = same_pairs && shared != nullptr;
-  std::array<int8_t, kMaxCompositions * kPositions> repeat_at;
+  std::array<int, kMaxCompositions * kPositions> repeat_at;  // index into out.chunks, or -1
   if (copy_repeats) repeat_at.fill(-1);
-  int repeats_known = 0;
   std::array<ChunkLayers, kMaxCompositions> compositions;
   int num_compositions = 0;
   ChunkLayers own_kinds;
@@ -584,6 +596,7 @@ StepEstimate EstimatePrepared(const ModelSpec& m, const ClusterSpec& c,
         own_kinds = chunk_kinds(vs);
       }
       const ChunkLayers& k = uniform && have_sums ? sums.kinds : own_kinds;
+      if (!uniform) out.kinds.push_back(k);
       int key = -1;
       if (copy_repeats) {
         int id = 0;
@@ -602,9 +615,7 @@ StepEstimate EstimatePrepared(const ModelSpec& m, const ClusterSpec& c,
         if (id >= 0) key = id * kPositions + position;
       }
       if (key >= 0 && repeat_at[key] >= 0) {
-        const Repeat& known = repeat.at[repeat_at[key]];
-        est.costs.chunks.push_back(known.chunk);
-        AddBreakdown(known.breakdown, est.stages[r]);
+        out.chunk_of.push_back(repeat_at[key]);
         continue;
       }
       if (!have_sums || (!uniform && !(k == sums.kinds))) {
@@ -724,12 +735,11 @@ StepEstimate EstimatePrepared(const ModelSpec& m, const ClusterSpec& c,
         ch.backward_input_s += ch.send_backward_s;
         ch.send_forward_s = ch.send_backward_s = 0;
       }
-      est.costs.chunks.push_back(ch);
-      AddBreakdown(br, est.stages[r]);
-      if (key >= 0 && repeats_known < kMaxRepeats) {
-        repeat_at[key] = static_cast<int8_t>(repeats_known);
-        new (&repeat.at[repeats_known++]) Repeat{.chunk = ch, .breakdown = br};
-      }
+      const int index = static_cast<int>(out.chunks.size());
+      out.chunks.push_back(ch);
+      if (breakdowns) out.breakdowns.push_back(br);
+      out.chunk_of.push_back(index);
+      if (key >= 0) repeat_at[key] = index;
     }
   }
 
@@ -746,7 +756,7 @@ StepEstimate EstimatePrepared(const ModelSpec& m, const ClusterSpec& c,
     // data-parallel group (experts), and the FP8 layers' linear weights and experts.
     double dense_params = 0, expert_params = 0, fp8_weights = 0, fp8_experts = 0;
     for (int ch = 0; ch < v; ++ch) {
-      const ChunkLayers k = uniform ? sums.kinds : chunk_kinds(ch * pp + r);
+      const ChunkLayers& k = uniform ? sums.kinds : out.kinds[ch * pp + r];
       for (int e = 0; e < kind_end; ++e) {
         const int n = k.OfKind(static_cast<LayerKind>(e));
         if (n == 0) continue;
@@ -815,7 +825,8 @@ StepEstimate EstimatePrepared(const ModelSpec& m, const ClusterSpec& c,
       // first layer runs, so what the forward of the stage's first micro-batch covers is
       // hidden; the first bucket never is.
       double first_forward = 0;
-      for (int ch = 0; ch < v; ++ch) first_forward += est.costs.chunks[ch * pp + r].forward_s;
+      for (int ch = 0; ch < v; ++ch)
+        first_forward += out.chunks[out.chunk_of[ch * pp + r]].forward_s;
       const int buckets = std::max(1, static_cast<int>(std::ceil((params + experts) / bucket)));
       const double exposed =
           std::max(st.dp_param_gather_s / buckets, st.dp_param_gather_s - first_forward);
@@ -835,15 +846,69 @@ StepEstimate EstimatePrepared(const ModelSpec& m, const ClusterSpec& c,
   };
   // The stages between the first and the last are alike when their layers are (and their
   // sends, which the overlapped parameter gather's share depends on): compute one.
-  if (same_pairs && alike) {
-    est.costs.stages.assign(pp, pp > 2 ? stage_costs(1) : StageCosts{});
-    est.costs.stages[0] = stage_costs(0);
-    est.costs.stages[pp - 1] = stage_costs(pp - 1);
+  if (same_pairs && alike && pp > 1) {
+    out.stages.push_back(stage_costs(0));
+    out.stages.push_back(stage_costs(pp - 1));
+    if (pp > 2) out.stages.push_back(stage_costs(1));
+    out.stage_of.assign(pp, 2);
+    out.stage_of[0] = 0, out.stage_of[pp - 1] = 1;
   } else {
-    est.costs.stages.reserve(pp);
-    for (int r = 0; r < pp; ++r) est.costs.stages.push_back(stage_costs(r));
+    for (int r = 0; r < pp; ++r) out.stages.push_back(stage_costs(r)), out.stage_of.push_back(r);
   }
+}
 
+// EstimateStep's preparation with a search's cache, then EstimatePrepared into the cache's
+// scratch costs.
+const CompactCosts& EstimateCached(LayerCostCache::Impl& shared, const ModelSpec& m,
+                                   const ClusterSpec& c, const TrainingSpec& training,
+                                   const ParallelConfig& p, const CostOptions& options,
+                                   bool breakdowns) {
+  const auto [at, placed_now] =
+      shared.placements.try_emplace({p.tp, p.cp, p.dp, p.pp, p.ep, p.expert_tp()});
+  if (placed_now) at->second = PlaceLayout(p, c.gpus_per_node);
+  const LayoutPlacements& placed = at->second;
+  const KernelTimer& timer = shared.Bind(m, c, training, options);
+  const GroupPlacements groups{placed.tp, placed.cp, placed.ep, placed.etp, placed.ep_etp};
+  const auto [it, inserted] = shared.ends.try_emplace(KeyOf(p, options, groups, kEndsPart));
+  if (inserted) it->second = CostOfEnds(m, c, training, p, options, timer, groups);
+  EstimatePrepared(m, c, training, p, options, {placed, groups, timer, it->second, &shared},
+                   breakdowns, shared.scratch);
+  return shared.scratch;
+}
+
+}  // namespace
+
+StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const TrainingSpec& training,
+                          const ParallelConfig& p, const CostOptions& options,
+                          LayerCostCache* cache) {
+  PTDP_CHECK(p.tp >= 1 && p.pp >= 1 && p.dp >= 1 && p.cp >= 1 && p.virtual_stages >= 1);
+  CompactCosts own;
+  const CompactCosts* k = &own;
+  if (cache == nullptr) {
+    const LayoutPlacements placed = PlaceLayout(p, c.gpus_per_node);
+    const KernelTimer timer(c, training.precision, options);
+    const GroupPlacements groups{placed.tp, placed.cp, placed.ep, placed.etp, placed.ep_etp};
+    const EndParts ends = CostOfEnds(m, c, training, p, options, timer, groups);
+    EstimatePrepared(m, c, training, p, options, {placed, groups, timer, ends, nullptr}, true, own);
+  } else {
+    k = &EstimateCached(cache->impl(), m, c, training, p, options, true);
+  }
+  // Each virtual stage and pipeline stage its own copy, and the breakdowns summed per stage in
+  // the order of the virtual stages.
+  const int pp = p.pp, vstages = pp * p.virtual_stages;
+  StepEstimate est;
+  est.microbatches = NumMicrobatches(training, p);
+  est.costs.chunks.reserve(vstages);
+  est.stages.assign(pp, StageBreakdown{});
+  for (int vs = 0; vs < vstages; ++vs) {
+    const int at = k->chunk_of[vs];
+    est.costs.chunks.push_back(k->chunks[at]);
+    AddBreakdown(k->breakdowns[at], est.stages[vs % pp]);
+  }
+  est.costs.stages.reserve(pp);
+  for (int r = 0; r < pp; ++r) est.costs.stages.push_back(k->stages[k->stage_of[r]]);
+
+  LayerCostCache::Impl* shared = cache != nullptr ? &cache->impl() : nullptr;
   if (shared != nullptr && shared->model_flops < 0) {
     shared->model_flops = ModelFlopsPerStep(m, training, options);
   }
@@ -853,29 +918,13 @@ StepEstimate EstimatePrepared(const ModelSpec& m, const ClusterSpec& c,
   return est;
 }
 
-}  // namespace
-
-StepEstimate EstimateStep(const ModelSpec& m, const ClusterSpec& c, const TrainingSpec& training,
-                          const ParallelConfig& p, const CostOptions& options,
-                          LayerCostCache* cache) {
+double EstimateStepLowerBound(const ModelSpec& m, const ClusterSpec& c,
+                              const TrainingSpec& training, const ParallelConfig& p,
+                              const CostOptions& options, LayerCostCache& cache) {
   PTDP_CHECK(p.tp >= 1 && p.pp >= 1 && p.dp >= 1 && p.cp >= 1 && p.virtual_stages >= 1);
-  if (cache == nullptr) {
-    const LayoutPlacements placed = PlaceLayout(p, c.gpus_per_node);
-    const KernelTimer timer(c, training.precision, options);
-    const GroupPlacements groups{placed.tp, placed.cp, placed.ep, placed.etp, placed.ep_etp};
-    const EndParts ends = CostOfEnds(m, c, training, p, options, timer, groups);
-    return EstimatePrepared(m, c, training, p, options, {placed, groups, timer, ends, nullptr});
-  }
-  LayerCostCache::Impl& shared = cache->impl();
-  const auto [at, placed_now] =
-      shared.placements.try_emplace({p.tp, p.cp, p.dp, p.pp, p.ep, p.expert_tp()});
-  if (placed_now) at->second = PlaceLayout(p, c.gpus_per_node);
-  const LayoutPlacements& placed = at->second;
-  const KernelTimer& timer = shared.Bind(m, c, training, options);
-  const GroupPlacements groups{placed.tp, placed.cp, placed.ep, placed.etp, placed.ep_etp};
-  const auto [it, inserted] = shared.ends.try_emplace(KeyOf(p, options, groups, kEndsPart));
-  if (inserted) it->second = CostOfEnds(m, c, training, p, options, timer, groups);
-  return EstimatePrepared(m, c, training, p, options, {placed, groups, timer, it->second, &shared});
+  const CompactCosts& k = EstimateCached(cache.impl(), m, c, training, p, options, false);
+  return StepTimeLowerBound(p.schedule, p.pp, static_cast<int>(NumMicrobatches(training, p)),
+                            p.virtual_stages, k.View());
 }
 
 double ClosedFormStepTime(const StepCosts& costs, Schedule kind, int stages, int64_t microbatches,

@@ -107,6 +107,13 @@ StepEstimate EstimateStep(const ModelSpec& model, const ClusterSpec& cluster,
                           const TrainingSpec& training, const ParallelConfig& parallel,
                           const CostOptions& options = {}, LayerCostCache* cache = nullptr);
 
+// What a search needs of EstimateStep besides the memory: StepTimeLowerBound (bounds.h) of
+// EstimateStep(..., &cache).costs for the layout's schedule, the same number, without the
+// per-stage copies and breakdowns (repeated virtual stages and pipeline stages are read once).
+double EstimateStepLowerBound(const ModelSpec& model, const ClusterSpec& cluster,
+                              const TrainingSpec& training, const ParallelConfig& parallel,
+                              const CostOptions& options, LayerCostCache& cache);
+
 // Closed-form step time, to compare with the event simulation. With T_r the time of one
 // micro-batch through every chunk of stage r (F + B + W, blocking sends included), W_r its
 // weight-gradient part and bars the means over stages:

@@ -4,6 +4,7 @@
 // (event_sim.h plays a PipelineSchedule with it). Times in seconds, sizes in bytes.
 #pragma once
 
+#include <span>
 #include <vector>
 
 namespace ptdp {
@@ -54,6 +55,17 @@ struct StageCosts {
 struct StepCosts {
   std::vector<ChunkCosts> chunks;  // indexed by virtual stage c * p + r
   std::vector<StageCosts> stages;  // indexed by pipeline stage r
+};
+
+// StepCosts with each repeated entry held once, as a search reads them without copying:
+// virtual stage vs's costs are chunks[chunk_of[vs]], pipeline stage r's stages[stage_of[r]].
+struct StepCostsView {
+  std::span<const ChunkCosts> chunks;
+  std::span<const int> chunk_of;
+  std::span<const StageCosts> stages;
+  std::span<const int> stage_of;
+  const ChunkCosts& chunk(int vs) const { return chunks[chunk_of[vs]]; }
+  const StageCosts& stage(int r) const { return stages[stage_of[r]]; }
 };
 
 }  // namespace ptdp

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/limits.h"
 
 namespace ptdp {
 namespace {
@@ -1021,6 +1022,28 @@ LayerWork OutputWork(const ModelSpec& m, const ParallelConfig& p, Precision prec
   return lw;
 }
 
+namespace {
+
+// The hybrid kinds (Mamba, attention, MLP, MoE) counted in one word, 16 bits each: each pattern
+// symbol's lane (0 for a symbol of no kind, which the counts' total catches).
+constexpr int kFirstHybridKind = static_cast<int>(LayerKind::kMamba);
+constexpr int kHybridLanes = kNumLayerKinds - kFirstHybridKind;
+static_assert(kHybridLanes == 4 && kMaxLayers < (int64_t{1} << 16));
+
+const std::array<uint64_t, 256>& HybridLanes() {
+  static const std::array<uint64_t, 256> kLaneOf = [] {
+    std::array<uint64_t, 256> lanes{};
+    for (int c = 0; c < 256; ++c) {
+      const std::optional<LayerKind> kind = HybridSymbolKind(static_cast<char>(c));
+      if (kind) lanes[c] = uint64_t{1} << (16 * (static_cast<int>(*kind) - kFirstHybridKind));
+    }
+    return lanes;
+  }();
+  return kLaneOf;
+}
+
+}  // namespace
+
 ChunkKinds::ChunkKinds(const ModelSpec& m, const TrainingSpec& training, const ParallelConfig& p)
     : pattern_(m.hybrid_layer_pattern),
       stages_(m.num_layers, p),
@@ -1031,7 +1054,23 @@ ChunkKinds::ChunkKinds(const ModelSpec& m, const TrainingSpec& training, const P
       recompute_num_layers_(p.recompute_num_layers),
       moe_(m.moe()),
       moe_first_(m.moe_first_dense_layers),
-      moe_freq_(std::max(1, m.moe_layer_freq)) {}
+      moe_freq_(std::max(1, m.moe_layer_freq)) {
+  if (pattern_.empty()) return;
+  const int n = static_cast<int>(pattern_.size());
+  uint64_t* prefix = inline_prefix_.data();
+  if (n > kInlineLayers) {
+    long_prefix_.resize(n + 1);
+    prefix = long_prefix_.data();
+  }
+  prefix[0] = 0;
+  const std::array<uint64_t, 256>& lanes = HybridLanes();
+  uint64_t counts = 0;
+  for (int i = 0; i < n; ++i) {
+    counts += lanes[static_cast<unsigned char>(pattern_[i])];
+    prefix[i + 1] = counts;
+  }
+  prefix_ = prefix;
+}
 
 int ChunkKinds::MoeIn(int a, int b) const {
   if (!moe_) return 0;
@@ -1040,24 +1079,6 @@ int ChunkKinds::MoeIn(int a, int b) const {
   // Multiples of moe_freq_ in [a, b).
   const auto below = [&](int x) { return (x + moe_freq_ - 1) / moe_freq_; };  // in [0, x)
   return below(b) - below(a);
-}
-
-void ChunkKinds::AddRange(ChunkLayers& c, int a, int b, int fp8, int recompute, int sign) const {
-  // Each pattern symbol's layer kind (-1: none), looked up without branching on the symbol.
-  static const std::array<int8_t, 256> kKindOf = [] {
-    std::array<int8_t, 256> kinds;
-    for (int symbol = 0; symbol < 256; ++symbol) {
-      const std::optional<LayerKind> kind = HybridSymbolKind(static_cast<char>(symbol));
-      kinds[symbol] = kind ? static_cast<int8_t>(*kind) : int8_t{-1};
-    }
-    return kinds;
-  }();
-  for (int i = a; i < b; ++i) {
-    const int kind = kKindOf[static_cast<unsigned char>(pattern_[i])];
-    PTDP_CHECK(kind >= 0);
-    int16_t& n = c.count[kind][fp8][recompute];
-    n = static_cast<int16_t>(n + sign);
-  }
 }
 
 ChunkLayers ChunkKinds::operator()(int vs) const {
@@ -1103,15 +1124,25 @@ ChunkLayers ChunkKinds::operator()(int vs) const {
     }
     return c;
   }
-  AddRange(c, f8rc.first, f8rc.second, 1, 1, 1);
-  AddRange(c, f8.first, f8.second, 1, 0, 1);
-  AddRange(c, f8rc.first, f8rc.second, 1, 0, -1);
-  AddRange(c, rc.first, rc.second, 0, 1, 1);
-  AddRange(c, f8rc.first, f8rc.second, 0, 1, -1);
-  AddRange(c, all.first, all.second, 0, 0, 1);
-  AddRange(c, f8.first, f8.second, 0, 0, -1);
-  AddRange(c, rc.first, rc.second, 0, 0, -1);
-  AddRange(c, f8rc.first, f8rc.second, 0, 0, 1);
+  // A hybrid model: each interval's counts of the four kinds as one word (prefix_), and the
+  // four (fp8, recompute) words by the same inclusion and exclusion, lane by lane: every lane of
+  // each result is a count in [0, 2^16), so the words' wrap-around arithmetic is exact.
+  const auto counts = [&](std::pair<int, int> r) {
+    return r.second > r.first ? prefix_[r.second] - prefix_[r.first] : uint64_t{0};
+  };
+  const uint64_t n_all = counts(all), n_rc = counts(rc), n_f = counts(f8), n_frc = counts(f8rc);
+  const uint64_t words[2][2] = {{n_all - n_f - n_rc + n_frc, n_rc - n_frc}, {n_f - n_frc, n_frc}};
+  int total = 0;
+  for (int lane = 0; lane < kHybridLanes; ++lane) {
+    auto& k = c.count[kFirstHybridKind + lane];
+    for (int f = 0; f < 2; ++f) {
+      for (int r = 0; r < 2; ++r) {
+        k[f][r] = static_cast<int16_t>((words[f][r] >> (16 * lane)) & 0xffff);
+        total += k[f][r];
+      }
+    }
+  }
+  PTDP_CHECK(total == n);  // every layer's symbol names a kind
   return c;
 }
 

@@ -290,14 +290,20 @@ std::vector<ChunkLayers> ChunkLayerKinds(const ModelSpec& model, const TrainingS
 class ChunkKinds {
  public:
   ChunkKinds(const ModelSpec& model, const TrainingSpec& training, const ParallelConfig& parallel);
+  ChunkKinds(const ChunkKinds&) = delete;  // prefix_ may point into the object
+  ChunkKinds& operator=(const ChunkKinds&) = delete;
   ChunkLayers operator()(int virtual_stage) const;
 
  private:
   // Of the layers in [a, b), those with experts (a transformer).
   int MoeIn(int a, int b) const;
-  // Adds a hybrid model's layers in [a, b) to count[kind][fp8][recompute] with `sign`.
-  void AddRange(ChunkLayers& c, int a, int b, int fp8, int recompute, int sign) const;
   std::string_view pattern_;  // a hybrid model's; empty: a transformer
+  // A hybrid model's layers of each hybrid kind among the first i (prefix_[i], i <= layers),
+  // 16 bits per kind in one word, so that an interval's counts are one subtraction.
+  static constexpr int kInlineLayers = 128;
+  std::array<uint64_t, kInlineLayers + 1> inline_prefix_;  // filled up to the pattern's length
+  std::vector<uint64_t> long_prefix_;                      // for longer patterns
+  const uint64_t* prefix_ = nullptr;
   VirtualStages stages_;
   bool fp8_;
   int start_, end_;  // the FP8 layers are [start_, end_)

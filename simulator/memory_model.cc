@@ -283,9 +283,13 @@ std::vector<int> InFlightPerStage(const PipelineSchedule& schedule) {
   return in_flight;
 }
 
-MemoryEstimate EstimateMemory(const ModelSpec& m, const ClusterSpec& cluster,
-                              const TrainingSpec& training, const ParallelConfig& p,
-                              std::span<const int> in_flight, const CostOptions& options) {
+namespace {
+
+// EstimateMemory, and EstimatePeakMemory when `all` is null: then only the stages that can hold
+// the peak are worked out and the largest goes to `peak`.
+void StageMemories(const ModelSpec& m, const ClusterSpec& cluster, const TrainingSpec& training,
+                   const ParallelConfig& p, std::span<const int> in_flight,
+                   const CostOptions& options, MemoryEstimate* all, MemoryPeak* peak) {
   PTDP_CHECK(static_cast<int>(in_flight.size()) == p.pp);
   const Precision precision = training.precision;
   const BytesPerParameter per_param = BytesPerParam(training, p, options);
@@ -412,30 +416,40 @@ MemoryEstimate EstimateMemory(const ModelSpec& m, const ClusterSpec& cluster,
   const Chunks middle_chunks = alike && !uniform && p.pp > 2 ? chunks_of(1) : same;
   const StageMemory middle = alike && p.pp > 2 ? stage_memory(1, middle_chunks) : StageMemory{};
 
-  MemoryEstimate est;
-  est.stages.reserve(p.pp);
+  // Chunks of different sizes on an interleaved stage: which of them are in flight at the
+  // peak is worked out exactly (alike ones all count as the largest).
+  const auto exact_in_flight = [&](int r, const Chunks& k) {
+    return !uniform && p.schedule == Schedule::kInterleaved &&
+           static_cast<int>(k.bytes.size()) == p.virtual_stages &&
+           (r == 0 || std::any_of(k.bytes.begin(), k.bytes.end(),
+                                  [&](double b) { return b != k.bytes.front(); }));
+  };
+  // For the peak alone: of the alike stages between the first and the last, the one holding
+  // the most (the first of them), unless their peak needs the exact walk; -1: every stage.
+  int inner_peak = -1;
+  if (all == nullptr && alike && p.pp > 2 && !exact_in_flight(1, middle_chunks)) {
+    inner_peak = 1;
+    for (int r = 2; r < p.pp - 1; ++r) {
+      if (middle_chunks.largest > 0 && in_flight[r] > in_flight[inner_peak]) inner_peak = r;
+    }
+  }
+
+  if (all != nullptr) all->stages.reserve(p.pp);
   double largest = -1;
   Chunks own;
+  StageMemory one;
   for (int r = 0; r < p.pp; ++r) {
     const bool inner = alike && r > 0 && r < p.pp - 1;
+    if (inner && inner_peak >= 0 && r != inner_peak) continue;
     if (!uniform && !inner) own = chunks_of(r);
     const Chunks& k = uniform ? same : inner ? middle_chunks : own;
-    if (inner) {
-      est.stages.push_back(middle);
-    } else {
-      est.stages.push_back(stage_memory(r, k));
-    }
-    StageMemory& st = est.stages.back();
+    StageMemory& st = all != nullptr ? all->stages.emplace_back() : one;
+    st = inner ? middle : stage_memory(r, k);
     st.in_flight = in_flight[r];
     // Every in-flight chunk holds its layers; stage 0's chunk 0 adds the embedding's mask
     // (counted for every in-flight chunk: a bound, off by the few non-first chunks' masks).
     double held = in_flight[r] * (r == 0 ? k.largest + embedding_act : k.largest);
-    if (!uniform && p.schedule == Schedule::kInterleaved &&
-        static_cast<int>(k.bytes.size()) == p.virtual_stages &&
-        (r == 0 || std::any_of(k.bytes.begin(), k.bytes.end(),
-                               [&](double b) { return b != k.bytes.front(); }))) {
-      // Chunks of different sizes: which of them are in flight at the peak, exactly (alike
-      // ones all count as the largest).
+    if (exact_in_flight(r, k)) {
       std::vector<double> first;  // stage 0's chunk 0 with the embedding's mask
       if (r == 0 && embedding_act > 0) (first = k.bytes)[0] += embedding_act;
       held = PeakInFlightWeight(p.schedule, p.pp, static_cast<int>(microbatches), p.virtual_stages,
@@ -446,9 +460,30 @@ MemoryEstimate EstimateMemory(const ModelSpec& m, const ClusterSpec& cluster,
                         st.activations_bytes + st.fsdp_buffer_bytes;
     st.fragmentation_bytes = used * fragmentation;
     st.peak_bytes = used + st.fragmentation_bytes + st.reserved_bytes;
-    if (st.peak_bytes > largest) largest = st.peak_bytes, est.largest_stage = r;
+    if (st.peak_bytes > largest) {
+      largest = st.peak_bytes;
+      if (all != nullptr) all->largest_stage = r;
+      if (peak != nullptr) *peak = MemoryPeak{.stage = r, .memory = st};
+    }
   }
+}
+
+}  // namespace
+
+MemoryEstimate EstimateMemory(const ModelSpec& m, const ClusterSpec& cluster,
+                              const TrainingSpec& training, const ParallelConfig& p,
+                              std::span<const int> in_flight, const CostOptions& options) {
+  MemoryEstimate est;
+  StageMemories(m, cluster, training, p, in_flight, options, &est, nullptr);
   return est;
+}
+
+MemoryPeak EstimatePeakMemory(const ModelSpec& m, const ClusterSpec& cluster,
+                              const TrainingSpec& training, const ParallelConfig& p,
+                              std::span<const int> in_flight, const CostOptions& options) {
+  MemoryPeak peak;
+  StageMemories(m, cluster, training, p, in_flight, options, nullptr, &peak);
+  return peak;
 }
 
 std::string MemoryProblem(const MemoryEstimate& est, const ClusterSpec& cluster, MemoryUnit unit) {

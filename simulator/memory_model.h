@@ -144,6 +144,19 @@ MemoryEstimate EstimateMemory(const ModelSpec& model, const ClusterSpec& cluster
                               const TrainingSpec& training, const ParallelConfig& parallel,
                               std::span<const int> in_flight, const CostOptions& options = {});
 
+// What a search needs of EstimateMemory: its largest stage (largest_stage) and that stage's
+// figures, the same numbers, without the other stages. The stages between the first and the
+// last that differ only in their in-flight counts are worked out once, for the count that is
+// largest (the first stage holding it).
+struct MemoryPeak {
+  int stage = 0;
+  StageMemory memory;
+  double peak_bytes() const { return memory.peak_bytes; }
+};
+MemoryPeak EstimatePeakMemory(const ModelSpec& model, const ClusterSpec& cluster,
+                              const TrainingSpec& training, const ParallelConfig& parallel,
+                              std::span<const int> in_flight, const CostOptions& options = {});
+
 // "" when every stage fits in the GPU's memory, else why not, with the numbers of the largest
 // stage (for the planner's rejection reasons), in `unit`.
 std::string MemoryProblem(const MemoryEstimate& estimate, const ClusterSpec& cluster,

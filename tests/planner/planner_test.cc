@@ -4,11 +4,17 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include "core/error.h"
 #include "core/presets.h"
+#include "core/schedule.h"
+#include "simulator/bounds.h"
+#include "simulator/cost_model.h"
+#include "simulator/memory_model.h"
 
 namespace ptdp {
 namespace {
@@ -376,6 +382,71 @@ TEST(Planner, NoPlanIsAnAnswerWithHints) {
   const std::vector<std::string> why = UnblockHints(odd, none);
   ASSERT_FALSE(why.empty());
   EXPECT_EQ(why[0].rfind("every layout breaks a Megatron-LM rule; the commonest is ", 0), 0u);
+}
+
+}  // namespace
+}  // namespace ptdp
+
+namespace ptdp {
+namespace {
+
+// What the search reads per candidate (EstimatePeakMemory, EstimateStepLowerBound through its
+// cache) is what the full estimates give: the largest stage's memory, bit for bit, and the
+// bound of EstimateStep's costs (worked out cold, every stage on its own), for every layout of
+// spaces with deep pipelines, uneven splits, interleaving, FP8's bf16 layers, Megatron-FSDP,
+// experts and a hybrid model.
+TEST(Planner, TheSearchsFiguresAreTheFullEstimatesOnEveryLayout) {
+  struct Case {
+    const char* model;
+    const char* cluster;
+    int64_t gpus, batch;
+    int layers = 0;  // 0: the preset's
+    Precision precision = Precision::kBf16;
+    const char* fix = "mbs=1";  // a smaller space, for the test's time
+  };
+  const Case cases[] = {{"gpt3-1.3b", "dgx-a100-80gb", 64, 512},
+                        {"seed-example", "dgx-h100", 16, 64, 22, Precision::kFp8, "mbs=2"},
+                        {"mixtral-8x7b", "dgx-h100", 16, 64, 8},
+                        {"nemotron-3-nano", "dgx-h100", 16, 64, 0, Precision::kFp8}};
+  int64_t layouts = 0, deep = 0;
+  std::map<std::tuple<Schedule, int, int, int>, std::vector<int>> in_flight;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.model);
+    PlanRequest req = Request(c.model, c.cluster, c.gpus, c.batch);
+    if (c.layers > 0) req.model.num_layers = c.layers;
+    req.training.precision = c.precision;
+    if (c.precision == Precision::kFp8) req.training.fp8_bf16_layers_at_end = 1;
+    ApplyFix(c.fix, req.constraints);
+    LayerCostCache cache;
+    Rejections ignored;
+    EnumerateConfigs(
+        req.model, req.training, req.gpus, req.constraints, ignored,
+        [&](const ParallelConfig& p) {
+          const CostOptions options = PlanOptions(req, p);
+          const int m = static_cast<int>(NumMicrobatches(req.training, p));
+          auto [at, made] = in_flight.try_emplace({p.schedule, p.pp, m, p.virtual_stages});
+          if (made)
+            at->second = InFlightPerStage(MakeSchedule(p.schedule, p.pp, m, p.virtual_stages));
+          const std::vector<int>& held = at->second;
+          const MemoryEstimate all =
+              EstimateMemory(req.model, req.cluster, req.training, p, held, options);
+          const MemoryPeak peak =
+              EstimatePeakMemory(req.model, req.cluster, req.training, p, held, options);
+          ASSERT_EQ(peak.stage, all.largest_stage) << Describe(p);
+          ASSERT_TRUE(peak.memory == all.stages[all.largest_stage]) << Describe(p);
+          const StepEstimate step = EstimateStep(req.model, req.cluster, req.training, p, options);
+          const double bound = StepTimeLowerBound(
+              p.schedule, p.pp, static_cast<int>(step.microbatches), p.virtual_stages, step.costs);
+          ASSERT_EQ(EstimateStepLowerBound(req.model, req.cluster, req.training, p, options, cache),
+                    bound)
+              << Describe(p);
+          ++layouts;
+          deep += p.pp > 2;
+        },
+        req.options);
+  }
+  EXPECT_GT(layouts, 30000);
+  EXPECT_GT(deep, 5000);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "core/megatron_rules.h"
 #include "core/presets.h"
@@ -324,6 +325,28 @@ TEST(EstimateStep, CopiedStagesMatchTheirNeighbours) {
                est.costs.chunks[c * pp + r].send_backward_s;
     }
     EXPECT_NEAR(est.stages[r].pp_comm_s, sends, 1e-12 * sends);
+  }
+}
+
+// Each pipeline stage's static bytes are its own parameters' (the memory model counts them
+// stage by stage): the first stage's with the embedding, the last's with the output layer, for
+// a tied and an untied embedding.
+TEST(EstimateStep, EachStagesStaticBytesAreItsOwnParameters) {
+  for (const char* name : {"gpt3-175b", "llama3-70b"}) {
+    SCOPED_TRACE(name);
+    Config s;
+    s.model = ModelPreset(name);
+    s.parallel.virtual_stages = 1, s.parallel.schedule = Schedule::k1F1B;
+    const StepEstimate est = EstimateStep(s.model, s.cluster, s.training, s.parallel);
+    const MemoryEstimate mem = EstimateMemory(s.model, s.cluster, s.training, s.parallel,
+                                              std::vector<int>(s.parallel.pp, 1));
+    ASSERT_NE(mem.stages.front().parameters, mem.stages.back().parameters);
+    for (int r = 0; r < s.parallel.pp; ++r) {
+      const StageMemory& m = mem.stages[r];
+      const double bytes = m.weights_bytes + m.gradients_bytes + m.optimizer_bytes +
+                           static_cast<double>(s.cluster.gpu.reserved_bytes);
+      EXPECT_NEAR(est.costs.stages[r].static_bytes, bytes, 1e-12 * bytes) << "stage " << r;
+    }
   }
 }
 
