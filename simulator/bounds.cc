@@ -58,7 +58,48 @@ double StepTimeLowerBound(Schedule kind, int p, int m, int v, const StepCosts& c
 double StepTimeLowerBound(Schedule kind, int p, int m, int v, const StepCostsView& costs) {
   PTDP_CHECK(static_cast<int>(costs.chunk_of.size()) == p * v &&
              static_cast<int>(costs.stage_of.size()) == p);
-  return LowerBound(kind, p, m, v, costs);
+  // With few distinct entries (a search's usual case), the sums LowerBound forms from each
+  // chunk's and stage's fields are formed once per distinct entry, with the same operations in
+  // the same order: the same bits.
+  constexpr int kFew = 16;
+  const int chunks = static_cast<int>(costs.chunks.size());
+  const int stages = static_cast<int>(costs.stages.size());
+  if (chunks > kFew || stages > kFew) return LowerBound(kind, p, m, v, costs);
+  const bool split = kind == Schedule::kZbH1;
+  struct Chunk {
+    double busy, head, tail, send_backward;
+  } chunk[kFew];
+  for (int i = 0; i < chunks; ++i) {
+    const ChunkCosts& ch = costs.chunks[i];
+    chunk[i] = {ch.forward_s + ch.backward_input_s + ch.backward_weight_s,
+                ch.forward_s + ch.send_forward_s,
+                split ? ch.backward_input_s : ch.backward_input_s + ch.backward_weight_s,
+                ch.send_backward_s};
+  }
+  struct Stage {
+    double sync, embedding;
+  } stage[kFew];
+  double tail_phases = 0;
+  for (int i = 0; i < stages; ++i) {
+    const StageCosts& st = costs.stages[i];
+    stage[i] = {st.overlap_grad_sync ? st.dp_grad_sync_s / (v * st.dp_buckets) : st.dp_grad_sync_s,
+                st.embedding_sync_s};
+    tail_phases = std::max(tail_phases, st.optimizer_s + st.dp_param_gather_s);
+  }
+  double pipeline_end = 0, grads_ready = 0, head = 0, tail = 0;
+  for (int r = 0; r < p; ++r) {
+    double busy = 0;
+    for (int c = 0; c < v; ++c) busy += chunk[costs.chunk_of[c * p + r]].busy;
+    const double end = head + busy * m;
+    const Chunk& here = chunk[costs.chunk_of[r]];
+    const double back = r > 0 ? tail + here.send_backward : 0.0;
+    pipeline_end = std::max(pipeline_end, end + (split ? 0.0 : back));
+    const Stage& st = stage[costs.stage_of[r]];
+    grads_ready = std::max(grads_ready, end + st.sync + st.embedding);
+    head += here.head;
+    tail += here.tail + (r > 0 ? here.send_backward : 0.0);
+  }
+  return std::max(pipeline_end, grads_ready) + tail_phases;
 }
 
 double StepTimeLowerBound(const PipelineSchedule& s, const StepCosts& costs) {

@@ -589,6 +589,13 @@ void EstimatePrepared(const ModelSpec& m, const ClusterSpec& c, const TrainingSp
   ChunkLayers own_kinds;
   for (int chunk = 0, vs = 0; chunk < v; ++chunk) {
     for (int r = 0; r < pp; ++r, ++vs) {
+      if (copy_repeats && alike && r >= 2 && r < pp - 1) {
+        // A middle virtual stage of alike stages is its row's second (r = 1) in every respect
+        // the key tells apart: refer to that one's costs without forming the key.
+        out.chunk_of.push_back(out.chunk_of[vs - (r - 1)]);
+        if (!uniform) out.kinds.push_back(out.kinds[vs - (r - 1)]);
+        continue;
+      }
       const bool first = vs == 0, last = vs == vstages - 1;
       // With uniform chunks every chunk is the first's (no comparison); with middle stages
       // alike, a row's middle chunks are its second rank's.

@@ -352,8 +352,11 @@ void StageMemories(const ModelSpec& m, const ClusterSpec& cluster, const Trainin
   const int64_t microbatches = NumMicrobatches(training, p);
   const ChunkKinds chunk_kinds(m, training, p);
   const int kind_end = LayerKindEnd(m);
-  const auto chunks_of = [&](int r) {
-    Chunks s;
+  // Stage r's chunks into `s` (its bytes' storage kept: one allocation for all stages).
+  const auto fill_chunks = [&](int r, Chunks& s) {
+    std::vector<double> bytes = std::move(s.bytes);
+    bytes.clear();
+    s = Chunks{.bytes = std::move(bytes)};
     for (int c = 0; c < p.virtual_stages; ++c) {
       const ChunkLayers k = chunk_kinds(c * p.pp + r);
       double bytes = 0;
@@ -378,6 +381,10 @@ void StageMemories(const ModelSpec& m, const ClusterSpec& cluster, const Trainin
       if (!uniform) s.bytes.push_back(bytes);
       s.layers += k.total();
     }
+  };
+  const auto chunks_of = [&](int r) {
+    Chunks s;
+    fill_chunks(r, s);
     return s;
   };
   // Everything of stage r but what its in-flight count scales and the totals.
@@ -438,10 +445,14 @@ void StageMemories(const ModelSpec& m, const ClusterSpec& cluster, const Trainin
   double largest = -1;
   Chunks own;
   StageMemory one;
-  for (int r = 0; r < p.pp; ++r) {
+  // Every stage, or with inner_peak the first, that one and the last.
+  const auto next = [&](int r) {
+    if (inner_peak < 0) return r + 1;
+    return r == 0 ? inner_peak : r == inner_peak ? p.pp - 1 : p.pp;
+  };
+  for (int r = 0; r < p.pp; r = next(r)) {
     const bool inner = alike && r > 0 && r < p.pp - 1;
-    if (inner && inner_peak >= 0 && r != inner_peak) continue;
-    if (!uniform && !inner) own = chunks_of(r);
+    if (!uniform && !inner) fill_chunks(r, own);
     const Chunks& k = uniform ? same : inner ? middle_chunks : own;
     StageMemory& st = all != nullptr ? all->stages.emplace_back() : one;
     st = inner ? middle : stage_memory(r, k);
