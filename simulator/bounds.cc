@@ -8,98 +8,87 @@ namespace ptdp {
 
 namespace {
 
-// Costs: StepCosts or StepCostsView, read through chunk(vs) and stage(r).
-template <typename Costs>
-double LowerBound(Schedule kind, int p, int m, int v, const Costs& costs) {
+// What the bound reads of one virtual stage's costs, and of one pipeline stage's.
+struct ChunkSums {
+  double busy;           // F + B + W
+  double head;           // F and its send: the forward of micro-batch 0 passing through
+  double tail;           // the backward passing through (B alone when W is split off)
+  double send_backward;  // its input gradient's send
+};
+ChunkSums SumsOf(const ChunkCosts& ch, bool split) {
+  return {
+      ch.forward_s + ch.backward_input_s + ch.backward_weight_s, ch.forward_s + ch.send_forward_s,
+      split ? ch.backward_input_s : ch.backward_input_s + ch.backward_weight_s, ch.send_backward_s};
+}
+struct StageSums {
+  double sync;       // the data-parallel reduction the step waits for (its last bucket's share)
+  double embedding;  // the tied embedding's all-reduce
+  double after;      // the optimizer and the parameter gather
+};
+StageSums SumsOf(const StageCosts& st, int v) {
+  return {st.overlap_grad_sync ? st.dp_grad_sync_s / (v * st.dp_buckets) : st.dp_grad_sync_s,
+          st.embedding_sync_s, st.optimizer_s + st.dp_param_gather_s};
+}
+
+// chunk(vs) -> ChunkSums, stage(r) -> StageSums.
+template <typename ChunkAt, typename StageAt>
+double LowerBound(Schedule kind, int p, int m, int v, const ChunkAt& chunk, const StageAt& stage) {
   const bool split = kind == Schedule::kZbH1;
   double pipeline_end = 0, grads_ready = 0, tail_phases = 0;
   double head = 0;  // forward of micro-batch 0 through virtual stages 0 .. r-1, with sends
   double tail = 0;  // backward through virtual stages r-1 .. 0, with sends
   for (int r = 0; r < p; ++r) {
     double busy = 0;
-    for (int c = 0; c < v; ++c) {
-      const ChunkCosts& ch = costs.chunk(c * p + r);
-      busy += ch.forward_s + ch.backward_input_s + ch.backward_weight_s;
-    }
+    for (int c = 0; c < v; ++c) busy += chunk(c * p + r).busy;
     busy *= m;
     const double end = head + busy;
     // Every schedule here ends a stage with a backward of chunk 0 unless the backward is split
     // (zb-h1 ends with weight gradients, which nothing waits for).
     // From virtual stage r down to 0 (virtual stage 0 sends nothing back).
-    const double back = r > 0 ? tail + costs.chunk(r).send_backward_s : 0.0;
+    const ChunkSums here = chunk(r);  // chunk 0 of stage r = virtual stage r
+    const double back = r > 0 ? tail + here.send_backward : 0.0;
     pipeline_end = std::max(pipeline_end, end + (split ? 0.0 : back));
-    const StageCosts& st = costs.stage(r);
-    const double sync =
-        st.overlap_grad_sync ? st.dp_grad_sync_s / (v * st.dp_buckets) : st.dp_grad_sync_s;
-    grads_ready = std::max(grads_ready, end + sync + st.embedding_sync_s);
-    tail_phases = std::max(tail_phases, st.optimizer_s + st.dp_param_gather_s);
-    const ChunkCosts& here = costs.chunk(r);  // chunk 0 of stage r = virtual stage r
-    head += here.forward_s + here.send_forward_s;
-    tail += (split ? here.backward_input_s : here.backward_input_s + here.backward_weight_s) +
-            (r > 0 ? here.send_backward_s : 0.0);
+    const StageSums st = stage(r);
+    grads_ready = std::max(grads_ready, end + st.sync + st.embedding);
+    tail_phases = std::max(tail_phases, st.after);
+    head += here.head;
+    tail += here.tail + (r > 0 ? here.send_backward : 0.0);
   }
   return std::max(pipeline_end, grads_ready) + tail_phases;
 }
-
-struct Whole {
-  const StepCosts& costs;
-  const ChunkCosts& chunk(int vs) const { return costs.chunks[vs]; }
-  const StageCosts& stage(int r) const { return costs.stages[r]; }
-};
 
 }  // namespace
 
 double StepTimeLowerBound(Schedule kind, int p, int m, int v, const StepCosts& costs) {
   PTDP_CHECK(static_cast<int>(costs.chunks.size()) == p * v &&
              static_cast<int>(costs.stages.size()) == p);
-  return LowerBound(kind, p, m, v, Whole{costs});
+  const bool split = kind == Schedule::kZbH1;
+  return LowerBound(
+      kind, p, m, v, [&](int vs) { return SumsOf(costs.chunks[vs], split); },
+      [&](int r) { return SumsOf(costs.stages[r], v); });
 }
 
 double StepTimeLowerBound(Schedule kind, int p, int m, int v, const StepCostsView& costs) {
   PTDP_CHECK(static_cast<int>(costs.chunk_of.size()) == p * v &&
              static_cast<int>(costs.stage_of.size()) == p);
-  // With few distinct entries (a search's usual case), the sums LowerBound forms from each
-  // chunk's and stage's fields are formed once per distinct entry, with the same operations in
-  // the same order: the same bits.
+  const bool split = kind == Schedule::kZbH1;
+  // With few distinct entries (a search's usual case) each one's sums are formed once; the
+  // same operations in the same order give the same bits.
   constexpr int kFew = 16;
   const int chunks = static_cast<int>(costs.chunks.size());
   const int stages = static_cast<int>(costs.stages.size());
-  if (chunks > kFew || stages > kFew) return LowerBound(kind, p, m, v, costs);
-  const bool split = kind == Schedule::kZbH1;
-  struct Chunk {
-    double busy, head, tail, send_backward;
-  } chunk[kFew];
-  for (int i = 0; i < chunks; ++i) {
-    const ChunkCosts& ch = costs.chunks[i];
-    chunk[i] = {ch.forward_s + ch.backward_input_s + ch.backward_weight_s,
-                ch.forward_s + ch.send_forward_s,
-                split ? ch.backward_input_s : ch.backward_input_s + ch.backward_weight_s,
-                ch.send_backward_s};
+  if (chunks > kFew || stages > kFew) {
+    return LowerBound(
+        kind, p, m, v, [&](int vs) { return SumsOf(costs.chunk(vs), split); },
+        [&](int r) { return SumsOf(costs.stage(r), v); });
   }
-  struct Stage {
-    double sync, embedding;
-  } stage[kFew];
-  double tail_phases = 0;
-  for (int i = 0; i < stages; ++i) {
-    const StageCosts& st = costs.stages[i];
-    stage[i] = {st.overlap_grad_sync ? st.dp_grad_sync_s / (v * st.dp_buckets) : st.dp_grad_sync_s,
-                st.embedding_sync_s};
-    tail_phases = std::max(tail_phases, st.optimizer_s + st.dp_param_gather_s);
-  }
-  double pipeline_end = 0, grads_ready = 0, head = 0, tail = 0;
-  for (int r = 0; r < p; ++r) {
-    double busy = 0;
-    for (int c = 0; c < v; ++c) busy += chunk[costs.chunk_of[c * p + r]].busy;
-    const double end = head + busy * m;
-    const Chunk& here = chunk[costs.chunk_of[r]];
-    const double back = r > 0 ? tail + here.send_backward : 0.0;
-    pipeline_end = std::max(pipeline_end, end + (split ? 0.0 : back));
-    const Stage& st = stage[costs.stage_of[r]];
-    grads_ready = std::max(grads_ready, end + st.sync + st.embedding);
-    head += here.head;
-    tail += here.tail + (r > 0 ? here.send_backward : 0.0);
-  }
-  return std::max(pipeline_end, grads_ready) + tail_phases;
+  ChunkSums chunk[kFew];
+  for (int i = 0; i < chunks; ++i) chunk[i] = SumsOf(costs.chunks[i], split);
+  StageSums stage[kFew];
+  for (int i = 0; i < stages; ++i) stage[i] = SumsOf(costs.stages[i], v);
+  return LowerBound(
+      kind, p, m, v, [&](int vs) { return chunk[costs.chunk_of[vs]]; },
+      [&](int r) { return stage[costs.stage_of[r]]; });
 }
 
 double StepTimeLowerBound(const PipelineSchedule& s, const StepCosts& costs) {
