@@ -2,9 +2,10 @@
 // parameters, checking Megatron's rules for one configuration.
 #include <benchmark/benchmark.h>
 
-#include "core/megatron_rules.h"
 #include "core/presets.h"
 #include "core/spec_yaml.h"
+#include "megatron/plan_file.h"
+#include "megatron/rules.h"
 
 namespace ptdp {
 namespace {

@@ -10,9 +10,10 @@
 #include "cli/workload.h"
 #include "core/error.h"
 #include "core/json.h"
-#include "core/megatron_args.h"
 #include "core/presets.h"
 #include "core/table.h"
+#include "megatron/read_command.h"
+#include "megatron/write_flags.h"
 #include "planner/check.h"
 #include "planner/planner.h"
 

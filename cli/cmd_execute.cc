@@ -42,6 +42,7 @@
 #include "executor/tcp_store.h"
 #include "executor/topology.h"
 #include "executor/trainer.h"
+#include "megatron/plan_file.h"
 #include "simulator/simulate.h"
 
 namespace po = boost::program_options;

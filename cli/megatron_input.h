@@ -7,7 +7,7 @@
 
 #include "cli/flags.h"
 #include "core/cluster_spec.h"
-#include "core/megatron_args.h"
+#include "megatron/read_command.h"
 #include "planner/check.h"
 
 namespace ptdp::cli {

@@ -11,7 +11,6 @@
 
 #include "core/error.h"
 #include "core/limits.h"
-#include "core/megatron_rules.h"
 #include "core/units.h"
 #include "core/yaml_io.h"
 
@@ -695,7 +694,7 @@ ParallelConfig ReadParallel(const YamlMap& map, int* mtp_layers) {
   return p;
 }
 
-Plan ParsePlanYaml(std::string_view text, const std::string& source) {
+Plan ParsePlanSpecs(std::string_view text, const std::string& source) {
   const YamlMap map(ParseYamlDocument(text, source), source, "", 1);
   const int64_t version = map.PositiveInt("version");
   if (version != kPlanVersion) {
@@ -727,19 +726,6 @@ Plan ParsePlanYaml(std::string_view text, const std::string& source) {
   if (map.Has("options")) plan.options = ReadOptions(map.Map("options"));
   map.RejectUnknownKeys();
 
-  const std::vector<Violation> violations =
-      CheckParallelConfig(plan.model, plan.training, plan.parallel, plan.num_gpus, plan.options);
-  if (!violations.empty()) {
-    const Violation& v = violations.front();
-    const bool in_training = v.key == "global_batch_size" || v.key.starts_with("fp8_");
-    const YamlMap& section = in_training ? training : parallel;
-    std::string hint = v.hint;
-    if (violations.size() > 1) {
-      hint += fmt::format("; {} more problem{} after this one", violations.size() - 1,
-                          violations.size() > 2 ? "s" : "");
-    }
-    section.Fail(v.key, v.message, hint);
-  }
   return plan;
 }
 
@@ -764,10 +750,6 @@ std::string WritePlanYaml(const Plan& plan) {
   WriteOptions(w, plan.options);
   w.End();
   return w.text();
-}
-
-Plan LoadPlanFile(const std::string& path) {
-  return ParsePlanYaml(ReadTextFile(path), path == "-" ? "<stdin>" : path);
 }
 
 }  // namespace ptdp

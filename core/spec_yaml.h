@@ -38,13 +38,11 @@ CostOptions ReadOptions(const YamlMap& map);
 // one).
 ParallelConfig ReadParallel(const YamlMap& map, int* mtp_layers = nullptr);
 
-// A plan file: version, model, cluster, gpus, training, parallel, options (optional; absent:
-// Megatron-Core's defaults). Besides each section's own
-// checks, the configuration must pass CheckParallelConfig; the first violation is reported at
-// the line of the key at fault.
-Plan ParsePlanYaml(std::string_view text, const std::string& source = "<string>");
+// A plan file's specs: version, model, cluster, gpus, training, parallel, options (optional;
+// absent: Megatron-Core's defaults), each section checked on its own (and FP8 against the
+// cluster's units). Whether Megatron-LM accepts the layout is megatron/plan_file.h's question:
+// ParsePlanYaml there is what reads a plan file.
+Plan ParsePlanSpecs(std::string_view text, const std::string& source = "<string>");
 std::string WritePlanYaml(const Plan& plan);
-
-Plan LoadPlanFile(const std::string& path);
 
 }  // namespace ptdp

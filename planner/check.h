@@ -9,8 +9,8 @@
 #include <string_view>
 #include <vector>
 
-#include "core/megatron_args.h"
-#include "core/megatron_rules.h"
+#include "megatron/read_command.h"
+#include "megatron/rules.h"
 
 namespace ptdp {
 
@@ -18,7 +18,7 @@ struct CheckReport {
   MegatronCommand command;  // flags read, findings (errors and warnings) about them
   int64_t gpus = 0;
   bool gpus_assumed = false;          // neither --gpus nor the launcher said; tp x pp assumed
-  std::vector<Violation> violations;  // Megatron's layout rules (core/megatron_rules.h)
+  std::vector<Violation> violations;  // Megatron's layout rules (megatron/rules.h)
   int64_t microbatches = 0;           // m = GBS / (MBS x DP), when that divides
   // Why ptdp cannot simulate a layout Megatron-LM accepts ("" when it can).
   std::string not_simulated;

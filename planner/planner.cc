@@ -10,9 +10,9 @@
 #include <tuple>
 
 #include "core/limits.h"
-#include "core/megatron_rules.h"
 #include "core/schedule.h"
 #include "core/text.h"
+#include "megatron/rules.h"
 #include "simulator/cost_model.h"
 #include "simulator/layer_work.h"
 #include "simulator/memory_model.h"

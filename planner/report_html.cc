@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/megatron_args.h"
-#include "core/megatron_rules.h"
 #include "core/text.h"
+#include "megatron/rules.h"
+#include "megatron/write_flags.h"
 #include "simulator/timeline.h"
 
 namespace ptdp {

@@ -8,8 +8,8 @@
 #include <set>
 
 #include "core/error.h"
-#include "core/megatron_rules.h"
 #include "core/plan.h"
+#include "megatron/rules.h"
 
 namespace ptdp {
 namespace {

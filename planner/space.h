@@ -14,7 +14,7 @@
 // counts, and interleaves only with a layout (Megatron's hybrid stack). Duplicates are left out:
 // zb-h1 and gpipe at pp = 1 run exactly as 1f1b, sharding at dp = 1 shards nothing, Megatron-FSDP
 // optim is the distributed optimizer's memory and traffic (unless a constraint asks for them). Each
-// candidate is checked against Megatron-LM's rules (core/megatron_rules.h); the ones that break a
+// candidate is checked against Megatron-LM's rules (megatron/rules.h); the ones that break a
 // rule are counted under the first rule they break, in Megatron's order.
 #pragma once
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generates core/megatron_flags.inc: every option Megatron-LM's parse_args accepts, read from a
+"""Generates megatron/megatron_flags.inc: every option Megatron-LM's parse_args accepts, read from a
 Megatron-LM checkout with Python's `ast` (nothing of Megatron-LM is imported, so no torch needed).
 
 Run from the repository root (Python 3.11+, standard library only):
@@ -9,7 +9,7 @@ Run from the repository root (Python 3.11+, standard library only):
         --commit d98e8a64ddf34856e74b24714e3bedb2f5a39553 --date 2026-08-22
 
 --commit and --date default to `git -C PATH log -1` when PATH is a git work tree. --out defaults to
-core/megatron_flags.inc, written to a temporary file and then renamed; the script prints which
+megatron/megatron_flags.inc, written to a temporary file and then renamed; the script prints which
 flags the new table adds and drops compared with the file it replaces. To compare the table with
 the parser Megatron-LM builds at run time (needs a Python with torch):
 
@@ -1439,7 +1439,7 @@ def parse_command_line(argv=None) -> argparse.Namespace:
                         help="a Megatron-LM checkout (the directory holding megatron/)")
     parser.add_argument("--commit", help="its commit (default: git -C PATH log -1)")
     parser.add_argument("--date", help="the commit's date, YYYY-MM-DD (default: from git)")
-    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("core/megatron_flags.inc"))
+    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("megatron/megatron_flags.inc"))
     args = parser.parse_args(argv)
     if args.commit is None or args.date is None:
         found = git_commit_and_date(args.megatron)

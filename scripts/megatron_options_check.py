@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Compares core/megatron_flags.inc with the parser Megatron-LM itself builds, and prints every
+"""Compares megatron/megatron_flags.inc with the parser Megatron-LM itself builds, and prints every
 difference (exit status 1 when there is one).
 
     /tmp/mvenv/bin/python scripts/megatron_options_check.py --megatron /tmp/megatron \\
-        [--inc core/megatron_flags.inc]
+        [--inc megatron/megatron_flags.inc]
 
 Unlike scripts/megatron_options.py, this imports Megatron-LM, so it needs a Python with torch
 (CPU-only is enough). It runs Megatron's own parse_args (the extra_args_provider being
@@ -174,7 +174,7 @@ def compare(table: dict, live: dict) -> list:
 def main(argv=None) -> int:
     cli = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     cli.add_argument("--megatron", required=True, help="the Megatron-LM checkout")
-    cli.add_argument("--inc", default="core/megatron_flags.inc")
+    cli.add_argument("--inc", default="megatron/megatron_flags.inc")
     args = cli.parse_args(argv)
     table = table_rows(args.inc)
     live = live_rows(megatron_parser(os.path.abspath(args.megatron)))

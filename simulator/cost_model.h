@@ -99,7 +99,7 @@ class LayerCostCache {
   std::unique_ptr<Impl> impl_;
 };
 
-// Requires a configuration that passes CheckParallelConfig (core/megatron_rules.h) and a cluster
+// Requires a configuration that passes CheckParallelConfig (megatron/rules.h) and a cluster
 // with a GEMM efficiency table; violations are InternalErrors. A cache, when given, must only
 // ever see one model, cluster and training (and options differing only in the data-parallel
 // overlap flags and bucket size).

@@ -5,7 +5,6 @@
 #include <algorithm>
 
 #include "core/json.h"
-#include "core/megatron_rules.h"
 #include "simulator/flops.h"
 #include "simulator/op_time.h"
 #include "simulator/timeline.h"

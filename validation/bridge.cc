@@ -8,9 +8,9 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "core/megatron_rules.h"
 #include "core/presets.h"
 #include "core/yaml_io.h"
+#include "megatron/rules.h"
 
 namespace ptdp {
 namespace {

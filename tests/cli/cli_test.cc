@@ -20,6 +20,7 @@
 #include "core/presets.h"
 #include "core/spec_yaml.h"
 #include "executor/device.h"
+#include "megatron/plan_file.h"
 
 namespace ptdp::cli {
 namespace {

@@ -38,6 +38,7 @@
 
 #include "core/schedule.h"
 #include "core/spec_yaml.h"
+#include "megatron/plan_file.h"
 #include "tests/executor/tiny_plan.h"
 
 namespace ptdp {

@@ -7,6 +7,7 @@
 #include "core/plan.h"
 #include "core/presets.h"
 #include "core/spec_yaml.h"
+#include "megatron/plan_file.h"
 
 namespace ptdp::testing_executor {
 

@@ -1,7 +1,7 @@
 // Fuzz target: `ptdp check`'s reader, from text to rules. A pasted command or launch script is
-// played by the shell interpreter (core/shell.h), read as Megatron-LM's argparse reads it
-// (core/megatron_args.h), its world size resolved and its layout checked against Megatron's rules
-// (core/megatron_rules.h). Whatever the text, the only way out other than a result is an
+// played by the shell interpreter (megatron/shell.h), read as Megatron-LM's argparse reads it
+// (megatron/read_command.h), its world size resolved and its layout checked against Megatron's
+// rules (megatron/rules.h). Whatever the text, the only way out other than a result is an
 // InputError naming the source; anything else (another exception, a crash, a sanitizer report,
 // a hang) is a finding. Built with libFuzzer under -DPTDP_FUZZ=ON (clang); replayed over its
 // corpus by every test run (replay_main.cc).
@@ -13,8 +13,8 @@
 
 #include "core/error.h"
 #include "core/limits.h"
-#include "core/megatron_args.h"
-#include "core/megatron_rules.h"
+#include "megatron/read_command.h"
+#include "megatron/rules.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

@@ -13,9 +13,9 @@
 #include <string>
 
 #include "core/error.h"
-#include "core/megatron_rules.h"
 #include "core/presets.h"
 #include "core/spec_yaml.h"
+#include "megatron/rules.h"
 #include "planner/planner.h"
 #include "simulator/simulate.h"
 

@@ -10,8 +10,9 @@
 #include <string_view>
 
 #include "core/error.h"
-#include "core/megatron_rules.h"
 #include "core/spec_yaml.h"
+#include "megatron/plan_file.h"
+#include "megatron/rules.h"
 #include "simulator/simulate.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

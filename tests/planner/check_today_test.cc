@@ -1,14 +1,15 @@
 // `check` speaks today's Megatron-LM (issue 15): launch scripts as written, launchers, the
 // launch environment, argparse's types and choices from the generated option table, today's
 // rules (each test quotes the line of megatron/training/arguments.py, determinism.py or
-// pipeline_parallel/schedules.py it mirrors, at the commit core/megatron_flags.inc names), and a
-// warning for every flag that changes the run but is not simulated.
+// pipeline_parallel/schedules.py it mirrors, at the commit megatron/megatron_flags.inc names), and
+// a warning for every flag that changes the run but is not simulated.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
 #include "core/error.h"
-#include "core/megatron_args.h"
+#include "megatron/read_command.h"
+#include "megatron/write_flags.h"
 #include "planner/check.h"
 
 namespace ptdp {

@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <string>
 
-#include "core/megatron_rules.h"
 #include "core/presets.h"
+#include "megatron/rules.h"
 #include "simulator/simulate.h"
 #include "simulator/timeline.h"
 

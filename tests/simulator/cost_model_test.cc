@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "core/megatron_rules.h"
 #include "core/presets.h"
 #include "core/schedule.h"
+#include "megatron/rules.h"
 #include "simulator/collectives.h"
 #include "simulator/event_sim.h"
 #include "simulator/flops.h"

@@ -6,8 +6,8 @@
 
 #include <string>
 
-#include "core/megatron_rules.h"
 #include "core/presets.h"
+#include "megatron/rules.h"
 #include "simulator/collectives.h"
 #include "simulator/cost_model.h"
 #include "simulator/flops.h"

@@ -1,6 +1,6 @@
 // The launch-script interpreter, construct by construct. Expected words are what bash 5.2 passes
 // (checked by running each script under bash with the commands replaced by a printer).
-#include "core/shell.h"
+#include "megatron/shell.h"
 
 #include <gtest/gtest.h>
 

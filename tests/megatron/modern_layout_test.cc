@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "core/megatron_args.h"
-#include "core/megatron_rules.h"
 #include "core/presets.h"
 #include "core/spec_yaml.h"
+#include "megatron/plan_file.h"
+#include "megatron/read_command.h"
+#include "megatron/rules.h"
+#include "megatron/write_flags.h"
 
 namespace ptdp {
 namespace {

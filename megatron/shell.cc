@@ -3,7 +3,7 @@
 // the interpreter runs the commands, expanding each word only when its command runs (so
 // `A=1; B=$A` sees A). Sections: limits, scanning, lexing, parsing, values and fields,
 // arithmetic, patterns, expansion, conditions, running.
-#include "core/shell.h"
+#include "megatron/shell.h"
 
 #include <fmt/format.h>
 

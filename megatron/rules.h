@@ -1,13 +1,18 @@
-// Megatron-LM's validity rules for a parallel configuration (shared/reference/megatron-rules.md,
-// read from megatron/training/arguments.py validate_args, model_parallel_config.py,
-// transformer_config.py, num_microbatches_calculator.py and pipeline_parallel/schedules.py),
-// plus the few consistency rules ptdp's own schedule field adds.
+// Megatron-LM's validity rules for a parallel configuration, in Megatron's words
+// (shared/reference/megatron-rules.md, read from megatron/training/arguments.py validate_args,
+// model_parallel_config.py, transformer_config.py, num_microbatches_calculator.py and
+// pipeline_parallel/schedules.py), plus the few consistency rules ptdp's own schedule field adds.
 //
-// A configuration is valid exactly when CheckParallelConfig returns no violation. The planner
-// counts violations by Rule; `check` and the plan-file reader print their messages.
+// The rules are a table (MegatronRuleChecks): each check names the rule it belongs to, the
+// Megatron-LM code it mirrors, when it is broken, and what Megatron says. A rule from a new
+// Megatron-LM release is one more entry. A configuration is valid exactly when
+// CheckParallelConfig returns no violation. The planner counts violations by Rule; `check` and
+// the plan-file reader print their messages.
 #pragma once
 
+#include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -55,6 +60,65 @@ struct Violation {
   std::string message;  // Megatron's words with the numbers filled in
   std::string hint;     // how to fix it
 };
+
+// What a check reads: the configuration, and what several checks derive from it (worked out
+// once per configuration by MakeRuleInput).
+struct RuleInput {
+  const ModelSpec& model;
+  const TrainingSpec& training;
+  const ParallelConfig& p;
+  int64_t num_gpus;
+  const CostOptions& options;
+
+  int64_t model_size;  // tp x pp x cp (arguments.py total_model_size)
+  int64_t per_step;    // micro-batch x dp: the samples of one micro-batch over the replicas
+  bool batch_ok;       // the global batch divides into micro-batches
+  bool interleaved;    // the interleaved schedule
+  bool uneven;         // first or last stage layers given
+  int accounted;       // layers the embedding and the loss count for (0, 1 or 2)
+  int layout_total;    // the transformer layers a layout places (0 without a layout)
+  int middle_layers;   // uneven split: the layers left to the middle stages
+  int middle_stages;   // uneven split: the middle stages
+  bool mamba;          // a hybrid model with Mamba-2 mixers
+  int etp;             // the expert tensor-parallel size
+};
+
+// The input of the checks for one configuration; it refers to its arguments, which must outlive
+// it.
+RuleInput MakeRuleInput(const ModelSpec& model, const TrainingSpec& training,
+                        const ParallelConfig& parallel, int64_t num_gpus,
+                        const CostOptions& options);
+
+// Megatron's if / elif chains: of the checks of one chain, only the first broken one is reported
+// (the checks after it in Megatron's code are not reached).
+enum class RuleChain : uint8_t {
+  kNone,  // reported whenever broken
+  kMambaSizes,
+  kHybridSplit,
+  kLayerSplit,
+  kContextParallel,
+  kExpertParallel,
+  kRecomputeModules,
+};
+inline constexpr int kNumRuleChains = static_cast<int>(RuleChain::kRecomputeModules) + 1;
+
+// One check Megatron-LM makes of a layout. `broken` is the predicate; the words are formatted
+// only for a broken check.
+struct RuleCheck {
+  Rule rule;
+  std::string_view megatron;  // the Megatron-LM code it mirrors: "arguments.py validate_args: ..."
+  bool (*broken)(const RuleInput&);
+  std::string_view key = "";                               // the field at fault, or:
+  std::string_view (*key_of)(const RuleInput&) = nullptr;  // when it depends on the input
+  std::string (*message)(const RuleInput&) = nullptr;      // Megatron's words, numbers filled in
+  std::string (*hint)(const RuleInput&) = nullptr;         // how to fix it
+  RuleChain chain = RuleChain::kNone;
+  // Checked before all others; depends on tp, pp, cp, dp and the micro-batch size alone.
+  bool leading = false;
+};
+
+// Every check, in the order Megatron makes them; the leading ones first.
+std::span<const RuleCheck> MegatronRuleChecks();
 
 // All rules the configuration breaks, in the order Megatron checks them. Sizes must already be
 // positive (the parsers guarantee it). `options` matters for context parallelism only (it

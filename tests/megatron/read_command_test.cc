@@ -1,5 +1,5 @@
 // Reading pasted Megatron-LM command lines and writing a plan's flags.
-#include "core/megatron_args.h"
+#include "megatron/read_command.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/presets.h"
 #include "core/text.h"
+#include "megatron/write_flags.h"
 
 namespace ptdp {
 namespace {

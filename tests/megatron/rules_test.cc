@@ -1,5 +1,5 @@
 // Megatron-LM's validity rules, each accepted and rejected, with its message.
-#include "core/megatron_rules.h"
+#include "megatron/rules.h"
 
 #include <gtest/gtest.h>
 

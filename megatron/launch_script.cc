@@ -1,0 +1,191 @@
+#include "megatron/launch_script.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+
+#include "core/error.h"
+#include "megatron/option_table.h"
+#include "megatron/shell.h"
+
+namespace ptdp::reading {
+namespace {
+
+using Severity = MegatronFinding::Severity;
+
+bool IsScript(std::string_view word) { return word.size() > 3 && word.ends_with(".py"); }
+
+// The index of the `*.py` word of a command that runs a Python script (not one that only
+// prints its name).
+std::optional<size_t> ScriptWord(const std::vector<Token>& words) {
+  if (words.empty() || words[0].text == "echo" || words[0].text == "printf") return std::nullopt;
+  for (size_t i = 0; i < words.size(); ++i) {
+    if (IsScript(words[i].text)) return i;
+  }
+  return std::nullopt;
+}
+
+bool IsShell(std::string_view program) {
+  const std::string_view base = program.substr(program.rfind('/') + 1);
+  return base == "bash" || base == "sh" || base == "dash" || base == "zsh";
+}
+
+// The script a command hands to a shell: `bash -c "..."`, `srun ... sh -x -c "$CMD"`; nothing
+// when it does not.
+std::optional<std::string> ShellScriptOf(const ShellCommand& command) {
+  const auto& w = command.words;
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (!IsShell(w[i].text)) continue;
+    for (size_t j = i + 1; j + 1 < w.size() && w[j].text.starts_with("-"); ++j) {
+      if (w[j].text.find('c') != std::string::npos && !w[j].text.starts_with("--")) {
+        return w[j + 1].text;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+bool IsSbatch(const ShellCommand& command) {
+  return !command.words.empty() && command.words.front().text.ends_with("sbatch");
+}
+
+// The script a command runs in another shell: `sh -c "..."`, a here-document fed to a shell or
+// to sbatch (Megatron-LM's examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh: `sbatch <<EOF ...
+// srun ... EOF`), or sbatch's job script file, read as a sourced file is (its options may take
+// values, so the words are tried from the end).
+std::optional<std::string> InnerScript(const ShellCommand& command, const ShellOptions& options) {
+  if (auto script = ShellScriptOf(command)) return script;
+  if (command.words.empty()) return std::nullopt;
+  if (command.input && (IsShell(command.words.front().text) || IsSbatch(command))) {
+    return command.input->text;
+  }
+  if (!IsSbatch(command) || !options.read_file) return std::nullopt;
+  for (size_t i = command.words.size(); i-- > 1;) {
+    if (command.words[i].text.starts_with("-")) continue;
+    if (auto text = options.read_file(command.words[i].text)) return text;
+  }
+  return std::nullopt;
+}
+
+// A job script's `#SBATCH --nodes=4 --ntasks-per-node=8` lines, as launcher words (sbatch's own
+// command-line options come after them and win).
+std::vector<Token> SbatchDirectives(std::string_view script) {
+  std::vector<Token> out;
+  for (size_t start = 0; start < script.size();) {
+    const size_t end = std::min(script.find('\n', start), script.size());
+    std::string_view line = script.substr(start, end - start);
+    start = end + 1;
+    if (!line.starts_with("#SBATCH")) continue;
+    line.remove_prefix(7);
+    for (size_t i = 0; i < line.size();) {
+      const size_t word_end = std::min(line.find_first_of(" \t", i), line.size());
+      if (word_end > i) out.push_back({std::string(line.substr(i, word_end - i)), 0});
+      i = word_end + 1;
+    }
+  }
+  return out;
+}
+
+// Plays the launch script as bash would (megatron/shell.h), and the scripts its commands run in
+// another shell (InnerScript), to depth 4. The words of the commands that led to each command
+// are kept as its launcher words.
+void AddCommands(std::string_view text, const std::string& source, const ShellOptions& options,
+                 int depth, const std::vector<Token>& outer, Lexed& out) {
+  // Scripts that hand scripts to shells that hand scripts on multiply: the scripts played and
+  // the commands kept are bounded in all, not only the depth (found by fuzzing).
+  constexpr int kMaxScripts = 16;
+  constexpr size_t kMaxCommands = 20'000;
+  if (++out.scripts > kMaxScripts) {
+    throw InputError(
+        {source, 0, ""},
+        fmt::format("the script hands more than {} scripts to shells (sh -c, sbatch)", kMaxScripts),
+        "check the command that runs pretrain_gpt.py on its own");
+  }
+  const ShellResult result = InterpretShell(text, source, options);
+  out.commands += result.commands.size();
+  if (out.commands > kMaxCommands) {
+    throw InputError({source, 0, ""},
+                     fmt::format("the script runs more than {} commands", kMaxCommands),
+                     "check the command that runs pretrain_gpt.py on its own");
+  }
+  for (const ShellNote& note : result.notes) {
+    if (!note.warning) continue;
+    out.findings.push_back(
+        {Severity::kWarning, "", note.source == source ? note.line : 0,
+         note.source == source ? note.message : fmt::format("{}: {}", note.source, note.message),
+         note.fix});
+  }
+  for (const ShellCommand& command : result.commands) {
+    std::vector<Token> words;
+    for (const ShellWord& w : command.words) {
+      words.push_back({w.text, w.source == source ? w.line : 0});
+    }
+    if (const auto at = ScriptWord(words)) {
+      out.launches.push_back({words, *at, command.environment, outer});
+    }
+    const std::optional<std::string> inner = InnerScript(command, options);
+    if (!inner || depth >= 4) continue;
+    ShellOptions nested = options;
+    nested.environment = command.environment;
+    nested.positional.clear();
+    std::vector<Token> launcher = outer;
+    if (IsSbatch(command)) {
+      const std::vector<Token> directives = SbatchDirectives(*inner);
+      launcher.insert(launcher.end(), directives.begin(), directives.end());
+    }
+    launcher.insert(launcher.end(), words.begin(), words.end());
+    AddCommands(*inner, source, nested, depth + 1, launcher, out);
+  }
+}
+
+std::optional<int64_t> PositiveNumber(std::string_view text) {
+  int64_t n = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec != std::errc() || ptr != text.data() + text.size() || n <= 0) return std::nullopt;
+  return n;
+}
+
+}  // namespace
+
+Lexed PlayLaunchScript(std::string_view text, const std::string& source,
+                       const MegatronReadOptions& read) {
+  Lexed out;
+  ShellOptions options;
+  options.positional = read.script_args;
+  options.environment = read.environment;
+  options.read_file = read.read_file;
+  AddCommands(text, source, options, 0, {}, out);
+  return out;
+}
+
+std::optional<int64_t> LauncherWorldSize(std::span<const Token> words) {
+  std::map<std::string, int64_t> given;  // flag (dashes, no '=') -> value
+  for (size_t i = 0; i < words.size(); ++i) {
+    std::string flag = words[i].text, value;
+    if (!flag.starts_with("-")) continue;
+    const size_t eq = flag.find('=');
+    if (eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+    } else if (i + 1 < words.size() && !words[i + 1].text.starts_with("-")) {
+      const KnownFlag* known = FindFlag(LauncherFlags(), flag);
+      if (known == nullptr || known->arity != FlagArity::kSwitch) value = words[++i].text;
+    }
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    if (auto n = PositiveNumber(value)) given[flag] = *n;
+  }
+  auto get = [&](std::initializer_list<const char*> names) -> std::optional<int64_t> {
+    for (const char* name : names) {
+      if (auto it = given.find(name); it != given.end()) return it->second;
+    }
+    return std::nullopt;
+  };
+  if (auto nproc = get({"--nproc-per-node"})) return *nproc * get({"--nnodes"}).value_or(1);
+  if (auto tasks = get({"--ntasks", "-n", "-np", "--np"})) return *tasks;
+  if (auto per_node = get({"--ntasks-per-node"}))
+    return *per_node * get({"--nodes", "-N"}).value_or(1);
+  return std::nullopt;
+}
+
+}  // namespace ptdp::reading
