@@ -90,30 +90,90 @@ const Launch& TrainingCommand(const Lexed& lexed, const std::string& source, Meg
   return launch;
 }
 
+// Stray words from words[i] on, said once per run as argparse says them. After a one-value flag
+// they are usually its value split by the shell (an unquoted array or variable). Returns the
+// index of the last stray word.
+size_t SayStrayWords(const std::vector<Token>& words, size_t i, MegatronCommand& c) {
+  const int line = words[i].line;
+  std::string stray = words[i].text;
+  while (i + 1 < words.size() && !words[i + 1].text.starts_with("-")) {
+    stray += " " + words[++i].text;
+  }
+  std::string fix = "every value follows the flag it belongs to";
+  if (!c.args.empty()) {
+    const KnownFlag* before = FindFlag(MegatronFlags(), c.args.back().flag);
+    if (before != nullptr && before->arity == FlagArity::kOne) {
+      fix = fmt::format(
+          "{} takes one value: if these words belong to it, the shell split them apart; "
+          "quote the value, and expand arrays quoted (\"${{ARGS[@]}}\")",
+          c.args.back().flag);
+    }
+  }
+  c.findings.push_back(
+      {Severity::kError, "", line, fmt::format("unrecognized arguments: {}", stray), fix});
+  return i;
+}
+
+// A flag Megatron-LM does not have: a known mistake with what to write instead, or the closest
+// flag it has.
+MegatronFinding UnknownFlag(const MegatronCommand::Arg& arg) {
+  std::string message = fmt::format("unrecognized arguments: {}", arg.flag);
+  std::string fix;
+  for (const Mistake& m : kMistakes) {
+    if (m.flag == arg.flag) message = std::string(m.message), fix = std::string(m.fix);
+  }
+  if (fix.empty()) {
+    const std::string suggestion = SuggestFlag(arg.flag);
+    if (!suggestion.empty()) fix = fmt::format("did you mean {}?", suggestion);
+  }
+  return {Severity::kError, arg.flag, arg.line, message, fix};
+}
+
+// A known flag's values as argparse takes them (marking the argument invalid when it refuses
+// one), a deprecated flag, a flag given twice.
+void CheckKnownFlag(const KnownFlag& known, MegatronCommand::Arg& arg, MegatronCommand& c) {
+  for (const std::string& v : arg.values) {
+    const bool value_matters = known.type == "int" || known.type == "float" ||
+                               known.type == "enum" || !known.choices.empty();
+    if (value_matters && (v.find('$') != std::string::npos || v.find('`') != std::string::npos)) {
+      c.findings.push_back(
+          {Severity::kWarning, arg.flag, arg.line,
+           fmt::format("the value '{}' is known only when the script runs: not checked", v),
+           "give the value in the script (or the script's arguments: --script-args)"});
+      break;
+    }
+    if (std::string problem = FlagValueProblem(known, v); !problem.empty()) {
+      c.findings.push_back({Severity::kError, arg.flag, arg.line,
+                            fmt::format("argument {}: {}", arg.flag, problem), ""});
+      arg.valid = false;
+      break;
+    }
+  }
+  for (const Mistake& m : kDeprecated) {
+    if (m.flag == arg.flag) {
+      c.findings.push_back(
+          {Severity::kError, arg.flag, arg.line, std::string(m.message), std::string(m.fix)});
+    }
+  }
+  for (const auto& earlier : c.args) {
+    if (earlier.flag == arg.flag) {
+      c.findings.push_back({Severity::kWarning, arg.flag, arg.line,
+                            fmt::format("given twice (first on line {}); argparse keeps the "
+                                        "last value",
+                                        earlier.line),
+                            "keep one"});
+      break;
+    }
+  }
+}
+
 // Megatron's own flags after the script, as argparse reads them: arity and value types from the
 // option table, unknown flags with a suggestion, stray words, repeated flags.
 void ReadArgs(const std::vector<Token>& words, size_t script_at, MegatronCommand& c) {
   for (size_t i = script_at + 1; i < words.size(); ++i) {
     const Token& w = words[i];
     if (!w.text.starts_with("-")) {
-      // Stray words, said once per run as argparse says them. After a one-value flag they
-      // are usually its value split by the shell (an unquoted array or variable).
-      std::string stray = w.text;
-      while (i + 1 < words.size() && !words[i + 1].text.starts_with("-")) {
-        stray += " " + words[++i].text;
-      }
-      std::string fix = "every value follows the flag it belongs to";
-      if (!c.args.empty()) {
-        const KnownFlag* before = FindFlag(MegatronFlags(), c.args.back().flag);
-        if (before != nullptr && before->arity == FlagArity::kOne) {
-          fix = fmt::format(
-              "{} takes one value: if these words belong to it, the shell split them apart; "
-              "quote the value, and expand arrays quoted (\"${{ARGS[@]}}\")",
-              c.args.back().flag);
-        }
-      }
-      c.findings.push_back(
-          {Severity::kError, "", w.line, fmt::format("unrecognized arguments: {}", stray), fix});
+      i = SayStrayWords(words, i, c);
       continue;
     }
     MegatronCommand::Arg arg{w.text, {}, w.line};
@@ -147,51 +207,9 @@ void ReadArgs(const std::vector<Token>& words, size_t script_at, MegatronCommand
            fmt::format("write {} alone", arg.flag)});
     }
     if (known == nullptr) {
-      std::string message = fmt::format("unrecognized arguments: {}", arg.flag);
-      std::string fix;
-      for (const Mistake& m : kMistakes) {
-        if (m.flag == arg.flag) message = std::string(m.message), fix = std::string(m.fix);
-      }
-      if (fix.empty()) {
-        const std::string suggestion = SuggestFlag(arg.flag);
-        if (!suggestion.empty()) fix = fmt::format("did you mean {}?", suggestion);
-      }
-      c.findings.push_back({Severity::kError, arg.flag, w.line, message, fix});
+      c.findings.push_back(UnknownFlag(arg));
     } else {
-      for (const std::string& v : arg.values) {
-        const bool value_matters = known->type == "int" || known->type == "float" ||
-                                   known->type == "enum" || !known->choices.empty();
-        if (value_matters &&
-            (v.find('$') != std::string::npos || v.find('`') != std::string::npos)) {
-          c.findings.push_back(
-              {Severity::kWarning, arg.flag, w.line,
-               fmt::format("the value '{}' is known only when the script runs: not checked", v),
-               "give the value in the script (or the script's arguments: --script-args)"});
-          break;
-        }
-        if (std::string problem = FlagValueProblem(*known, v); !problem.empty()) {
-          c.findings.push_back({Severity::kError, arg.flag, w.line,
-                                fmt::format("argument {}: {}", arg.flag, problem), ""});
-          arg.valid = false;
-          break;
-        }
-      }
-      for (const Mistake& m : kDeprecated) {
-        if (m.flag == arg.flag) {
-          c.findings.push_back(
-              {Severity::kError, arg.flag, w.line, std::string(m.message), std::string(m.fix)});
-        }
-      }
-      for (const auto& earlier : c.args) {
-        if (earlier.flag == arg.flag) {
-          c.findings.push_back({Severity::kWarning, arg.flag, w.line,
-                                fmt::format("given twice (first on line {}); argparse keeps the "
-                                            "last value",
-                                            earlier.line),
-                                "keep one"});
-          break;
-        }
-      }
+      CheckKnownFlag(*known, arg, c);
     }
     c.args.push_back(std::move(arg));
   }

@@ -58,21 +58,9 @@ void ReadContextParallelExchange(Reader& r, MegatronCommand& c) {
   }
 }
 
-// The layer split and the virtual stages: uneven first / last stages, the embedding and the loss
-// counted as layers, a pipeline layout string or a hybrid pattern's segments.
-void ReadLayerSplit(Reader& r, MegatronCommand& c, const std::vector<int>& hybrid_segments) {
-  ModelSpec& m = c.model;
-  ParallelConfig& p = c.parallel;
-  const auto per_vstage = r.Int("--num-layers-per-virtual-pipeline-stage");
-  const auto vstages = r.Int("--num-virtual-stages-per-pipeline-rank");
-  if (per_vstage && vstages) {
-    r.Add(Severity::kError, "--num-virtual-stages-per-pipeline-rank",
-          "No more than one of the following arguments can be set at the same time: "
-          "--num-layers-per-virtual-pipeline-stage, --num-virtual-stages-per-pipeline-rank",
-          "keep one");
-  }
-  // The layer split: uneven first / last stages, or the embedding and the loss counted as
-  // layers (the rules check the divisions; megatron/rules.h).
+// The first and last stages' layer counts of an uneven split (the rules check the divisions;
+// megatron/rules.h).
+void ReadUnevenStages(Reader& r, ParallelConfig& p) {
   for (auto [flag, field] :
        {std::pair{"--decoder-first-pipeline-num-layers", &p.first_stage_layers},
         {"--decoder-last-pipeline-num-layers", &p.last_stage_layers}}) {
@@ -88,80 +76,113 @@ void ReadLayerSplit(Reader& r, MegatronCommand& c, const std::vector<int>& hybri
       }
     }
   }
+}
+
+// --pipeline-model-parallel-layout: the layout names the stages, virtual stages = its stages / pp
+// (arguments.py). `chunk_flags`: the virtual stages were also given by a flag.
+void ReadLayoutString(Reader& r, MegatronCommand& c, const std::string& text, bool chunk_flags) {
+  const ModelSpec& m = c.model;
+  ParallelConfig& p = c.parallel;
+  const PipelineLayout layout = ParsePipelineLayout(text);
+  if (!layout.error.empty()) {
+    r.Add(Severity::kError, "--pipeline-model-parallel-layout", layout.error, "");
+  } else if (layout.layers.size() % static_cast<size_t>(p.pp) != 0) {
+    r.Add(Severity::kError, "--pipeline-model-parallel-layout",
+          fmt::format("pipeline_model_parallel_layout must be divisible by "
+                      "pipeline_model_parallel_size (len(layout)={}, "
+                      "pipeline_model_parallel_size={})",
+                      layout.layers.size(), p.pp),
+          "");
+  } else {
+    p.layout = layout.layers;
+    p.virtual_stages = static_cast<int>(layout.layers.size()) / p.pp;
+    if (layout.mtp != m.mtp_num_layers) {
+      r.Add(Severity::kError, "--pipeline-model-parallel-layout",
+            fmt::format("Number of mtp layers in layout ({}) must match mtp_num_layers ({})",
+                        layout.mtp, m.mtp_num_layers),
+            "");
+    }
+  }
+  if (chunk_flags) {
+    r.Add(Severity::kError, "--pipeline-model-parallel-layout",
+          "the layout gives the virtual stages: drop --num-layers-per-virtual-pipeline-stage and "
+          "--num-virtual-stages-per-pipeline-rank",
+          "");
+  }
+}
+
+// A hybrid pattern's '|' separators give the stages (arguments.py: virtual stages = segments /
+// pp).
+void ReadHybridSegments(Reader& r, ParallelConfig& p, const std::vector<int>& hybrid_segments,
+                        bool chunk_flags) {
+  if (hybrid_segments.size() % static_cast<size_t>(p.pp) != 0) {
+    r.Add(Severity::kError, "--hybrid-override-pattern",
+          fmt::format("The number of hybrid pipeline segments described by "
+                      "--hybrid-layer-pattern must be evenly divisible by "
+                      "--pipeline-model-parallel-size. Got {} segments and {}",
+                      hybrid_segments.size(), p.pp),
+          "");
+  } else {
+    p.layout = hybrid_segments;
+    p.virtual_stages = static_cast<int>(hybrid_segments.size()) / p.pp;
+  }
+  if (chunk_flags || p.first_stage_layers > 0 || p.last_stage_layers > 0) {
+    r.Add(Severity::kError, "--hybrid-override-pattern",
+          "If --hybrid-layer-pattern contains pipe separators, the pipeline layout is "
+          "explicitly defined: drop the other pipeline split options",
+          "");
+  }
+}
+
+// --num-layers-per-virtual-pipeline-stage: virtual stages = layers per stage / this.
+void ReadLayersPerVirtualStage(Reader& r, MegatronCommand& c, int64_t per_vstage) {
+  const ModelSpec& m = c.model;
+  ParallelConfig& p = c.parallel;
+  if (p.first_stage_layers > 0 || p.last_stage_layers > 0) {
+    r.Add(Severity::kError, "--num-layers-per-virtual-pipeline-stage",
+          "please use --num-virtual-stages-per-pipeline-rank to specify virtual pipeline "
+          "parallel degree when enable uneven pipeline parallelism",
+          "write --num-virtual-stages-per-pipeline-rank");
+    return;
+  }
+  const int total = m.num_layers + (p.account_for_embedding ? 1 : 0) + (p.account_for_loss ? 1 : 0);
+  if (total % p.pp != 0) return;  // the rules say so
+  const int per_stage = total / p.pp;
+  if (per_stage % per_vstage != 0) {
+    r.Add(Severity::kError, "--num-layers-per-virtual-pipeline-stage",
+          "number of layers per pipeline stage must be divisible number of layers per "
+          "virtual pipeline stage",
+          "");
+  } else {
+    p.virtual_stages = per_stage / ToInt(per_vstage);
+  }
+}
+
+// The layer split and the virtual stages: uneven first / last stages, the embedding and the loss
+// counted as layers, a pipeline layout string or a hybrid pattern's segments.
+void ReadLayerSplit(Reader& r, MegatronCommand& c, const std::vector<int>& hybrid_segments) {
+  ParallelConfig& p = c.parallel;
+  const auto per_vstage = r.Int("--num-layers-per-virtual-pipeline-stage");
+  const auto vstages = r.Int("--num-virtual-stages-per-pipeline-rank");
+  if (per_vstage && vstages) {
+    r.Add(Severity::kError, "--num-virtual-stages-per-pipeline-rank",
+          "No more than one of the following arguments can be set at the same time: "
+          "--num-layers-per-virtual-pipeline-stage, --num-virtual-stages-per-pipeline-rank",
+          "keep one");
+  }
+  ReadUnevenStages(r, p);
   p.account_for_embedding = r.Has("--account-for-embedding-in-pipeline-split");
   p.account_for_loss = r.Has("--account-for-loss-in-pipeline-split");
   p.virtual_stages = 1;
+  const bool chunk_flags = per_vstage || vstages;
   if (auto text = r.String("--pipeline-model-parallel-layout")) {
-    // The layout names the stages: virtual stages = its stages / pp (arguments.py).
-    const PipelineLayout layout = ParsePipelineLayout(*text);
-    if (!layout.error.empty()) {
-      r.Add(Severity::kError, "--pipeline-model-parallel-layout", layout.error, "");
-    } else if (layout.layers.size() % static_cast<size_t>(p.pp) != 0) {
-      r.Add(Severity::kError, "--pipeline-model-parallel-layout",
-            fmt::format("pipeline_model_parallel_layout must be divisible by "
-                        "pipeline_model_parallel_size (len(layout)={}, "
-                        "pipeline_model_parallel_size={})",
-                        layout.layers.size(), p.pp),
-            "");
-    } else {
-      p.layout = layout.layers;
-      p.virtual_stages = static_cast<int>(layout.layers.size()) / p.pp;
-      if (layout.mtp != m.mtp_num_layers) {
-        r.Add(Severity::kError, "--pipeline-model-parallel-layout",
-              fmt::format("Number of mtp layers in layout ({}) must match mtp_num_layers ({})",
-                          layout.mtp, m.mtp_num_layers),
-              "");
-      }
-    }
-    if (per_vstage || vstages) {
-      r.Add(Severity::kError, "--pipeline-model-parallel-layout",
-            "the layout gives the virtual stages: drop --num-layers-per-virtual-pipeline-stage and "
-            "--num-virtual-stages-per-pipeline-rank",
-            "");
-    }
+    ReadLayoutString(r, c, *text, chunk_flags);
   } else if (!hybrid_segments.empty()) {
-    // The pattern's '|' separators give the stages (arguments.py: virtual stages = segments /
-    // pp).
-    if (hybrid_segments.size() % static_cast<size_t>(p.pp) != 0) {
-      r.Add(Severity::kError, "--hybrid-override-pattern",
-            fmt::format("The number of hybrid pipeline segments described by "
-                        "--hybrid-layer-pattern must be evenly divisible by "
-                        "--pipeline-model-parallel-size. Got {} segments and {}",
-                        hybrid_segments.size(), p.pp),
-            "");
-    } else {
-      p.layout = hybrid_segments;
-      p.virtual_stages = static_cast<int>(hybrid_segments.size()) / p.pp;
-    }
-    if (per_vstage || vstages || p.first_stage_layers > 0 || p.last_stage_layers > 0) {
-      r.Add(Severity::kError, "--hybrid-override-pattern",
-            "If --hybrid-layer-pattern contains pipe separators, the pipeline layout is "
-            "explicitly defined: drop the other pipeline split options",
-            "");
-    }
+    ReadHybridSegments(r, p, hybrid_segments, chunk_flags);
   } else if (vstages && *vstages > 0) {
     p.virtual_stages = ToInt(*vstages);
   } else if (per_vstage && *per_vstage > 0) {
-    if (p.first_stage_layers > 0 || p.last_stage_layers > 0) {
-      r.Add(Severity::kError, "--num-layers-per-virtual-pipeline-stage",
-            "please use --num-virtual-stages-per-pipeline-rank to specify virtual pipeline "
-            "parallel degree when enable uneven pipeline parallelism",
-            "write --num-virtual-stages-per-pipeline-rank");
-    } else {
-      const int total =
-          m.num_layers + (p.account_for_embedding ? 1 : 0) + (p.account_for_loss ? 1 : 0);
-      if (total % p.pp == 0) {
-        const int per_stage = total / p.pp;
-        if (per_stage % *per_vstage != 0) {
-          r.Add(Severity::kError, "--num-layers-per-virtual-pipeline-stage",
-                "number of layers per pipeline stage must be divisible number of layers per "
-                "virtual pipeline stage",
-                "");
-        } else {
-          p.virtual_stages = per_stage / ToInt(*per_vstage);
-        }
-      }
-    }
+    ReadLayersPerVirtualStage(r, c, *per_vstage);
   }
 }
 
@@ -219,7 +240,10 @@ void ReadLayout(Reader& r, MegatronCommand& c, const std::vector<int>& hybrid_se
   ReadLayerSplit(r, c, hybrid_segments);
 }
 
-void ReadRecomputeAndSharding(Reader& r, MegatronCommand& c) {
+namespace {
+
+// The schedule, sequence parallelism and recompute (granularity, method, modules).
+void ReadScheduleAndRecompute(Reader& r, MegatronCommand& c) {
   ModelSpec& m = c.model;
   ParallelConfig& p = c.parallel;
   p.schedule = p.virtual_stages > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
@@ -293,6 +317,11 @@ void ReadRecomputeAndSharding(Reader& r, MegatronCommand& c) {
             "add --recompute-granularity selective, or drop --recompute-modules");
     }
   }
+}
+
+// The distributed optimizer and Megatron-FSDP.
+void ReadSharding(Reader& r, MegatronCommand& c) {
+  ParallelConfig& p = c.parallel;
   p.distributed_optimizer = r.Has("--use-distributed-optimizer");
   if (r.Has("--use-megatron-fsdp")) {
     const std::string strategy =
@@ -326,6 +355,13 @@ void ReadRecomputeAndSharding(Reader& r, MegatronCommand& c) {
     r.Add(Severity::kWarning, "--data-parallel-sharding-strategy",
           "has no effect without --use-megatron-fsdp", "add --use-megatron-fsdp");
   }
+}
+
+}  // namespace
+
+void ReadRecomputeAndSharding(Reader& r, MegatronCommand& c) {
+  ReadScheduleAndRecompute(r, c);
+  ReadSharding(r, c);
 }
 
 void ReadCostOptions(Reader& r, MegatronCommand& c) {

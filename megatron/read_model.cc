@@ -51,9 +51,8 @@ std::vector<int> LayerPattern(std::string_view text) {
   return out;
 }
 
-// The MoE and multi-latent attention flags (arguments.py's moe and mla groups; the rest of the
-// MoE options in megatron/training/config).
-void ReadMoeFlags(Reader& r, ModelSpec& m) {
+// Query-key norms and multi-latent attention (arguments.py's mla group).
+void ReadAttentionVariants(Reader& r, ModelSpec& m) {
   if (r.Has("--qk-layernorm")) m.qk_layernorm = true;
   if (r.Has("--multi-latent-attention")) {
     if (r.Has("--group-query-attention")) {
@@ -76,6 +75,55 @@ void ReadMoeFlags(Reader& r, ModelSpec& m) {
       }
     }
   }
+}
+
+// --moe-layer-freq: every n-th layer, or Megatron's list form, which ptdp models when it is some
+// dense layers first and then every n-th layer.
+void ReadMoeLayerFreq(Reader& r, ModelSpec& m, const std::string& freq) {
+  int n = 0;
+  const auto [p, ec] = std::from_chars(freq.data(), freq.data() + freq.size(), n);
+  if (ec == std::errc() && p == freq.data() + freq.size()) {
+    if (n < 1) {
+      r.Add(Severity::kError, "--moe-layer-freq", "the MoE layer frequency must be positive", "");
+    } else {
+      m.moe_layer_freq = n;
+    }
+    return;
+  }
+  const std::vector<int> pattern = LayerPattern(freq);
+  const int first =
+      static_cast<int>(std::find(pattern.begin(), pattern.end(), 1) - pattern.begin());
+  bool found = false;
+  for (int f = 1; f <= static_cast<int>(pattern.size()) && !found; ++f) {
+    bool match = first < static_cast<int>(pattern.size());
+    for (int i = 0; i < static_cast<int>(pattern.size()) && match; ++i) {
+      match = pattern[i] == (i >= first && i % f == 0 ? 1 : 0);
+    }
+    if (match) m.moe_first_dense_layers = first, m.moe_layer_freq = f, found = true;
+  }
+  if (pattern.empty()) {
+    r.Add(Severity::kError, "--moe-layer-freq",
+          fmt::format("cannot read \"{}\": expected an integer or a list such as "
+                      "([0]*3+[1]*58)",
+                      freq),
+          "");
+  } else if (m.num_layers > 0 && static_cast<int>(pattern.size()) != m.num_layers) {
+    r.Add(Severity::kError, "--moe-layer-freq",
+          fmt::format("Invalid length of moe_layer_pattern: {}, expected {}, current moe layer "
+                      "pattern: {}",
+                      pattern.size(), m.num_layers, freq),
+          "");
+  } else if (!found) {
+    r.Add(Severity::kWarning, "--moe-layer-freq",
+          "ptdp models MoE layer patterns of some dense layers first, then every n-th layer: "
+          "simulated with every layer an MoE layer",
+          "");
+  }
+}
+
+// The MoE flags (arguments.py's moe group; the rest of the MoE options in
+// megatron/training/config).
+void ReadExperts(Reader& r, ModelSpec& m) {
   const auto experts = r.Int("--num-experts");
   if (!experts || *experts == 0) {
     if (r.Has("--moe-ffn-hidden-size")) {
@@ -115,47 +163,7 @@ void ReadMoeFlags(Reader& r, ModelSpec& m) {
   }
   m.moe_shared_expert_intermediate_size =
       ToInt(r.Int("--moe-shared-expert-intermediate-size").value_or(0));
-  if (auto freq = r.String("--moe-layer-freq")) {
-    int n = 0;
-    const auto [p, ec] = std::from_chars(freq->data(), freq->data() + freq->size(), n);
-    if (ec == std::errc() && p == freq->data() + freq->size()) {
-      if (n < 1) {
-        r.Add(Severity::kError, "--moe-layer-freq", "the MoE layer frequency must be positive", "");
-      } else {
-        m.moe_layer_freq = n;
-      }
-    } else {
-      const std::vector<int> pattern = LayerPattern(*freq);
-      const int first =
-          static_cast<int>(std::find(pattern.begin(), pattern.end(), 1) - pattern.begin());
-      bool found = false;
-      for (int f = 1; f <= static_cast<int>(pattern.size()) && !found; ++f) {
-        bool match = first < static_cast<int>(pattern.size());
-        for (int i = 0; i < static_cast<int>(pattern.size()) && match; ++i) {
-          match = pattern[i] == (i >= first && i % f == 0 ? 1 : 0);
-        }
-        if (match) m.moe_first_dense_layers = first, m.moe_layer_freq = f, found = true;
-      }
-      if (pattern.empty()) {
-        r.Add(Severity::kError, "--moe-layer-freq",
-              fmt::format("cannot read \"{}\": expected an integer or a list such as "
-                          "([0]*3+[1]*58)",
-                          *freq),
-              "");
-      } else if (m.num_layers > 0 && static_cast<int>(pattern.size()) != m.num_layers) {
-        r.Add(Severity::kError, "--moe-layer-freq",
-              fmt::format("Invalid length of moe_layer_pattern: {}, expected {}, current moe layer "
-                          "pattern: {}",
-                          pattern.size(), m.num_layers, *freq),
-              "");
-      } else if (!found) {
-        r.Add(Severity::kWarning, "--moe-layer-freq",
-              "ptdp models MoE layer patterns of some dense layers first, then every n-th layer: "
-              "simulated with every layer an MoE layer",
-              "");
-      }
-    }
-  }
+  if (auto freq = r.String("--moe-layer-freq")) ReadMoeLayerFreq(r, m, *freq);
   if (auto type = r.String("--moe-router-load-balancing-type")) {
     if (auto b = ValueOf<MoeLoadBalancing>(kMoeLoadBalancingNames, *type)) {
       m.moe_router_load_balancing_type = *b;
@@ -170,12 +178,9 @@ void ReadMoeFlags(Reader& r, ModelSpec& m) {
   }
 }
 
-// The hybrid (Mamba) model's flags (arguments.py; read by pretrain_mamba.py's MambaModel): the
-// layer pattern, given or built from the ratios, and the Mamba mixer's sizes.
-// Returns the layers of each pipeline segment when the pattern has '|' separators (Megatron's
-// explicit stages: virtual stages = segments / pp), else nothing.
-std::vector<int> ReadHybridFlags(Reader& r, ModelSpec& m, std::string_view script) {
-  // --hybrid-layer-pattern, or its deprecated alias --hybrid-override-pattern (arguments.py).
+// The hybrid layer pattern as given: --hybrid-layer-pattern, or its deprecated alias
+// --hybrid-override-pattern (arguments.py), without the multi-token prediction part.
+std::optional<std::string> HybridPatternFlag(Reader& r) {
   auto pattern = r.String("--hybrid-layer-pattern");
   if (auto old = r.String("--hybrid-override-pattern")) {
     if (pattern) {
@@ -195,6 +200,31 @@ std::vector<int> ReadHybridFlags(Reader& r, ModelSpec& m, std::string_view scrip
           "");
     pattern = pattern->substr(0, pattern->find('/'));
   }
+  return pattern;
+}
+
+// The Mamba-2 mixer's sizes, with Megatron's defaults (heads: 2h / head_dim).
+void ReadMambaMixer(Reader& r, ModelSpec& m) {
+  m.mamba_head_dim = ToInt(r.Int("--mamba-head-dim").value_or(64));
+  m.mamba_state_dim = ToInt(r.Int("--mamba-state-dim").value_or(128));
+  m.mamba_num_groups = ToInt(r.Int("--mamba-num-groups").value_or(8));
+  if (auto heads = r.Int("--mamba-num-heads")) {
+    m.mamba_num_heads = ToInt(*heads);
+  } else if (m.hybrid_layer_pattern.find('M') != std::string::npos && m.mamba_head_dim > 0) {
+    if (2 * m.hidden_size % m.mamba_head_dim != 0) {
+      r.Add(Severity::kError, "--mamba-head-dim", "d_inner must be evenly divisible by headdim",
+            "give --mamba-num-heads");
+    }
+    m.mamba_num_heads = 2 * m.hidden_size / m.mamba_head_dim;
+  }
+}
+
+// The hybrid (Mamba) model's flags (arguments.py; read by pretrain_mamba.py's MambaModel): the
+// layer pattern, given or built from the ratios, and the Mamba mixer's sizes.
+// Returns the layers of each pipeline segment when the pattern has '|' separators (Megatron's
+// explicit stages: virtual stages = segments / pp), else nothing.
+std::vector<int> ReadHybridFlags(Reader& r, ModelSpec& m, std::string_view script) {
+  const std::optional<std::string> pattern = HybridPatternFlag(r);
   if (pattern) {
     m.num_layers = static_cast<int>(
         std::count_if(pattern->begin(), pattern->end(), [](char ch) { return ch != '|'; }));
@@ -257,18 +287,7 @@ std::vector<int> ReadHybridFlags(Reader& r, ModelSpec& m, std::string_view scrip
   } else {
     m.hybrid_layer_pattern = auto_pattern;  // all Mamba without ratios
   }
-  m.mamba_head_dim = ToInt(r.Int("--mamba-head-dim").value_or(64));
-  m.mamba_state_dim = ToInt(r.Int("--mamba-state-dim").value_or(128));
-  m.mamba_num_groups = ToInt(r.Int("--mamba-num-groups").value_or(8));
-  if (auto heads = r.Int("--mamba-num-heads")) {
-    m.mamba_num_heads = ToInt(*heads);
-  } else if (m.hybrid_layer_pattern.find('M') != std::string::npos && m.mamba_head_dim > 0) {
-    if (2 * m.hidden_size % m.mamba_head_dim != 0) {
-      r.Add(Severity::kError, "--mamba-head-dim", "d_inner must be evenly divisible by headdim",
-            "give --mamba-num-heads");
-    }
-    m.mamba_num_heads = 2 * m.hidden_size / m.mamba_head_dim;
-  }
+  ReadMambaMixer(r, m);
   if (m.mtp_num_layers > 0) {
     r.Add(Severity::kWarning, "--mtp-num-layers",
           "multi-token prediction in a hybrid model is not simulated: simulated without it", "");
@@ -282,10 +301,8 @@ std::vector<int> ReadHybridFlags(Reader& r, ModelSpec& m, std::string_view scrip
   return segments;
 }
 
-}  // namespace
-
-std::vector<int> ReadModel(Reader& r, MegatronCommand& c) {
-  ModelSpec& m = c.model;
+// The sizes Megatron-LM requires: layers, hidden size, heads, sequence and positions.
+void ReadSizes(Reader& r, ModelSpec& m) {
   const auto layers = r.Int("--num-layers"), hidden = r.Int("--hidden-size"),
              heads = r.Int("--num-attention-heads"), seq = r.Int("--seq-length"),
              max_pos = r.Int("--max-position-embeddings");
@@ -315,6 +332,10 @@ std::vector<int> ReadModel(Reader& r, MegatronCommand& c) {
   m.seq_length = ToInt(seq.value_or(0));
   // ptdp's model needs a size even where Megatron stops; the error above says so.
   m.max_position_embeddings = ToInt(max_pos.value_or(seq.value_or(0)));
+}
+
+// The layer's shape: activation, MLP width, query groups and key/value channels.
+void ReadLayerShape(Reader& r, ModelSpec& m) {
   m.activation = r.Has("--swiglu")         ? Activation::kSwiglu
                  : r.Has("--squared-relu") ? Activation::kSquaredRelu
                                            : Activation::kGelu;
@@ -351,6 +372,7 @@ std::vector<int> ReadModel(Reader& r, MegatronCommand& c) {
                       m.num_attention_heads, m.num_query_groups),
           "");
   }
+  const auto max_pos = r.Int("--max-position-embeddings"), seq = r.Int("--seq-length");
   if (max_pos && seq && *max_pos < *seq) {
     r.Add(Severity::kError, "--max-position-embeddings",
           fmt::format("max_position_embeddings ({}) must be greater than or equal to seq_length "
@@ -358,6 +380,10 @@ std::vector<int> ReadModel(Reader& r, MegatronCommand& c) {
                       *max_pos, *seq),
           "");
   }
+}
+
+// Norms, positions, embeddings, dropout and bias, and the vocabulary.
+void ReadEmbeddingsAndNorms(Reader& r, ModelSpec& m) {
   if (auto norm = r.String("--normalization")) {
     if (*norm == "RMSNorm")
       m.normalization = Normalization::kRmsNorm;
@@ -403,11 +429,12 @@ std::vector<int> ReadModel(Reader& r, MegatronCommand& c) {
           "50257 tokens",
           "pass --vocab-size to Megatron (or to this check) for exact figures");
   }
-  ReadMoeFlags(r, m);
-  m.mtp_num_layers = ToInt(std::max<int64_t>(0, r.Int("--mtp-num-layers").value_or(0)));
-  const std::vector<int> hybrid_segments = ReadHybridFlags(r, m, c.script);
-  // Sizes ptdp can work with (core/limits.h): a given size out of range is an error, and no
-  // figures are computed from it.
+}
+
+// Sizes ptdp can work with (core/limits.h): a given size out of range is an error, and no
+// figures are computed from it. Whether the model is complete enough to simulate.
+void CheckSizes(Reader& r, MegatronCommand& c) {
+  const ModelSpec& m = c.model;
   bool sizes_in_range = true;
   for (auto [flag, value, max] :
        {std::tuple{"--num-layers", m.num_layers, kMaxLayers},
@@ -433,7 +460,20 @@ std::vector<int> ReadModel(Reader& r, MegatronCommand& c) {
                      m.seq_length > 0 && m.kv_channels > 0 && m.ffn_hidden_size > 0 &&
                      m.num_query_groups > 0 && m.num_attention_heads % m.num_query_groups == 0 &&
                      m.max_position_embeddings >= m.seq_length && HybridModelProblem(m).empty();
+}
 
+}  // namespace
+
+std::vector<int> ReadModel(Reader& r, MegatronCommand& c) {
+  ModelSpec& m = c.model;
+  ReadSizes(r, m);
+  ReadLayerShape(r, m);
+  ReadEmbeddingsAndNorms(r, m);
+  ReadAttentionVariants(r, m);
+  ReadExperts(r, m);
+  m.mtp_num_layers = ToInt(std::max<int64_t>(0, r.Int("--mtp-num-layers").value_or(0)));
+  const std::vector<int> hybrid_segments = ReadHybridFlags(r, m, c.script);
+  CheckSizes(r, c);
   return hybrid_segments;
 }
 
