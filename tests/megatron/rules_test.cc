@@ -162,5 +162,42 @@ TEST(MegatronRules, NumberOfMicrobatchesIsDerived) {
   EXPECT_EQ(NumMicrobatches(c.training, c.parallel), 8);
 }
 
+// The table itself: every rule has a check, every check names the Megatron-LM code it mirrors
+// and says what is wrong and how to fix it, the leading checks come first, and a chain reports
+// its first broken check only (Megatron's if / elif).
+TEST(MegatronRules, EveryCheckOfTheTableIsComplete) {
+  const std::span<const RuleCheck> checks = MegatronRuleChecks();
+  std::vector<int> per_rule(kNumRules, 0);
+  bool leading = true;
+  const Case c;
+  const RuleInput in = MakeRuleInput(c.model, c.training, c.parallel, c.gpus, CostOptions{});
+  for (const RuleCheck& check : checks) {
+    ++per_rule[static_cast<int>(check.rule)];
+    EXPECT_FALSE(check.megatron.empty()) << RuleId(check.rule);
+    EXPECT_NE(check.broken, nullptr) << RuleId(check.rule);
+    EXPECT_TRUE(!check.key.empty() || check.key_of != nullptr) << check.megatron;
+    ASSERT_NE(check.message, nullptr) << check.megatron;
+    ASSERT_NE(check.hint, nullptr) << check.megatron;
+    EXPECT_FALSE(check.message(in).empty()) << check.megatron;
+    EXPECT_FALSE(check.hint(in).empty()) << check.megatron;
+    EXPECT_TRUE(leading || !check.leading) << check.megatron << ": a leading check after others";
+    leading = check.leading;
+  }
+  for (int r = 0; r < kNumRules; ++r) {
+    EXPECT_GT(per_rule[r], 0) << RuleId(static_cast<Rule>(r)) << " has no check";
+  }
+}
+
+TEST(MegatronRules, AChainSaysItsFirstBrokenCheckOnly) {
+  // Uneven stages on one pipeline stage, with the loss counted as a layer: Megatron stops at the
+  // first of its elifs (the account-for options), as the table's chain does.
+  Case c;
+  c.parallel = {.tp = 2, .pp = 1, .dp = 4, .micro_batch_size = 4};
+  c.parallel.first_stage_layers = 5;
+  c.parallel.account_for_loss = true;
+  EXPECT_EQ(c.Ids(), Ids{"uneven-stages"});
+  EXPECT_EQ(FirstBrokenRule(c.model, c.training, c.parallel, c.gpus), Rule::kUnevenStages);
+}
+
 }  // namespace
 }  // namespace ptdp
