@@ -1,8 +1,8 @@
-// `ptdp calibrate --backend cpu`: measures this machine (executor/calibrate.h) and writes a
-// hardware profile. Compute and memory are measured in this process, one core, nothing else of
+// `ptdp calibrate --backend cpu`: measures this machine (executor/calibrate/calibrate.h) and writes
+// a hardware profile. Compute and memory are measured in this process, one core, nothing else of
 // ours running; communication by an MPI job of --ranks ranks that this command starts (the same
-// launcher flags as `execute --launch`, under `timeout`), whose rank 0 hands its figures back in
-// a temporary file.
+// launcher flags as `execute --launch`, under `timeout`), whose rank 0 hands its figures back in a
+// temporary file.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -18,12 +18,12 @@
 #include "core/error.h"
 #include "core/presets.h"
 #include "core/yaml_io.h"
-#include "executor/backend_cpu.h"
-#include "executor/calibrate.h"
-#include "executor/calibrate_cuda.h"
-#include "executor/comm_mpi.h"
-#include "executor/device.h"
-#include "executor/launch.h"
+#include "executor/backend/cpu.h"
+#include "executor/backend/device.h"
+#include "executor/calibrate/calibrate.h"
+#include "executor/calibrate/cuda.h"
+#include "executor/comm/mpi.h"
+#include "executor/launch/launch.h"
 
 namespace po = boost::program_options;
 

@@ -31,17 +31,17 @@
 #include "core/spec_yaml.h"
 #include "core/text.h"
 #include "core/trace.h"
-#include "executor/backend_cpu.h"
-#include "executor/backend_cuda.h"
-#include "executor/comm_mpi.h"
-#include "executor/comm_nccl.h"
-#include "executor/comm_standin.h"
-#include "executor/device.h"
-#include "executor/launch.h"
-#include "executor/launch_env.h"
-#include "executor/tcp_store.h"
-#include "executor/topology.h"
-#include "executor/trainer.h"
+#include "executor/backend/cpu.h"
+#include "executor/backend/cuda.h"
+#include "executor/backend/device.h"
+#include "executor/comm/mpi.h"
+#include "executor/comm/nccl.h"
+#include "executor/comm/standin.h"
+#include "executor/comm/topology.h"
+#include "executor/launch/env.h"
+#include "executor/launch/launch.h"
+#include "executor/launch/tcp_store.h"
+#include "executor/train/trainer.h"
 #include "simulator/simulate.h"
 
 namespace po = boost::program_options;
@@ -451,8 +451,9 @@ Plan ExecutedPlan(const Plan& plan, DType dtype, const ClusterSpec& cluster, con
   executed.cluster = cluster;
   executed.options = ExecutorCostOptions();
   // The executor runs the plan's attention: unfused keeps the softmax, flash and fused run its
-  // flash-style kernel (context_parallel.h FlashAttentionForward), as the context-parallel
-  // blocks do (Megatron's rules refuse context parallelism with unfused attention).
+  // flash-style kernel (executor/model/context_parallel.h FlashAttentionForward), as the
+  // context-parallel blocks do (Megatron's rules refuse context parallelism with unfused
+  // attention).
   executed.options.attention = plan.options.attention;
   // It overlaps the data-parallel exchanges as the plan says, with the plan's buckets, and the
   // column-parallel input gradients' reduction with their weight gradients.
@@ -575,8 +576,8 @@ int RunAsRank(std::string_view command, const Plan& plan, const ExecuteOptions& 
               const Flags& flags, const std::string& default_results, std::ostream& log,
               std::ostream& err,
               const std::function<int(const ExecuteResult&, const JobInfo&)>& on_root) {
-  // mpirun and srun start MPI ranks; a torchrun-style launch (launch_env.h) has no MPI: its
-  // ranks bootstrap NCCL over the TCP store at MASTER_ADDR:MASTER_PORT.
+  // mpirun and srun start MPI ranks; a torchrun-style launch (executor/launch/env.h) has no MPI:
+  // its ranks bootstrap NCCL over the TCP store at MASTER_ADDR:MASTER_PORT.
   const LaunchEnv env = ReadLaunchEnv(ProcessEnv());
   const bool torchrun = env.launcher == Launcher::kTorchrun;
   if (torchrun && !IsCudaRequest(flags)) {

@@ -14,8 +14,6 @@
 // tie: one 16-bit ulp. The 16-bit tolerance is 1e-2 for bf16 (one ulp is at most 2^-7 = 7.8e-3
 // relative; the bar is 1e-2) and 2e-3 for fp16 (two ulps of 2^-10). Spans the contract
 // keeps in fp32 (Gemm's c, parameter gradients, norm statistics, lse) use the fp32 tolerance.
-#include "executor/backend_cuda.h"
-
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -30,13 +28,14 @@
 #include <vector>
 
 #include "core/error.h"
-#include "executor/backend.h"
-#include "executor/backend_cpu.h"
-#include "executor/comm.h"
-#include "executor/device.h"
-#include "executor/half.h"
-#include "executor/topology.h"
-#include "executor/trainer.h"
+#include "executor/backend/backend.h"
+#include "executor/backend/cpu.h"
+#include "executor/backend/cuda.h"
+#include "executor/backend/device.h"
+#include "executor/backend/half.h"
+#include "executor/comm/comm.h"
+#include "executor/comm/topology.h"
+#include "executor/train/trainer.h"
 #include "tests/executor/tiny_plan.h"
 
 namespace ptdp {
@@ -881,8 +880,8 @@ TEST_F(CudaBackendTest, GradientKernelsGiveTheSameBitsTwice) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 16-bit data (backend.h's mixed precision): every kernel against the CPU in bf16 and fp16,
-// with the contract's fp32 spans where it has them. Tolerances: the file comment.
+// 16-bit data (executor/backend/backend.h's mixed precision): every kernel against the CPU in bf16
+// and fp16, with the contract's fp32 spans where it has them. Tolerances: the file comment.
 
 TEST_F(CudaBackendTest, Mixed16ElementwiseCopiesAndReductions) {
   for (DType dt : k16BitTypes) {
@@ -1245,9 +1244,9 @@ TEST_F(CudaBackendTest, Mixed16RefusesWhatTheContractDoesNotAllow) {
       "Gemm", "bf16");
 }
 
-// Convert on the device rounds exactly as half.h does on the host: every 16-bit pattern widens
-// exactly and comes back unchanged (NaNs as NaNs), and fp32 patterns over every exponent round
-// to nearest even.
+// Convert on the device rounds exactly as executor/backend/half.h does on the host: every 16-bit
+// pattern widens exactly and comes back unchanged (NaNs as NaNs), and fp32 patterns over every
+// exponent round to nearest even.
 TEST_F(CudaBackendTest, ConvertRoundTripsEvery16BitPattern) {
   Backend& g = gpu();
   std::vector<uint16_t> all(1 << 16);

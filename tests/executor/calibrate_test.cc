@@ -1,7 +1,7 @@
-// `ptdp calibrate`'s library (executor/calibrate.h): a tiny real measurement has the profile's
-// shape; a profile built from given figures reads back exactly, rounds, keeps what is not
+// `ptdp calibrate`'s library (executor/calibrate/calibrate.h): a tiny real measurement has the
+// profile's shape; a profile built from given figures reads back exactly, rounds, keeps what is not
 // measured, and says on every key how it was obtained; the MPI job's hand-back text round-trips.
-#include "executor/calibrate.h"
+#include "executor/calibrate/calibrate.h"
 
 #include <gtest/gtest.h>
 
@@ -11,8 +11,8 @@
 #include "core/error.h"
 #include "core/presets.h"
 #include "core/spec_yaml.h"
-#include "executor/backend_cpu.h"
-#include "executor/calibrate_cuda.h"
+#include "executor/backend/cpu.h"
+#include "executor/calibrate/cuda.h"
 
 namespace ptdp {
 namespace {

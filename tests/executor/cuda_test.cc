@@ -1,12 +1,13 @@
 // GPU checks. Every test here skips, saying why, where no CUDA device is usable (CI has none).
+#include "executor/calibrate/cuda.h"
+
 #include <gtest/gtest.h>
 
 #include <iostream>
 #include <sstream>
 
 #include "core/presets.h"
-#include "executor/calibrate_cuda.h"
-#include "executor/device.h"
+#include "executor/backend/device.h"
 
 namespace ptdp {
 namespace {

@@ -10,18 +10,18 @@
 #include <set>
 
 #include "core/error.h"
-#include "executor/backend_cpu.h"
-#include "executor/checkpoint.h"
-#include "executor/comm.h"
-#include "executor/comm_standin.h"
-#include "executor/context_parallel.h"
-#include "executor/data.h"
-#include "executor/gpt_params.h"
-#include "executor/launch.h"
-#include "executor/optimizer.h"
-#include "executor/rng.h"
-#include "executor/topology.h"
-#include "executor/trainer.h"
+#include "executor/backend/cpu.h"
+#include "executor/comm/comm.h"
+#include "executor/comm/standin.h"
+#include "executor/comm/topology.h"
+#include "executor/launch/launch.h"
+#include "executor/model/context_parallel.h"
+#include "executor/model/gpt_params.h"
+#include "executor/model/rng.h"
+#include "executor/train/checkpoint.h"
+#include "executor/train/data.h"
+#include "executor/train/optimizer.h"
+#include "executor/train/trainer.h"
 #include "tests/executor/tiny_plan.h"
 
 namespace ptdp {
@@ -123,7 +123,7 @@ std::set<std::vector<int>> GroupsOf(const std::vector<ProcessGroups>& all,
 }
 
 TEST(Topology, GroupsInMegatronsOrderWithContextParallel) {
-  // topology.h's example: world 16, tp = cp = dp = pp = 2.
+  // executor/comm/topology.h's example: world 16, tp = cp = dp = pp = 2.
   const ParallelConfig p{.tp = 2, .pp = 2, .dp = 2, .cp = 2};
   std::vector<ProcessGroups> all;
   for (int r = 0; r < 16; ++r) {
@@ -147,7 +147,8 @@ TEST(Topology, GroupsInMegatronsOrderWithContextParallel) {
   EXPECT_EQ(all[6].coords, (RankCoords{.tp = 0, .pp = 0, .dp = 1, .cp = 1}));
 }
 
-// The expert grid (Megatron's etp-ep-edp-pp, topology.h) over the same ranks as the dense one.
+// The expert grid (Megatron's etp-ep-edp-pp, executor/comm/topology.h) over the same ranks as the
+// dense one.
 TEST(Topology, ExpertGroupsInMegatronsOrder) {
   using G = std::set<std::vector<int>>;
   auto make = [](const ParallelConfig& p) {
@@ -158,8 +159,8 @@ TEST(Topology, ExpertGroupsInMegatronsOrder) {
     }
     return all;
   };
-  // topology.h's example: world 8, tp 2, dp 4, ep 4, etp 1 (edp 2): each EP group spans TP and
-  // DP ranks.
+  // executor/comm/topology.h's example: world 8, tp 2, dp 4, ep 4, etp 1 (edp 2): each EP group
+  // spans TP and DP ranks.
   const ParallelConfig a{.tp = 2, .dp = 4, .ep = 4, .etp = 1};
   const std::vector<ProcessGroups> ga = make(a);
   EXPECT_EQ(GroupsOf(ga, &ProcessGroups::ep), (G{{0, 1, 2, 3}, {4, 5, 6, 7}}));
@@ -847,9 +848,9 @@ TEST(Execute, KernelClassTimingChangesNothingAndTimesEveryClass) {
   EXPECT_LE(kernels, runs[1].stage_busy_s[0]);  // F, B and W hold the micro-batches' kernels
 }
 
-// In bf16 the flash-style path keeps its log-sum-exp in fp32 (backend.h's mixed-precision
-// contract) and rounds where the unfused one does not (its output, once per call): the losses
-// agree within bf16's rounding.
+// In bf16 the flash-style path keeps its log-sum-exp in fp32 (executor/backend/backend.h's
+// mixed-precision contract) and rounds where the unfused one does not (its output, once per call):
+// the losses agree within bf16's rounding.
 TEST(Execute, FlashAttentionInBf16TracksUnfused) {
   double last[2] = {0, 0};
   const AttentionBackend kinds[2] = {AttentionBackend::kUnfused, AttentionBackend::kFlash};

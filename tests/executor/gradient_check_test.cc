@@ -7,13 +7,13 @@
 #include <vector>
 
 #include "core/schedule.h"
-#include "executor/backend_cpu.h"
-#include "executor/comm.h"
-#include "executor/data.h"
-#include "executor/gpt.h"
-#include "executor/gpt_params.h"
-#include "executor/pipeline.h"
-#include "executor/rng.h"
+#include "executor/backend/cpu.h"
+#include "executor/comm/comm.h"
+#include "executor/model/gpt.h"
+#include "executor/model/gpt_params.h"
+#include "executor/model/rng.h"
+#include "executor/train/data.h"
+#include "executor/train/pipeline.h"
 #include "tests/executor/tiny_plan.h"
 
 namespace ptdp {

@@ -1,12 +1,11 @@
 // Reading the launcher's environment: which launcher, the rank, size and local rank, and the
 // exact messages for bad values.
-#include "executor/launch_env.h"
-
 #include <gtest/gtest.h>
 
 #include <map>
 
 #include "core/error.h"
+#include "executor/launch/env.h"
 
 namespace ptdp {
 namespace {

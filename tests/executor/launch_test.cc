@@ -1,6 +1,6 @@
 // `ptdp execute --launch`'s commands: which launcher, srun's and torchrun-style argv and
 // environments, and running several processes that stop together when one fails.
-#include "executor/launch.h"
+#include "executor/launch/launch.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
-#include "executor/launch_env.h"
+#include "executor/launch/env.h"
 
 namespace ptdp {
 namespace {
@@ -73,7 +73,7 @@ TEST(LaunchCommands, TorchrunStyleProcessesOnThisNode) {
 
 TEST(LaunchCommands, EveryProcessGetsItsVariablesAndTheFirstFailureStopsTheRest) {
   // The MPI rank variables of the launching process (inside an mpirun job) would win over
-  // torchrun's in each rank (launch_env.h): they are removed.
+  // torchrun's in each rank (executor/launch/env.h): they are removed.
   ::setenv("OMPI_COMM_WORLD_RANK", "9", 1);
   LaunchCommand ok;
   ok.argv = {"sh", "-c", "[ \"$WORLD_SIZE\" = 3 ] && [ -z \"$OMPI_COMM_WORLD_RANK\" ]"};

@@ -1,8 +1,8 @@
 // Mixed precision (bf16 and fp16 data with fp32 main weights, main_grad and optimizer state, as
 // Megatron-LM runs it): the 16-bit formats bit for bit on their edge cases, every CPU kernel on
-// 16-bit data against its fp32 form on the same values (backend.h's contract), the dynamic loss
-// scaler's skip / backoff / growth with injected inf and NaN gradients, training that tracks
-// fp32's losses, and memory by category.
+// 16-bit data against its fp32 form on the same values (executor/backend/backend.h's contract), the
+// dynamic loss scaler's skip / backoff / growth with injected inf and NaN gradients, training that
+// tracks fp32's losses, and memory by category.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -15,16 +15,16 @@
 #include <map>
 
 #include "core/error.h"
-#include "executor/backend_cpu.h"
-#include "executor/comm.h"
-#include "executor/gpt_params.h"
-#include "executor/half.h"
-#include "executor/loss_scaler.h"
-#include "executor/measure.h"
-#include "executor/optimizer.h"
-#include "executor/rng.h"
-#include "executor/topology.h"
-#include "executor/trainer.h"
+#include "executor/backend/cpu.h"
+#include "executor/backend/half.h"
+#include "executor/backend/measure.h"
+#include "executor/comm/comm.h"
+#include "executor/comm/topology.h"
+#include "executor/model/gpt_params.h"
+#include "executor/model/rng.h"
+#include "executor/train/loss_scaler.h"
+#include "executor/train/optimizer.h"
+#include "executor/train/trainer.h"
 #include "tests/executor/tiny_plan.h"
 
 namespace ptdp {
@@ -150,7 +150,8 @@ TEST(Half, Fp16RoundsToNearestEvenWithSubnormalsInfinityAndNan) {
 // --- kernels: a 16-bit call against the fp32 call on the same values ---
 
 // One argument of a kernel call. kData: the call's data (16-bit in the mixed call); kF32: one of
-// backend.h's fp32 spans (statistics, fp32 outputs); kIndex: int32 values in [0, limit).
+// executor/backend/backend.h's fp32 spans (statistics, fp32 outputs); kIndex: int32 values in [0,
+// limit).
 struct Arg {
   enum Kind { kData, kF32, kIndex };
   int64_t numel = 0;
@@ -402,7 +403,8 @@ TEST_P(MixedKernels, ConvertRoundsToNearestEvenBetweenEveryPair) {
     EXPECT_EQ(Bits(as_f32[i]), Bits(static_cast<float>(values[i])));
     EXPECT_EQ(as_half[i], Round(h, static_cast<float>(values[i]))) << values[i];
   }
-  // 16-bit -> fp64 is exact, and back gives the same bits; fp32 -> 16 bits as half.h.
+  // 16-bit -> fp64 is exact, and back gives the same bits; fp32 -> 16 bits as
+  // executor/backend/half.h.
   b->Convert(back.span(), half.span());
   std::vector<double> widened(values.size());
   b->Download(back.span(), widened.data());

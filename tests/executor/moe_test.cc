@@ -4,7 +4,7 @@
 // what CheckExecutable refuses of MoE plans. The layouts themselves are checked under MPI
 // (mpi_equivalence_test.cc, Equivalence.Moe*) and the backward by finite differences
 // (gradient_check_test.cc).
-#include "executor/moe.h"
+#include "executor/model/moe.h"
 
 #include <gtest/gtest.h>
 
@@ -13,12 +13,12 @@
 #include <map>
 
 #include "core/schedule.h"
-#include "executor/backend_cpu.h"
-#include "executor/data.h"
-#include "executor/gpt.h"
-#include "executor/gpt_params.h"
-#include "executor/pipeline.h"
-#include "executor/trainer.h"
+#include "executor/backend/cpu.h"
+#include "executor/model/gpt.h"
+#include "executor/model/gpt_params.h"
+#include "executor/train/data.h"
+#include "executor/train/pipeline.h"
+#include "executor/train/trainer.h"
 #include "tests/executor/tiny_plan.h"
 
 namespace ptdp {

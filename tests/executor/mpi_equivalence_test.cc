@@ -16,11 +16,11 @@
 #include <map>
 #include <string>
 
-#include "executor/backend_cpu.h"
-#include "executor/comm.h"
-#include "executor/comm_mpi.h"
-#include "executor/topology.h"
-#include "executor/trainer.h"
+#include "executor/backend/cpu.h"
+#include "executor/comm/comm.h"
+#include "executor/comm/mpi.h"
+#include "executor/comm/topology.h"
+#include "executor/train/trainer.h"
 #include "tests/executor/tiny_plan.h"
 
 namespace ptdp {

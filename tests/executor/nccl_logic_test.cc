@@ -1,7 +1,9 @@
-// The NCCL communicator's logic without a GPU (comm_nccl_logic.h): how point-to-point messages
-// are grouped, checked against a model of NCCL's semantics on every pipeline schedule; the
-// order of messages (NCCL has no tags); the groups ncclCommSplit forms from topology.h's colors
-// and keys; the unique id's exchange over the TCP store.
+// The NCCL communicator's logic without a GPU (executor/comm/nccl_logic.h): how point-to-point
+// messages are grouped, checked against a model of NCCL's semantics on every pipeline schedule; the
+// order of messages (NCCL has no tags); the groups ncclCommSplit forms from
+// executor/comm/topology.h's colors and keys; the unique id's exchange over the TCP store.
+#include "executor/comm/nccl_logic.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,10 +13,9 @@
 #include <tuple>
 
 #include "core/schedule.h"
-#include "executor/backend_cpu.h"
-#include "executor/comm_nccl_logic.h"
-#include "executor/tcp_store.h"
-#include "executor/topology.h"
+#include "executor/backend/cpu.h"
+#include "executor/comm/topology.h"
+#include "executor/launch/tcp_store.h"
 
 namespace ptdp {
 namespace {
@@ -189,7 +190,8 @@ Outcome Simulate(const std::vector<std::vector<HostAction>>& programs, P2pDesign
   return out;
 }
 
-// One step of PipelineRunner::RunStep on every stage, as host actions (pipeline.cc's tags).
+// One step of PipelineRunner::RunStep on every stage, as host actions (executor/train/pipeline.cc's
+// tags).
 std::vector<std::vector<HostAction>> StepPrograms(const PipelineSchedule& s) {
   auto tag = [&](bool backward, int vs, int mb) {
     return ((backward ? 1 : 0) * s.virtual_stages() + vs) * s.microbatches + mb;
@@ -323,8 +325,8 @@ std::vector<std::vector<int>> GroupsOf(int of, const ParallelConfig& p) {
 }
 
 TEST(NcclSplits, FormMegatronsGroupsInRankOrder) {
-  // topology.h's example: world 16, tp = cp = dp = pp = 2. Split order: tp, cp, pp, dp, dp_cp,
-  // model_parallel, embedding, etp, ep, edp.
+  // executor/comm/topology.h's example: world 16, tp = cp = dp = pp = 2. Split order: tp, cp, pp,
+  // dp, dp_cp, model_parallel, embedding, etp, ep, edp.
   ParallelConfig p;
   p.tp = p.cp = p.dp = p.pp = 2;
   std::vector<std::vector<int>> g = GroupsOf(5, p);
@@ -339,7 +341,8 @@ TEST(NcclSplits, FormMegatronsGroupsInRankOrder) {
   g = GroupsOf(8, p);
   EXPECT_EQ(g[2], (std::vector<int>{0, 8}));
   EXPECT_EQ(g[3], (std::vector<int>{8, 12}));
-  // Expert grid: world 8, tp 2, dp 4, ep 4, etp 1 (topology.h): EP [0..3] [4..7], EDP [r, r+4].
+  // Expert grid: world 8, tp 2, dp 4, ep 4, etp 1 (executor/comm/topology.h): EP [0..3] [4..7], EDP
+  // [r, r+4].
   ParallelConfig e;
   e.tp = 2;
   e.dp = 4;

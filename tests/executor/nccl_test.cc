@@ -1,15 +1,16 @@
 // NcclComm on a one-rank communicator (ctest label gpu): every Comm method against the obvious
 // result, through NCCL's own calls (a one-rank NcclComm does not take LocalComm's shortcuts).
 // Skips, saying why, where no CUDA device is usable (CI has none).
+#include "executor/comm/nccl.h"
+
 #include <gtest/gtest.h>
 
 #include <numeric>
 
 #include "core/error.h"
-#include "executor/backend_cuda.h"
-#include "executor/comm_nccl.h"
-#include "executor/device.h"
-#include "executor/half.h"
+#include "executor/backend/cuda.h"
+#include "executor/backend/device.h"
+#include "executor/backend/half.h"
 
 namespace ptdp {
 namespace {

@@ -1,6 +1,6 @@
 // The TCP store on 127.0.0.1 with an ephemeral port, ranks as threads: an exchange, a barrier,
 // and each way a bootstrap can time out (short timeouts: the whole file runs in ~2 s).
-#include "executor/tcp_store.h"
+#include "executor/launch/tcp_store.h"
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
