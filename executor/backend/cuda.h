@@ -1,7 +1,7 @@
 // The CUDA backend: device memory through a caching allocator (allocated and reserved bytes
 // reported apart, as PyTorch reports them), one compute stream, cuBLAS(Lt) matrix products and
 // this project's kernels for the rest, each tested against the CPU reference
-// (tests/executor/backend_cuda_test.cc, ctest label `gpu`).
+// (tests/executor/backend/backend_cuda_test.cc, ctest label `gpu`).
 #pragma once
 
 #include <cstdint>

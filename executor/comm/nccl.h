@@ -18,7 +18,7 @@
 //    once on the pair's stream, so a send waits only for its own receive and the exchange
 //    behaves as MPI's rendezvous sends (nccl_logic.h: why one stream, grouped or not,
 //    deadlocks the executor's schedules). NCCL has no tags: messages between two ranks meet in
-//    order, which the executor's schedules keep (tests/executor/nccl_logic_test.cc); tags
+//    order, which the executor's schedules keep (tests/executor/comm/nccl_logic_test.cc); tags
 //    only name the messages in errors. Other peers are an InternalError. A send request's
 //    Wait orders the compute stream after the send (its buffer is device memory, reused only
 //    by later kernels); Test is true once the send has completed. The all-to-alls are grouped

@@ -9,15 +9,14 @@
 // written for. The executor's pipeline runner posts sends (Isend) and receives (Recv) as MPI
 // lets it, and grouping its queued sends with the next receive still deadlocks the interleaved
 // schedule: a group completes only when all of it has, so a send in it waits for a peer that
-// waits for this rank's next receive (tests/executor/nccl_logic_test.cc shows both deadlocks on
-// a model of NCCL's semantics). So each ordered pair of ring neighbours (r -> r+1 and r -> r-1,
+// waits for this rank's next receive (tests/executor/comm/nccl_logic_test.cc shows both deadlocks
+// on a model of NCCL's semantics). So each ordered pair of ring neighbours (r -> r+1 and r -> r-1,
 // modulo the group's size: the pipeline's and context parallelism's peers) gets a two-rank
-// communicator and stream of its own, carrying only the messages from r to that peer, in
-// order: a send waits only for its receive, never blocks another message, and the exchange
-// behaves as MPI's rendezvous sends do. The model checks that every schedule kind completes so,
-// with the messages met in order. The pair communicators are split off when a communicator is
-// made (collective, so every rank takes part), in rounds where each rank joins at most one
-// pair (EdgeRounds).
+// communicator and stream of its own, carrying only the messages from r to that peer, in order: a
+// send waits only for its receive, never blocks another message, and the exchange behaves as MPI's
+// rendezvous sends do. The model checks that every schedule kind completes so, with the messages
+// met in order. The pair communicators are split off when a communicator is made (collective, so
+// every rank takes part), in rounds where each rank joins at most one pair (EdgeRounds).
 //
 // The unique id's exchange: rank 0 makes it, every other rank receives it (over MPI or the TCP
 // store), its size checked.

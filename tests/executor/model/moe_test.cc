@@ -2,8 +2,8 @@
 // ties, the softmax over the chosen and its backward), the dispatcher's layout, a MoE layer of
 // identical experts against the dense MLP, the experts' place in each rank's parameters, and
 // what CheckExecutable refuses of MoE plans. The layouts themselves are checked under MPI
-// (mpi_equivalence_test.cc, Equivalence.Moe*) and the backward by finite differences
-// (gradient_check_test.cc).
+// (tests/executor/train/mpi_equivalence_test.cc, Equivalence.Moe*) and the backward by finite
+// differences (gradient_check_test.cc).
 #include "executor/model/moe.h"
 
 #include <gtest/gtest.h>

@@ -1,9 +1,10 @@
 // `ptdp execute --launch`'s commands: which launcher, srun's and torchrun-style argv and
-// environments, and running several processes that stop together when one fails.
+// environments, running several processes that stop together when one fails, and mpirun's line.
 #include "executor/launch/launch.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 
@@ -95,6 +96,20 @@ TEST(LaunchCommands, EveryProcessGetsItsVariablesAndTheFirstFailureStopsTheRest)
   LaunchCommand missing;
   missing.argv = {"/no/such/launcher"};
   EXPECT_THROW(RunLaunchCommand(missing), InputError);
+}
+
+TEST(Launch, MpirunLineRunsThisBinaryWithOneRankPerGpu) {
+  const LaunchCommand c =
+      MakeLaunchCommand(8, "/x/ptdp", {"--plan", "p.yaml"}, {"--hostfile", "h"}, true);
+  EXPECT_EQ(c.argv[1], "-np");
+  EXPECT_EQ(c.argv[2], "8");
+  const std::vector<std::string> tail(c.argv.end() - 6, c.argv.end());
+  EXPECT_EQ(tail, (std::vector<std::string>{"--hostfile", "h", "/x/ptdp", "execute", "--plan",
+                                            "p.yaml"}));
+#ifdef OMPI_MAJOR_VERSION
+  EXPECT_NE(std::find(c.argv.begin(), c.argv.end(), "--allow-run-as-root"), c.argv.end());
+  EXPECT_NE(std::find(c.argv.begin(), c.argv.end(), "OPENBLAS_NUM_THREADS=1"), c.argv.end());
+#endif
 }
 
 }  // namespace
