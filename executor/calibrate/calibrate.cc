@@ -88,32 +88,25 @@ CalibrateOptions CalibrateOptions::Quick() {
   return o;
 }
 
-CpuComputeFigures MeasureCpuCompute(Backend& backend, const CalibrateOptions& o,
-                                    std::ostream* progress,
-                                    const std::function<void(size_t, size_t)>& on_shape) {
-  PTDP_CHECK(!o.gemm_axis.empty() && o.repeats > 0 && o.peak_size > 0);
-  PTDP_CHECK(std::is_sorted(o.gemm_axis.begin(), o.gemm_axis.end()));
-  auto say = [&](const std::string& line) {
-    if (progress != nullptr) *progress << "calibrate: " << line << "\n" << std::flush;
-  };
-  CpuComputeFigures f;
-  f.blas_threads = openblas_get_num_threads();
-  f.peak_size = o.peak_size;
+namespace {
 
-  // --- matrix products: three operands big enough for the largest shape of either kind ---
-  const int64_t largest = std::max(o.peak_size, o.gemm_axis.back());
-  const Tensor a(backend, DType::kF32, {largest * largest}, MemCategory::kWorkspace);
-  const Tensor b(backend, DType::kF32, {largest * largest}, MemCategory::kWorkspace);
-  const Tensor c(backend, DType::kF32, {largest * largest}, MemCategory::kWorkspace);
-  FillSpread(backend, a);
-  FillSpread(backend, b);
+void Say(std::ostream* progress, const std::string& line) {
+  if (progress != nullptr) *progress << "calibrate: " << line << "\n" << std::flush;
+}
+
+// The sgemm peak on square products of o.peak_size, then the efficiency grid, timed as the
+// executor's three kinds of linear-layer products; a, b and c hold the largest shape of either.
+void MeasureGemm(Backend& backend, const CalibrateOptions& o, const Tensor& a, const Tensor& b,
+                 const Tensor& c, std::ostream* progress,
+                 const std::function<void(size_t, size_t)>& on_shape, CpuComputeFigures* f) {
   const int64_t p = o.peak_size;
   const double peak_s = TimePerCall(
       [&] { backend.Gemm(false, false, p, p, p, 1, a.span(), p, b.span(), p, 0, c.span(), p); },
       o.repeats, 0);
-  f.peak_fp32_flops = 2.0 * p * p * p / peak_s;
-  say(fmt::format("sgemm peak: {}^3, median of {}: {:.1f} GFLOP/s ({} BLAS thread{})", p, o.repeats,
-                  f.peak_fp32_flops / 1e9, f.blas_threads, f.blas_threads == 1 ? "" : "s"));
+  f->peak_fp32_flops = 2.0 * p * p * p / peak_s;
+  Say(progress,
+      fmt::format("sgemm peak: {}^3, median of {}: {:.1f} GFLOP/s ({} BLAS thread{})", p, o.repeats,
+                  f->peak_fp32_flops / 1e9, f->blas_threads, f->blas_threads == 1 ? "" : "s"));
 
   const size_t points = o.gemm_axis.size() * o.gemm_axis.size() * o.gemm_axis.size();
   for (const int64_t m : o.gemm_axis) {
@@ -137,70 +130,98 @@ CpuComputeFigures MeasureCpuCompute(Backend& backend, const CalibrateOptions& o,
             },
             o.repeats, o.min_timing_s);
         const double rate = 2.0 * m * n * k / ((nt + nn + tn) / 3);
-        double efficiency = rate / f.peak_fp32_flops;
-        if (efficiency > 1) efficiency = 1, ++f.clamped_points;
-        f.gemm_efficiency.push_back({m, n, k, efficiency});
-        if (on_shape) on_shape(f.gemm_efficiency.size(), points);
+        double efficiency = rate / f->peak_fp32_flops;
+        if (efficiency > 1) efficiency = 1, ++f->clamped_points;
+        f->gemm_efficiency.push_back({m, n, k, efficiency});
+        if (on_shape) on_shape(f->gemm_efficiency.size(), points);
       }
     }
-    say(fmt::format("GEMM grid: m = {} done ({}/{} shapes)", m, f.gemm_efficiency.size(), points));
+    Say(progress,
+        fmt::format("GEMM grid: m = {} done ({}/{} shapes)", m, f->gemm_efficiency.size(), points));
   }
+}
 
-  // --- streaming bandwidth, arrays beyond the caches ---
-  {
-    const int64_t elements = o.stream_bytes / 4;
-    const Tensor x(backend, DType::kF32, {elements}, MemCategory::kWorkspace);
-    const Tensor y(backend, DType::kF32, {elements}, MemCategory::kWorkspace);
-    FillSpread(backend, x);
-    f.stream_bytes = elements * 4;
-    const double bytes = static_cast<double>(f.stream_bytes);
-    f.copy_bytes_per_s =
-        2 * bytes / TimePerCall([&] { backend.Copy(y.span(), x.span()); }, o.repeats, 0);
-    f.add_bytes_per_s =
-        3 * bytes / TimePerCall([&] { backend.Add(y.span(), x.span()); }, o.repeats, 0);
-    say(fmt::format("streaming, 2 x {} MiB: copy {:.1f} GB/s, y += x {:.1f} GB/s (reads + writes)",
-                    f.stream_bytes >> 20, f.copy_bytes_per_s / 1e9, f.add_bytes_per_s / 1e9));
-  }
+// Streaming bandwidth: copy and y += x on arrays beyond the caches.
+void MeasureStreaming(Backend& backend, const CalibrateOptions& o, std::ostream* progress,
+                      CpuComputeFigures* f) {
+  const int64_t elements = o.stream_bytes / 4;
+  const Tensor x(backend, DType::kF32, {elements}, MemCategory::kWorkspace);
+  const Tensor y(backend, DType::kF32, {elements}, MemCategory::kWorkspace);
+  FillSpread(backend, x);
+  f->stream_bytes = elements * 4;
+  const double bytes = static_cast<double>(f->stream_bytes);
+  f->copy_bytes_per_s =
+      2 * bytes / TimePerCall([&] { backend.Copy(y.span(), x.span()); }, o.repeats, 0);
+  f->add_bytes_per_s =
+      3 * bytes / TimePerCall([&] { backend.Add(y.span(), x.span()); }, o.repeats, 0);
+  Say(progress,
+      fmt::format("streaming, 2 x {} MiB: copy {:.1f} GB/s, y += x {:.1f} GB/s (reads + writes)",
+                  f->stream_bytes >> 20, f->copy_bytes_per_s / 1e9, f->add_bytes_per_s / 1e9));
+}
 
-  // --- the executor's element-wise kernels on activation-sized tensors ---
-  {
-    const int64_t cols = 128, rows = std::max<int64_t>(1, o.kernel_bytes / 4 / cols);
-    const int64_t elements = rows * cols;
-    const Tensor x(backend, DType::kF32, {elements}, MemCategory::kWorkspace);
-    const Tensor y(backend, DType::kF32, {elements}, MemCategory::kWorkspace);
-    const Tensor z(backend, DType::kF32, {elements}, MemCategory::kWorkspace);
-    const Tensor w(backend, DType::kF32, {cols}, MemCategory::kWorkspace);
-    const Tensor bias(backend, DType::kF32, {cols}, MemCategory::kWorkspace);
-    const Tensor mean(backend, DType::kF32, {rows}, MemCategory::kWorkspace);
-    const Tensor rstd(backend, DType::kF32, {rows}, MemCategory::kWorkspace);
-    FillSpread(backend, x);
-    FillSpread(backend, y);
-    backend.Fill(w.span(), 1);
-    const double e = static_cast<double>(elements) * 4;
-    struct Case {
-      const char* name;
-      double bytes;
-      std::function<void()> run;
-    };
-    const Case cases[] = {
-        {"copy", 2 * e, [&] { backend.Copy(z.span(), x.span()); }},
-        {"add (y += x)", 3 * e, [&] { backend.Add(z.span(), x.span()); }},
-        {"layernorm forward", 2 * e,
-         [&] {
-           backend.LayerNormForward(z.span(), mean.span(), rstd.span(), x.span(), w.span(),
-                                    bias.span(), rows, cols, 1e-5);
-         }},
-        {"gelu", 2 * e, [&] { backend.Gelu(z.span(), x.span()); }},
-        {"gelu backward", 3 * e, [&] { backend.GeluBackward(z.span(), x.span(), y.span()); }},
-    };
-    std::string line;
-    for (const Case& k : cases) {
-      const double rate = k.bytes / TimePerCall(k.run, o.repeats, o.min_timing_s);
-      f.kernels.push_back({k.name, elements * 4, rate});
-      line += fmt::format("{}{} {:.1f}", line.empty() ? "" : ", ", k.name, rate / 1e9);
-    }
-    say(fmt::format("executor kernels on {} KiB tensors (GB/s): {}", elements * 4 >> 10, line));
+// The executor's element-wise kernels on activation-sized tensors.
+void MeasureKernels(Backend& backend, const CalibrateOptions& o, std::ostream* progress,
+                    CpuComputeFigures* f) {
+  const int64_t cols = 128, rows = std::max<int64_t>(1, o.kernel_bytes / 4 / cols);
+  const int64_t elements = rows * cols;
+  const Tensor x(backend, DType::kF32, {elements}, MemCategory::kWorkspace);
+  const Tensor y(backend, DType::kF32, {elements}, MemCategory::kWorkspace);
+  const Tensor z(backend, DType::kF32, {elements}, MemCategory::kWorkspace);
+  const Tensor w(backend, DType::kF32, {cols}, MemCategory::kWorkspace);
+  const Tensor bias(backend, DType::kF32, {cols}, MemCategory::kWorkspace);
+  const Tensor mean(backend, DType::kF32, {rows}, MemCategory::kWorkspace);
+  const Tensor rstd(backend, DType::kF32, {rows}, MemCategory::kWorkspace);
+  FillSpread(backend, x);
+  FillSpread(backend, y);
+  backend.Fill(w.span(), 1);
+  const double e = static_cast<double>(elements) * 4;
+  struct Case {
+    const char* name;
+    double bytes;
+    std::function<void()> run;
+  };
+  const Case cases[] = {
+      {"copy", 2 * e, [&] { backend.Copy(z.span(), x.span()); }},
+      {"add (y += x)", 3 * e, [&] { backend.Add(z.span(), x.span()); }},
+      {"layernorm forward", 2 * e,
+       [&] {
+         backend.LayerNormForward(z.span(), mean.span(), rstd.span(), x.span(), w.span(),
+                                  bias.span(), rows, cols, 1e-5);
+       }},
+      {"gelu", 2 * e, [&] { backend.Gelu(z.span(), x.span()); }},
+      {"gelu backward", 3 * e, [&] { backend.GeluBackward(z.span(), x.span(), y.span()); }},
+  };
+  std::string line;
+  for (const Case& k : cases) {
+    const double rate = k.bytes / TimePerCall(k.run, o.repeats, o.min_timing_s);
+    f->kernels.push_back({k.name, elements * 4, rate});
+    line += fmt::format("{}{} {:.1f}", line.empty() ? "" : ", ", k.name, rate / 1e9);
   }
+  Say(progress,
+      fmt::format("executor kernels on {} KiB tensors (GB/s): {}", elements * 4 >> 10, line));
+}
+
+}  // namespace
+
+CpuComputeFigures MeasureCpuCompute(Backend& backend, const CalibrateOptions& o,
+                                    std::ostream* progress,
+                                    const std::function<void(size_t, size_t)>& on_shape) {
+  PTDP_CHECK(!o.gemm_axis.empty() && o.repeats > 0 && o.peak_size > 0);
+  PTDP_CHECK(std::is_sorted(o.gemm_axis.begin(), o.gemm_axis.end()));
+  CpuComputeFigures f;
+  f.blas_threads = openblas_get_num_threads();
+  f.peak_size = o.peak_size;
+  // Matrix products: three operands big enough for the largest shape of either kind (held to the
+  // end, as the other measurements run).
+  const int64_t largest = std::max(o.peak_size, o.gemm_axis.back());
+  const Tensor a(backend, DType::kF32, {largest * largest}, MemCategory::kWorkspace);
+  const Tensor b(backend, DType::kF32, {largest * largest}, MemCategory::kWorkspace);
+  const Tensor c(backend, DType::kF32, {largest * largest}, MemCategory::kWorkspace);
+  FillSpread(backend, a);
+  FillSpread(backend, b);
+  MeasureGemm(backend, o, a, b, c, progress, on_shape, &f);
+  MeasureStreaming(backend, o, progress, &f);
+  MeasureKernels(backend, o, progress, &f);
   return f;
 }
 
@@ -502,13 +523,9 @@ std::string AnnotatedClusterYaml(const ClusterSpec& cluster, const std::string& 
   return out;
 }
 
-}  // namespace
-
-std::string CalibratedProfileYaml(const ClusterSpec& cluster, const CpuComputeFigures& compute,
-                                  const std::optional<CommFigures>& comm,
-                                  const CalibrationRecord& r) {
+// The CPU profile's opening comment: where, when and how it was measured, and what a "GPU" is.
+std::string CpuProfileHeader(const CalibrationRecord& r, bool comm_measured) {
   const MachineInfo& m = r.machine;
-  const std::string kept = "NOT MEASURED: kept from " + r.base + ".";
   std::string header = CommentLines(
       fmt::format("{}: a hardware profile MEASURED on {} ({}, {} cores, {:.1f} GB of memory) "
                   "on {} in {:.1f} s by `{}` (OpenBLAS: {}).",
@@ -534,13 +551,22 @@ std::string CalibratedProfileYaml(const ClusterSpec& cluster, const CpuComputeFi
                     m.load_average, m.cores),
         0);
   }
-  if (!comm) {
+  if (!comm_measured) {
     header += CommentLines(
         "Communication is NOT measured (one rank): node bandwidths, latencies "
         "and reserved_bytes are kept from " +
             r.base + ".",
         0);
   }
+  return header;
+}
+
+// A comment above each key of the CPU profile, by dotted path: how it was obtained.
+std::map<std::string, std::string> CpuProfileNotes(const CpuComputeFigures& compute,
+                                                   const std::optional<CommFigures>& comm,
+                                                   const CalibrationRecord& r,
+                                                   const std::string& kept) {
+  const MachineInfo& m = r.machine;
   std::string kernels;
   for (const KernelRate& k : compute.kernels) {
     kernels += fmt::format("{}{} {}", kernels.empty() ? "" : ", ", k.name, Gb(k.bytes_per_s));
@@ -556,8 +582,7 @@ std::string CalibratedProfileYaml(const ClusterSpec& cluster, const CpuComputeFi
   std::string axis;
   for (const int64_t v : axis_values) axis += fmt::format("{}{}", axis.empty() ? "" : ", ", v);
 
-  // A comment above each key, by dotted path.
-  const std::map<std::string, std::string> note = {
+  return {
       {"name", "ptdp calibrate --name (default: the --out file's stem)."},
       {"gpu.name", "One CPU core as an executor rank."},
       {"gpu.peak_bf16_tflops",
@@ -622,8 +647,16 @@ std::string CalibratedProfileYaml(const ClusterSpec& cluster, const CpuComputeFi
                           comm->ranks, comm->allreduce_small_s * 1e6)
             : kept},
   };
+}
 
-  return AnnotatedClusterYaml(cluster, header, note, kept);
+}  // namespace
+
+std::string CalibratedProfileYaml(const ClusterSpec& cluster, const CpuComputeFigures& compute,
+                                  const std::optional<CommFigures>& comm,
+                                  const CalibrationRecord& r) {
+  const std::string kept = "NOT MEASURED: kept from " + r.base + ".";
+  return AnnotatedClusterYaml(cluster, CpuProfileHeader(r, comm.has_value()),
+                              CpuProfileNotes(compute, comm, r, kept), kept);
 }
 
 // --- the CUDA profile (the measurement itself is cuda.cu) ---

@@ -180,31 +180,237 @@ struct DTypeCase {
   size_t bytes;
 };
 
-}  // namespace
+void Say(std::ostream* progress, const std::string& line) {
+  if (progress != nullptr) *progress << "calibrate: " << line << "\n" << std::flush;
+}
 
-CudaComputeFigures MeasureCudaCompute(const CudaCalibrateOptions& o, std::ostream* progress) {
-  auto say = [&](const std::string& line) {
-    if (progress != nullptr) *progress << "calibrate: " << line << "\n" << std::flush;
-  };
+// Makes `device` current, or throws saying why it cannot be used.
+void UseDevice(int device) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     cudaGetLastError();
     throw std::runtime_error("calibrate --backend cuda: no usable CUDA device");
   }
-  if (o.device < 0 || o.device >= count) {
-    throw std::runtime_error("calibrate --backend cuda: device " + std::to_string(o.device) +
+  if (device < 0 || device >= count) {
+    throw std::runtime_error("calibrate --backend cuda: device " + std::to_string(device) +
                              " does not exist (" + std::to_string(count) + " devices)");
   }
-  CAL_CUDA(cudaSetDevice(o.device));
-  CudaComputeFigures f;
+  CAL_CUDA(cudaSetDevice(device));
+}
+
+// The device's name, compute capability, multiprocessors and driver version into `f`.
+cudaDeviceProp DescribeDevice(int device, CudaComputeFigures* f) {
   cudaDeviceProp prop;
-  CAL_CUDA(cudaGetDeviceProperties(&prop, o.device));
-  f.device_name = prop.name;
-  f.compute_capability = prop.major * 10 + prop.minor;
-  f.multiprocessors = prop.multiProcessorCount;
+  CAL_CUDA(cudaGetDeviceProperties(&prop, device));
+  f->device_name = prop.name;
+  f->compute_capability = prop.major * 10 + prop.minor;
+  f->multiprocessors = prop.multiProcessorCount;
   int driver = 0;
   CAL_CUDA(cudaDriverGetVersion(&driver));
-  f.driver = std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10);
+  f->driver = std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10);
+  return prop;
+}
+
+// What the GEMM measurements share: products issued on `stream` through `lt`, operands in three
+// device buffers of `elements` values of up to 4 bytes each.
+struct GemmBench {
+  LtGemm& lt;
+  cudaStream_t stream;
+  void* a;
+  void* b;
+  void* c;
+  size_t elements;
+};
+
+// bf16, fp16 and fp32: each dtype's peak on square products of o.peak_size and its grid, timed as
+// the executor's three kinds of linear-layer products.
+void MeasureGemms(const GemmBench& g, const CudaCalibrateOptions& o, std::ostream* progress,
+                  CudaComputeFigures* f) {
+  const DTypeCase dtypes[3] = {
+      {"bf16", CUDA_R_16BF, 2}, {"fp16", CUDA_R_16F, 2}, {"fp32", CUDA_R_32F, 4}};
+  struct Kind {
+    bool ta, tb;
+  };
+  const Kind kinds[3] = {{false, true}, {false, false}, {true, false}};  // X W^T, dY W, dY^T X
+  for (const DTypeCase& dt : dtypes) {
+    const int64_t n_el = static_cast<int64_t>(g.elements);
+    if (dt.type == CUDA_R_16BF) {
+      FillRandom<__nv_bfloat16>(g.a, n_el, 1, g.stream);
+      FillRandom<__nv_bfloat16>(g.b, n_el, 2, g.stream);
+    } else if (dt.type == CUDA_R_16F) {
+      FillRandom<__half>(g.a, n_el, 1, g.stream);
+      FillRandom<__half>(g.b, n_el, 2, g.stream);
+    } else {
+      FillRandom<float>(g.a, n_el, 1, g.stream);
+      FillRandom<float>(g.b, n_el, 2, g.stream);
+    }
+    auto rate = [&](int64_t m, int64_t n, int64_t k, bool all_kinds) {
+      double total = 0;
+      const int used = all_kinds ? 3 : 1;
+      for (int i = 0; i < used; ++i) {
+        const Kind kind = all_kinds ? kinds[i] : Kind{false, false};
+        total += TimeOnStream(g.lt.Prepare(dt.type, kind.ta, kind.tb, m, n, k, g.a, g.b, g.c),
+                              g.stream, o.repeats, o.min_timing_s);
+      }
+      return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) /
+             (total / used);
+    };
+    const double peak = rate(o.peak_size, o.peak_size, o.peak_size, false);
+    std::vector<CudaGemmFigure> grid;
+    for (const int64_t m : o.gemm_axis) {
+      for (const int64_t n : o.gemm_axis) {
+        for (const int64_t k : o.gemm_axis) grid.push_back({m, n, k, rate(m, n, k, true)});
+      }
+    }
+    Say(progress, std::string(dt.name) + ": " + std::to_string(static_cast<int>(peak / 1e12)) +
+                      " TFLOP/s at " + std::to_string(o.peak_size) + "^3; " +
+                      std::to_string(grid.size()) + " grid points timed");
+    if (dt.type == CUDA_R_16BF) f->bf16_flops_per_s = peak, f->gemm_bf16 = std::move(grid);
+    if (dt.type == CUDA_R_16F) f->fp16_flops_per_s = peak, f->gemm_fp16 = std::move(grid);
+    if (dt.type == CUDA_R_32F) f->fp32_flops_per_s = peak, f->gemm_fp32 = std::move(grid);
+  }
+}
+
+// FP8: E4M3 operands, bf16 result, the TN order (row-major X W^T) its kernels require.
+void MeasureFp8(const GemmBench& g, const CudaCalibrateOptions& o, std::ostream* progress,
+                CudaComputeFigures* f) {
+  if (f->compute_capability < 89) {
+    f->fp8_skipped = "compute capability below 8.9: no FP8 units";
+  } else {
+    const int64_t n_el = static_cast<int64_t>(g.elements);
+    FillRandom<__nv_fp8_e4m3>(g.a, n_el, 1, g.stream);
+    FillRandom<__nv_fp8_e4m3>(g.b, n_el, 2, g.stream);
+    auto rate = [&](int64_t m, int64_t n, int64_t k) {
+      const double t = TimeOnStream(
+          g.lt.Prepare(CUDA_R_8F_E4M3, false, true, m, n, k, g.a, g.b, g.c, CUDA_R_16BF), g.stream,
+          o.repeats, o.min_timing_s);
+      return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) / t;
+    };
+    try {
+      f->fp8_flops_per_s = rate(o.peak_size, o.peak_size, o.peak_size);
+      for (const int64_t m : o.gemm_axis) {
+        for (const int64_t n : o.gemm_axis) {
+          for (const int64_t k : o.gemm_axis) f->gemm_fp8.push_back({m, n, k, rate(m, n, k)});
+        }
+      }
+      Say(progress, "fp8: " + std::to_string(static_cast<int>(f->fp8_flops_per_s / 1e12)) +
+                        " TFLOP/s at " + std::to_string(o.peak_size) + "^3; " +
+                        std::to_string(f->gemm_fp8.size()) + " grid points timed");
+    } catch (const std::exception& e) {
+      // cuBLASLt without an FP8 algorithm for these shapes: the profile keeps the base's table.
+      f->fp8_flops_per_s = 0;
+      f->gemm_fp8.clear();
+      f->fp8_skipped = e.what();
+      Say(progress, std::string("fp8: skipped: ") + e.what());
+    }
+  }
+}
+
+// Copy bandwidth: reads + writes of a device-to-device copy.
+void MeasureCopy(cudaStream_t stream, const CudaCalibrateOptions& o, std::ostream* progress,
+                 CudaComputeFigures* f) {
+  DeviceBuffer src(static_cast<size_t>(o.copy_bytes)), dst(static_cast<size_t>(o.copy_bytes));
+  FillRandom<float>(src.data, o.copy_bytes / 4, 3, stream);
+  const double t = TimeOnStream(
+      [&] {
+        CAL_CUDA(cudaMemcpyAsync(dst.data, src.data, static_cast<size_t>(o.copy_bytes),
+                                 cudaMemcpyDeviceToDevice, stream));
+      },
+      stream, o.repeats, o.min_timing_s);
+  f->copy_bytes = o.copy_bytes;
+  f->copy_bytes_per_s = 2.0 * static_cast<double>(o.copy_bytes) / t;
+  Say(progress, "copy: " + std::to_string(static_cast<int>(f->copy_bytes_per_s / 1e9)) + " GB/s");
+}
+
+// Launch cost: empty kernels back to back, host clock from the first launch to the end of
+// the last one's execution (the rate at which a C++ host issues small kernels).
+void MeasureLaunch(cudaStream_t stream, const CudaCalibrateOptions& o, std::ostream* progress,
+                   CudaComputeFigures* f) {
+  EmptyKernel<<<1, 1, 0, stream>>>();
+  CAL_LAUNCHED();
+  CAL_CUDA(cudaStreamSynchronize(stream));
+  std::vector<double> t;
+  for (int r = 0; r < o.repeats; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < o.launch_count; ++i) EmptyKernel<<<1, 1, 0, stream>>>();
+    CAL_LAUNCHED();
+    CAL_CUDA(cudaStreamSynchronize(stream));
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
+                o.launch_count);
+  }
+  f->launch_s = Median(t);
+  Say(progress, "launch: " + std::to_string(f->launch_s * 1e6) + " us per kernel");
+}
+
+// The executor's attention kernel through its backend (fp32 today).
+void MeasureAttention(const CudaCalibrateOptions& o, std::ostream* progress,
+                      CudaComputeFigures* f) {
+  std::string error;
+  const std::unique_ptr<Backend> backend = MakeCudaBackend(o.device, &error);
+  if (backend == nullptr) throw std::runtime_error("calibrate --backend cuda: " + error);
+  const int64_t h = o.attention_heads, d = o.attention_head_dim, batch = 1;
+  f->attention_heads = h;
+  f->attention_head_dim = d;
+  for (const int64_t s : o.attention_seq) {
+    const int64_t rows = s * batch;
+    Tensor qkv(*backend, DType::kF32, {rows, 3 * h * d}, MemCategory::kActivations);
+    Tensor kv(*backend, DType::kF32, {rows, 2 * h * d}, MemCategory::kActivations);
+    Tensor ctx(*backend, DType::kF32, {rows, h * d}, MemCategory::kActivations);
+    Tensor lse(*backend, DType::kF32, {rows, h}, MemCategory::kActivations);
+    Tensor dqkv(*backend, DType::kF32, {rows, 3 * h * d}, MemCategory::kWorkspace);
+    Tensor dkv(*backend, DType::kF32, {rows, 2 * h * d}, MemCategory::kWorkspace);
+    Tensor dctx(*backend, DType::kF32, {rows, h * d}, MemCategory::kWorkspace);
+    {
+      std::vector<float> host(static_cast<size_t>(qkv.numel()));
+      uint32_t x = 12345;
+      for (float& v : host) {
+        x = x * 1664525u + 1013904223u;
+        v = static_cast<float>(x >> 8) / 16777216.0f - 0.5f;
+      }
+      backend->Upload(qkv.span(), host.data());
+      backend->Upload(kv.span(), host.data());
+      backend->Upload(dctx.span(), host.data());
+    }
+    auto forward = [&] {
+      backend->Fill(ctx.span(), 0);
+      backend->Fill(lse.span(), -std::numeric_limits<double>::infinity());
+      backend->AttentionBlockForward(ctx.span(), lse.span(), qkv.span(), kv.span(), s, s, batch, h,
+                                     h, d, true);
+    };
+    auto backward = [&] {
+      backend->AttentionBlockBackward(dqkv.span(), dkv.span(), dctx.span(), ctx.span(), lse.span(),
+                                      qkv.span(), kv.span(), s, s, batch, h, h, d, true);
+    };
+    auto host_timed = [&](const std::function<void()>& op) {
+      op();
+      Synchronize(*backend);
+      std::vector<double> t;
+      for (int r = 0; r < o.repeats; ++r) {
+        const auto start = std::chrono::steady_clock::now();
+        op();
+        Synchronize(*backend);
+        t.push_back(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      }
+      return Median(t);
+    };
+    forward();
+    const double flops = 2.0 * static_cast<double>(s) * static_cast<double>(s) *
+                         static_cast<double>(d) * static_cast<double>(h * batch);
+    const double tf = host_timed(forward), tb = host_timed(backward);
+    f->attention.push_back({s, flops / tf, 2.5 * flops / tb});
+    Say(progress, "attention (the executor's " + f->attention_dtype + " kernel) at " +
+                      std::to_string(s) + ": forward " + std::to_string(flops / tf / 1e12) +
+                      " TFLOP/s, backward " + std::to_string(2.5 * flops / tb / 1e12) + " TFLOP/s");
+  }
+}
+
+}  // namespace
+
+CudaComputeFigures MeasureCudaCompute(const CudaCalibrateOptions& o, std::ostream* progress) {
+  UseDevice(o.device);
+  CudaComputeFigures f;
+  const cudaDeviceProp prop = DescribeDevice(o.device, &f);
 
   cudaStream_t stream;
   CAL_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -217,188 +423,22 @@ CudaComputeFigures MeasureCudaCompute(const CudaCalibrateOptions& o, std::ostrea
     f.memory_bytes = static_cast<int64_t>(total_bytes);
     f.used_at_start_bytes = static_cast<int64_t>(total_bytes - free_bytes);
   }
-  say(f.device_name + " (compute capability " + std::to_string(prop.major) + "." +
-      std::to_string(prop.minor) + ", " + std::to_string(f.multiprocessors) + " multiprocessors, " +
-      std::to_string(f.memory_bytes >> 20) + " MiB)");
+  Say(progress, f.device_name + " (compute capability " + std::to_string(prop.major) + "." +
+                    std::to_string(prop.minor) + ", " + std::to_string(f.multiprocessors) +
+                    " multiprocessors, " + std::to_string(f.memory_bytes >> 20) + " MiB)");
 
-  // GEMMs: one set of buffers large enough for the largest product of any dtype.
+  // GEMMs: one set of buffers large enough for the largest product of any dtype (held to the
+  // end, as the other measurements run).
   int64_t largest = o.peak_size;
   for (const int64_t v : o.gemm_axis) largest = std::max(largest, v);
   const size_t elements = static_cast<size_t>(largest) * static_cast<size_t>(largest);
   DeviceBuffer a(elements * 4), b(elements * 4), c(elements * 4);
-  const DTypeCase dtypes[3] = {
-      {"bf16", CUDA_R_16BF, 2}, {"fp16", CUDA_R_16F, 2}, {"fp32", CUDA_R_32F, 4}};
-  struct Kind {
-    bool ta, tb;
-  };
-  const Kind kinds[3] = {{false, true}, {false, false}, {true, false}};  // X W^T, dY W, dY^T X
-  for (const DTypeCase& dt : dtypes) {
-    const int64_t n_el = static_cast<int64_t>(elements);
-    if (dt.type == CUDA_R_16BF) {
-      FillRandom<__nv_bfloat16>(a.data, n_el, 1, stream);
-      FillRandom<__nv_bfloat16>(b.data, n_el, 2, stream);
-    } else if (dt.type == CUDA_R_16F) {
-      FillRandom<__half>(a.data, n_el, 1, stream);
-      FillRandom<__half>(b.data, n_el, 2, stream);
-    } else {
-      FillRandom<float>(a.data, n_el, 1, stream);
-      FillRandom<float>(b.data, n_el, 2, stream);
-    }
-    auto rate = [&](int64_t m, int64_t n, int64_t k, bool all_kinds) {
-      double total = 0;
-      const int used = all_kinds ? 3 : 1;
-      for (int i = 0; i < used; ++i) {
-        const Kind kind = all_kinds ? kinds[i] : Kind{false, false};
-        total +=
-            TimeOnStream(lt.Prepare(dt.type, kind.ta, kind.tb, m, n, k, a.data, b.data, c.data),
-                         stream, o.repeats, o.min_timing_s);
-      }
-      return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) /
-             (total / used);
-    };
-    const double peak = rate(o.peak_size, o.peak_size, o.peak_size, false);
-    std::vector<CudaGemmFigure> grid;
-    for (const int64_t m : o.gemm_axis) {
-      for (const int64_t n : o.gemm_axis) {
-        for (const int64_t k : o.gemm_axis) grid.push_back({m, n, k, rate(m, n, k, true)});
-      }
-    }
-    say(std::string(dt.name) + ": " + std::to_string(static_cast<int>(peak / 1e12)) +
-        " TFLOP/s at " + std::to_string(o.peak_size) + "^3; " + std::to_string(grid.size()) +
-        " grid points timed");
-    if (dt.type == CUDA_R_16BF) f.bf16_flops_per_s = peak, f.gemm_bf16 = std::move(grid);
-    if (dt.type == CUDA_R_16F) f.fp16_flops_per_s = peak, f.gemm_fp16 = std::move(grid);
-    if (dt.type == CUDA_R_32F) f.fp32_flops_per_s = peak, f.gemm_fp32 = std::move(grid);
-  }
-
-  // FP8: E4M3 operands, bf16 result, the TN order (row-major X W^T) its kernels require.
-  if (f.compute_capability < 89) {
-    f.fp8_skipped = "compute capability below 8.9: no FP8 units";
-  } else {
-    const int64_t n_el = static_cast<int64_t>(elements);
-    FillRandom<__nv_fp8_e4m3>(a.data, n_el, 1, stream);
-    FillRandom<__nv_fp8_e4m3>(b.data, n_el, 2, stream);
-    auto rate = [&](int64_t m, int64_t n, int64_t k) {
-      const double t = TimeOnStream(
-          lt.Prepare(CUDA_R_8F_E4M3, false, true, m, n, k, a.data, b.data, c.data, CUDA_R_16BF),
-          stream, o.repeats, o.min_timing_s);
-      return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) / t;
-    };
-    try {
-      f.fp8_flops_per_s = rate(o.peak_size, o.peak_size, o.peak_size);
-      for (const int64_t m : o.gemm_axis) {
-        for (const int64_t n : o.gemm_axis) {
-          for (const int64_t k : o.gemm_axis) f.gemm_fp8.push_back({m, n, k, rate(m, n, k)});
-        }
-      }
-      say("fp8: " + std::to_string(static_cast<int>(f.fp8_flops_per_s / 1e12)) + " TFLOP/s at " +
-          std::to_string(o.peak_size) + "^3; " + std::to_string(f.gemm_fp8.size()) +
-          " grid points timed");
-    } catch (const std::exception& e) {
-      // cuBLASLt without an FP8 algorithm for these shapes: the profile keeps the base's table.
-      f.fp8_flops_per_s = 0;
-      f.gemm_fp8.clear();
-      f.fp8_skipped = e.what();
-      say(std::string("fp8: skipped: ") + e.what());
-    }
-  }
-
-  // Copy bandwidth: reads + writes of a device-to-device copy.
-  {
-    DeviceBuffer src(static_cast<size_t>(o.copy_bytes)), dst(static_cast<size_t>(o.copy_bytes));
-    FillRandom<float>(src.data, o.copy_bytes / 4, 3, stream);
-    const double t = TimeOnStream(
-        [&] {
-          CAL_CUDA(cudaMemcpyAsync(dst.data, src.data, static_cast<size_t>(o.copy_bytes),
-                                   cudaMemcpyDeviceToDevice, stream));
-        },
-        stream, o.repeats, o.min_timing_s);
-    f.copy_bytes = o.copy_bytes;
-    f.copy_bytes_per_s = 2.0 * static_cast<double>(o.copy_bytes) / t;
-    say("copy: " + std::to_string(static_cast<int>(f.copy_bytes_per_s / 1e9)) + " GB/s");
-  }
-
-  // Launch cost: empty kernels back to back, host clock from the first launch to the end of
-  // the last one's execution (the rate at which a C++ host issues small kernels).
-  {
-    EmptyKernel<<<1, 1, 0, stream>>>();
-    CAL_LAUNCHED();
-    CAL_CUDA(cudaStreamSynchronize(stream));
-    std::vector<double> t;
-    for (int r = 0; r < o.repeats; ++r) {
-      const auto start = std::chrono::steady_clock::now();
-      for (int i = 0; i < o.launch_count; ++i) EmptyKernel<<<1, 1, 0, stream>>>();
-      CAL_LAUNCHED();
-      CAL_CUDA(cudaStreamSynchronize(stream));
-      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
-                  o.launch_count);
-    }
-    f.launch_s = Median(t);
-    say("launch: " + std::to_string(f.launch_s * 1e6) + " us per kernel");
-  }
-
-  // The executor's attention kernel through its backend (fp32 today).
-  {
-    std::string error;
-    const std::unique_ptr<Backend> backend = MakeCudaBackend(o.device, &error);
-    if (backend == nullptr) throw std::runtime_error("calibrate --backend cuda: " + error);
-    const int64_t h = o.attention_heads, d = o.attention_head_dim, batch = 1;
-    f.attention_heads = h;
-    f.attention_head_dim = d;
-    for (const int64_t s : o.attention_seq) {
-      const int64_t rows = s * batch;
-      Tensor qkv(*backend, DType::kF32, {rows, 3 * h * d}, MemCategory::kActivations);
-      Tensor kv(*backend, DType::kF32, {rows, 2 * h * d}, MemCategory::kActivations);
-      Tensor ctx(*backend, DType::kF32, {rows, h * d}, MemCategory::kActivations);
-      Tensor lse(*backend, DType::kF32, {rows, h}, MemCategory::kActivations);
-      Tensor dqkv(*backend, DType::kF32, {rows, 3 * h * d}, MemCategory::kWorkspace);
-      Tensor dkv(*backend, DType::kF32, {rows, 2 * h * d}, MemCategory::kWorkspace);
-      Tensor dctx(*backend, DType::kF32, {rows, h * d}, MemCategory::kWorkspace);
-      {
-        std::vector<float> host(static_cast<size_t>(qkv.numel()));
-        uint32_t x = 12345;
-        for (float& v : host) {
-          x = x * 1664525u + 1013904223u;
-          v = static_cast<float>(x >> 8) / 16777216.0f - 0.5f;
-        }
-        backend->Upload(qkv.span(), host.data());
-        backend->Upload(kv.span(), host.data());
-        backend->Upload(dctx.span(), host.data());
-      }
-      auto forward = [&] {
-        backend->Fill(ctx.span(), 0);
-        backend->Fill(lse.span(), -std::numeric_limits<double>::infinity());
-        backend->AttentionBlockForward(ctx.span(), lse.span(), qkv.span(), kv.span(), s, s, batch,
-                                       h, h, d, true);
-      };
-      auto backward = [&] {
-        backend->AttentionBlockBackward(dqkv.span(), dkv.span(), dctx.span(), ctx.span(),
-                                        lse.span(), qkv.span(), kv.span(), s, s, batch, h, h, d,
-                                        true);
-      };
-      auto host_timed = [&](const std::function<void()>& op) {
-        op();
-        Synchronize(*backend);
-        std::vector<double> t;
-        for (int r = 0; r < o.repeats; ++r) {
-          const auto start = std::chrono::steady_clock::now();
-          op();
-          Synchronize(*backend);
-          t.push_back(
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-        }
-        return Median(t);
-      };
-      forward();
-      const double flops = 2.0 * static_cast<double>(s) * static_cast<double>(s) *
-                           static_cast<double>(d) * static_cast<double>(h * batch);
-      const double tf = host_timed(forward), tb = host_timed(backward);
-      f.attention.push_back({s, flops / tf, 2.5 * flops / tb});
-      say("attention (the executor's " + f.attention_dtype + " kernel) at " + std::to_string(s) +
-          ": forward " + std::to_string(flops / tf / 1e12) + " TFLOP/s, backward " +
-          std::to_string(2.5 * flops / tb / 1e12) + " TFLOP/s");
-    }
-  }
+  const GemmBench gemm{lt, stream, a.data, b.data, c.data, elements};
+  MeasureGemms(gemm, o, progress, &f);
+  MeasureFp8(gemm, o, progress, &f);
+  MeasureCopy(stream, o, progress, &f);
+  MeasureLaunch(stream, o, progress, &f);
+  MeasureAttention(o, progress, &f);
   return f;
 }
 

@@ -24,6 +24,198 @@ struct LayerIndices {
   std::vector<std::pair<int, int>> experts;  // fc1, fc2 of each local expert
 };
 
+// Indices into infos_ of one chunk's parameters (-1: absent).
+struct ChunkIndices {
+  int word = -1, position = -1, final_w = -1, final_b = -1, output = -1;
+  std::vector<LayerIndices> layers;
+};
+
+// Declares the parameters one rank holds, chunk by chunk in the order Megatron builds them: each
+// one's ParamInfo (its shape, its slice of the full model, its initialisation, the chunk and
+// backward part it belongs to) appended to `infos`, and each chunk's indices into them.
+class ParamDeclarer {
+ public:
+  ParamDeclarer(const GptDims& d, const ModelSpec& model, const ParallelConfig& parallel,
+                RankCoords coords, std::vector<ParamInfo>& infos)
+      : d_(d),
+        model_(model),
+        parallel_(parallel),
+        coords_(coords),
+        // The experts this rank holds: its place on the expert grid (executor/comm/topology.h).
+        expert_(ExpertCoordsOf(WorldRankOf(coords, parallel), parallel)),
+        first_expert_(expert_.ep * d.experts_local),
+        infos_(infos) {}
+
+  int64_t first_expert() const { return first_expert_; }
+
+  // Chunk `chunk` of this pipeline rank: its place in the model (cp's virtual stage, embedding,
+  // head and first layer), then its parameters.
+  ChunkIndices Chunk(int chunk, ChunkParams& cp) {
+    ChunkIndices ci;
+    chunk_ = chunk;
+    cp.virtual_stage = chunk * parallel_.pp + coords_.pp;
+    cp.has_embedding = cp.virtual_stage == 0;
+    cp.has_head = cp.virtual_stage == d_.virtual_stages - 1;
+    cp.first_layer = d_.split.first_layer[static_cast<size_t>(cp.virtual_stage)];
+    const int64_t chunk_layers = d_.split.layers[static_cast<size_t>(cp.virtual_stage)];
+    part_ = kEmbeddingPart;
+    if (cp.has_embedding) {
+      ci.word = WordEmbedding(false);
+      if (!d_.rotary) {
+        ci.position = Replicated("embedding.position", d_.max_positions, d_.hidden,
+                                 InitKind::kNormal, kInitStd, true);
+      }
+    }
+    for (int64_t l = 0; l < chunk_layers; ++l) ci.layers.push_back(Layer(cp.first_layer + l));
+    if (cp.has_head) {
+      part_ = kHeadPart;
+      Norm("final_ln", &ci.final_w, &ci.final_b);
+      if (!d_.tied) {
+        ci.output = ByRows("output_layer.weight", d_.vocab_padded, d_.hidden, InitKind::kNormal,
+                           kInitStd, true);
+        infos_[static_cast<size_t>(ci.output)].model_rows = d_.vocab;
+      } else {
+        if (!cp.has_embedding) ci.word = WordEmbedding(true);
+        ci.output = ci.word;
+      }
+    }
+    return ci;
+  }
+
+ private:
+  // Layer `layer`: attention, then the MLP or the MoE layer's router, shared and local experts.
+  LayerIndices Layer(int64_t layer) {
+    const int64_t h = d_.hidden, qkv_rows = (d_.heads + 2 * d_.groups) * d_.head_dim;
+    const int64_t attn = d_.heads * d_.head_dim;
+    const double out_std = kInitStd / std::sqrt(2.0 * static_cast<double>(d_.layers));
+    const int64_t fc1_groups = d_.swiglu ? 2 : 1;
+    const std::string p = fmt::format("layers.{}.", layer);
+    part_ = static_cast<int>(layer);
+    LayerIndices li;
+    auto bias = [&](const std::string& name, int64_t rows, bool sharded, int64_t groups = 1) {
+      if (!d_.biases) return -1;
+      return sharded ? ByRows(p + name, rows, 1, InitKind::kZeros, 0, false, groups)
+                     : Replicated(p + name, rows, 1, InitKind::kZeros, 0, false);
+    };
+    Norm(p + "ln1", &li.ln1_w, &li.ln1_b);
+    li.qkv_w = ByRows(p + "attention.qkv.weight", qkv_rows, h, InitKind::kNormal, kInitStd, true);
+    li.qkv_b = bias("attention.qkv.bias", qkv_rows, true);
+    li.proj_w = ByCols(p + "attention.proj.weight", h, attn, out_std);
+    li.proj_b = bias("attention.proj.bias", h, false);
+    Norm(p + "ln2", &li.ln2_w, &li.ln2_b);
+    li.moe = model_.IsMoeLayer(static_cast<int>(layer));
+    if (!li.moe) {
+      li.fc1_w = ByRows(p + "mlp.fc1.weight", fc1_groups * d_.ffn, h, InitKind::kNormal, kInitStd,
+                        true, fc1_groups);
+      li.fc1_b = bias("mlp.fc1.bias", fc1_groups * d_.ffn, true, fc1_groups);
+      li.fc2_w = ByCols(p + "mlp.fc2.weight", h, d_.ffn, out_std);
+      li.fc2_b = bias("mlp.fc2.bias", h, false);
+      return li;
+    }
+    // MoE layers have no biases (CheckExecutable refuses add_bias_linear with experts).
+    PTDP_CHECK(!d_.biases);
+    li.router_w =
+        Replicated(p + "mlp.router.weight", d_.experts, h, InitKind::kNormal, kInitStd, true);
+    if (d_.shared_ffn > 0) {
+      li.fc1_w = ByRows(p + "mlp.shared_experts.fc1.weight", fc1_groups * d_.shared_ffn, h,
+                        InitKind::kNormal, kInitStd, true, fc1_groups);
+      li.fc2_w = ByCols(p + "mlp.shared_experts.fc2.weight", h, d_.shared_ffn, out_std);
+    }
+    for (int64_t e = first_expert_; e < first_expert_ + d_.experts_local; ++e) {
+      const std::string x = fmt::format("{}mlp.experts.{}.", p, e);
+      const int fc1 = ByRows(x + "fc1.weight", fc1_groups * d_.expert_ffn, h, InitKind::kNormal,
+                             kInitStd, true, fc1_groups, d_.etp, expert_.etp);
+      const int fc2 = ByCols(x + "fc2.weight", h, d_.expert_ffn, out_std, d_.etp, expert_.etp);
+      for (const int i : {fc1, fc2}) infos_[static_cast<size_t>(i)].expert = true;
+      li.experts.push_back({fc1, fc2});
+    }
+    return li;
+  }
+
+  int Replicated(std::string name, int64_t rows, int64_t cols, InitKind init, double std, bool wd) {
+    ParamInfo p;
+    p.name = std::move(name);
+    p.full_rows = p.model_rows = p.local_rows = rows;
+    p.full_cols = p.local_cols = cols;
+    p.init = init;
+    p.init_std = std;
+    p.weight_decay = wd;
+    p.tp_duplicate = true;
+    p.sequence_parallel_grad = parallel_.sequence_parallel;
+    p.chunk = chunk_;
+    p.part = part_;
+    return Add(std::move(p));
+  }
+
+  // Split over `parts` ranks (TP, or the expert TP group), this rank holding part `index`.
+  int ByRows(std::string name, int64_t rows, int64_t cols, InitKind init, double std, bool wd,
+             int64_t row_groups = 1, int64_t parts = 0, int64_t index = -1) {
+    if (parts == 0) parts = d_.tp, index = coords_.tp;
+    ParamInfo p;
+    p.name = std::move(name);
+    p.full_rows = p.model_rows = rows;
+    p.full_cols = p.local_cols = cols;
+    p.shard = ShardDim::kRows;
+    p.row_groups = row_groups;
+    p.local_rows = rows / parts;
+    p.row_begin = index * (p.local_rows / row_groups);
+    p.init = init;
+    p.init_std = std;
+    p.weight_decay = wd;
+    p.chunk = chunk_;
+    p.part = part_;
+    return Add(std::move(p));
+  }
+
+  int ByCols(std::string name, int64_t rows, int64_t cols, double std, int64_t parts = 0,
+             int64_t index = -1) {
+    if (parts == 0) parts = d_.tp, index = coords_.tp;
+    ParamInfo p;
+    p.name = std::move(name);
+    p.full_rows = p.model_rows = p.local_rows = rows;
+    p.full_cols = cols;
+    p.shard = ShardDim::kCols;
+    p.local_cols = cols / parts;
+    p.col_begin = index * p.local_cols;
+    p.init = InitKind::kNormal;
+    p.init_std = std;
+    p.weight_decay = true;
+    p.chunk = chunk_;
+    p.part = part_;
+    return Add(std::move(p));
+  }
+
+  int WordEmbedding(bool shared) {
+    const int i =
+        ByRows("embedding.word", d_.vocab_padded, d_.hidden, InitKind::kNormal, kInitStd, true);
+    infos_[static_cast<size_t>(i)].model_rows = d_.vocab;
+    infos_[static_cast<size_t>(i)].tied_embedding = d_.tied;
+    infos_[static_cast<size_t>(i)].shared_copy = shared;
+    return i;
+  }
+
+  // Norm weight and (LayerNorm) bias; -1 for an absent bias.
+  void Norm(const std::string& name, int* w, int* b) {
+    *w = Replicated(name + ".weight", d_.hidden, 1, InitKind::kOnes, 0, false);
+    *b = d_.rmsnorm ? -1 : Replicated(name + ".bias", d_.hidden, 1, InitKind::kZeros, 0, false);
+  }
+
+  int Add(ParamInfo info) {
+    infos_.push_back(std::move(info));
+    return static_cast<int>(infos_.size()) - 1;
+  }
+
+  const GptDims& d_;
+  const ModelSpec& model_;
+  const ParallelConfig& parallel_;
+  const RankCoords coords_;
+  const ExpertCoords expert_;
+  const int64_t first_expert_;
+  std::vector<ParamInfo>& infos_;
+  int chunk_ = 0;              // the chunk being declared
+  int part_ = kEmbeddingPart;  // and its backward part (a layer, the embedding or the head)
+};
+
 }  // namespace
 
 GptDims MakeGptDims(const ModelSpec& model, const ParallelConfig& parallel, int tp_rank) {
@@ -77,180 +269,15 @@ GptParams::GptParams(const ModelSpec& model, const ParallelConfig& parallel, Ran
       coords_(coords),
       dtype_(dtype),
       backend_(backend) {
-  const GptDims& d = dims_;
-  const int64_t h = d.hidden, qkv_rows = (d.heads + 2 * d.groups) * d.head_dim;
-  const int64_t attn = d.heads * d.head_dim;
-  const double out_std = kInitStd / std::sqrt(2.0 * static_cast<double>(d.layers));
-  int chunk = 0;
-  int part = kEmbeddingPart;
-  auto replicated = [&](std::string name, int64_t rows, int64_t cols, InitKind init, double std,
-                        bool wd) {
-    ParamInfo p;
-    p.name = std::move(name);
-    p.full_rows = p.model_rows = p.local_rows = rows;
-    p.full_cols = p.local_cols = cols;
-    p.init = init;
-    p.init_std = std;
-    p.weight_decay = wd;
-    p.tp_duplicate = true;
-    p.sequence_parallel_grad = parallel.sequence_parallel;
-    p.chunk = chunk;
-    p.part = part;
-    return Add(std::move(p));
-  };
-  // Split over `parts` ranks (TP, or the expert TP group), this rank holding part `index`.
-  auto by_rows = [&](std::string name, int64_t rows, int64_t cols, InitKind init, double std,
-                     bool wd, int64_t row_groups = 1, int64_t parts = 0, int64_t index = -1) {
-    if (parts == 0) parts = d.tp, index = coords.tp;
-    ParamInfo p;
-    p.name = std::move(name);
-    p.full_rows = p.model_rows = rows;
-    p.full_cols = p.local_cols = cols;
-    p.shard = ShardDim::kRows;
-    p.row_groups = row_groups;
-    p.local_rows = rows / parts;
-    p.row_begin = index * (p.local_rows / row_groups);
-    p.init = init;
-    p.init_std = std;
-    p.weight_decay = wd;
-    p.chunk = chunk;
-    p.part = part;
-    return Add(std::move(p));
-  };
-  auto by_cols = [&](std::string name, int64_t rows, int64_t cols, double std, int64_t parts = 0,
-                     int64_t index = -1) {
-    if (parts == 0) parts = d.tp, index = coords.tp;
-    ParamInfo p;
-    p.name = std::move(name);
-    p.full_rows = p.model_rows = p.local_rows = rows;
-    p.full_cols = cols;
-    p.shard = ShardDim::kCols;
-    p.local_cols = cols / parts;
-    p.col_begin = index * p.local_cols;
-    p.init = InitKind::kNormal;
-    p.init_std = std;
-    p.weight_decay = true;
-    p.chunk = chunk;
-    p.part = part;
-    return Add(std::move(p));
-  };
-  auto word_embedding = [&](bool shared) {
-    const int i = by_rows("embedding.word", d.vocab_padded, h, InitKind::kNormal, kInitStd, true);
-    infos_[i].model_rows = d.vocab;
-    infos_[i].tied_embedding = d.tied;
-    infos_[i].shared_copy = shared;
-    return i;
-  };
-  // Norm weight and (LayerNorm) bias; -1 for an absent bias.
-  auto norm = [&](const std::string& name, int* w, int* b) {
-    *w = replicated(name + ".weight", h, 1, InitKind::kOnes, 0, false);
-    *b = d.rmsnorm ? -1 : replicated(name + ".bias", h, 1, InitKind::kZeros, 0, false);
-  };
-
-  struct ChunkIndices {
-    int word = -1, position = -1, final_w = -1, final_b = -1, output = -1;
-    std::vector<LayerIndices> layers;
-  };
-  // The experts this rank holds: its place on the expert grid (executor/comm/topology.h).
-  const ExpertCoords expert = ExpertCoordsOf(WorldRankOf(coords, parallel), parallel);
-  const int64_t first_expert = expert.ep * d.experts_local;
+  ParamDeclarer declare(dims_, model, parallel, coords, infos_);
   std::vector<ChunkIndices> indices(static_cast<size_t>(parallel.virtual_stages));
   chunks_.resize(indices.size());
-  for (chunk = 0; chunk < parallel.virtual_stages; ++chunk) {
-    ChunkParams& cp = chunks_[static_cast<size_t>(chunk)];
-    ChunkIndices& ci = indices[static_cast<size_t>(chunk)];
-    cp.virtual_stage = chunk * parallel.pp + coords.pp;
-    cp.has_embedding = cp.virtual_stage == 0;
-    cp.has_head = cp.virtual_stage == d.virtual_stages - 1;
-    cp.first_layer = d.split.first_layer[static_cast<size_t>(cp.virtual_stage)];
-    const int64_t chunk_layers = d.split.layers[static_cast<size_t>(cp.virtual_stage)];
-    part = kEmbeddingPart;
-    if (cp.has_embedding) {
-      ci.word = word_embedding(false);
-      if (!d.rotary) {
-        ci.position =
-            replicated("embedding.position", d.max_positions, h, InitKind::kNormal, kInitStd, true);
-      }
-    }
-    const int64_t fc1_groups = d.swiglu ? 2 : 1;
-    for (int64_t l = 0; l < chunk_layers; ++l) {
-      const std::string p = fmt::format("layers.{}.", cp.first_layer + l);
-      part = static_cast<int>(cp.first_layer + l);
-      LayerIndices li;
-      auto bias = [&](const std::string& name, int64_t rows, bool sharded, int64_t groups = 1) {
-        if (!d.biases) return -1;
-        return sharded ? by_rows(p + name, rows, 1, InitKind::kZeros, 0, false, groups)
-                       : replicated(p + name, rows, 1, InitKind::kZeros, 0, false);
-      };
-      norm(p + "ln1", &li.ln1_w, &li.ln1_b);
-      li.qkv_w =
-          by_rows(p + "attention.qkv.weight", qkv_rows, h, InitKind::kNormal, kInitStd, true);
-      li.qkv_b = bias("attention.qkv.bias", qkv_rows, true);
-      li.proj_w = by_cols(p + "attention.proj.weight", h, attn, out_std);
-      li.proj_b = bias("attention.proj.bias", h, false);
-      norm(p + "ln2", &li.ln2_w, &li.ln2_b);
-      li.moe = model.IsMoeLayer(static_cast<int>(cp.first_layer + l));
-      if (!li.moe) {
-        li.fc1_w = by_rows(p + "mlp.fc1.weight", fc1_groups * d.ffn, h, InitKind::kNormal, kInitStd,
-                           true, fc1_groups);
-        li.fc1_b = bias("mlp.fc1.bias", fc1_groups * d.ffn, true, fc1_groups);
-        li.fc2_w = by_cols(p + "mlp.fc2.weight", h, d.ffn, out_std);
-        li.fc2_b = bias("mlp.fc2.bias", h, false);
-        ci.layers.push_back(li);
-        continue;
-      }
-      // MoE layers have no biases (CheckExecutable refuses add_bias_linear with experts).
-      PTDP_CHECK(!d.biases);
-      li.router_w =
-          replicated(p + "mlp.router.weight", d.experts, h, InitKind::kNormal, kInitStd, true);
-      if (d.shared_ffn > 0) {
-        li.fc1_w = by_rows(p + "mlp.shared_experts.fc1.weight", fc1_groups * d.shared_ffn, h,
-                           InitKind::kNormal, kInitStd, true, fc1_groups);
-        li.fc2_w = by_cols(p + "mlp.shared_experts.fc2.weight", h, d.shared_ffn, out_std);
-      }
-      for (int64_t e = first_expert; e < first_expert + d.experts_local; ++e) {
-        const std::string x = fmt::format("{}mlp.experts.{}.", p, e);
-        const int fc1 = by_rows(x + "fc1.weight", fc1_groups * d.expert_ffn, h, InitKind::kNormal,
-                                kInitStd, true, fc1_groups, d.etp, expert.etp);
-        const int fc2 = by_cols(x + "fc2.weight", h, d.expert_ffn, out_std, d.etp, expert.etp);
-        for (const int i : {fc1, fc2}) infos_[static_cast<size_t>(i)].expert = true;
-        li.experts.push_back({fc1, fc2});
-      }
-      ci.layers.push_back(li);
-    }
-    if (cp.has_head) {
-      part = kHeadPart;
-      norm("final_ln", &ci.final_w, &ci.final_b);
-      if (!d.tied) {
-        ci.output =
-            by_rows("output_layer.weight", d.vocab_padded, h, InitKind::kNormal, kInitStd, true);
-        infos_[static_cast<size_t>(ci.output)].model_rows = d.vocab;
-      } else {
-        if (!cp.has_embedding) ci.word = word_embedding(true);
-        ci.output = ci.word;
-      }
-    }
+  for (int chunk = 0; chunk < parallel.virtual_stages; ++chunk) {
+    indices[static_cast<size_t>(chunk)] = declare.Chunk(chunk, chunks_[static_cast<size_t>(chunk)]);
   }
+  LayOut(pad_multiple, expert_pad_multiple);
 
-  // The dense parameters first, then the experts', each range padded to its multiple.
-  PTDP_CHECK(pad_multiple >= 1 && expert_pad_multiple >= 1);
-  int64_t total = 0;
-  for (const bool experts : {false, true}) {
-    const int64_t begin = total;
-    for (ParamInfo& p : infos_) {
-      if (p.expert != experts) continue;
-      p.numel = p.local_rows * p.local_cols;
-      p.offset = total;
-      total += p.numel;
-      used_numel_ += p.numel;
-    }
-    const int64_t multiple = experts ? expert_pad_multiple : pad_multiple;
-    total = begin + (total - begin + multiple - 1) / multiple * multiple;
-    (experts ? expert_ : dense_) = {begin, total - begin};
-  }
-  values_ = Tensor(backend, dtype, {total}, MemCategory::kWeights);
-  grads_ = Tensor(backend, MainDType(dtype), {total}, MemCategory::kGradients);
-
+  // Each chunk's parameters: the declared indices resolved into the buffers.
   auto ref = [&](int i) { return i < 0 ? ParamRef{} : Ref(infos_[static_cast<size_t>(i)]); };
   for (size_t c = 0; c < chunks_.size(); ++c) {
     ChunkParams& cp = chunks_[c];
@@ -267,21 +294,37 @@ GptParams::GptParams(const ModelSpec& model, const ParallelConfig& parallel, Ran
       lp.moe = li.moe;
       lp.router_w = ref(li.router_w);
       for (const auto& [fc1, fc2] : li.experts) lp.experts.push_back({ref(fc1), ref(fc2)});
-      lp.first_expert = first_expert;
+      lp.first_expert = declare.first_expert();
       cp.layers.push_back(std::move(lp));
     }
   }
+}
+
+// The dense parameters first, then the experts', each range padded to its multiple.
+void GptParams::LayOut(int64_t pad_multiple, int64_t expert_pad_multiple) {
+  PTDP_CHECK(pad_multiple >= 1 && expert_pad_multiple >= 1);
+  int64_t total = 0;
+  for (const bool experts : {false, true}) {
+    const int64_t begin = total;
+    for (ParamInfo& p : infos_) {
+      if (p.expert != experts) continue;
+      p.numel = p.local_rows * p.local_cols;
+      p.offset = total;
+      total += p.numel;
+      used_numel_ += p.numel;
+    }
+    const int64_t multiple = experts ? expert_pad_multiple : pad_multiple;
+    total = begin + (total - begin + multiple - 1) / multiple * multiple;
+    (experts ? expert_ : dense_) = {begin, total - begin};
+  }
+  values_ = Tensor(backend_, dtype_, {total}, MemCategory::kWeights);
+  grads_ = Tensor(backend_, MainDType(dtype_), {total}, MemCategory::kGradients);
 }
 
 int64_t FullRow(const ParamInfo& p, int64_t local_row) {
   if (p.shard != ShardDim::kRows || p.row_groups == 1) return p.row_begin + local_row;
   const int64_t per_group = p.local_rows / p.row_groups;  // of this rank, in each block
   return local_row / per_group * (p.full_rows / p.row_groups) + p.row_begin + local_row % per_group;
-}
-
-int GptParams::Add(ParamInfo info) {
-  infos_.push_back(std::move(info));
-  return static_cast<int>(infos_.size()) - 1;
 }
 
 ParamRef GptParams::Ref(const ParamInfo& info) const {

@@ -178,7 +178,8 @@ class GptParams {
   DType dtype() const { return dtype_; }
 
  private:
-  int Add(ParamInfo info);
+  // The declared parameters' offsets in two flat buffers, then the buffers.
+  void LayOut(int64_t pad_multiple, int64_t expert_pad_multiple);
 
   GptDims dims_;
   RankCoords coords_;

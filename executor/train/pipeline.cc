@@ -42,122 +42,153 @@ void PipelineRunner::PollSends(bool wait_all) {
   }
 }
 
-PipelineStepStats PipelineRunner::RunStep(const std::function<MicroBatch(int)>& batch,
-                                          double loss_scale) {
-  const int r = pp_.rank();
-  const int last = schedule_.virtual_stages() - 1;
+struct PipelineRunner::Step {
+  Step(const std::function<MicroBatch(int)>& batch, double loss_scale)
+      : batch(batch), loss_scale(loss_scale) {}
+
+  const std::function<MicroBatch(int)>& batch;
+  const double loss_scale;
   std::map<std::pair<int, int>, ChunkActs> acts;
   std::map<std::pair<int, int>, WeightGradQueue> queues;
   std::map<int, MicroBatch> batches;
-  auto micro = [&](int i) -> const MicroBatch& {
+  // Per model chunk: the index of its first F and of its last B or W in this stage's list.
+  std::vector<size_t> first_forward, last_grad;
+  PipelineStepStats stats;
+  double loss_sum = 0;
+  int losses = 0;
+
+  // Micro-batch i, drawn the first time an operation asks for it.
+  const MicroBatch& Micro(int i) {
     auto it = batches.find(i);
     if (it == batches.end()) it = batches.emplace(i, batch(i)).first;
     return it->second;
-  };
-  auto label = [&](const PipelineOp& op) {
-    std::string s = fmt::format("{}{}", Letter(op.kind), op.microbatch);
-    if (schedule_.chunks > 1) s += fmt::format(".{}", op.chunk);
-    return s;
-  };
+  }
+};
 
-  // A GPU backend runs kernels asynchronously: an operation has ended when its kernels have.
-  auto done = [&] {
-    Synchronize(backend_);
-    return recorder_.Now();
-  };
-  // Per model chunk: the index of its first F and of its last B or W in this stage's list.
-  const std::vector<PipelineOp>& ops = schedule_.ops[static_cast<size_t>(r)];
-  std::vector<size_t> first_forward(static_cast<size_t>(schedule_.chunks), ops.size());
-  std::vector<size_t> last_grad(static_cast<size_t>(schedule_.chunks), ops.size());
+PipelineStepStats PipelineRunner::RunStep(const std::function<MicroBatch(int)>& batch,
+                                          double loss_scale) {
+  const std::vector<PipelineOp>& ops = schedule_.ops[static_cast<size_t>(pp_.rank())];
+  Step step(batch, loss_scale);
+  step.first_forward.assign(static_cast<size_t>(schedule_.chunks), ops.size());
+  step.last_grad.assign(static_cast<size_t>(schedule_.chunks), ops.size());
   for (size_t i = ops.size(); i-- > 0;) {
     const auto c = static_cast<size_t>(ops[i].chunk);
     if (ops[i].kind == OpKind::kForward) {
-      first_forward[c] = i;
-    } else if (last_grad[c] == ops.size()) {
-      last_grad[c] = i;
+      step.first_forward[c] = i;
+    } else if (step.last_grad[c] == ops.size()) {
+      step.last_grad[c] = i;
     }
   }
-  PipelineStepStats stats;
-  stats.start_s = done();
-  double loss_sum = 0;
-  int losses = 0;
+  step.stats.start_s = Done();
   for (size_t index = 0; index < ops.size(); ++index) {
     const PipelineOp& op = ops[index];
-    const int vs = schedule_.VirtualStage(r, op.chunk);
-    const std::pair<int, int> key{op.microbatch, op.chunk};
-    const MicroBatch& mb = micro(op.microbatch);
-    auto receive = [&](bool backward, MemCategory category) {
-      Tensor t(backend_, model_.dtype(), {model_.local_rows(), model_.hidden()}, category);
-      const double t0 = recorder_.Now();
-      pp_.Recv(t.span(), op.recv_from, Tag(backward, vs, op.microbatch));
-      stats.recv_wait_s += recorder_.Add(fmt::format("recv {}", label(op)), "recv", t0,
-                                         recorder_.Now(), op.microbatch, op.chunk);
-      return t;
-    };
-    auto send = [&](Tensor t, bool backward, int to_vs) {
-      Pending p;
-      p.posted_s = recorder_.Now();
-      p.request = pp_.Isend(t.span(), op.send_to, Tag(backward, to_vs, op.microbatch));
-      p.buffer = std::move(t);
-      p.name = fmt::format("send {}", label(op));
-      p.microbatch = op.microbatch;
-      p.chunk = op.chunk;
-      pending_.push_back(std::move(p));
-    };
-
+    const MicroBatch& mb = step.Micro(op.microbatch);
     if (op.kind == OpKind::kForward) {
-      Tensor input;
-      if (op.recv_from != kNoStage) input = receive(false, MemCategory::kActivations);
-      if (listener_ != nullptr && first_forward[static_cast<size_t>(op.chunk)] == index) {
-        listener_->BeforeFirstForward(op.chunk);
-      }
-      const double t0 = recorder_.Now();
-      double loss = 0;
-      Tensor out = model_.Forward(op.chunk, std::move(input), mb, &acts[key], &loss);
-      stats.busy_s += recorder_.Add(label(op), "forward", t0, done(), op.microbatch, op.chunk);
-      if (vs == last) {
-        loss_sum += loss / static_cast<double>(model_.rows());
-        ++losses;
-      }
-      if (op.send_to != kNoStage) send(std::move(out), false, vs + 1);
+      RunForward(step, op, index, mb);
     } else if (op.kind == OpKind::kBackward) {
-      Tensor grad;
-      if (op.recv_from != kNoStage) grad = receive(true, MemCategory::kCommBuffers);
-      const double t0 = recorder_.Now();
-      auto it = acts.find(key);
-      PTDP_CHECK(it != acts.end());
-      WeightGradQueue& queue = queues[key];
-      std::function<void(int)> part_done;
-      if (listener_ != nullptr && last_grad[static_cast<size_t>(op.chunk)] == index) {
-        part_done = [this, chunk = op.chunk](int part) { listener_->PartDone(chunk, part); };
-      }
-      Tensor dx = model_.Backward(op.chunk, it->second, std::move(grad), mb, loss_scale, queue,
-                                  schedule_.split_backward, part_done);
-      acts.erase(it);
-      if (!schedule_.split_backward) queues.erase(key);
-      stats.busy_s += recorder_.Add(label(op), "backward", t0, done(), op.microbatch, op.chunk);
-      if (op.send_to != kNoStage) send(std::move(dx), true, vs - 1);
+      RunBackward(step, op, index, mb);
     } else {
-      const double t0 = recorder_.Now();
-      auto it = queues.find(key);
-      PTDP_CHECK(it != queues.end());
-      it->second.Run(backend_);
-      queues.erase(it);
-      stats.busy_s += recorder_.Add(label(op), "weight-grad", t0, done(), op.microbatch, op.chunk);
+      RunWeightGrad(step, op);
     }
     if (listener_ != nullptr) {
-      if (last_grad[static_cast<size_t>(op.chunk)] == index) listener_->GradientsDone(op.chunk);
+      if (step.last_grad[static_cast<size_t>(op.chunk)] == index) {
+        listener_->GradientsDone(op.chunk);
+      }
       listener_->Progress();
     }
-    ++stats.ops;
-    if (after_op_) after_op_(stats.ops);
+    ++step.stats.ops;
+    if (after_op_) after_op_(step.stats.ops);
     PollSends(false);
   }
   PollSends(true);
-  PTDP_CHECK(acts.empty() && queues.empty());
-  stats.end_s = recorder_.Now();
-  stats.loss = losses > 0 ? loss_sum / losses : 0;
-  return stats;
+  PTDP_CHECK(step.acts.empty() && step.queues.empty());
+  step.stats.end_s = recorder_.Now();
+  step.stats.loss = step.losses > 0 ? step.loss_sum / step.losses : 0;
+  return step.stats;
+}
+
+void PipelineRunner::RunForward(Step& step, const PipelineOp& op, size_t index,
+                                const MicroBatch& mb) {
+  const int vs = schedule_.VirtualStage(pp_.rank(), op.chunk);
+  const std::pair<int, int> key{op.microbatch, op.chunk};
+  Tensor input;
+  if (op.recv_from != kNoStage) input = Receive(step, op, false, MemCategory::kActivations);
+  if (listener_ != nullptr && step.first_forward[static_cast<size_t>(op.chunk)] == index) {
+    listener_->BeforeFirstForward(op.chunk);
+  }
+  const double t0 = recorder_.Now();
+  double loss = 0;
+  Tensor out = model_.Forward(op.chunk, std::move(input), mb, &step.acts[key], &loss);
+  step.stats.busy_s += recorder_.Add(Label(op), "forward", t0, Done(), op.microbatch, op.chunk);
+  if (vs == schedule_.virtual_stages() - 1) {
+    step.loss_sum += loss / static_cast<double>(model_.rows());
+    ++step.losses;
+  }
+  if (op.send_to != kNoStage) Send(op, std::move(out), false, vs + 1);
+}
+
+void PipelineRunner::RunBackward(Step& step, const PipelineOp& op, size_t index,
+                                 const MicroBatch& mb) {
+  const int vs = schedule_.VirtualStage(pp_.rank(), op.chunk);
+  const std::pair<int, int> key{op.microbatch, op.chunk};
+  Tensor grad;
+  if (op.recv_from != kNoStage) grad = Receive(step, op, true, MemCategory::kCommBuffers);
+  const double t0 = recorder_.Now();
+  auto it = step.acts.find(key);
+  PTDP_CHECK(it != step.acts.end());
+  WeightGradQueue& queue = step.queues[key];
+  std::function<void(int)> part_done;
+  if (listener_ != nullptr && step.last_grad[static_cast<size_t>(op.chunk)] == index) {
+    part_done = [this, chunk = op.chunk](int part) { listener_->PartDone(chunk, part); };
+  }
+  Tensor dx = model_.Backward(op.chunk, it->second, std::move(grad), mb, step.loss_scale, queue,
+                              schedule_.split_backward, part_done);
+  step.acts.erase(it);
+  if (!schedule_.split_backward) step.queues.erase(key);
+  step.stats.busy_s += recorder_.Add(Label(op), "backward", t0, Done(), op.microbatch, op.chunk);
+  if (op.send_to != kNoStage) Send(op, std::move(dx), true, vs - 1);
+}
+
+void PipelineRunner::RunWeightGrad(Step& step, const PipelineOp& op) {
+  const double t0 = recorder_.Now();
+  auto it = step.queues.find(std::pair<int, int>{op.microbatch, op.chunk});
+  PTDP_CHECK(it != step.queues.end());
+  it->second.Run(backend_);
+  step.queues.erase(it);
+  step.stats.busy_s += recorder_.Add(Label(op), "weight-grad", t0, Done(), op.microbatch, op.chunk);
+}
+
+Tensor PipelineRunner::Receive(Step& step, const PipelineOp& op, bool backward,
+                               MemCategory category) {
+  const int vs = schedule_.VirtualStage(pp_.rank(), op.chunk);
+  Tensor t(backend_, model_.dtype(), {model_.local_rows(), model_.hidden()}, category);
+  const double t0 = recorder_.Now();
+  pp_.Recv(t.span(), op.recv_from, Tag(backward, vs, op.microbatch));
+  step.stats.recv_wait_s += recorder_.Add(fmt::format("recv {}", Label(op)), "recv", t0,
+                                          recorder_.Now(), op.microbatch, op.chunk);
+  return t;
+}
+
+void PipelineRunner::Send(const PipelineOp& op, Tensor t, bool backward, int to_vs) {
+  Pending p;
+  p.posted_s = recorder_.Now();
+  p.request = pp_.Isend(t.span(), op.send_to, Tag(backward, to_vs, op.microbatch));
+  p.buffer = std::move(t);
+  p.name = fmt::format("send {}", Label(op));
+  p.microbatch = op.microbatch;
+  p.chunk = op.chunk;
+  pending_.push_back(std::move(p));
+}
+
+std::string PipelineRunner::Label(const PipelineOp& op) const {
+  std::string s = fmt::format("{}{}", Letter(op.kind), op.microbatch);
+  if (schedule_.chunks > 1) s += fmt::format(".{}", op.chunk);
+  return s;
+}
+
+double PipelineRunner::Done() {
+  Synchronize(backend_);
+  return recorder_.Now();
 }
 
 double PipelineRunner::Evaluate(const std::function<MicroBatch(int)>& batch) {

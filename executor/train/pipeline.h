@@ -78,6 +78,21 @@ class PipelineRunner {
   double Evaluate(const std::function<MicroBatch(int)>& batch);
 
  private:
+  // One RunStep's state: the micro-batches drawn, activations and weight-gradient queues by
+  // (micro-batch, chunk), and the figures gathered (pipeline.cc).
+  struct Step;
+  // The operations of RunStep, each run as its kind says; `index` is its place in the stage's
+  // list and `mb` its micro-batch.
+  void RunForward(Step& step, const PipelineOp& op, size_t index, const MicroBatch& mb);
+  void RunBackward(Step& step, const PipelineOp& op, size_t index, const MicroBatch& mb);
+  void RunWeightGrad(Step& step, const PipelineOp& op);
+  // The activation (or its gradient) that `op` receives from its previous stage, timed.
+  Tensor Receive(Step& step, const PipelineOp& op, bool backward, MemCategory category);
+  // Posts `t` to `op`'s next stage (virtual stage `to_vs`); PollSends completes it.
+  void Send(const PipelineOp& op, Tensor t, bool backward, int to_vs);
+  std::string Label(const PipelineOp& op) const;  // "F3", or "F3.1" with several chunks
+  // The end of the operation: a GPU backend runs kernels asynchronously, so after they end.
+  double Done();
   int Tag(bool backward, int receiving_virtual_stage, int microbatch) const;
   void PollSends(bool wait_all);
 

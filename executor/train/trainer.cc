@@ -460,157 +460,173 @@ void StepFigures(const std::vector<std::vector<PipelineStepStats>>& all_steps, s
   }
 }
 
-}  // namespace
-
-std::vector<std::string> CheckExecutable(const Plan& plan, const ExecuteOptions& options) {
-  std::vector<std::string> out;
-  const ModelSpec& m = plan.model;
-  const ParallelConfig& p = plan.parallel;
+// The plan's shapes and splits: what the executor's layers and groups need of them.
+void CheckShapes(const ModelSpec& m, const ParallelConfig& p, const ExecuteOptions& options,
+                 std::vector<std::string>* out) {
   if (p.cp > 1 && m.seq_length % (2 * p.cp) != 0) {
-    out.push_back(fmt::format(
+    out->push_back(fmt::format(
         "parallel.cp: seq_length {} must be a multiple of 2 x cp = {} (each CP rank holds two "
         "chunks of every sequence)",
         m.seq_length, 2 * p.cp));
   }
   if (p.cp > 1 && p.cp_comm == CpComm::kA2a && m.num_query_groups % p.tp == 0 &&
       (m.num_query_groups / p.tp) % p.cp != 0) {
-    out.push_back(fmt::format(
+    out->push_back(fmt::format(
         "parallel.cp_comm: a2a gives each CP rank 1/cp of the query groups of its tensor rank, "
         "but {} query groups over tp {} do not split over cp {}; use cp_comm p2p or allgather",
         m.num_query_groups, p.tp, p.cp));
   }
   if (m.num_query_groups % p.tp != 0) {
-    out.push_back(fmt::format(
+    out->push_back(fmt::format(
         "parallel.tp: tp {} larger than num_query_groups {} (key/value heads replicated over "
         "tensor-parallel ranks) is not implemented by the CPU executor; use tp dividing the "
         "query groups",
         p.tp, m.num_query_groups));
   }
   if (m.position_embedding == PositionEmbedding::kRope && m.kv_channels % 2 != 0) {
-    out.push_back(fmt::format("model.kv_channels: rotary embeddings need an even head size, got {}",
-                              m.kv_channels));
+    out->push_back(fmt::format(
+        "model.kv_channels: rotary embeddings need an even head size, got {}", m.kv_channels));
   }
   if (m.position_embedding == PositionEmbedding::kLearned &&
       m.seq_length > m.max_position_embeddings) {
-    out.push_back(fmt::format("model.seq_length: {} exceeds max_position_embeddings {}",
-                              m.seq_length, m.max_position_embeddings));
+    out->push_back(fmt::format("model.seq_length: {} exceeds max_position_embeddings {}",
+                               m.seq_length, m.max_position_embeddings));
   }
   if (!Synthetic(options) && m.vocab_size < kByteVocabulary) {
-    out.push_back(fmt::format(
+    out->push_back(fmt::format(
         "model.vocab_size: the executor trains on byte tokens (0..255), so the vocabulary must "
         "have at least 256 entries, got {} (set vocab_size: 256, or use --data synthetic)",
         m.vocab_size));
   }
   if (p.sequence_parallel && (m.seq_length % p.cp != 0 || (m.seq_length / p.cp) % p.tp != 0)) {
-    out.push_back(p.cp > 1 ? fmt::format("parallel.sequence_parallel: each context-parallel "
-                                         "rank's {} tokens (seq_length {} / cp {}) must be "
-                                         "divisible by tp {} to shard them",
-                                         m.seq_length / p.cp, m.seq_length, p.cp, p.tp)
-                           : fmt::format("parallel.sequence_parallel: seq_length {} must be "
-                                         "divisible by tp {} to shard the sequence",
-                                         m.seq_length, p.tp));
+    out->push_back(p.cp > 1 ? fmt::format("parallel.sequence_parallel: each context-parallel "
+                                          "rank's {} tokens (seq_length {} / cp {}) must be "
+                                          "divisible by tp {} to shard them",
+                                          m.seq_length / p.cp, m.seq_length, p.cp, p.tp)
+                            : fmt::format("parallel.sequence_parallel: seq_length {} must be "
+                                          "divisible by tp {} to shard the sequence",
+                                          m.seq_length, p.tp));
   }
   if ((int64_t{p.tp} * p.cp * p.dp) % (int64_t{p.expert_tp()} * p.ep) != 0) {
-    out.push_back(fmt::format(
+    out->push_back(fmt::format(
         "parallel.etp: etp {} x ep {} must divide the {} ranks of a pipeline stage (tp x cp x dp): "
         "Megatron's expert grid etp-ep-edp-pp covers the same ranks as tp-cp-dp-pp",
         p.expert_tp(), p.ep, int64_t{p.tp} * p.cp * p.dp));
   }
+}
+
+// Model features and recompute modes the CPU executor does not implement.
+void CheckImplemented(const ModelSpec& m, const ParallelConfig& p, std::vector<std::string>* out) {
   if (m.multi_latent_attention) {
-    out.push_back(
+    out->push_back(
         "model.multi_latent_attention: multi-head latent attention (DeepSeek's MLA) is not "
         "implemented by the CPU executor; use multi-head or grouped-query attention");
   }
   if (p.recompute == Recompute::kSelective && p.recompute_modules != kRecomputeCoreAttn) {
-    out.push_back(fmt::format(
+    out->push_back(fmt::format(
         "parallel.recompute_modules: \"{}\": the CPU executor's selective recompute re-runs "
         "the core attention only; use recompute_modules: \"core_attn\" (or drop the key)",
         RecomputeModulesText(p.recompute_modules)));
   }
   if (m.hybrid()) {
-    out.push_back(fmt::format(
+    out->push_back(fmt::format(
         "model.hybrid_layer_pattern: hybrid models (Mamba, attention-only, MLP-only and MoE-only "
         "layers, \"{}\") are not implemented by the CPU executor; use a transformer",
         m.hybrid_layer_pattern));
   }
   if (m.activation == Activation::kSquaredRelu) {
-    out.push_back(
+    out->push_back(
         "model.activation: squared_relu is not implemented by the CPU executor; use gelu or "
         "swiglu");
   }
   if (m.position_embedding == PositionEmbedding::kNone) {
-    out.push_back(
+    out->push_back(
         "model.position_embedding: none (no position embedding) is not implemented by the CPU "
         "executor; use learned or rope");
   }
   if (m.mtp_num_layers > 0) {
-    out.push_back(fmt::format(
+    out->push_back(fmt::format(
         "model.mtp_num_layers: {} multi-token prediction layers are not implemented by the CPU "
         "executor; set mtp_num_layers: 0",
         m.mtp_num_layers));
   }
   if (m.qk_layernorm) {
-    out.push_back(
+    out->push_back(
         "model.qk_layernorm: the norm on each head's queries and keys is not implemented by the "
         "CPU executor; set qk_layernorm: false");
   }
-  if (m.moe()) {
-    // What executor/model/moe.h runs of Megatron's MoE layer: dropless top-k softmax routing
-    // without biases.
-    if (m.moe_expert_capacity_factor > 0) {
-      out.push_back(fmt::format(
-          "model.moe_expert_capacity_factor: {} drops the tokens beyond each expert's capacity; "
-          "the CPU executor runs dropless MoE only (Megatron's default): set it to 0",
-          m.moe_expert_capacity_factor));
-    }
-    if (m.moe_router_load_balancing_type == MoeLoadBalancing::kSinkhorn) {
-      out.push_back(
-          "model.moe_router_load_balancing_type: sinkhorn routes through the Sinkhorn algorithm, "
-          "which the CPU executor does not implement; use aux_loss, seq_aux_loss or none (run "
-          "with Megatron's default --moe-aux-loss-coeff 0: top-k routing, no auxiliary loss)");
-    }
-    if (m.add_bias_linear) {
-      out.push_back(
-          "model.add_bias_linear: the CPU executor's MoE layers have no biases (router, experts, "
-          "shared experts); set add_bias_linear: false, as Megatron's MoE recipes pass "
-          "--disable-bias-linear");
-    }
-    if (p.tp > 1 && !p.sequence_parallel) {
-      out.push_back(fmt::format(
-          "parallel.sequence_parallel: a MoE model with tp {} needs sequence parallelism, so "
-          "that each tensor-parallel rank routes its own tokens (Megatron's MoELayer refuses to "
-          "train without it)",
-          p.tp));
-    }
-    if (m.moe_shared_expert_intermediate_size % p.tp != 0) {
-      out.push_back(fmt::format(
-          "model.moe_shared_expert_intermediate_size: {} is not divisible by tp {} (the shared "
-          "experts are a tensor-parallel MLP)",
-          m.moe_shared_expert_intermediate_size, p.tp));
-    }
+}
+
+// What executor/model/moe.h runs of Megatron's MoE layer: dropless top-k softmax routing
+// without biases.
+void CheckMoe(const ModelSpec& m, const ParallelConfig& p, std::vector<std::string>* out) {
+  if (m.moe_expert_capacity_factor > 0) {
+    out->push_back(fmt::format(
+        "model.moe_expert_capacity_factor: {} drops the tokens beyond each expert's capacity; "
+        "the CPU executor runs dropless MoE only (Megatron's default): set it to 0",
+        m.moe_expert_capacity_factor));
   }
-  if (options.steps < 1) out.push_back("--steps: must be at least 1");
-  if (options.dtype == DType::kI32) out.push_back("dtype: must be fp32, fp64, bf16 or fp16");
+  if (m.moe_router_load_balancing_type == MoeLoadBalancing::kSinkhorn) {
+    out->push_back(
+        "model.moe_router_load_balancing_type: sinkhorn routes through the Sinkhorn algorithm, "
+        "which the CPU executor does not implement; use aux_loss, seq_aux_loss or none (run "
+        "with Megatron's default --moe-aux-loss-coeff 0: top-k routing, no auxiliary loss)");
+  }
+  if (m.add_bias_linear) {
+    out->push_back(
+        "model.add_bias_linear: the CPU executor's MoE layers have no biases (router, experts, "
+        "shared experts); set add_bias_linear: false, as Megatron's MoE recipes pass "
+        "--disable-bias-linear");
+  }
+  if (p.tp > 1 && !p.sequence_parallel) {
+    out->push_back(fmt::format(
+        "parallel.sequence_parallel: a MoE model with tp {} needs sequence parallelism, so "
+        "that each tensor-parallel rank routes its own tokens (Megatron's MoELayer refuses to "
+        "train without it)",
+        p.tp));
+  }
+  if (m.moe_shared_expert_intermediate_size % p.tp != 0) {
+    out->push_back(fmt::format(
+        "model.moe_shared_expert_intermediate_size: {} is not divisible by tp {} (the shared "
+        "experts are a tensor-parallel MLP)",
+        m.moe_shared_expert_intermediate_size, p.tp));
+  }
+}
+
+// Whether each rank's memory fits: its GPU's, or this machine's shared by the ranks it runs.
+void CheckMemory(const Plan& plan, const ExecuteOptions& options, std::vector<std::string>* out) {
   const double need = EstimateRankBytes(plan, options.dtype);
   if (options.device_memory_bytes != 0) {
     if (options.device_memory_bytes > 0 &&
         need > static_cast<double>(options.device_memory_bytes)) {
-      out.push_back(fmt::format(
+      out->push_back(fmt::format(
           "model: each rank needs about {:.2f} GB (weights, gradients, optimizer state, "
           "activations in {}) but its GPU has {:.2f} GB; use a smaller model or more GPUs",
           need / 1e9, Name(options.dtype), static_cast<double>(options.device_memory_bytes) / 1e9));
     }
-    return out;
+    return;
   }
   const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
   const int64_t local = options.profile_rank >= 0 ? 1 : LocalRanks(plan.parallel.world_size());
   if (ram > 0 && need * static_cast<double>(local) > ram) {
-    out.push_back(fmt::format(
+    out->push_back(fmt::format(
         "model: each rank needs about {:.2f} GB (weights, gradients, optimizer state, "
         "activations in {}) and {} ranks share this machine's {:.2f} GB; use a smaller model "
         "or more machines",
         need / 1e9, Name(options.dtype), local, ram / 1e9));
   }
+}
+
+}  // namespace
+
+std::vector<std::string> CheckExecutable(const Plan& plan, const ExecuteOptions& options) {
+  std::vector<std::string> out;
+  CheckShapes(plan.model, plan.parallel, options, &out);
+  CheckImplemented(plan.model, plan.parallel, &out);
+  if (plan.model.moe()) CheckMoe(plan.model, plan.parallel, &out);
+  if (options.steps < 1) out.push_back("--steps: must be at least 1");
+  if (options.dtype == DType::kI32) out.push_back("dtype: must be fp32, fp64, bf16 or fp16");
+  CheckMemory(plan, options, &out);
   return out;
 }
 
