@@ -8,7 +8,7 @@
 #include "cli/docs.h"
 #include "cli/output.h"
 #include "core/error.h"
-#include "executor/device.h"
+#include "executor/backend/device.h"
 
 namespace po = boost::program_options;
 

@@ -1,8 +1,8 @@
-// `ptdp calibrate --backend cpu`: measures this machine (executor/calibrate.h) and writes a
-// hardware profile. Compute and memory are measured in this process, one core, nothing else of
+// `ptdp calibrate --backend cpu`: measures this machine (executor/calibrate/calibrate.h) and writes
+// a hardware profile. Compute and memory are measured in this process, one core, nothing else of
 // ours running; communication by an MPI job of --ranks ranks that this command starts (the same
-// launcher flags as `execute --launch`, under `timeout`), whose rank 0 hands its figures back in
-// a temporary file.
+// launcher flags as `execute --launch`, under `timeout`), whose rank 0 hands its figures back in a
+// temporary file.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -18,12 +18,12 @@
 #include "core/error.h"
 #include "core/presets.h"
 #include "core/yaml_io.h"
-#include "executor/backend_cpu.h"
-#include "executor/calibrate.h"
-#include "executor/calibrate_cuda.h"
-#include "executor/comm_mpi.h"
-#include "executor/device.h"
-#include "executor/launch.h"
+#include "executor/backend/cpu.h"
+#include "executor/backend/device.h"
+#include "executor/calibrate/calibrate.h"
+#include "executor/calibrate/cuda.h"
+#include "executor/comm/mpi.h"
+#include "executor/launch/launch.h"
 
 namespace po = boost::program_options;
 
@@ -161,6 +161,92 @@ int RunCalibrateCuda(const Flags& flags, std::ostream& out, std::ostream& err) {
   return kExitOk;
 }
 
+// A CPU calibration's record: the profile's name, the command that repeats it, when and where.
+CalibrationRecord CpuCalibrationRecord(const Flags& flags, const std::string& out_path,
+                                       const MachineInfo& machine, int ranks, bool quick) {
+  CalibrationRecord record;
+  record.name =
+      flags.OptionalString("name").value_or(std::filesystem::path(out_path).stem().string());
+  if (record.name.empty()) flags.Fail("name", "must not be empty");
+  record.command = "ptdp calibrate --backend cpu --out " + out_path;
+  if (flags.Has("ranks")) record.command += fmt::format(" --ranks {}", ranks);
+  if (flags.Has("name")) record.command += " --name " + record.name;
+  if (quick) record.command += " --quick";
+  for (const std::string& a : flags.passthrough()) record.command += " " + a;
+  record.date = UtcNow();
+  record.machine = machine;
+  record.ranks_per_node = ranks;
+  record.base = "the cpu-local preset (hwprofiles/cpu-local.yaml: guesses)";
+  return record;
+}
+
+// Compute and memory, in this process; the GEMM grid's progress on one line.
+CpuComputeFigures MeasureComputeShowingProgress(Backend& backend, const CalibrateOptions& options,
+                                                std::ostream& err) {
+  // The GEMM grid is the long part (each m of the grid ends with a line of its own).
+  ProgressLine progress(err, "ptdp calibrate");
+  const size_t per_m = options.gemm_axis.size() * options.gemm_axis.size();
+  return MeasureCpuCompute(backend, options, &err, [&](size_t done, size_t total) {
+    progress.Update(fmt::format("GEMM grid: {} of {} shapes timed", done, total));
+    if (done % per_m == 0) progress.Clear();
+  });
+}
+
+// MPI between `ranks` ranks of this machine, by a job this command starts (under `timeout`), whose
+// rank 0 hands its figures back in a temporary file.
+CommFigures MeasureCommJob(const Flags& flags, int ranks, bool quick, std::ostream& err) {
+  const std::string results =
+      (std::filesystem::temp_directory_path() / fmt::format("ptdp-calibrate-{}.txt", getpid()))
+          .string();
+  std::vector<std::string> extra = {"--comm-results", results};
+  if (quick) extra.push_back("--quick");
+  constexpr const char* kForwarded[] = {"backend"};
+  LaunchCommand command = LaunchSelf("calibrate", ranks, flags, kForwarded, extra);
+  command.argv.insert(command.argv.begin(), {"timeout", std::to_string(kCommLimitS)});
+  std::string line;
+  for (const std::string& a : command.argv) line += (line.empty() ? "" : " ") + a;
+  err << "calibrate: MPI between " << ranks << " ranks: " << line << "\n";
+  err.flush();
+  const int rc = RunLaunchCommand(command);
+  if (rc != 0) {
+    std::filesystem::remove(results);
+    throw std::runtime_error(
+        fmt::format("the MPI measurement failed (exit code {}{}); nothing written", rc,
+                    rc == 124 ? fmt::format(": killed after {} s", kCommLimitS) : ""));
+  }
+  const std::string text = ReadTextFile(results);
+  std::filesystem::remove(results);
+  const CommFigures comm = ParseCommFigures(text, results);
+  if (comm.hosts != 1) {
+    throw InputError({"", 0, "--"},
+                     fmt::format("the MPI job ran on {} hosts; calibrate describes one machine "
+                                 "(its node figures are between the ranks of one host)",
+                                 comm.hosts),
+                     "leave out mpirun's host flags");
+  }
+  return comm;
+}
+
+// The line saying what was written: per rank compute and memory, and MPI's figures when measured.
+void PrintCpuProfileLine(const std::string& out_path, const CalibrationRecord& record,
+                         const ClusterSpec& cluster, bool comm_measured, std::ostream& out) {
+  out << fmt::format(
+      "wrote {} ({:.1f} s of measuring): per rank (one core) {:.1f} GFLOP/s fp32 sgemm peak, "
+      "GEMM efficiency {}, memory {:.1f} GB/s (x {:.2f} for y += x)",
+      out_path, record.elapsed_s, cluster.gpu.peak_fp32_flops / 1e9,
+      GemmEfficiencyRange(cluster.gpu.gemm_efficiency), cluster.gpu.hbm_bandwidth_bytes_per_s / 1e9,
+      cluster.gpu.memory_efficiency);
+  if (comm_measured) {
+    out << fmt::format(
+        "; {} ranks per node: all-reduce busbw {:.2f} GB/s, point to point {:.2f} GB/s, step "
+        "latency {:.2f} us, base latency {:.2f} us",
+        cluster.gpus_per_node, cluster.nvlink_busbw_bytes_per_s / 1e9,
+        cluster.nvlink_bytes_per_s / 1e9, cluster.nvlink_step_latency_s * 1e6,
+        cluster.collective_base_latency_s * 1e6);
+  }
+  out << "\n";
+}
+
 int RunCalibrate(const Flags& flags, std::ostream& out, std::ostream& err) {
   const std::string backend_name = flags.OptionalString("backend").value_or("cpu");
   if (backend_name == "cuda") return RunCalibrateCuda(flags, out, err);
@@ -187,19 +273,7 @@ int RunCalibrate(const Flags& flags, std::ostream& out, std::ostream& err) {
   MachineInfo machine = ReadMachineInfo();
   const int ranks = static_cast<int>(flags.OptionalPositiveInt("ranks").value_or(machine.cores));
   if (ranks > 1024) flags.Fail("ranks", fmt::format("at most 1024, got {}", ranks));
-  CalibrationRecord record;
-  record.name =
-      flags.OptionalString("name").value_or(std::filesystem::path(out_path).stem().string());
-  if (record.name.empty()) flags.Fail("name", "must not be empty");
-  record.command = "ptdp calibrate --backend cpu --out " + out_path;
-  if (flags.Has("ranks")) record.command += fmt::format(" --ranks {}", ranks);
-  if (flags.Has("name")) record.command += " --name " + record.name;
-  if (quick) record.command += " --quick";
-  for (const std::string& a : flags.passthrough()) record.command += " " + a;
-  record.date = UtcNow();
-  record.machine = machine;
-  record.ranks_per_node = ranks;
-  record.base = "the cpu-local preset (hwprofiles/cpu-local.yaml: guesses)";
+  CalibrationRecord record = CpuCalibrationRecord(flags, out_path, machine, ranks, quick);
 
   const auto start = std::chrono::steady_clock::now();
   err << fmt::format("calibrate: {} ({}, {} cores); {} ranks per node{}\n", machine.host,
@@ -211,48 +285,11 @@ int RunCalibrate(const Flags& flags, std::ostream& out, std::ostream& err) {
         machine.load_average);
   }
   const auto backend = MakeCpuBackend(1);
-  CpuComputeFigures compute;
-  {
-    // The GEMM grid is the long part (each m of the grid ends with a line of its own).
-    ProgressLine progress(err, "ptdp calibrate");
-    const size_t per_m = options.gemm_axis.size() * options.gemm_axis.size();
-    compute = MeasureCpuCompute(*backend, options, &err, [&](size_t done, size_t total) {
-      progress.Update(fmt::format("GEMM grid: {} of {} shapes timed", done, total));
-      if (done % per_m == 0) progress.Clear();
-    });
-  }
+  const CpuComputeFigures compute = MeasureComputeShowingProgress(*backend, options, err);
 
   std::optional<CommFigures> comm;
   if (ranks >= 2) {
-    const std::string results =
-        (std::filesystem::temp_directory_path() / fmt::format("ptdp-calibrate-{}.txt", getpid()))
-            .string();
-    std::vector<std::string> extra = {"--comm-results", results};
-    if (quick) extra.push_back("--quick");
-    constexpr const char* kForwarded[] = {"backend"};
-    LaunchCommand command = LaunchSelf("calibrate", ranks, flags, kForwarded, extra);
-    command.argv.insert(command.argv.begin(), {"timeout", std::to_string(kCommLimitS)});
-    std::string line;
-    for (const std::string& a : command.argv) line += (line.empty() ? "" : " ") + a;
-    err << "calibrate: MPI between " << ranks << " ranks: " << line << "\n";
-    err.flush();
-    const int rc = RunLaunchCommand(command);
-    if (rc != 0) {
-      std::filesystem::remove(results);
-      throw std::runtime_error(
-          fmt::format("the MPI measurement failed (exit code {}{}); nothing written", rc,
-                      rc == 124 ? fmt::format(": killed after {} s", kCommLimitS) : ""));
-    }
-    const std::string text = ReadTextFile(results);
-    std::filesystem::remove(results);
-    comm = ParseCommFigures(text, results);
-    if (comm->hosts != 1) {
-      throw InputError({"", 0, "--"},
-                       fmt::format("the MPI job ran on {} hosts; calibrate describes one machine "
-                                   "(its node figures are between the ranks of one host)",
-                                   comm->hosts),
-                       "leave out mpirun's host flags");
-    }
+    comm = MeasureCommJob(flags, ranks, quick, err);
   } else {
     err << "calibrate: one rank: MPI not measured (the profile keeps the placeholder's node "
            "figures)\n";
@@ -262,21 +299,7 @@ int RunCalibrate(const Flags& flags, std::ostream& out, std::ostream& err) {
 
   const ClusterSpec cluster = CalibratedCluster(ClusterPreset("cpu-local"), compute, comm, record);
   WriteOutputFile(out_path, CalibratedProfileYaml(cluster, compute, comm, record), "--out");
-  out << fmt::format(
-      "wrote {} ({:.1f} s of measuring): per rank (one core) {:.1f} GFLOP/s fp32 sgemm peak, "
-      "GEMM efficiency {}, memory {:.1f} GB/s (x {:.2f} for y += x)",
-      out_path, record.elapsed_s, cluster.gpu.peak_fp32_flops / 1e9,
-      GemmEfficiencyRange(cluster.gpu.gemm_efficiency), cluster.gpu.hbm_bandwidth_bytes_per_s / 1e9,
-      cluster.gpu.memory_efficiency);
-  if (comm) {
-    out << fmt::format(
-        "; {} ranks per node: all-reduce busbw {:.2f} GB/s, point to point {:.2f} GB/s, step "
-        "latency {:.2f} us, base latency {:.2f} us",
-        cluster.gpus_per_node, cluster.nvlink_busbw_bytes_per_s / 1e9,
-        cluster.nvlink_bytes_per_s / 1e9, cluster.nvlink_step_latency_s * 1e6,
-        cluster.collective_base_latency_s * 1e6);
-  }
-  out << "\n";
+  PrintCpuProfileLine(out_path, record, cluster, comm.has_value(), out);
   return kExitOk;
 }
 

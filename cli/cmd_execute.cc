@@ -31,17 +31,17 @@
 #include "core/spec_yaml.h"
 #include "core/text.h"
 #include "core/trace.h"
-#include "executor/backend_cpu.h"
-#include "executor/backend_cuda.h"
-#include "executor/comm_mpi.h"
-#include "executor/comm_nccl.h"
-#include "executor/comm_standin.h"
-#include "executor/device.h"
-#include "executor/launch.h"
-#include "executor/launch_env.h"
-#include "executor/tcp_store.h"
-#include "executor/topology.h"
-#include "executor/trainer.h"
+#include "executor/backend/cpu.h"
+#include "executor/backend/cuda.h"
+#include "executor/backend/device.h"
+#include "executor/comm/mpi.h"
+#include "executor/comm/nccl.h"
+#include "executor/comm/standin.h"
+#include "executor/comm/topology.h"
+#include "executor/launch/env.h"
+#include "executor/launch/launch.h"
+#include "executor/launch/tcp_store.h"
+#include "executor/train/trainer.h"
 #include "megatron/plan_file.h"
 #include "simulator/simulate.h"
 
@@ -452,8 +452,9 @@ Plan ExecutedPlan(const Plan& plan, DType dtype, const ClusterSpec& cluster, con
   executed.cluster = cluster;
   executed.options = ExecutorCostOptions();
   // The executor runs the plan's attention: unfused keeps the softmax, flash and fused run its
-  // flash-style kernel (context_parallel.h FlashAttentionForward), as the context-parallel
-  // blocks do (Megatron's rules refuse context parallelism with unfused attention).
+  // flash-style kernel (executor/model/context_parallel.h FlashAttentionForward), as the
+  // context-parallel blocks do (Megatron's rules refuse context parallelism with unfused
+  // attention).
   executed.options.attention = plan.options.attention;
   // It overlaps the data-parallel exchanges as the plan says, with the plan's buckets, and the
   // column-parallel input gradients' reduction with their weight gradients.
@@ -572,12 +573,161 @@ std::unique_ptr<Comm> MakeWorld(const MpiSession& session, const LaunchEnv& env,
   return world;
 }
 
+namespace {
+
+// Whether the launcher started the ranks the plan needs (or the one process of --profile-rank);
+// if not, world rank 0 says what to run instead.
+bool StartedRanksFit(std::string_view command, const Plan& plan, const ExecuteOptions& options,
+                     const Flags& flags, int world_size, bool root, std::ostream& err) {
+  const bool profile = options.profile_rank >= 0;
+  if (profile && world_size != 1) {
+    if (root) {
+      err << fmt::format(
+          "ptdp: error: --profile-rank runs rank {} alone in one process, but {} started: run "
+          "`ptdp {} --plan {} --profile-rank {}` without a launcher\n",
+          options.profile_rank, world_size, command, flags.String("plan"), options.profile_rank);
+    }
+    return false;
+  }
+  if (!profile && world_size != plan.parallel.world_size()) {
+    if (root) {
+      err << fmt::format(
+          "ptdp: error: this plan needs {} ranks (tp {}{} x pp {} x dp {}), but {} started: run "
+          "`mpirun -np {} ptdp {} --plan {}`, or `ptdp {} --plan {} --launch`\n",
+          plan.parallel.world_size(), plan.parallel.tp,
+          plan.parallel.cp > 1 ? fmt::format(" x cp {}", plan.parallel.cp) : "", plan.parallel.pp,
+          plan.parallel.dp, world_size, plan.parallel.world_size(), command, flags.String("plan"),
+          command, flags.String("plan"));
+    }
+    return false;
+  }
+  return true;
+}
+
+// --profile-rank's first line: the rank, its place in the plan, and what its exchanges are.
+void PrintProfiledRankStart(const Plan& plan, const ExecuteOptions& options, const RankCoords& c,
+                            std::ostream& log) {
+  const ParallelConfig& p = plan.parallel;
+  log << fmt::format(
+      "ptdp execute: rank {} of {} alone ({}: tp {} of {}{}, stage {} of {}, dp {} of {}; "
+      "{} layers, hidden {}, sequence {}): its computation as the plan runs it, every "
+      "exchange a local copy of the right size (timed apart); the loss is the rank's own "
+      "on the last stage, 0 on the others\n",
+      options.profile_rank, p.world_size(), plan.model.name, c.tp, p.tp,
+      p.cp > 1 ? fmt::format(", cp {} of {}", c.cp, p.cp) : "", c.pp, p.pp, c.dp, p.dp,
+      plan.model.num_layers, plan.model.hidden_size, plan.model.seq_length);
+}
+
+// A job's first lines: the model and layout, then what the executor runs differently from the
+// plan (precision, attention, FSDP, the MoE dispatcher, uneven stages).
+void PrintJobStart(const Plan& plan, const ExecuteOptions& opts, const Flags& flags, int world_size,
+                   const std::string& host, std::ostream& log) {
+  const ParallelConfig& p = plan.parallel;
+  log << fmt::format(
+      "ptdp execute: {} ({} layers, hidden {}, {} heads, sequence {}) on {} rank{} of {}: "
+      "tp {}{} x pp {} x dp {}{}, micro-batch {}, {} micro-batches, {}{}{}{}{}\n",
+      plan.model.name, plan.model.num_layers, plan.model.hidden_size,
+      plan.model.num_attention_heads, plan.model.seq_length, world_size, world_size == 1 ? "" : "s",
+      host, p.tp, p.cp > 1 ? fmt::format(" x cp {} ({})", p.cp, Name(p.cp_comm)) : "", p.pp, p.dp,
+      plan.model.moe()
+          ? fmt::format(" (experts: etp {} x ep {} x edp {})", p.expert_tp(), p.ep, p.expert_dp())
+          : "",
+      p.micro_batch_size, NumMicrobatches(plan.training, p), Name(p.schedule),
+      p.virtual_stages > 1 ? fmt::format(" v={}", p.virtual_stages) : "",
+      p.sequence_parallel ? ", sequence parallel" : "",
+      p.recompute != Recompute::kNone ? fmt::format(", {} recompute", Name(p.recompute)) : "",
+      p.distributed_optimizer ? ", distributed optimizer" : "");
+  if (Is16Bit(opts.dtype)) {
+    log << fmt::format(
+        "precision: {} mixed (fp32 main weights, gradients, optimizer state and cross "
+        "entropy{})\n",
+        Name(opts.dtype), opts.dtype == DType::kF16 ? "; dynamic loss scaling" : "");
+  }
+  if (Name(opts.dtype) != Name(plan.training.precision)) {
+    const bool mixed_plan =
+        plan.training.precision == Precision::kBf16 || plan.training.precision == Precision::kFp16;
+    log << fmt::format("note: the executor computes in {}{}, not the plan's {}{}\n",
+                       Name(opts.dtype), flags.Has("dtype") ? " (--dtype)" : "",
+                       Name(plan.training.precision),
+                       mixed_plan && !flags.Has("dtype")
+                           ? fmt::format(" (--dtype {} runs it)", Name(plan.training.precision))
+                           : "");
+  }
+  log << fmt::format("attention: {}\n",
+                     plan.options.attention == AttentionBackend::kUnfused
+                         ? "unfused (the softmax kept for the backward)"
+                         : "flash-style (the log-sum-exp kept, the softmax recomputed in the "
+                           "backward)");
+  if (p.fsdp != Fsdp::kNone) {
+    log << fmt::format(
+        "note: the CPU path shards only the optimizer state (the distributed optimizer), "
+        "not Megatron-FSDP's {}; the arithmetic is the same\n",
+        Name(p.fsdp));
+  }
+  if (plan.model.moe() && plan.options.moe_token_dispatcher != MoeDispatcher::kAllToAll) {
+    log << fmt::format(
+        "note: the CPU path dispatches MoE tokens by all-to-all over the expert-parallel "
+        "group, not the plan's {} dispatcher; the arithmetic is the same\n",
+        Name(plan.options.moe_token_dispatcher));
+  }
+  if (UnevenSplit(p)) log << "note: layers per pipeline stage: " << LayoutLine(plan) << "\n";
+}
+
+// World rank 0's files: --results (default `default_results`; none when empty) and --trace.
+// Returns the results file's path.
+std::string WriteRunFiles(const Plan& plan, const ExecuteOptions& opts, const Flags& flags,
+                          const std::string& default_results, const ExecuteResult& result) {
+  const std::string results_path = flags.OptionalString("results").value_or(default_results);
+  std::vector<OutputFile> files;
+  if (!results_path.empty()) {
+    files.push_back({results_path, ResultsJson(plan, opts, result), "--results"});
+  }
+  if (const auto trace = flags.OptionalString("trace")) {
+    files.push_back({*trace,
+                     ChromeTraceJson("ptdp execute (measured)", result.tracks, result.events),
+                     "--trace"});
+  }
+  WriteOutputFiles(files);
+  return results_path;
+}
+
+// The run's last lines: losses, bubble and peak memory; fp16's skipped steps; the GPU's memory.
+void PrintRunSummary(const ExecuteOptions& opts, const ExecuteResult& result, Backend& backend,
+                     std::ostream& log) {
+  if (!result.steps.empty()) {
+    log << fmt::format(
+        "done: steps {}..{}, loss {:.4f} -> {:.4f}; measured bubble fraction {:.3f} over {} "
+        "step(s); peak memory on rank {} {:.1f} MB\n",
+        result.first_step, result.steps.back().step, result.steps.front().loss,
+        result.steps.back().loss, result.bubble_fraction, result.measured_steps,
+        result.ranks.empty() ? 0 : result.ranks[0].world_rank,
+        result.ranks.empty() ? 0.0 : result.ranks[0].memory.peak_total_bytes / 1e6);
+    if (opts.dtype == DType::kF16) {
+      const auto skipped = std::count_if(result.steps.begin(), result.steps.end(),
+                                         [](const StepLog& s) { return s.skipped; });
+      log << fmt::format(
+          "fp16 loss scaling: {} of {} step(s) skipped for an inf/NaN gradient; loss scale "
+          "{:g} at the last step\n",
+          skipped, result.steps.size(), result.steps.back().loss_scale);
+    }
+  }
+  if (const CudaMemoryFigures cuda = CudaMemory(backend); cuda.peak_reserved_bytes > 0) {
+    log << fmt::format(
+        "GPU memory: peak allocated {:.1f} MB, peak reserved by the caching allocator {:.1f} "
+        "MB\n",
+        result.ranks.empty() ? 0.0 : result.ranks[0].memory.peak_total_bytes / 1e6,
+        cuda.peak_reserved_bytes / 1e6);
+  }
+}
+
+}  // namespace
+
 int RunAsRank(std::string_view command, const Plan& plan, const ExecuteOptions& options,
               const Flags& flags, const std::string& default_results, std::ostream& log,
               std::ostream& err,
               const std::function<int(const ExecuteResult&, const JobInfo&)>& on_root) {
-  // mpirun and srun start MPI ranks; a torchrun-style launch (launch_env.h) has no MPI: its
-  // ranks bootstrap NCCL over the TCP store at MASTER_ADDR:MASTER_PORT.
+  // mpirun and srun start MPI ranks; a torchrun-style launch (executor/launch/env.h) has no MPI:
+  // its ranks bootstrap NCCL over the TCP store at MASTER_ADDR:MASTER_PORT.
   const LaunchEnv env = ReadLaunchEnv(ProcessEnv());
   const bool torchrun = env.launcher == Launcher::kTorchrun;
   if (torchrun && !IsCudaRequest(flags)) {
@@ -592,25 +742,7 @@ int RunAsRank(std::string_view command, const Plan& plan, const ExecuteOptions& 
   const int world_size = torchrun ? env.size : session.world_size();
   const bool root = world_rank == 0;
   const bool profile = options.profile_rank >= 0;
-  if (profile && world_size != 1) {
-    if (root) {
-      err << fmt::format(
-          "ptdp: error: --profile-rank runs rank {} alone in one process, but {} started: run "
-          "`ptdp {} --plan {} --profile-rank {}` without a launcher\n",
-          options.profile_rank, world_size, command, flags.String("plan"), options.profile_rank);
-    }
-    return kExitBadInput;
-  }
-  if (!profile && world_size != plan.parallel.world_size()) {
-    if (root) {
-      err << fmt::format(
-          "ptdp: error: this plan needs {} ranks (tp {}{} x pp {} x dp {}), but {} started: run "
-          "`mpirun -np {} ptdp {} --plan {}`, or `ptdp {} --plan {} --launch`\n",
-          plan.parallel.world_size(), plan.parallel.tp,
-          plan.parallel.cp > 1 ? fmt::format(" x cp {}", plan.parallel.cp) : "", plan.parallel.pp,
-          plan.parallel.dp, world_size, plan.parallel.world_size(), command, flags.String("plan"),
-          command, flags.String("plan"));
-    }
+  if (!StartedRanksFit(command, plan, options, flags, world_size, root, err)) {
     return kExitBadInput;
   }
   std::unique_ptr<TcpStore> store;  // rank 0 serves the others until the job ends
@@ -646,69 +778,8 @@ int RunAsRank(std::string_view command, const Plan& plan, const ExecuteOptions& 
     job.world_size = world_size;
     job.hosts = profile ? std::vector<std::string>{session.host()}
                         : groups.world->GatherStrings(session.host(), 0);
-    const ParallelConfig& p = plan.parallel;
-    if (root && profile) {
-      const RankCoords& c = groups.coords;
-      log << fmt::format(
-          "ptdp execute: rank {} of {} alone ({}: tp {} of {}{}, stage {} of {}, dp {} of {}; "
-          "{} layers, hidden {}, sequence {}): its computation as the plan runs it, every "
-          "exchange a local copy of the right size (timed apart); the loss is the rank's own "
-          "on the last stage, 0 on the others\n",
-          options.profile_rank, p.world_size(), plan.model.name, c.tp, p.tp,
-          p.cp > 1 ? fmt::format(", cp {} of {}", c.cp, p.cp) : "", c.pp, p.pp, c.dp, p.dp,
-          plan.model.num_layers, plan.model.hidden_size, plan.model.seq_length);
-    }
-    if (root && !profile) {
-      log << fmt::format(
-          "ptdp execute: {} ({} layers, hidden {}, {} heads, sequence {}) on {} rank{} of {}: "
-          "tp {}{} x pp {} x dp {}{}, micro-batch {}, {} micro-batches, {}{}{}{}{}\n",
-          plan.model.name, plan.model.num_layers, plan.model.hidden_size,
-          plan.model.num_attention_heads, plan.model.seq_length, world_size,
-          world_size == 1 ? "" : "s", session.host(), p.tp,
-          p.cp > 1 ? fmt::format(" x cp {} ({})", p.cp, Name(p.cp_comm)) : "", p.pp, p.dp,
-          plan.model.moe() ? fmt::format(" (experts: etp {} x ep {} x edp {})", p.expert_tp(), p.ep,
-                                         p.expert_dp())
-                           : "",
-          p.micro_batch_size, NumMicrobatches(plan.training, p), Name(p.schedule),
-          p.virtual_stages > 1 ? fmt::format(" v={}", p.virtual_stages) : "",
-          p.sequence_parallel ? ", sequence parallel" : "",
-          p.recompute != Recompute::kNone ? fmt::format(", {} recompute", Name(p.recompute)) : "",
-          p.distributed_optimizer ? ", distributed optimizer" : "");
-      if (Is16Bit(opts.dtype)) {
-        log << fmt::format(
-            "precision: {} mixed (fp32 main weights, gradients, optimizer state and cross "
-            "entropy{})\n",
-            Name(opts.dtype), opts.dtype == DType::kF16 ? "; dynamic loss scaling" : "");
-      }
-      if (Name(opts.dtype) != Name(plan.training.precision)) {
-        const bool mixed_plan = plan.training.precision == Precision::kBf16 ||
-                                plan.training.precision == Precision::kFp16;
-        log << fmt::format("note: the executor computes in {}{}, not the plan's {}{}\n",
-                           Name(opts.dtype), flags.Has("dtype") ? " (--dtype)" : "",
-                           Name(plan.training.precision),
-                           mixed_plan && !flags.Has("dtype")
-                               ? fmt::format(" (--dtype {} runs it)", Name(plan.training.precision))
-                               : "");
-      }
-      log << fmt::format("attention: {}\n",
-                         plan.options.attention == AttentionBackend::kUnfused
-                             ? "unfused (the softmax kept for the backward)"
-                             : "flash-style (the log-sum-exp kept, the softmax recomputed in the "
-                               "backward)");
-      if (p.fsdp != Fsdp::kNone) {
-        log << fmt::format(
-            "note: the CPU path shards only the optimizer state (the distributed optimizer), "
-            "not Megatron-FSDP's {}; the arithmetic is the same\n",
-            Name(p.fsdp));
-      }
-      if (plan.model.moe() && plan.options.moe_token_dispatcher != MoeDispatcher::kAllToAll) {
-        log << fmt::format(
-            "note: the CPU path dispatches MoE tokens by all-to-all over the expert-parallel "
-            "group, not the plan's {} dispatcher; the arithmetic is the same\n",
-            Name(plan.options.moe_token_dispatcher));
-      }
-      if (UnevenSplit(p)) log << "note: layers per pipeline stage: " << LayoutLine(plan) << "\n";
-    }
+    if (root && profile) PrintProfiledRankStart(plan, options, groups.coords, log);
+    if (root && !profile) PrintJobStart(plan, opts, flags, world_size, session.host(), log);
     ExecuteResult result;
     try {
       result = Execute(plan, opts, groups, *backend, root ? &log : nullptr);
@@ -716,41 +787,8 @@ int RunAsRank(std::string_view command, const Plan& plan, const ExecuteOptions& 
       abort_job(e);
     }
     if (!root) return kExitOk;
-    const std::string results_path = flags.OptionalString("results").value_or(default_results);
-    std::vector<OutputFile> files;
-    if (!results_path.empty()) {
-      files.push_back({results_path, ResultsJson(plan, opts, result), "--results"});
-    }
-    if (const auto trace = flags.OptionalString("trace")) {
-      files.push_back({*trace,
-                       ChromeTraceJson("ptdp execute (measured)", result.tracks, result.events),
-                       "--trace"});
-    }
-    WriteOutputFiles(files);
-    if (!result.steps.empty()) {
-      log << fmt::format(
-          "done: steps {}..{}, loss {:.4f} -> {:.4f}; measured bubble fraction {:.3f} over {} "
-          "step(s); peak memory on rank {} {:.1f} MB\n",
-          result.first_step, result.steps.back().step, result.steps.front().loss,
-          result.steps.back().loss, result.bubble_fraction, result.measured_steps,
-          result.ranks.empty() ? 0 : result.ranks[0].world_rank,
-          result.ranks.empty() ? 0.0 : result.ranks[0].memory.peak_total_bytes / 1e6);
-      if (opts.dtype == DType::kF16) {
-        const auto skipped = std::count_if(result.steps.begin(), result.steps.end(),
-                                           [](const StepLog& s) { return s.skipped; });
-        log << fmt::format(
-            "fp16 loss scaling: {} of {} step(s) skipped for an inf/NaN gradient; loss scale "
-            "{:g} at the last step\n",
-            skipped, result.steps.size(), result.steps.back().loss_scale);
-      }
-    }
-    if (const CudaMemoryFigures cuda = CudaMemory(*backend); cuda.peak_reserved_bytes > 0) {
-      log << fmt::format(
-          "GPU memory: peak allocated {:.1f} MB, peak reserved by the caching allocator {:.1f} "
-          "MB\n",
-          result.ranks.empty() ? 0.0 : result.ranks[0].memory.peak_total_bytes / 1e6,
-          cuda.peak_reserved_bytes / 1e6);
-    }
+    const std::string results_path = WriteRunFiles(plan, opts, flags, default_results, result);
+    PrintRunSummary(opts, result, *backend, log);
     if (profile) {
       job.stand_in = PerMeasuredStep(tallies_at_end);
       if (!on_root) PrintProfiledRank(plan, opts, result, job, log);

@@ -13,8 +13,8 @@
 
 #include "cli/flags.h"
 #include "core/plan.h"
-#include "executor/launch.h"
-#include "executor/trainer.h"
+#include "executor/launch/launch.h"
+#include "executor/train/trainer.h"
 #include "validation/executor_report.h"
 
 namespace ptdp::cli {
@@ -36,15 +36,15 @@ bool UsesNccl(const Flags& flags);
 Plan LoadExecutablePlan(const Flags& flags, const ExecuteOptions& options);
 
 // `mpirun -np ranks [execute --launch's launcher flags] [mpirun_args] <this ptdp> <subcommand>
-// <args>`, or srun's or torchrun-style processes' (--launcher; launch.h): each of `forward`
-// given on the command line is passed on as --name value. ranks_per_node: srun's
+// <args>`, or srun's or torchrun-style processes' (--launcher; executor/launch/launch.h): each of
+// `forward` given on the command line is passed on as --name value. ranks_per_node: srun's
 // --ntasks-per-node (0: Slurm's placement). calibrate keeps mpirun unless --launcher says.
 LaunchCommand LaunchSelf(std::string_view subcommand, int64_t ranks, const Flags& flags,
                          std::span<const char* const> forward,
                          const std::vector<std::string>& extra_args = {}, int ranks_per_node = 0);
 
-// This process's world rank from any launcher's environment (launch_env.h), -1 when none set
-// one; for choosing which rank reports an error on the command line.
+// This process's world rank from any launcher's environment (executor/launch/env.h), -1 when none
+// set one; for choosing which rank reports an error on the command line.
 int AnyLauncherRank();
 
 // Before MPI starts: kExitOk when --backend (cpu, or cuda: one GPU) can run the plan here;
@@ -69,7 +69,7 @@ Plan ExecutedPlan(const Plan& plan, DType dtype, const ClusterSpec& cluster, con
 
 // Runs this process as one rank of a job of plan.parallel.world_size() ranks (MPI starts and
 // ends here), or with options.profile_rank as that rank alone, its groups stand-ins
-// (executor/comm_standin.h): trains, and on world rank 0 writes --results (default
+// (executor/comm/standin.h): trains, and on world rank 0 writes --results (default
 // `default_results`, none when both are empty) and --trace, prints the run's lines to `log`, then
 // returns on_root(result, job)'s exit code when on_root is set. Any rank's failure aborts the whole
 // job (MPI_Abort) with its message on `err`; a wrong number of ranks is refused with exit code 2

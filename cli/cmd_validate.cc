@@ -14,7 +14,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/presets.h"
-#include "executor/comm_mpi.h"
+#include "executor/comm/mpi.h"
 #include "simulator/simulate.h"
 #include "validation/executor_report.h"
 

@@ -11,7 +11,7 @@
 #include "core/json.h"
 #include "core/table.h"
 #include "core/text.h"
-#include "executor/measure.h"
+#include "executor/backend/measure.h"
 #include "simulator/kernel_classes.h"
 
 namespace ptdp {
@@ -112,9 +112,9 @@ CostOptions ExecutorCostOptions() {
   o.scatter_gather_tensors_in_pipeline = false;
   // Its tensor-parallel all-reduces block (ExecutedPlan takes the plan's
   // async_tensor_parallel_allreduce: the input gradients of QKV and fc1 reduced beside their
-  // weight gradients, executor/gpt.h).
+  // weight gradients, executor/model/gpt.h).
   o.async_tensor_parallel_allreduce = false;
-  // MoE layers dispatch their tokens with all-to-alls over the EP group (executor/moe.h).
+  // MoE layers dispatch their tokens with all-to-alls over the EP group (executor/model/moe.h).
   o.moe_token_dispatcher = MoeDispatcher::kAllToAll;
   return o;
 }

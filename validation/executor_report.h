@@ -8,8 +8,8 @@
 
 #include "core/cost_options.h"
 #include "core/plan.h"
-#include "executor/comm_standin.h"
-#include "executor/trainer.h"
+#include "executor/comm/standin.h"
+#include "executor/train/trainer.h"
 #include "simulator/simulate.h"
 
 namespace ptdp {
@@ -45,7 +45,7 @@ struct StageComparison {
   // --overlap-param-gather the time the next forward waited for it). Measured from the trace
   // events, mean over the stage's ranks and the measured steps.
   Compared dp_exposed_s;
-  // Kernel time per step by class (executor/kernel_clock.h, indexed by KernelClass: GEMM,
+  // Kernel time per step by class (executor/backend/kernel_clock.h, indexed by KernelClass: GEMM,
   // attention, memory-bound, optimizer). Measured: the backend's clock, mean over the stage's
   // ranks and the measured steps; simulated: simulator/kernel_classes.h. Only when the run
   // timed its kernels (ExecuteOptions::time_kernel_classes).
@@ -68,7 +68,7 @@ struct StageComparison {
   double measured_reserved_bytes = 0;
 };
 
-// `--profile-rank`: one group's stand-in exchanges (executor/comm_standin.h) per step, the bytes
+// `--profile-rank`: one group's stand-in exchanges (executor/comm/standin.h) per step, the bytes
 // against the simulator's for the same group of the rank's stage (nccl-tests sizes).
 struct StandInComparison {
   std::string group;   // "tp", "cp", "ep", "etp", "pp" (sent), "dp_cp", "edp", "embedding", ...
@@ -103,7 +103,7 @@ struct ValidationReport {
 };
 
 // Fills report.stand_in from what a profiled rank's stand-ins carried per measured step
-// (comm_standin.h PerMeasuredStep) and the simulation of its stage.
+// (executor/comm/standin.h PerMeasuredStep) and the simulation of its stage.
 void AddStandInRows(ValidationReport& report, const Plan& executed,
                     const SimulationReport& simulated, const StandInTallies& per_step);
 

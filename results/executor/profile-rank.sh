@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates profile-rank.md: `ptdp validate --profile-rank R` on five layouts of one small GPT,
 # each rank run alone on this machine's CPU with its exchanges stand-in local copies
-# (executor/comm_standin.h), compared with the simulator (the measured CPU profile
+# (executor/comm/standin.h), compared with the simulator (the measured CPU profile
 # results/validation/cpu-calibrated.yaml). The exchanges' bytes per step need no profile: they
 # are counted, not timed.
 # Usage (from the repository root): results/executor/profile-rank.sh BUILD_DIR [OUT]

@@ -19,7 +19,7 @@
 #include "cli/progress.h"
 #include "core/presets.h"
 #include "core/spec_yaml.h"
-#include "executor/device.h"
+#include "executor/backend/device.h"
 #include "megatron/plan_file.h"
 
 namespace ptdp::cli {

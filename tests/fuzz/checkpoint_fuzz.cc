@@ -1,4 +1,4 @@
-// Fuzz target: checkpoint metadata (executor/checkpoint.h): a rank file's header and tensor
+// Fuzz target: checkpoint metadata (executor/train/checkpoint.h): a rank file's header and tensor
 // table, and a step's manifest.yaml. Random bytes rarely carry a valid checksum, so inputs whose
 // first byte is odd get theirs appended (after the magic), and the fuzzer reaches the header
 // reader behind it. A file that reads must describe tensors inside itself; anything but a result
@@ -9,8 +9,8 @@
 #include <string_view>
 
 #include "core/error.h"
-#include "executor/checkpoint.h"
-#include "executor/rng.h"
+#include "executor/model/rng.h"
+#include "executor/train/checkpoint.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

@@ -1,13 +1,13 @@
 // Fuzz target: the measured-data readers. Every input is read as a vTrain CSV, as a
 // Megatron-Bridge pretraining CSV (validation/) and as the calibration job's figures
-// (executor/calibrate.h). Anything but rows or an InputError naming source:line and the column
-// (another exception, a crash, a sanitizer report, a hang) is a finding.
+// (executor/calibrate/calibrate.h). Anything but rows or an InputError naming source:line and the
+// column (another exception, a crash, a sanitizer report, a hang) is a finding.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
 #include "core/error.h"
-#include "executor/calibrate.h"
+#include "executor/calibrate/calibrate.h"
 #include "validation/bridge.h"
 #include "validation/vtrain.h"
 

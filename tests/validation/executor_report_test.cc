@@ -11,10 +11,10 @@
 
 #include "cli/cli.h"
 #include "core/spec_yaml.h"
-#include "executor/backend_cpu.h"
-#include "executor/comm_standin.h"
-#include "executor/device.h"
-#include "executor/measure.h"
+#include "executor/backend/cpu.h"
+#include "executor/backend/device.h"
+#include "executor/backend/measure.h"
+#include "executor/comm/standin.h"
 #include "simulator/kernel_classes.h"
 #include "simulator/layer_work.h"
 #include "tests/executor/tiny_plan.h"
@@ -255,7 +255,7 @@ TEST(Validate, ExecutorCostOptionsDescribeTheCpuExecutor) {
   EXPECT_FALSE(o.overlap_grad_reduce);       // all-reduce after the backward
   EXPECT_TRUE(o.gradient_accumulation_fusion);
   EXPECT_FALSE(o.async_tensor_parallel_allreduce);              // blocking TP collectives
-  EXPECT_EQ(o.moe_token_dispatcher, MoeDispatcher::kAllToAll);  // executor/moe.h
+  EXPECT_EQ(o.moe_token_dispatcher, MoeDispatcher::kAllToAll);  // executor/model/moe.h
 }
 
 struct Result {
