@@ -1,6 +1,6 @@
 // Writing a file so that readers see the old content or the new, never a half-written file: the
 // content goes to a temporary file beside the target, which is then renamed over it. Shared by
-// the CLI's outputs (cli/output.h) and the executor's checkpoints (executor/checkpoint.h).
+// the CLI's outputs (cli/output.h) and the executor's checkpoints (executor/train/checkpoint.h).
 #pragma once
 
 #include <functional>
