@@ -490,14 +490,10 @@ inline PipelineSends Sends(const ModelSpec& m, const ClusterSpec& c, const Paral
   return s;
 }
 
-// Megatron-FSDP's per-micro-batch data-parallel traffic of one layer (Megatron-FSDP v1,
-// megatron/core/distributed/fsdp): sharded gradients are reduce-scattered after each layer's
-// backward in every micro-batch; sharded parameters are all-gathered before each layer's
-// forward and again before its backward. A separate stream runs them while neighbouring
-// layers compute (prefetch); the first gather and the last reduce-scatter of a pass are
-// exposed.
+// Megatron-FSDP's sharding: gradients (optim_grads, optim_grads_params) and parameters
+// (optim_grads_params), whose traffic AddFsdpTraffic adds per micro-batch.
 struct FsdpTraffic {
-  bool grads = false, params = false;  // sharded gradients (and parameters)
+  bool grads = false, params = false;
 };
 // One layer's gather and reduce-scatter, for the last unit size met (most chunks share it).
 struct FsdpUnit {
@@ -712,9 +708,14 @@ inline void AddEndPart(const PassTimes& pf, const PassTimes& pb, const PassTimes
   for (const PassTimes* t : {&pf, &pb, &pw}) AddCommBytes(t->comm_bytes, br);
 }
 
-// Megatron-FSDP's traffic of a chunk of `layers` layers and `chunk_params` parameters (with the
-// embedding or output part, `has_end`) added to its costs and its stage's breakdown; `last` is
-// the unit met before.
+// Megatron-FSDP's per-micro-batch data-parallel traffic of one layer (Megatron-FSDP v1,
+// megatron/core/distributed/fsdp): sharded gradients are reduce-scattered after each layer's
+// backward in every micro-batch; sharded parameters are all-gathered before each layer's
+// forward and again before its backward. A separate stream runs them while neighbouring
+// layers compute (prefetch); the first gather and the last reduce-scatter of a pass are
+// exposed. Here a chunk's, of `layers` layers and `chunk_params` parameters (with the
+// embedding or output part, `has_end`), added to its costs and its stage's breakdown; `last`
+// is the unit met before.
 inline void AddFsdpTraffic(const Evaluation& ev, FsdpUnit& last, int layers, bool has_end,
                            double chunk_params, ChunkCosts& ch, StageBreakdown& br) {
   const FsdpTraffic& fsdp = ev.fsdp;
