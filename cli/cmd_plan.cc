@@ -356,11 +356,9 @@ std::optional<std::filesystem::path> ReadPlanFolder(const Flags& flags) {
   return folder;
 }
 
-int RunPlan(const Flags& flags, std::ostream& out, std::ostream& err) {
-  const std::optional<std::filesystem::path> plan_folder = ReadPlanFolder(flags);
-  std::string reference_label;
-  PlanRequest req = ReadRequest(flags, reference_label);
-  const Format format = flags.Enum("format", kFormats, Format::kTable);
+// The search, with a progress line on `err` while it runs (cleared when it ends); its wall time
+// in seconds into `seconds`.
+PlanSearchResult TimedSearch(PlanRequest& req, std::ostream& err, double& seconds) {
   const auto start = std::chrono::steady_clock::now();
   PlanSearchResult res;
   {
@@ -374,9 +372,14 @@ int RunPlan(const Flags& flags, std::ostream& out, std::ostream& err) {
     };
     res = SearchPlans(req);
   }
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return res;
+}
 
+// The files asked for: the best plan (--out), every plan shown (--out-dir), the HTML report.
+std::vector<OutputFile> PlanFiles(const Flags& flags, const PlanRequest& req,
+                                  const PlanSearchResult& res,
+                                  const std::optional<std::filesystem::path>& plan_folder) {
   std::vector<OutputFile> files;
   if (!res.plans.empty()) {
     if (auto path = flags.OptionalString("out")) {
@@ -390,7 +393,73 @@ int RunPlan(const Flags& flags, std::ostream& out, std::ostream& err) {
   if (auto path = flags.OptionalString("html")) {
     files.push_back({*path, PlanReportHtml(req, res), "--html"});
   }
-  WriteOutputFiles(files);
+  return files;
+}
+
+// The best plan Megatron-LM can run, as its flags (BestRunnable).
+void PrintBestRunnable(const PlanRequest& req, const PlanSearchResult& res, std::ostream& out) {
+  const auto [runnable, rank] = BestRunnable(req, res);
+  if (rank == 1) {
+    out << "\nBest plan as Megatron-LM flags:\n  " << MegatronArgsLine(runnable.plan) << "\n";
+  } else if (rank < 0) {
+    out << "\nBest plan as flags, for a zero-bubble implementation (e.g. "
+           "sail-sg/zero-bubble-pipeline-parallelism): no plan with a schedule Megatron-LM has "
+           "was found among those searched.\n  "
+        << MegatronArgsLine(runnable.plan) << "\n";
+  } else {
+    out << fmt::format(
+        "\nBest plan Megatron-LM can run ({}: #1 is zb-h1, which Megatron-LM does not have; "
+        "{:.1f}% slower than #1), as flags:\n  {}\n",
+        rank > 0 ? fmt::format("#{} in the table", rank)
+                 : fmt::format("{}, mbs {}", SizesText(runnable.plan.parallel),
+                               runnable.plan.parallel.micro_batch_size),
+        100 * (runnable.report.step_time_s / res.plans.front().report.step_time_s - 1),
+        MegatronArgsLine(runnable.plan));
+  }
+}
+
+// The layout placed in the ranking (--compare, or the example's), `label` naming it: its rank,
+// or why it is not a plan.
+void PrintReference(const PlanRequest& req, const PlanSearchResult& res, const std::string& label,
+                    std::ostream& out) {
+  const ReferenceResult& ref = *res.reference;
+  Plan plan = MakePlan(req, ref.parallel);
+  out << "\n" << label << ", " << LayoutLine(plan) << ": ";
+  if (ref.rank > 0) {
+    const double best_s = res.plans.front().report.step_time_s;
+    const SimulationReport& r = ref.simulated->report;
+    out << fmt::format("{} per step, {}; rank {} of {} ({:.2f}x the best's step time).\n",
+                       Seconds(r.step_time_s), Memory(r.peak_memory_bytes, req.memory_unit),
+                       GroupThousands(ref.rank), GroupThousands(res.fits), r.step_time_s / best_s);
+  } else {
+    out << "not a valid plan: " << ref.problem << "\n";
+  }
+}
+
+// What was written, and the hint at what more there is.
+void PrintClosing(const Flags& flags, const PlanSearchResult& res,
+                  const std::optional<std::filesystem::path>& plan_folder, std::ostream& out) {
+  if (auto path = flags.OptionalString("out")) out << "\nWrote the best plan to " << *path << "\n";
+  if (plan_folder) {
+    out << fmt::format("Wrote plans 1 to {} to {}\n", res.plans.size(),
+                       (*plan_folder / "plan-<rank>.yaml").string());
+  }
+  if (auto path = flags.OptionalString("html")) out << "Wrote the report to " << *path << "\n";
+  if (!flags.Switch("explain") && !flags.Has("out")) {
+    out << "\nMore: --explain (why the rest were rejected; the communication groups), --out "
+           "plan.yaml, --html report.html, "
+           "--format json.\n";
+  }
+}
+
+int RunPlan(const Flags& flags, std::ostream& out, std::ostream& err) {
+  const std::optional<std::filesystem::path> plan_folder = ReadPlanFolder(flags);
+  std::string reference_label;
+  PlanRequest req = ReadRequest(flags, reference_label);
+  const Format format = flags.Enum("format", kFormats, Format::kTable);
+  double seconds = 0;
+  const PlanSearchResult res = TimedSearch(req, err, seconds);
+  WriteOutputFiles(PlanFiles(flags, req, res, plan_folder));
   if (format == Format::kJson) {
     out << PlanJson(req, res, flags.Switch("explain"));
     return res.plans.empty() ? kExitFailed : kExitOk;
@@ -415,39 +484,8 @@ int RunPlan(const Flags& flags, std::ostream& out, std::ostream& err) {
     return kExitFailed;
   }
   out << PlanTable(req, res);
-  const auto [runnable, rank] = BestRunnable(req, res);
-  if (rank == 1) {
-    out << "\nBest plan as Megatron-LM flags:\n  " << MegatronArgsLine(runnable.plan) << "\n";
-  } else if (rank < 0) {
-    out << "\nBest plan as flags, for a zero-bubble implementation (e.g. "
-           "sail-sg/zero-bubble-pipeline-parallelism): no plan with a schedule Megatron-LM has "
-           "was found among those searched.\n  "
-        << MegatronArgsLine(runnable.plan) << "\n";
-  } else {
-    out << fmt::format(
-        "\nBest plan Megatron-LM can run ({}: #1 is zb-h1, which Megatron-LM does not have; "
-        "{:.1f}% slower than #1), as flags:\n  {}\n",
-        rank > 0 ? fmt::format("#{} in the table", rank)
-                 : fmt::format("{}, mbs {}", SizesText(runnable.plan.parallel),
-                               runnable.plan.parallel.micro_batch_size),
-        100 * (runnable.report.step_time_s / res.plans.front().report.step_time_s - 1),
-        MegatronArgsLine(runnable.plan));
-  }
-  if (res.reference) {
-    const ReferenceResult& ref = *res.reference;
-    Plan plan = MakePlan(req, ref.parallel);
-    out << "\n" << reference_label << ", " << LayoutLine(plan) << ": ";
-    if (ref.rank > 0) {
-      const double best_s = res.plans.front().report.step_time_s;
-      const SimulationReport& r = ref.simulated->report;
-      out << fmt::format("{} per step, {}; rank {} of {} ({:.2f}x the best's step time).\n",
-                         Seconds(r.step_time_s), Memory(r.peak_memory_bytes, req.memory_unit),
-                         GroupThousands(ref.rank), GroupThousands(res.fits),
-                         r.step_time_s / best_s);
-    } else {
-      out << "not a valid plan: " << ref.problem << "\n";
-    }
-  }
+  PrintBestRunnable(req, res, out);
+  if (res.reference) PrintReference(req, res, reference_label, out);
   if (flags.Switch("explain")) {
     const RankedPlan& top = res.plans.front();
     out << "\n"
@@ -455,17 +493,7 @@ int RunPlan(const Flags& flags, std::ostream& out, std::ostream& err) {
         << CommGroupsText(CommGroupRows(top.plan, top.report),
                           "The best plan's communication groups");
   }
-  if (auto path = flags.OptionalString("out")) out << "\nWrote the best plan to " << *path << "\n";
-  if (plan_folder) {
-    out << fmt::format("Wrote plans 1 to {} to {}\n", res.plans.size(),
-                       (*plan_folder / "plan-<rank>.yaml").string());
-  }
-  if (auto path = flags.OptionalString("html")) out << "Wrote the report to " << *path << "\n";
-  if (!flags.Switch("explain") && !flags.Has("out")) {
-    out << "\nMore: --explain (why the rest were rejected; the communication groups), --out "
-           "plan.yaml, --html report.html, "
-           "--format json.\n";
-  }
+  PrintClosing(flags, res, plan_folder, out);
   return kExitOk;
 }
 

@@ -129,10 +129,14 @@ Plan MakePlan(const PlanRequest& request, const ParallelConfig& parallel) {
               .options = PlanOptions(request, parallel)};
 }
 
-PlanSearchResult SearchPlans(const PlanRequest& req) {
-  PlanSearchResult res;
-  const double limit = static_cast<double>(req.cluster.gpu.hbm_bytes) * (1.0 - req.memory_headroom);
-  res.memory_limit_bytes = limit;
+namespace {
+
+// The valid candidates (EnumerateConfigs) screened by memory, the search's counts into `res`:
+// each candidate's largest stage (one that does not fit is counted out of memory, the closest
+// miss kept); for those that fit, or with keep_points for all, the step time's lower bound.
+// Returns those that fit.
+std::vector<CandidatePoint> ScreenCandidates(const PlanRequest& req, double limit,
+                                             PlanSearchResult& res) {
   InFlightCache in_flight;
   LayerCostCache layer_costs;
   std::optional<std::pair<ParallelConfig, MemoryPeak>> last_memory;
@@ -193,36 +197,43 @@ PlanSearchResult SearchPlans(const PlanRequest& req) {
     res.rejected.Add(
         "out-of-memory", [&] { return out_of_memory_example; }, out_of_memory);
   }
-  res.fits = static_cast<int64_t>(fitting.size());
+  return fitting;
+}
 
-  // The reference layout: simulated on its own (it may be outside the constraints).
+// The reference layout, simulated on its own (it may be outside the constraints), into
+// res.reference. Returns its step time, or -1 when it is not a valid plan or does not fit.
+double SimulateReference(const PlanRequest& req, double limit, PlanSearchResult& res) {
+  if (!req.reference) return -1;
   double reference_time = -1;
-  if (req.reference) {
-    ReferenceResult ref{.parallel = *req.reference};
-    const std::vector<Violation> v =
-        CheckParallelConfig(req.model, req.training, *req.reference, req.gpus,
-                            req.reference_options ? *req.reference_options : req.options);
-    if (!v.empty()) {
-      ref.problem = v.front().message;
+  ReferenceResult ref{.parallel = *req.reference};
+  const std::vector<Violation> v =
+      CheckParallelConfig(req.model, req.training, *req.reference, req.gpus,
+                          req.reference_options ? *req.reference_options : req.options);
+  if (!v.empty()) {
+    ref.problem = v.front().message;
+  } else {
+    RankedPlan r{MakePlan(req, *req.reference), {}};
+    if (req.reference_options) r.plan.options = *req.reference_options;
+    r.report = SimulatePlan(r.plan);
+    ++res.simulated;
+    if (r.report.peak_memory_bytes > limit) {
+      ref.problem = fmt::format("stage {} needs {}, {} available", r.report.memory.largest_stage,
+                                Memory(r.report.peak_memory_bytes, req.memory_unit),
+                                Memory(limit, req.memory_unit));
     } else {
-      RankedPlan r{MakePlan(req, *req.reference), {}};
-      if (req.reference_options) r.plan.options = *req.reference_options;
-      r.report = SimulatePlan(r.plan);
-      ++res.simulated;
-      if (r.report.peak_memory_bytes > limit) {
-        ref.problem = fmt::format("stage {} needs {}, {} available", r.report.memory.largest_stage,
-                                  Memory(r.report.peak_memory_bytes, req.memory_unit),
-                                  Memory(limit, req.memory_unit));
-      } else {
-        reference_time = r.report.step_time_s;
-      }
-      ref.simulated = std::move(r);
+      reference_time = r.report.step_time_s;
     }
-    res.reference = std::move(ref);
+    ref.simulated = std::move(r);
   }
+  res.reference = std::move(ref);
+  return reference_time;
+}
 
-  // Branch and bound: simulate in order of the bound; stop when nothing later can enter the top
-  // K (or beat the reference, whose rank must be exact).
+// Branch and bound: simulate the fitting candidates in order of the bound; stop when nothing
+// later can enter the top K (or beat the reference, at `reference_time`, whose rank must be
+// exact). The ranked plans and the reference's rank into `res`.
+void RankPlans(const PlanRequest& req, std::vector<CandidatePoint> fitting, double reference_time,
+               PlanSearchResult& res) {
   std::sort(fitting.begin(), fitting.end(), [](const CandidatePoint& a, const CandidatePoint& b) {
     return a.step_lower_bound_s < b.step_lower_bound_s;
   });
@@ -256,6 +267,18 @@ PlanSearchResult SearchPlans(const PlanRequest& req) {
   }
   if (res.reference && reference_time >= 0) res.reference->rank = faster_than_reference + 1;
   res.plans = std::move(top);
+}
+
+}  // namespace
+
+PlanSearchResult SearchPlans(const PlanRequest& req) {
+  PlanSearchResult res;
+  const double limit = static_cast<double>(req.cluster.gpu.hbm_bytes) * (1.0 - req.memory_headroom);
+  res.memory_limit_bytes = limit;
+  std::vector<CandidatePoint> fitting = ScreenCandidates(req, limit, res);
+  res.fits = static_cast<int64_t>(fitting.size());
+  const double reference_time = SimulateReference(req, limit, res);
+  RankPlans(req, std::move(fitting), reference_time, res);
   return res;
 }
 

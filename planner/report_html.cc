@@ -159,56 +159,67 @@ std::string FlagsHtml(const std::vector<std::string>& args) {
   return html;
 }
 
-// Tokens per second against peak memory per GPU for every valid candidate: the cost model's
-// bound for all of them (an upper bound on throughput), the simulated figure for the top plans.
-std::string Chart(const PlanRequest& req, const PlanSearchResult& res) {
-  const MemoryUnit unit = req.memory_unit;
-  const double tokens = static_cast<double>(req.training.global_batch_size) * req.model.seq_length;
-  const double w = 900, h = 480, left = 80, right = 20, top = 40, bottom = 50;
-  double max_mem = res.memory_limit_bytes * 1.05, max_tps = 0;
+// The chart's frame: its size and margins, its ranges of memory (clamped: the fitting region
+// readable, and with nothing fitting the closest miss in view) and of tokens per second, and its
+// scales.
+struct ChartFrame {
+  MemoryUnit unit;
+  double tokens;  // per step
+  double w = 900, h = 480, left = 80, right = 20, top = 40, bottom = 50;
+  double max_mem, max_tps, clamp_mem, x_scale, y_scale;
+  double X(double bytes) const {
+    return left + InMemoryUnit(std::min(bytes, max_mem), unit) * x_scale;
+  }
+  double Y(double tps) const { return h - bottom - tps * y_scale; }
+};
+
+ChartFrame MakeChartFrame(const PlanRequest& req, const PlanSearchResult& res) {
+  ChartFrame f;
+  f.unit = req.memory_unit;
+  f.tokens = static_cast<double>(req.training.global_batch_size) * req.model.seq_length;
+  f.max_mem = res.memory_limit_bytes * 1.05, f.max_tps = 0;
   for (const CandidatePoint& p : res.points) {
-    max_mem = std::max(max_mem, p.peak_memory_bytes);
-    max_tps = std::max(max_tps, tokens / p.step_lower_bound_s);
+    f.max_mem = std::max(f.max_mem, p.peak_memory_bytes);
+    f.max_tps = std::max(f.max_tps, f.tokens / p.step_lower_bound_s);
   }
   // Keep the fitting region readable; with nothing fitting, keep the closest miss in view.
-  double clamp_mem = 3 * res.memory_limit_bytes;
+  f.clamp_mem = 3 * res.memory_limit_bytes;
   if (res.plans.empty() && res.closest_out_of_memory) {
-    clamp_mem = std::max(clamp_mem, 1.15 * res.closest_out_of_memory->peak_memory_bytes);
+    f.clamp_mem = std::max(f.clamp_mem, 1.15 * res.closest_out_of_memory->peak_memory_bytes);
   }
-  max_mem = std::min(max_mem, clamp_mem);
-  if (max_tps <= 0) max_tps = 1;
-  const double x_scale = (w - left - right) / (InMemoryUnit(max_mem, unit));
-  const double y_scale = (h - top - bottom) / (max_tps * 1.05);
-  auto X = [&](double bytes) {
-    return left + InMemoryUnit(std::min(bytes, max_mem), unit) * x_scale;
-  };
-  auto Y = [&](double tps) { return h - bottom - tps * y_scale; };
-  std::string svg = fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
-      "font-family=\"DejaVu Sans, Arial, sans-serif\" font-size=\"12\">\n",
-      w, h);
-  // Axes and grid.
-  const double gx = NiceTickStep(InMemoryUnit(max_mem, unit), 6), gy = NiceTickStep(max_tps, 6);
-  for (double g = 0; g <= InMemoryUnit(max_mem, unit) + 1e-9; g += gx) {
+  f.max_mem = std::min(f.max_mem, f.clamp_mem);
+  if (f.max_tps <= 0) f.max_tps = 1;
+  f.x_scale = (f.w - f.left - f.right) / (InMemoryUnit(f.max_mem, f.unit));
+  f.y_scale = (f.h - f.top - f.bottom) / (f.max_tps * 1.05);
+  return f;
+}
+
+// Axes and grid, the axes' titles, and the line of the memory available.
+std::string ChartAxes(const ChartFrame& f, const PlanSearchResult& res) {
+  const double w = f.w, h = f.h, left = f.left, right = f.right, top = f.top, bottom = f.bottom;
+  std::string svg;
+  const double gx = NiceTickStep(InMemoryUnit(f.max_mem, f.unit), 6),
+               gy = NiceTickStep(f.max_tps, 6);
+  for (double g = 0; g <= InMemoryUnit(f.max_mem, f.unit) + 1e-9; g += gx) {
     svg += fmt::format(
         "<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#eee\"/>"
         "<text x=\"{0:.1f}\" y=\"{3}\" text-anchor=\"middle\">{4:g}</text>\n",
-        left + g * x_scale, top, h - bottom, h - bottom + 16, g);
+        left + g * f.x_scale, top, h - bottom, h - bottom + 16, g);
   }
-  for (double g = 0; g <= max_tps * 1.05 + 1e-9; g += gy) {
+  for (double g = 0; g <= f.max_tps * 1.05 + 1e-9; g += gy) {
     svg += fmt::format(
         "<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"#eee\"/>"
         "<text x=\"{3}\" y=\"{1:.1f}\" text-anchor=\"end\" dominant-baseline=\"middle\">{4}"
         "</text>\n",
-        left, Y(g), w - right, left - 6,
+        left, f.Y(g), w - right, left - 6,
         res.points.empty() ? "" : GroupThousands(static_cast<int64_t>(g)));  // none: no scale
   }
   svg += fmt::format(
       "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">peak memory per GPU ({})</text>\n"
       "<text transform=\"translate(16 {}) rotate(-90)\" text-anchor=\"middle\">tokens per "
       "second</text>\n",
-      (left + w - right) / 2, h - 18, MemoryUnitName(unit), (top + h - bottom) / 2);
-  const double limit_x = X(res.memory_limit_bytes);
+      (left + w - right) / 2, h - 18, MemoryUnitName(f.unit), (top + h - bottom) / 2);
+  const double limit_x = f.X(res.memory_limit_bytes);
   svg += fmt::format(
       "<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#c0392b\" "
       "stroke-dasharray=\"5 4\"/><text x=\"{3:.1f}\" y=\"{4}\" fill=\"#c0392b\"{5}>memory "
@@ -216,14 +227,21 @@ std::string Chart(const PlanRequest& req, const PlanSearchResult& res) {
       limit_x, top, h - bottom, limit_x - 4, top + 12,
       // Near the right edge, the label ends at the line instead of starting there.
       limit_x + 120 > w - right ? " text-anchor=\"end\"" : "");
-  // Every candidate (thinned to at most ~20,000 points), then the ranked plans on top.
+  return svg;
+}
+
+// Every candidate (thinned to at most ~20,000 points), then the ranked plans on top with their
+// labels.
+std::string ChartPoints(const ChartFrame& f, const PlanSearchResult& res) {
+  std::string svg;
   const size_t stride = std::max<size_t>(1, res.points.size() / 20000);
   for (size_t i = 0; i < res.points.size(); i += stride) {
     const CandidatePoint& p = res.points[i];
     svg += fmt::format(
         "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2.2\" fill=\"{}\" "
         "fill-opacity=\"0.45\"/>\n",
-        X(p.peak_memory_bytes), Y(tokens / p.step_lower_bound_s), p.fits ? "#4c78a8" : "#aaaaaa");
+        f.X(p.peak_memory_bytes), f.Y(f.tokens / p.step_lower_bound_s),
+        p.fits ? "#4c78a8" : "#aaaaaa");
   }
   std::vector<std::pair<double, double>> markers;  // the top plans'
   for (size_t i = 0; i < res.plans.size(); ++i) {
@@ -231,26 +249,36 @@ std::string Chart(const PlanRequest& req, const PlanSearchResult& res) {
     svg += fmt::format(
         "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"5\" fill=\"#f28e2b\" stroke=\"#333\" "
         "stroke-width=\"0.8\"><title>#{} {:.3g} s/step, {}</title></circle>\n",
-        X(r.peak_memory_bytes), Y(r.tokens_per_s), i + 1, r.step_time_s,
-        Memory(r.peak_memory_bytes, unit));
-    markers.push_back({X(r.peak_memory_bytes), Y(r.tokens_per_s)});
+        f.X(r.peak_memory_bytes), f.Y(r.tokens_per_s), i + 1, r.step_time_s,
+        Memory(r.peak_memory_bytes, f.unit));
+    markers.push_back({f.X(r.peak_memory_bytes), f.Y(r.tokens_per_s)});
   }
-  svg += TopPlanLabels(markers, 3, left, w - right, top, h - bottom);
-  if (res.plans.empty()) {
-    double ring_y = top + h;  // none: below the plot
-    if (res.closest_out_of_memory) {
-      const CandidatePoint& p = *res.closest_out_of_memory;
-      ring_y = Y(tokens / p.step_lower_bound_s);
-      svg += fmt::format(
-          "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"7\" fill=\"none\" stroke=\"#c0392b\" "
-          "stroke-width=\"2\"><title>closest to fitting: {}</title></circle>\n",
-          X(p.peak_memory_bytes), Y(tokens / p.step_lower_bound_s),
-          Memory(p.peak_memory_bytes, unit));
-    }
-    svg += NothingFitsNote(res, req.memory_unit, left, w - right, top, h - bottom, ring_y);
+  svg += TopPlanLabels(markers, 3, f.left, f.w - f.right, f.top, f.h - f.bottom);
+  return svg;
+}
+
+// When nothing fits: the closest miss ringed, and the note saying why.
+std::string ChartNothingFits(const ChartFrame& f, const PlanRequest& req,
+                             const PlanSearchResult& res) {
+  std::string svg;
+  double ring_y = f.top + f.h;  // none: below the plot
+  if (res.closest_out_of_memory) {
+    const CandidatePoint& p = *res.closest_out_of_memory;
+    ring_y = f.Y(f.tokens / p.step_lower_bound_s);
+    svg += fmt::format(
+        "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"7\" fill=\"none\" stroke=\"#c0392b\" "
+        "stroke-width=\"2\"><title>closest to fitting: {}</title></circle>\n",
+        f.X(p.peak_memory_bytes), f.Y(f.tokens / p.step_lower_bound_s),
+        Memory(p.peak_memory_bytes, f.unit));
   }
-  // Legend, above the plot: each entry after the one before (about 0.6 em a character).
-  double lx = left + 4;
+  return svg + NothingFitsNote(res, req.memory_unit, f.left, f.w - f.right, f.top, f.h - f.bottom,
+                               ring_y);
+}
+
+// Legend, above the plot: each entry after the one before (about 0.6 em a character).
+std::string ChartLegend(const ChartFrame& f, const PlanSearchResult& res) {
+  std::string svg;
+  double lx = f.left + 4;
   const auto entry = [&](std::string_view circle, std::string_view text) {
     svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"14\" {}/><text x=\"{:.1f}\" y=\"18\">{}</text>",
                        lx, circle, lx + 8, text);
@@ -259,16 +287,28 @@ std::string Chart(const PlanRequest& req, const PlanSearchResult& res) {
   entry("r=\"4\" fill=\"#4c78a8\"", "fits (cost-model bound)");
   entry("r=\"4\" fill=\"#aaaaaa\"",
         fmt::format("does not fit (memory axis clamped at {:.3g}x what is available)",
-                    clamp_mem / res.memory_limit_bytes));
+                    f.clamp_mem / res.memory_limit_bytes));
   entry("r=\"5\" fill=\"#f28e2b\" stroke=\"#333\"", "top plans (simulated)");
-  svg += "\n";
+  return svg + "\n";
+}
+
+// Tokens per second against peak memory per GPU for every valid candidate: the cost model's
+// bound for all of them (an upper bound on throughput), the simulated figure for the top plans.
+std::string Chart(const PlanRequest& req, const PlanSearchResult& res) {
+  const ChartFrame f = MakeChartFrame(req, res);
+  std::string svg = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
+      "font-family=\"DejaVu Sans, Arial, sans-serif\" font-size=\"12\">\n",
+      f.w, f.h);
+  svg += ChartAxes(f, res);
+  svg += ChartPoints(f, res);
+  if (res.plans.empty()) svg += ChartNothingFits(f, req, res);
+  svg += ChartLegend(f, res);
   return svg + "</svg>\n";
 }
 
-}  // namespace
-
-std::string PlanReportHtml(const PlanRequest& req, const PlanSearchResult& res) {
-  const MemoryUnit unit = req.memory_unit;
+// The page's head (title, style) and the search's summary.
+std::string HtmlHead(const PlanRequest& req, const PlanSearchResult& res) {
   std::string html = fmt::format(
       "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
       "<title>ptdp plan: {} on {} x {}</title>\n"
@@ -285,80 +325,114 @@ std::string PlanReportHtml(const PlanRequest& req, const PlanSearchResult& res) 
       "them (exact: the same as simulating all).</p>\n",
       XmlEscape(req.model.name), req.gpus, XmlEscape(req.cluster.name),
       req.training.global_batch_size, Name(req.training.precision), GroupThousands(res.examined),
-      GroupThousands(res.valid), GroupThousands(res.fits), Memory(res.memory_limit_bytes, unit),
-      GroupThousands(res.simulated));
+      GroupThousands(res.valid), GroupThousands(res.fits),
+      Memory(res.memory_limit_bytes, req.memory_unit), GroupThousands(res.simulated));
+  return html;
+}
 
+// The top plans' table, with the best plan Megatron-LM can run as its flags.
+std::string TopPlansHtml(const PlanRequest& req, const PlanSearchResult& res) {
+  const MemoryUnit unit = req.memory_unit;
+  std::string html =
+      "<h2>Top plans</h2>\n<table><tr><th>#</th><th class=\"l\">layout</th><th>mbs</th>"
+      "<th class=\"l\">schedule</th><th>SP</th><th class=\"l\">recompute</th><th "
+      "class=\"l\">sharding</th><th class=\"l\">layers</th><th>step "
+      "(s)</th><th>tokens/s</th><th>TFLOP/s per GPU</th><th>MFU</th><th>"
+      "bubble</th><th>peak memory (" +
+      std::string(MemoryUnitName(unit)) + ")</th></tr>\n";
+  for (size_t i = 0; i < res.plans.size(); ++i) {
+    const ParallelConfig& p = res.plans[i].plan.parallel;
+    const SimulationReport& r = res.plans[i].report;
+    html += fmt::format(
+        "<tr><td>{}</td><td class=\"l\">{}</td><td>{}</td><td class=\"l\">"
+        "{}{}{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td "
+        "class=\"l\">{}</td>"
+        "<td>{:.3f}</td><td>{}</td>"
+        "<td>{:.1f}</td><td>{:.1f}%</td><td>{:.1f}%</td><td>{:.1f}</td></tr>\n",
+        i + 1, SizesText(p), p.micro_batch_size, Name(p.schedule),
+        p.schedule == Schedule::kInterleaved ? fmt::format(" v={}", p.virtual_stages) : "",
+        RunsInMegatron(p) ? "" : " *", p.sequence_parallel ? "yes" : "-", Name(p.recompute),
+        ShardingText(p), SplitText(res.plans[i].plan), r.step_time_s,
+        GroupThousands(static_cast<int64_t>(r.tokens_per_s)), r.model_tflops_per_gpu, 100 * r.mfu,
+        100 * r.bubble_fraction, InMemoryUnit(r.peak_memory_bytes, unit));
+  }
+  html += "</table>\n";
+  if (std::any_of(res.plans.begin(), res.plans.end(),
+                  [](const RankedPlan& r) { return !RunsInMegatron(r.plan.parallel); })) {
+    html +=
+        "<p class=\"note\">* not in Megatron-LM (a zero-bubble schedule: ptdp models it, "
+        "Megatron-LM cannot run it)</p>\n";
+  }
+  // The flags of the best plan Megatron-LM can run (zero-bubble plans are ranked, not run).
+  const auto runnable = std::find_if(res.plans.begin(), res.plans.end(), [](const RankedPlan& r) {
+    return RunsInMegatron(r.plan.parallel);
+  });
+  if (runnable == res.plans.end()) {
+    html += fmt::format(
+        "<p>Best plan as flags, for a zero-bubble implementation (Megatron-LM cannot run "
+        "zb-h1; <code>ptdp plan --schedules 1f1b,interleaved</code> ranks those it runs):<br>"
+        "<code>{}</code></p>\n",
+        FlagsHtml(MegatronArgs(res.plans.front().plan)));
+  } else {
+    html += fmt::format(
+        "<p>Best plan Megatron-LM can run{} as Megatron-LM flags:<br><code>{}</code></p>\n",
+        runnable == res.plans.begin() ? ""
+                                      : fmt::format(" (#{}: the plans above it are zero-bubble)",
+                                                    runnable - res.plans.begin() + 1),
+        FlagsHtml(MegatronArgs(runnable->plan)));
+  }
+  return html;
+}
+
+// The layout the user compared (--compare): its rank, or why it is not a plan.
+std::string ReferenceHtml(const PlanSearchResult& res, MemoryUnit unit) {
+  const ReferenceResult& ref = *res.reference;
+  std::string html = "<p><b>Compared layout</b>: ";
+  if (ref.rank > 0 && !res.plans.empty()) {
+    const SimulationReport& r = ref.simulated->report;
+    html += fmt::format(
+        "{}, micro-batch {}, {}: {:.3f} s per step, {}, rank {} of "
+        "{} ({:.2f}x the best's step time).",
+        SizesText(ref.parallel), ref.parallel.micro_batch_size, Name(ref.parallel.schedule),
+        r.step_time_s, Memory(r.peak_memory_bytes, unit), GroupThousands(ref.rank),
+        GroupThousands(res.fits), r.step_time_s / res.plans.front().report.step_time_s);
+  } else {
+    html += "not a valid plan: " + XmlEscape(ref.problem);
+  }
+  return html + "</p>\n";
+}
+
+// The rejections per rule with an example each, and the closest miss.
+std::string RejectionsHtml(const PlanSearchResult& res) {
+  std::string html =
+      "<h2>Why the others were rejected</h2>\n<table><tr><th class=\"l\">reason (first "
+      "Megatron-LM rule broken)</th><th>count</th><th class=\"l\">example</th></tr>\n";
+  for (const auto& [reason, count] : res.rejected.counts) {
+    html += fmt::format("<tr><td class=\"l\">{}</td><td>{}</td><td class=\"l\">{}</td></tr>\n",
+                        XmlEscape(reason), GroupThousands(count),
+                        XmlEscape(res.rejected.examples.at(reason)));
+  }
+  html += "</table>\n";
+  if (res.closest_out_of_memory) {
+    html += fmt::format("<p>Closest to fitting: {}</p>\n",
+                        XmlEscape(res.closest_out_of_memory_problem));
+  }
+  return html;
+}
+
+}  // namespace
+
+std::string PlanReportHtml(const PlanRequest& req, const PlanSearchResult& res) {
+  std::string html = HtmlHead(req, res);
   if (res.plans.empty()) {
     html += "<h2>No valid plan</h2><ul>";
     for (const std::string& hint : UnblockHints(req, res))
       html += "<li>" + XmlEscape(hint) + "</li>";
     html += "</ul>\n";
   } else {
-    html +=
-        "<h2>Top plans</h2>\n<table><tr><th>#</th><th class=\"l\">layout</th><th>mbs</th>"
-        "<th class=\"l\">schedule</th><th>SP</th><th class=\"l\">recompute</th><th "
-        "class=\"l\">sharding</th><th class=\"l\">layers</th><th>step "
-        "(s)</th><th>tokens/s</th><th>TFLOP/s per GPU</th><th>MFU</th><th>"
-        "bubble</th><th>peak memory (" +
-        std::string(MemoryUnitName(unit)) + ")</th></tr>\n";
-    for (size_t i = 0; i < res.plans.size(); ++i) {
-      const ParallelConfig& p = res.plans[i].plan.parallel;
-      const SimulationReport& r = res.plans[i].report;
-      html += fmt::format(
-          "<tr><td>{}</td><td class=\"l\">{}</td><td>{}</td><td class=\"l\">"
-          "{}{}{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td "
-          "class=\"l\">{}</td>"
-          "<td>{:.3f}</td><td>{}</td>"
-          "<td>{:.1f}</td><td>{:.1f}%</td><td>{:.1f}%</td><td>{:.1f}</td></tr>\n",
-          i + 1, SizesText(p), p.micro_batch_size, Name(p.schedule),
-          p.schedule == Schedule::kInterleaved ? fmt::format(" v={}", p.virtual_stages) : "",
-          RunsInMegatron(p) ? "" : " *", p.sequence_parallel ? "yes" : "-", Name(p.recompute),
-          ShardingText(p), SplitText(res.plans[i].plan), r.step_time_s,
-          GroupThousands(static_cast<int64_t>(r.tokens_per_s)), r.model_tflops_per_gpu, 100 * r.mfu,
-          100 * r.bubble_fraction, InMemoryUnit(r.peak_memory_bytes, unit));
-    }
-    html += "</table>\n";
-    if (std::any_of(res.plans.begin(), res.plans.end(),
-                    [](const RankedPlan& r) { return !RunsInMegatron(r.plan.parallel); })) {
-      html +=
-          "<p class=\"note\">* not in Megatron-LM (a zero-bubble schedule: ptdp models it, "
-          "Megatron-LM cannot run it)</p>\n";
-    }
-    // The flags of the best plan Megatron-LM can run (zero-bubble plans are ranked, not run).
-    const auto runnable = std::find_if(res.plans.begin(), res.plans.end(), [](const RankedPlan& r) {
-      return RunsInMegatron(r.plan.parallel);
-    });
-    if (runnable == res.plans.end()) {
-      html += fmt::format(
-          "<p>Best plan as flags, for a zero-bubble implementation (Megatron-LM cannot run "
-          "zb-h1; <code>ptdp plan --schedules 1f1b,interleaved</code> ranks those it runs):<br>"
-          "<code>{}</code></p>\n",
-          FlagsHtml(MegatronArgs(res.plans.front().plan)));
-    } else {
-      html += fmt::format(
-          "<p>Best plan Megatron-LM can run{} as Megatron-LM flags:<br><code>{}</code></p>\n",
-          runnable == res.plans.begin() ? ""
-                                        : fmt::format(" (#{}: the plans above it are zero-bubble)",
-                                                      runnable - res.plans.begin() + 1),
-          FlagsHtml(MegatronArgs(runnable->plan)));
-    }
+    html += TopPlansHtml(req, res);
   }
-  if (res.reference) {
-    const ReferenceResult& ref = *res.reference;
-    html += "<p><b>Compared layout</b>: ";
-    if (ref.rank > 0 && !res.plans.empty()) {
-      const SimulationReport& r = ref.simulated->report;
-      html += fmt::format(
-          "{}, micro-batch {}, {}: {:.3f} s per step, {}, rank {} of "
-          "{} ({:.2f}x the best's step time).",
-          SizesText(ref.parallel), ref.parallel.micro_batch_size, Name(ref.parallel.schedule),
-          r.step_time_s, Memory(r.peak_memory_bytes, unit), GroupThousands(ref.rank),
-          GroupThousands(res.fits), r.step_time_s / res.plans.front().report.step_time_s);
-    } else {
-      html += "not a valid plan: " + XmlEscape(ref.problem);
-    }
-    html += "</p>\n";
-  }
+  if (res.reference) html += ReferenceHtml(res, req.memory_unit);
 
   html += "<h2>Throughput against memory, every valid configuration</h2>\n";
   html +=
@@ -376,20 +450,7 @@ std::string PlanReportHtml(const PlanRequest& req, const PlanSearchResult& res) 
                     100 * best.report.bubble_fraction, 100 * best.report.mfu)};
     html += TimelineSvg(best.report.schedule, best.report.sim, title);
   }
-
-  html +=
-      "<h2>Why the others were rejected</h2>\n<table><tr><th class=\"l\">reason (first "
-      "Megatron-LM rule broken)</th><th>count</th><th class=\"l\">example</th></tr>\n";
-  for (const auto& [reason, count] : res.rejected.counts) {
-    html += fmt::format("<tr><td class=\"l\">{}</td><td>{}</td><td class=\"l\">{}</td></tr>\n",
-                        XmlEscape(reason), GroupThousands(count),
-                        XmlEscape(res.rejected.examples.at(reason)));
-  }
-  html += "</table>\n";
-  if (res.closest_out_of_memory) {
-    html += fmt::format("<p>Closest to fitting: {}</p>\n",
-                        XmlEscape(res.closest_out_of_memory_problem));
-  }
+  html += RejectionsHtml(res);
   html += "<p class=\"note\">Generated by ptdp plan.</p>\n</body></html>\n";
   return html;
 }

@@ -219,17 +219,201 @@ constexpr Sharding kShardings[] = {{false, Fsdp::kNone},
                                    {true, Fsdp::kOptimGrads},
                                    {true, Fsdp::kOptimGradsParams}};
 
+// Whether the constraints leave sharding `sh` to a layout of `dp` data-parallel replicas.
+bool ShardingAllowed(const SearchConstraints& c, const Sharding& sh, int64_t dp) {
+  if (c.distributed_optimizer && *c.distributed_optimizer != sh.distributed_optimizer) {
+    return false;
+  }
+  if (c.fsdp ? *c.fsdp != sh.fsdp : false) return false;
+  // With one data-parallel replica nothing is sharded.
+  return !(dp == 1 && sh.distributed_optimizer && !c.distributed_optimizer && !c.fsdp);
+}
+
+// ---- EnumerateConfigs' walk: the sizes (tensor, pipeline, context and data-parallel) in
+// EnumerateConfigs; per size its micro-batch sizes, layer splits, schedules and model chunks
+// (WalkSize); per such layout the knobs below, each candidate checked against Megatron's rules
+// (WalkKnobs).
+
+// What the walk reads, and the candidates broken per rule with the first example met of each
+// (counted here and added to the rejections once at the end, not per candidate).
+struct ConfigWalk {
+  const ModelSpec& model;
+  const TrainingSpec& training;
+  int64_t num_gpus;
+  const SearchConstraints& c;
+  const std::function<void(const ParallelConfig&)>& visit;
+  const CostOptions& options;
+  std::array<int64_t, kNumRules> broken{};
+  std::array<std::string, kNumRules> examples{};
+};
+
+// One tensor x pipeline x context x data-parallel size of the GPUs, with what its candidates
+// share: the exchanges of context parallelism (one, unused, without it) and the expert layouts.
+struct LayoutSize {
+  int64_t tp, pp, cp, dp;
+  std::vector<CpComm> comms;
+  std::vector<std::pair<int, int>> experts;  // (ep, etp), ExpertLayouts
+};
+
+// The layer splits for `pp` pipeline stages; with none possible, the even split carries the
+// rejection. A layout the user gives (--fix layout=...) is the split, for pp dividing it (else
+// there is none).
+std::vector<ParallelConfig> LayerSplits(const ConfigWalk& walk, int64_t pp) {
+  const SearchConstraints& c = walk.c;
+  std::vector<ParallelConfig> splits;
+  if (c.layout) {
+    if (c.layout->size() % static_cast<size_t>(pp) == 0) {
+      splits.push_back(ParallelConfig{.layout = *c.layout});
+    }
+    return splits;
+  }
+  for (const ParallelConfig& s : PipelineSplits(walk.model.num_layers, static_cast<int>(pp))) {
+    // A hybrid model's stack splits its layers alone (the rules refuse the account-for
+    // options there).
+    if (walk.model.hybrid() && (s.account_for_embedding || s.account_for_loss)) continue;
+    if (!c.uneven || *c.uneven == UnevenSplit(s)) splits.push_back(s);
+  }
+  if (splits.empty() && (!c.uneven || !*c.uneven)) splits.push_back(ParallelConfig{});
+  return splits;
+}
+
+// The model-chunk counts `schedule` is examined with for `split` on `pp` stages (`v_list`: the
+// split's counts for interleaving, or its layout's); none: the schedule is not examined.
+std::vector<int64_t> ScheduleChunks(const ConfigWalk& walk, int64_t pp, const ParallelConfig& split,
+                                    const std::vector<int64_t>& v_list, Schedule schedule) {
+  const SearchConstraints& c = walk.c;
+  // Without a pipeline, zb-h1 and gpipe run exactly as 1f1b: not distinct candidates.
+  if (pp == 1 && (schedule == Schedule::kZbH1 || schedule == Schedule::kGpipe) &&
+      Contains(c.schedules, Schedule::k1F1B)) {
+    return {};
+  }
+  // A hybrid model has virtual stages only with a layout (Megatron: '|' in its
+  // pattern); without one, interleaving is examined only when the user asks for it
+  // (to say why not).
+  if (walk.model.hybrid() && schedule == Schedule::kInterleaved && split.layout.empty() &&
+      !c.virtual_stages && c.schedules.size() > 1) {
+    return {};
+  }
+  // A layout fixes the chunks: interleaved exactly when it has more than one per
+  // pipeline rank.
+  if (!split.layout.empty()) {
+    if ((schedule == Schedule::kInterleaved) != (v_list.front() > 1)) return {};
+    return v_list;
+  }
+  if (schedule == Schedule::kInterleaved) return v_list.empty() ? std::vector<int64_t>{2} : v_list;
+  return {1};
+}
+
+// Every candidate of one layout: `size`, micro-batch size `mbs`, `split`, `schedule` and `v`
+// model chunks, with and without sequence parallelism, each recompute, sharding, exchange of
+// context parallelism and expert layout the constraints leave. Each is checked against
+// Megatron's rules (`leading`: a rule every one of them breaks); the valid ones are visited, the
+// others counted per rule. `p`: the split, its other fields set here. Returns the number
+// examined.
+int64_t WalkKnobs(ConfigWalk& walk, const LayoutSize& size, int64_t mbs,
+                  const std::optional<Rule>& leading, const ParallelConfig& split,
+                  Schedule schedule, int64_t v, ParallelConfig& p) {
+  const SearchConstraints& c = walk.c;
+  int64_t examined = 0;
+  for (int sp = 0; sp < 2; ++sp) {
+    if (c.sequence_parallel && *c.sequence_parallel != (sp == 1)) continue;
+    for (Recompute recompute : c.recomputes) {
+      for (const Sharding& sh : kShardings) {
+        if (!ShardingAllowed(c, sh, size.dp)) continue;
+        for (CpComm comm : size.comms) {
+          for (auto [ep, etp] : size.experts) {
+            p.ep = ep;
+            p.etp = etp;
+            p.tp = static_cast<int>(size.tp);
+            p.pp = static_cast<int>(size.pp);
+            p.dp = static_cast<int>(size.dp);
+            p.cp = static_cast<int>(size.cp);
+            p.cp_comm = comm;
+            p.micro_batch_size = static_cast<int>(mbs);
+            p.virtual_stages = static_cast<int>(v);
+            p.schedule = schedule;
+            p.sequence_parallel = sp == 1;
+            p.recompute = recompute;
+            p.recompute_modules = recompute == Recompute::kSelective && c.recompute_modules
+                                      ? *c.recompute_modules
+                                      : split.recompute_modules;
+            p.distributed_optimizer = sh.distributed_optimizer;
+            p.fsdp = sh.fsdp;
+            ++examined;
+            if (const std::optional<Rule> rule =
+                    leading ? leading
+                            : FirstBrokenRule(walk.model, walk.training, p, walk.num_gpus,
+                                              walk.options)) {
+              // Counted per rule here, in the map at the end; the first example met.
+              const int r = static_cast<int>(*rule);
+              if (walk.broken[r]++ == 0) {
+                walk.examples[r] = fmt::format(
+                    "{}: {}", Describe(p),
+                    CheckParallelConfig(walk.model, walk.training, p, walk.num_gpus, walk.options)
+                        .front()
+                        .message);
+              }
+              continue;
+            }
+            walk.visit(p);
+          }
+        }
+      }
+    }
+  }
+  return examined;
+}
+
+// Every candidate of one size: its micro-batch sizes, layer splits, schedules and model chunks,
+// each layout's knobs by WalkKnobs. Returns the number examined.
+int64_t WalkSize(ConfigWalk& walk, const LayoutSize& size) {
+  const SearchConstraints& c = walk.c;
+  const int64_t pp = size.pp, gbs = walk.training.global_batch_size;
+  // Micro-batch sizes: divisors of GBS / dp; if dp does not divide GBS, none can work, and
+  // one candidate (mbs 1) carries the rejection.
+  const std::vector<int64_t> mbs_list =
+      gbs % size.dp == 0 ? Divisors(gbs / size.dp) : std::vector<int64_t>{1};
+  const std::vector<ParallelConfig> splits = LayerSplits(walk, pp);
+  int64_t examined = 0;
+  for (int64_t mbs : mbs_list) {
+    if (!Allowed(c.micro_batch_size, mbs)) continue;
+    if (c.max_micro_batch_size > 0 && mbs > c.max_micro_batch_size) continue;
+    // A leading rule broken here is the first broken rule of every candidate below (most
+    // of a large space's rejections: heads not divisible by tp): checked once.
+    const std::optional<Rule> leading =
+        FirstBrokenLeadingRule(walk.model, walk.training,
+                               ParallelConfig{.tp = static_cast<int>(size.tp),
+                                              .pp = static_cast<int>(pp),
+                                              .dp = static_cast<int>(size.dp),
+                                              .cp = static_cast<int>(size.cp),
+                                              .micro_batch_size = static_cast<int>(mbs)},
+                               walk.num_gpus);
+    for (const ParallelConfig& split : splits) {
+      // Each candidate below: the split with every other field set (copied once here).
+      ParallelConfig p = split;
+      const std::vector<int64_t> v_list =
+          split.layout.empty()
+              ? ChunkCounts(walk.model.num_layers, static_cast<int>(pp), split)
+              : std::vector<int64_t>{static_cast<int64_t>(split.layout.size()) / pp};
+      for (Schedule schedule : c.schedules) {
+        for (int64_t v : ScheduleChunks(walk, pp, split, v_list, schedule)) {
+          if (!Allowed(c.virtual_stages, v)) continue;
+          examined += WalkKnobs(walk, size, mbs, leading, split, schedule, v, p);
+        }
+      }
+    }
+  }
+  return examined;
+}
+
 }  // namespace
 
 int64_t EnumerateConfigs(const ModelSpec& model, const TrainingSpec& training, int64_t num_gpus,
                          const SearchConstraints& c, Rejections& rejected,
                          const std::function<void(const ParallelConfig&)>& visit,
                          const CostOptions& options) {
+  ConfigWalk walk{model, training, num_gpus, c, visit, options};
   int64_t examined = 0;
-  std::array<int64_t, kNumRules> broken{};
-  std::array<std::string, kNumRules> examples;
-  const int64_t gbs = training.global_batch_size;
-  const int L = model.num_layers;
   for (int64_t tp : Divisors(num_gpus)) {
     if (!Allowed(c.tp, tp) || (c.max_tp > 0 && tp > c.max_tp)) continue;
     for (int64_t pp : Divisors(num_gpus / tp)) {
@@ -242,141 +426,17 @@ int64_t EnumerateConfigs(const ModelSpec& model, const TrainingSpec& training, i
         const int64_t dp = num_gpus / (tp * pp * cp);
         if (!Allowed(c.dp, dp)) continue;
         // The exchanges of context parallelism; one (unused) without it.
-        const std::vector<CpComm> comms = cp > 1 ? c.cp_comms : std::vector<CpComm>{CpComm::kP2p};
-        const std::vector<std::pair<int, int>> experts =
-            ExpertLayouts(model, num_gpus, static_cast<int>(tp), static_cast<int>(pp), c);
-        // Micro-batch sizes: divisors of GBS / dp; if dp does not divide GBS, none can work, and
-        // one candidate (mbs 1) carries the rejection.
-        std::vector<int64_t> mbs_list =
-            gbs % dp == 0 ? Divisors(gbs / dp) : std::vector<int64_t>{1};
-        // The layer splits; with none possible, the even split carries the rejection.
-        std::vector<ParallelConfig> splits;
-        if (c.layout) {
-          // A layout the user gives (--fix layout=...): it is the split, for pp dividing it.
-          if (c.layout->size() % static_cast<size_t>(pp) != 0) continue;
-          splits.push_back(ParallelConfig{.layout = *c.layout});
-        } else {
-          for (const ParallelConfig& s : PipelineSplits(L, static_cast<int>(pp))) {
-            // A hybrid model's stack splits its layers alone (the rules refuse the account-for
-            // options there).
-            if (model.hybrid() && (s.account_for_embedding || s.account_for_loss)) continue;
-            if (!c.uneven || *c.uneven == UnevenSplit(s)) splits.push_back(s);
-          }
-          if (splits.empty() && (!c.uneven || !*c.uneven)) splits.push_back(ParallelConfig{});
-        }
-        for (int64_t mbs : mbs_list) {
-          if (!Allowed(c.micro_batch_size, mbs)) continue;
-          if (c.max_micro_batch_size > 0 && mbs > c.max_micro_batch_size) continue;
-          // A leading rule broken here is the first broken rule of every candidate below (most
-          // of a large space's rejections: heads not divisible by tp): checked once.
-          const std::optional<Rule> leading =
-              FirstBrokenLeadingRule(model, training,
-                                     ParallelConfig{.tp = static_cast<int>(tp),
-                                                    .pp = static_cast<int>(pp),
-                                                    .dp = static_cast<int>(dp),
-                                                    .cp = static_cast<int>(cp),
-                                                    .micro_batch_size = static_cast<int>(mbs)},
-                                     num_gpus);
-          for (const ParallelConfig& split : splits) {
-            // Each candidate below: the split with every other field set (copied once here).
-            ParallelConfig p = split;
-            const std::vector<int64_t> v_list =
-                split.layout.empty()
-                    ? ChunkCounts(L, static_cast<int>(pp), split)
-                    : std::vector<int64_t>{static_cast<int64_t>(split.layout.size()) / pp};
-            for (Schedule schedule : c.schedules) {
-              // Without a pipeline, zb-h1 and gpipe run exactly as 1f1b: not distinct candidates.
-              if (pp == 1 && (schedule == Schedule::kZbH1 || schedule == Schedule::kGpipe) &&
-                  Contains(c.schedules, Schedule::k1F1B)) {
-                continue;
-              }
-              // A hybrid model has virtual stages only with a layout (Megatron: '|' in its
-              // pattern); without one, interleaving is examined only when the user asks for it
-              // (to say why not).
-              if (model.hybrid() && schedule == Schedule::kInterleaved && split.layout.empty() &&
-                  !c.virtual_stages && c.schedules.size() > 1) {
-                continue;
-              }
-              std::vector<int64_t> vs = {1};
-              if (schedule == Schedule::kInterleaved) {
-                vs = v_list.empty() ? std::vector<int64_t>{2} : v_list;
-              }
-              // A layout fixes the chunks: interleaved exactly when it has more than one per
-              // pipeline rank.
-              if (!split.layout.empty() &&
-                  (schedule == Schedule::kInterleaved) != (v_list.front() > 1)) {
-                continue;
-              }
-              if (!split.layout.empty()) vs = v_list;
-              for (int64_t v : vs) {
-                if (!Allowed(c.virtual_stages, v)) continue;
-                for (int sp = 0; sp < 2; ++sp) {
-                  if (c.sequence_parallel && *c.sequence_parallel != (sp == 1)) continue;
-                  for (Recompute recompute : c.recomputes) {
-                    for (const Sharding& sh : kShardings) {
-                      if (c.distributed_optimizer &&
-                          *c.distributed_optimizer != sh.distributed_optimizer) {
-                        continue;
-                      }
-                      if (c.fsdp ? *c.fsdp != sh.fsdp : false) continue;
-                      // With one data-parallel replica nothing is sharded.
-                      if (dp == 1 && sh.distributed_optimizer && !c.distributed_optimizer &&
-                          !c.fsdp) {
-                        continue;
-                      }
-                      for (CpComm comm : comms) {
-                        for (auto [ep, etp] : experts) {
-                          p.ep = ep;
-                          p.etp = etp;
-                          p.tp = static_cast<int>(tp);
-                          p.pp = static_cast<int>(pp);
-                          p.dp = static_cast<int>(dp);
-                          p.cp = static_cast<int>(cp);
-                          p.cp_comm = comm;
-                          p.micro_batch_size = static_cast<int>(mbs);
-                          p.virtual_stages = static_cast<int>(v);
-                          p.schedule = schedule;
-                          p.sequence_parallel = sp == 1;
-                          p.recompute = recompute;
-                          p.recompute_modules =
-                              recompute == Recompute::kSelective && c.recompute_modules
-                                  ? *c.recompute_modules
-                                  : split.recompute_modules;
-                          p.distributed_optimizer = sh.distributed_optimizer;
-                          p.fsdp = sh.fsdp;
-                          ++examined;
-                          if (const std::optional<Rule> rule =
-                                  leading
-                                      ? leading
-                                      : FirstBrokenRule(model, training, p, num_gpus, options)) {
-                            // Counted per rule here, in the map at the end; the first example met.
-                            const int r = static_cast<int>(*rule);
-                            if (broken[r]++ == 0) {
-                              examples[r] = fmt::format(
-                                  "{}: {}", Describe(p),
-                                  CheckParallelConfig(model, training, p, num_gpus, options)
-                                      .front()
-                                      .message);
-                            }
-                            continue;
-                          }
-                          visit(p);
-                        }
-                      }
-                    }
-                  }
-                }
-              }
-            }
-          }
-        }
+        examined += WalkSize(
+            walk, {tp, pp, cp, dp, cp > 1 ? c.cp_comms : std::vector<CpComm>{CpComm::kP2p},
+                   ExpertLayouts(model, num_gpus, static_cast<int>(tp), static_cast<int>(pp), c)});
       }
     }
   }
   for (int r = 0; r < kNumRules; ++r) {
-    if (broken[r] > 0) {
+    if (walk.broken[r] > 0) {
       rejected.Add(
-          std::string(RuleId(static_cast<Rule>(r))), [&] { return examples[r]; }, broken[r]);
+          std::string(RuleId(static_cast<Rule>(r))), [&] { return walk.examples[r]; },
+          walk.broken[r]);
     }
   }
   return examined;

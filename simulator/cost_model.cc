@@ -5,6 +5,7 @@
 #include <cmath>
 #include <new>
 #include <optional>
+#include <span>
 #include <type_traits>
 #include <unordered_map>
 
@@ -443,150 +444,417 @@ struct Prepared {
   LayerCostCache::Impl* shared;
 };
 
-// Fills `out` (its previous contents dropped); the breakdowns only when `breakdowns`.
-void EstimatePrepared(const ModelSpec& m, const ClusterSpec& c, const TrainingSpec& training,
-                      const ParallelConfig& p, const CostOptions& options, const Prepared& prepared,
-                      bool breakdowns, CompactCosts& out) {
-  const Precision precision = training.precision;
-  const int pp = p.pp, v = p.virtual_stages, vstages = pp * v;
-  LayerCostCache::Impl* shared = prepared.shared;
-  const LayoutPlacements* placed = &prepared.placed;
-  const GroupPlacement& tp = placed->tp;
-  const GroupPlacement& dp = placed->dp;
-  const GroupPlacements& groups = prepared.groups;
-  const KernelTimer& timer = prepared.timer;
+// ---- EstimatePrepared, in phases: what the evaluation shares (Evaluation: the figures every
+// phase reads, the pipeline's sends; beside it the layer costs and parameters met so far), every
+// virtual stage's costs (FillChunks: each distinct chunk's layers summed once, SumLayers, then
+// its other parts, AddChunkParts), every pipeline stage's (FillStages, StageCostsOf). The
+// planner runs them millions of times per search (results/bench/cost_model.md): they are inline
+// functions, as the lambdas of the single function they were.
 
-  // One cost per layer slot [kind][fp8][recompute], computed when a chunk first has such
-  // layers (kept by pointer: most configurations meet two or three of the slots).
-  const LayerCost* layer[ChunkLayers::kSlots] = {};
+// Sends from each stage to the next (r: r -> r + 1 mod p). The pairs r -> r + 1 < p share
+// one placement when the ranks between stages fill whole nodes (or more); then time it once,
+// else each (kept only then).
+struct PipelineSends {
+  int pp = 1;
+  double bytes = 0;  // what each GPU sends of an activation (or its gradient)
+  bool same_pairs = false;
+  double uniform = 0, wrap = 0;
+  std::span<const double> pair;  // by r < p - 1, when the pairs differ
+  // The time of a send from stage r to the next.
+  double operator()(int r) const { return r == pp - 1 ? wrap : same_pairs ? uniform : pair[r]; }
+};
+
+// The sends' times, each pair's into `pair` (which holds them) when the pairs differ.
+inline PipelineSends Sends(const ModelSpec& m, const ClusterSpec& c, const ParallelConfig& p,
+                           const CostOptions& options, Precision precision,
+                           const LayoutPlacements& placed, std::vector<double>& pair) {
+  const int pp = p.pp;
+  PipelineSends s;
+  s.pp = pp;
+  s.bytes = pp > 1 ? SendBytes(m, p, precision, options) : 0;
+  const int64_t stage_ranks = p.tp * p.dp_cp();
+  s.same_pairs = stage_ranks % c.gpus_per_node == 0 || stage_ranks >= c.gpus_per_node;
+  if (pp > 1) {
+    if (s.same_pairs) {
+      s.uniform = SendTime(c, m, p, precision, options, placed.first_pair, placed.tp);
+    } else {
+      pair.resize(pp - 1);
+      for (int r = 0; r < pp - 1; ++r) {
+        pair[r] =
+            SendTime(c, m, p, precision, options, PipelinePair(p, r, c.gpus_per_node), placed.tp);
+      }
+      s.pair = pair;
+    }
+    s.wrap = SendTime(c, m, p, precision, options, placed.last_pair, placed.tp);
+  }
+  return s;
+}
+
+// Megatron-FSDP's sharding: gradients (optim_grads, optim_grads_params) and parameters
+// (optim_grads_params), whose traffic AddFsdpTraffic adds per micro-batch.
+struct FsdpTraffic {
+  bool grads = false, params = false;
+};
+// One layer's gather and reduce-scatter, for the last unit size met (most chunks share it).
+struct FsdpUnit {
+  double params = -1, gather = 0, scatter = 0;
+};
+
+// An MTP layer (CountParameters): the last layer's kind, and its projection and norms.
+struct MtpLayer {
+  int kind = 0, fp8 = 0;
+  double extra = 0;   // the projection and norms
+  double params = 0;  // with the layer's (the projection and norms alone without MTP layers)
+};
+
+// One cost per layer slot [kind][fp8][recompute], computed when a chunk first has such
+// layers (kept by pointer: most configurations meet two or three of the slots).
+class LayerCosts {
+ public:
+  LayerCosts(const ModelSpec& m, const ClusterSpec& c, const TrainingSpec& training,
+             const ParallelConfig& p, const CostOptions& options, const Prepared& prepared)
+      : m_(m), c_(c), training_(training), p_(p), options_(options), prepared_(prepared) {}
+
+  const LayerCost& operator()(int e, int f, int r) {
+    const int slot = 4 * e + 2 * f + r;
+    if (layer_[slot] == nullptr) {
+      ParallelConfig q = p_;
+      if (r == 0) q.recompute = Recompute::kNone;
+      const LayerKind kind = static_cast<LayerKind>(e);
+      const KernelTimer& timer = prepared_.timer;
+      const GroupPlacements& groups = prepared_.groups;
+      LayerCostCache::Impl* shared = prepared_.shared;
+      if (shared != nullptr) {
+        if (cached_ == nullptr) cached_ = &shared->layers[KeyOf(p_, options_, groups, 0)];
+        std::unique_ptr<LayerCost>& known = (*cached_)[slot];
+        if (!known) {
+          known = std::make_unique<LayerCost>(
+              CostOfLayer(m_, c_, training_, q, options_, timer, groups, f == 1, kind));
+        }
+        layer_[slot] = known.get();
+      } else {
+        layer_[slot] = new (&own_.slot[own_used_++])
+            LayerCost(CostOfLayer(m_, c_, training_, q, options_, timer, groups, f == 1, kind));
+      }
+    }
+    return *layer_[slot];
+  }
+
+ private:
+  const ModelSpec& m_;
+  const ClusterSpec& c_;
+  const TrainingSpec& training_;
+  const ParallelConfig& p_;
+  const CostOptions& options_;
+  const Prepared& prepared_;
+  const LayerCost* layer_[ChunkLayers::kSlots] = {};
   // Without a cache, the costs live here, each constructed when first needed (LayerCost is
   // plain doubles: nothing to destroy).
   union OwnLayers {
     OwnLayers() {}
     LayerCost slot[ChunkLayers::kSlots];
-  } own_layers;
-  int own_used = 0;
-  LayerCostCache::Impl::Slots* cached = nullptr;  // with a cache: this configuration's there
-  const auto cost_of = [&](int e, int f, int r) -> const LayerCost& {
-    const int slot = 4 * e + 2 * f + r;
-    if (layer[slot] == nullptr) {
-      ParallelConfig q = p;
-      if (r == 0) q.recompute = Recompute::kNone;
-      const LayerKind kind = static_cast<LayerKind>(e);
-      if (shared != nullptr) {
-        if (cached == nullptr) cached = &shared->layers[KeyOf(p, options, groups, 0)];
-        std::unique_ptr<LayerCost>& known = (*cached)[slot];
-        if (!known) {
-          known = std::make_unique<LayerCost>(
-              CostOfLayer(m, c, training, q, options, timer, groups, f == 1, kind));
-        }
-        layer[slot] = known.get();
-      } else {
-        layer[slot] = new (&own_layers.slot[own_used++])
-            LayerCost(CostOfLayer(m, c, training, q, options, timer, groups, f == 1, kind));
-      }
-    }
-    return *layer[slot];
-  };
+  } own_;
+  int own_used_ = 0;
+  LayerCostCache::Impl::Slots* cached_ = nullptr;  // with a cache: this configuration's there
+};
 
-  const EndParts* ends = &prepared.ends;
-  const PassTimes &ef = ends->ef, &eb = ends->eb, &ew = ends->ew;
-  const PassTimes &of = ends->of, &ob = ends->ob, &ow = ends->ow;
-  const double emb_act = ends->emb_act, out_act = ends->out_act;
-
-  // Sends from each stage to the next (r: r -> r + 1 mod p). The pairs r -> r + 1 < p share
-  // one placement when the ranks between stages fill whole nodes (or more); then time it once,
-  // else each (kept only then).
-  const double send_bytes = pp > 1 ? SendBytes(m, p, precision, options) : 0;
-  const int64_t stage_ranks = p.tp * p.dp_cp();
-  const bool same_pairs = stage_ranks % c.gpus_per_node == 0 || stage_ranks >= c.gpus_per_node;
-  double uniform_send = 0, wrap_send = 0;
-  std::vector<double> pair_send;
-  if (pp > 1) {
-    if (same_pairs) {
-      uniform_send = SendTime(c, m, p, precision, options, placed->first_pair, tp);
-    } else {
-      pair_send.resize(pp - 1);
-      for (int r = 0; r < pp - 1; ++r) {
-        pair_send[r] =
-            SendTime(c, m, p, precision, options, PipelinePair(p, r, c.gpus_per_node), tp);
-      }
+// Each layer kind's parameters on this GPU, computed when first met.
+class KindParams {
+ public:
+  KindParams(const ModelSpec& m, const ParallelConfig& p) : m_(m), p_(p) {}
+  const LayerParams& operator()(int kind) {
+    if (!have_[kind]) {
+      params_[kind] = LayerKindParams(m_, p_, static_cast<LayerKind>(kind));
+      have_[kind] = true;
     }
-    wrap_send = SendTime(c, m, p, precision, options, placed->last_pair, tp);
+    return params_[kind];
   }
-  const auto send = [&](int r) {
-    return r == pp - 1 ? wrap_send : same_pairs ? uniform_send : pair_send[r];
-  };
+  // As far as met: zero before the kind's are asked for.
+  const LayerParams& Met(int kind) const { return params_[kind]; }
 
-  // Megatron-FSDP's per-micro-batch data-parallel traffic of one layer (Megatron-FSDP v1,
-  // megatron/core/distributed/fsdp): sharded gradients are reduce-scattered after each layer's
-  // backward in every micro-batch; sharded parameters are all-gathered before each layer's
-  // forward and again before its backward. A separate stream runs them while neighbouring
-  // layers compute (prefetch); the first gather and the last reduce-scatter of a pass are
-  // exposed.
-  const bool fsdp_grads = p.fsdp == Fsdp::kOptimGrads || p.fsdp == Fsdp::kOptimGradsParams;
-  const bool fsdp_params = p.fsdp == Fsdp::kOptimGradsParams;
-  const double gbytes = GradientBytes(precision, options);
-  const double ebytes = BytesPerElement(precision);
-  // Each layer kind's parameters on this GPU, computed when first met.
-  LayerParams kind_params[kNumLayerKinds];
-  bool have_params[kNumLayerKinds] = {};
-  const auto params_of = [&](int kind) -> const LayerParams& {
-    if (!have_params[kind]) {
-      kind_params[kind] = LayerKindParams(m, p, static_cast<LayerKind>(kind));
-      have_params[kind] = true;
+ private:
+  const ModelSpec& m_;
+  const ParallelConfig& p_;
+  LayerParams params_[kNumLayerKinds];
+  bool have_[kNumLayerKinds] = {};
+};
+
+// What the phases of one evaluation share: its configuration and preparation and the figures
+// they read. The layer costs and parameters met so far and each virtual stage's layers are
+// objects of their own, referred to: the functions that work them out see them, while the
+// figures here, seen by no such function, stay at hand (in registers) through the phases.
+struct Evaluation {
+  Evaluation(const ModelSpec& model, const ClusterSpec& cluster, const TrainingSpec& train,
+             const ParallelConfig& parallel, const CostOptions& opts, const Prepared& prep,
+             LayerCosts& layer_costs, KindParams& kind_params, const ChunkKinds& kinds,
+             std::vector<double>& pair_sends)
+      : m(model),
+        c(cluster),
+        training(train),
+        p(parallel),
+        options(opts),
+        prepared(prep),
+        ends(prep.ends),
+        pp(parallel.pp),
+        v(parallel.virtual_stages),
+        layer(layer_costs),
+        params(kind_params),
+        chunk_kinds(kinds),
+        sends(Sends(model, cluster, parallel, opts, train.precision, prep.placed, pair_sends)),
+        gbytes(GradientBytes(train.precision, opts)),
+        ebytes(BytesPerElement(train.precision)),
+        uniform(UniformChunks(model, train, parallel)),
+        alike(MiddleStagesAlike(model, train, parallel)),
+        kind_end(LayerKindEnd(model)) {
+    fsdp.grads = p.fsdp == Fsdp::kOptimGrads || p.fsdp == Fsdp::kOptimGradsParams;
+    fsdp.params = p.fsdp == Fsdp::kOptimGradsParams;
+    mtp.kind = static_cast<int>(m.IsMoeLayer(m.num_layers - 1) ? LayerKind::kMoeTransformer
+                                                               : LayerKind::kTransformer);
+    mtp.fp8 = training.precision == Precision::kFp8 && training.fp8_bf16_layers_at_end == 0 ? 1 : 0;
+    mtp.extra = 2.0 * m.hidden_size * m.hidden_size / p.tp + 3.0 * m.hidden_size;
+    mtp.params = m.mtp_num_layers > 0 ? params(mtp.kind).total() + mtp.extra : mtp.extra;
+  }
+
+  const ModelSpec& m;
+  const ClusterSpec& c;
+  const TrainingSpec& training;
+  const ParallelConfig& p;
+  const CostOptions& options;
+  const Prepared& prepared;
+  const EndParts& ends;  // prepared.ends
+  const int pp, v;       // pipeline stages, virtual stages per pipeline stage
+  LayerCosts& layer;
+  KindParams& params;
+  const ChunkKinds& chunk_kinds;
+  const PipelineSends sends;
+  const double gbytes, ebytes;  // a gradient's and a weight's bytes
+  const bool uniform;           // every chunk's layers are the first's (UniformChunks)
+  const bool alike;             // the stages between the first and the last are (MiddleStagesAlike)
+  const int kind_end;           // the layer kinds are [0, kind_end)
+  FsdpTraffic fsdp;
+  MtpLayer mtp;
+};
+
+// The layers' part of a chunk, the same for every chunk of the same kinds (most of them): as
+// it enters the chunk's costs and the stage's breakdown, worked out once per distinct chunk.
+struct LayerSums {
+  ChunkLayers kinds;
+  LayerCost sum = {};
+  double params = 0;
+  ChunkCosts chunk = {};
+  StageBreakdown breakdown = {};
+};
+
+// The layers `k` summed into `sums` (its previous contents dropped): n times each slot's costs,
+// slot by slot in the order of the kinds.
+inline void SumLayers(const Evaluation& ev, const ChunkLayers& k, LayerSums& sums) {
+  sums = LayerSums{.kinds = k};
+  for (int e = 0; e < ev.kind_end; ++e) {
+    if (k.OfKind(static_cast<LayerKind>(e)) == 0) continue;
+    for (int slot = 0; slot < 4; ++slot) {
+      const int f = slot / 2, rc = slot % 2;
+      const double n = k.count[e][f][rc];
+      if (n == 0) continue;
+      const LayerCost& l = ev.layer(e, f, rc);
+      LayerCost& s = sums.sum;
+      s.forward += n * l.forward;
+      s.backward_input += n * l.backward_input;
+      s.backward_weight += n * l.backward_weight;
+      s.activation_bytes += n * l.activation_bytes;
+      s.weight_grad_activation_bytes += n * l.weight_grad_activation_bytes;
+      s.compute += n * l.compute;
+      s.overhead += n * l.overhead;
+      s.comm += n * l.comm;
+      s.recompute += n * l.recompute;
+      s.comm_hidden += n * l.comm_hidden;
+      s.cp_comm += n * l.cp_comm;
+      s.cp_hidden += n * l.cp_hidden;
+      s.ep_comm += n * l.ep_comm;
+      s.etp_comm += n * l.etp_comm;
+      s.f_cp += n * l.f_cp;
+      s.f_dispatch += n * l.f_dispatch;
+      s.f_combine += n * l.f_combine;
+      s.b_cp += n * l.b_cp;
+      s.b_dispatch += n * l.b_dispatch;
+      s.b_combine += n * l.b_combine;
+      s.f_tp += n * l.f_tp;
+      s.b_tp += n * l.b_tp;
+      s.w_tp += n * l.w_tp;
+      for (int g = 0; g < kCommGroups; ++g) s.comm_bytes[g] += n * l.comm_bytes[g];
+      sums.params += n * ev.params(e).total();
     }
-    return kind_params[kind];
-  };
-  // An MTP layer (CountParameters): the last layer's kind, and its projection and norms.
-  const int mtp_kind = static_cast<int>(m.IsMoeLayer(m.num_layers - 1) ? LayerKind::kMoeTransformer
-                                                                       : LayerKind::kTransformer);
-  const int mtp_fp8 =
-      training.precision == Precision::kFp8 && training.fp8_bf16_layers_at_end == 0 ? 1 : 0;
-  const double mtp_extra = 2.0 * m.hidden_size * m.hidden_size / p.tp + 3.0 * m.hidden_size;
-  const double mtp_params =
-      m.mtp_num_layers > 0 ? params_of(mtp_kind).total() + mtp_extra : mtp_extra;
-  const auto fsdp_gather = [&](double params) {
-    return fsdp_params ? CollectiveTime(c, Collective::kAllGather, params * ebytes, dp) : 0.0;
-  };
-  const auto fsdp_scatter = [&](double params) {
-    return fsdp_grads ? CollectiveTime(c, Collective::kReduceScatter, params * gbytes, dp) : 0.0;
-  };
-  // One layer's gather and reduce-scatter, for the last unit size met (most chunks share it).
-  double fsdp_unit = -1, fsdp_unit_gather = 0, fsdp_unit_scatter = 0;
+  }
+  const LayerCost& s = sums.sum;
+  sums.chunk.forward_s = s.forward;
+  sums.chunk.backward_input_s = s.backward_input;
+  sums.chunk.backward_weight_s = s.backward_weight;
+  sums.chunk.activation_bytes = s.activation_bytes;
+  sums.chunk.weight_grad_activation_bytes = s.weight_grad_activation_bytes;
+  AddLayerBreakdown(s, sums.chunk, sums.breakdown);
+}
 
-  out.chunks.clear(), out.breakdowns.clear(), out.chunk_of.clear();
-  out.stages.clear(), out.stage_of.clear(), out.kinds.clear();
+// The embedding's (first virtual stage) or the output layer's (last) passes added to a chunk's
+// costs and its stage's breakdown.
+inline void AddEndPart(const PassTimes& pf, const PassTimes& pb, const PassTimes& pw, double act,
+                       ChunkCosts& ch, StageBreakdown& br) {
+  ch.forward_s += pf.total();
+  ch.backward_input_s += pb.total();
+  ch.backward_weight_s += pw.total();
+  ch.activation_bytes += act;
+  br.compute_s += pf.compute + pb.compute + pw.compute + pf.overhead + pb.overhead + pw.overhead;
+  br.overhead_s += pf.overhead + pb.overhead + pw.overhead;
+  br.tp_comm_s += pf.comm + pb.comm + pw.comm;
+  ch.forward_tp_s += pf.comm, ch.backward_tp_s += pb.comm, ch.weight_tp_s += pw.comm;
+  for (const PassTimes* t : {&pf, &pb, &pw}) AddCommBytes(t->comm_bytes, br);
+}
+
+// Megatron-FSDP's per-micro-batch data-parallel traffic of one layer (Megatron-FSDP v1,
+// megatron/core/distributed/fsdp): sharded gradients are reduce-scattered after each layer's
+// backward in every micro-batch; sharded parameters are all-gathered before each layer's
+// forward and again before its backward. A separate stream runs them while neighbouring
+// layers compute (prefetch); the first gather and the last reduce-scatter of a pass are
+// exposed. Here a chunk's, of `layers` layers and `chunk_params` parameters (with the
+// embedding or output part, `has_end`), added to its costs and its stage's breakdown; `last`
+// is the unit met before.
+inline void AddFsdpTraffic(const Evaluation& ev, FsdpUnit& last, int layers, bool has_end,
+                           double chunk_params, ChunkCosts& ch, StageBreakdown& br) {
+  const FsdpTraffic& fsdp = ev.fsdp;
+  const GroupPlacement& dp = ev.prepared.placed.dp;
+  // Per layer, as Megatron-FSDP's units; the embedding and output parts as one more.
+  const double units = std::max(1, layers) + (has_end ? 1 : 0);
+  const double unit = chunk_params / units;
+  if (unit != last.params) {
+    last.params = unit;
+    last.gather =
+        fsdp.params ? CollectiveTime(ev.c, Collective::kAllGather, unit * ev.ebytes, dp) : 0.0;
+    last.scatter =
+        fsdp.grads ? CollectiveTime(ev.c, Collective::kReduceScatter, unit * ev.gbytes, dp) : 0.0;
+  }
+  const double gather = units * last.gather, scatter = units * last.scatter;
+  const double forward = ch.forward_s, backward = ch.backward_input_s + ch.backward_weight_s;
+  const double exposed_f = std::max(forward, gather) - forward + last.gather;
+  const double exposed_b = std::max(backward, gather + scatter) - backward + last.scatter;
+  ch.forward_s += exposed_f;
+  ch.backward_weight_s += exposed_b;
+  br.dp_comm_s += 2 * gather + scatter;
+  br.dp_exposed_s += exposed_f + exposed_b;
+  if (dp.ranks > 1) {
+    br.dp_comm_bytes += chunk_params * ((fsdp.params ? 2 * ev.ebytes : 0) + ev.gbytes);
+  }
+}
+
+// Virtual stage (chunk, r)'s parts besides its layers (`sums`, in `ch` and `br` already), into
+// its costs and what it adds to its stage's breakdown: its sends, the framework's work per
+// micro-batch, the embedding's and output layer's passes, MTP layers, Megatron-FSDP's traffic
+// (`fsdp_unit`: the unit met before).
+inline void AddChunkParts(const Evaluation& ev, FsdpUnit& fsdp_unit, const LayerSums& sums,
+                          int chunk, int r, bool first, bool last, ChunkCosts& ch,
+                          StageBreakdown& br) {
+  const ModelSpec& m = ev.m;
+  const ClusterSpec& c = ev.c;
+  const int pp = ev.pp;
+  const EndParts& ends = ev.ends;
+  double chunk_params = sums.params;
+  ch.send_forward_s = last ? 0 : ev.sends(r);
+  ch.send_backward_s = first ? 0 : ev.sends(r == 0 ? pp - 1 : r - 1);
+  br.pp_comm_s += ch.send_forward_s + ch.send_backward_s;
+  br.pp_comm_bytes += ((last ? 0 : 1) + (first ? 0 : 1)) * ev.sends.bytes;
+  if (chunk == 0) {
+    // Once per micro-batch on each stage: the framework's work around the layers.
+    ch.forward_s += c.host.microbatch_overhead_s;
+    br.compute_s += c.host.microbatch_overhead_s;
+    br.overhead_s += c.host.microbatch_overhead_s;
+  }
+  // The embedding (first virtual stage) and the output layer (last) add their passes.
+  if (first) {
+    AddEndPart(ends.ef, ends.eb, ends.ew, ends.emb_act, ch, br);
+    chunk_params += ends.emb_parameters;
+  }
+  if (last) {
+    AddEndPart(ends.of, ends.ob, ends.ow, ends.out_act, ch, br);
+    chunk_params += ends.out_parameters;
+  }
+  if (last && m.mtp_num_layers > 0) {
+    // Multi-token prediction with the loss: per MTP layer a transformer layer of the last
+    // layer's kind (not recomputed), its projection, and the LM head and loss again.
+    const LayerCost& l = ev.layer(ev.mtp.kind, ev.mtp.fp8, 0);
+    for (int i = 0; i < m.mtp_num_layers; ++i) {
+      ch.forward_s += l.forward;
+      ch.backward_input_s += l.backward_input;
+      ch.backward_weight_s += l.backward_weight;
+      AddLayerBreakdown(l, ch, br);  // not recomputed: its recompute is 0
+      ch.activation_bytes += l.activation_bytes;
+      ch.weight_grad_activation_bytes += l.weight_grad_activation_bytes;
+      AddEndPart(ends.of, ends.ob, ends.ow, ends.out_act, ch, br);
+      chunk_params += ev.mtp.params;
+    }
+  }
+  if (ev.fsdp.grads && chunk_params > 0) {
+    AddFsdpTraffic(ev, fsdp_unit, sums.kinds.total(), first || last, chunk_params, ch, br);
+  }
+  if (!ev.options.overlap_p2p_communication) {
+    ch.forward_s += ch.send_forward_s;
+    ch.backward_input_s += ch.send_backward_s;
+    ch.send_forward_s = ch.send_backward_s = 0;
+  }
+}
+
+// With uniform sends, a virtual stage's costs and what it adds to its stage's breakdown
+// depend only on its layers and on whether it is its stage's first chunk, the first or last
+// virtual stage, or on the first or last pipeline stage: each such kind is worked out once and
+// referred to (a 64-stage pipeline has three; an uneven split a few more). The layer
+// compositions are told apart among the first kMaxCompositions met (with uniform chunks there
+// is one).
+class RepeatedChunks {
+ public:
+  // Off (outside a search), none is told apart and Key is not called.
+  explicit RepeatedChunks(bool on) {
+    if (on) at_.fill(-1);
+  }
+  // The key of virtual stage (chunk, r) of layers `k`; -1: none (not told apart).
+  int Key(const ChunkLayers& k, bool uniform, int chunk, bool first, bool last, int r, int pp) {
+    int id = 0;
+    if (!uniform) {
+      while (id < num_compositions_ && !(compositions_[id] == k)) ++id;
+      if (id == num_compositions_) {
+        if (num_compositions_ < kMaxCompositions) {
+          compositions_[num_compositions_++] = k;
+        } else {
+          id = -1;
+        }
+      }
+    }
+    const int position = (chunk == 0) << 4 | first << 3 | last << 2 | (r == 0) << 1 | (r == pp - 1);
+    return id >= 0 ? id * kPositions + position : -1;
+  }
+  // The index into the chunks of the one worked out with `key`; -1: none.
+  int Find(int key) const { return key >= 0 ? at_[key] : -1; }
+  void Remember(int key, int index) {
+    if (key >= 0) at_[key] = index;
+  }
+
+ private:
+  static constexpr int kMaxCompositions = 4, kPositions = 32;
+  std::array<int, kMaxCompositions * kPositions> at_;  // index into out.chunks, or -1
+  std::array<ChunkLayers, kMaxCompositions> compositions_;
+  int num_compositions_ = 0;
+};
+
+// Every virtual stage's costs into out.chunks, each distinct one once (out.chunk_of: whose is
+// each virtual stage's), with `breakdowns` what each adds to its stage's breakdown, and where
+// the chunks differ each virtual stage's layers (out.kinds). `sums` ends with the last distinct
+// chunk's layers (with uniform chunks, every chunk's).
+inline void FillChunks(const Evaluation& ev, bool breakdowns, LayerSums& sums, CompactCosts& out) {
+  const int pp = ev.pp, v = ev.v, vstages = pp * v;
+  const bool uniform = ev.uniform, alike = ev.alike;
   out.chunk_of.reserve(vstages);
-  // The layers' part of a chunk, the same for every chunk of the same kinds (most of them): as
-  // it enters the chunk's costs and the stage's breakdown, worked out once per distinct chunk.
-  struct LayerSums {
-    ChunkLayers kinds;
-    LayerCost sum = {};
-    double params = 0;
-    ChunkCosts chunk = {};
-    StageBreakdown breakdown = {};
-  } sums;
   bool have_sums = false;
-  const bool uniform = UniformChunks(m, training, p);
-  const bool alike = MiddleStagesAlike(m, training, p);
-  const ChunkKinds chunk_kinds(m, training, p);
-  const int kind_end = LayerKindEnd(m);
-  // With uniform sends, a virtual stage's costs and what it adds to its stage's breakdown
-  // depend only on its layers and on whether it is its stage's first chunk, the first or last
-  // virtual stage, or on the first or last pipeline stage: each such kind is worked out once and
-  // referred to (a 64-stage pipeline has three; an uneven split a few more). The layer
-  // compositions are told apart among the first kMaxCompositions met (with uniform chunks there
-  // is one).
-  constexpr int kMaxCompositions = 4, kPositions = 32;
   // Only in a search (with a cache): a single evaluation works every virtual stage out, and the
   // tests compare the two.
-  const bool copy_repeats = same_pairs && shared != nullptr;
-  std::array<int, kMaxCompositions * kPositions> repeat_at;  // index into out.chunks, or -1
-  if (copy_repeats) repeat_at.fill(-1);
-  std::array<ChunkLayers, kMaxCompositions> compositions;
-  int num_compositions = 0;
+  const bool copy_repeats = ev.sends.same_pairs && ev.prepared.shared != nullptr;
+  RepeatedChunks repeats(copy_repeats);
   ChunkLayers own_kinds;
+  FsdpUnit fsdp_unit;
   for (int chunk = 0, vs = 0; chunk < v; ++chunk) {
     for (int r = 0; r < pp; ++r, ++vs) {
       if (copy_repeats && alike && r >= 2 && r < pp - 1) {
@@ -600,268 +868,228 @@ void EstimatePrepared(const ModelSpec& m, const ClusterSpec& c, const TrainingSp
       // With uniform chunks every chunk is the first's (no comparison); with middle stages
       // alike, a row's middle chunks are its second rank's.
       if (!have_sums || (!uniform && !(alike && r >= 2 && r < pp - 1))) {
-        own_kinds = chunk_kinds(vs);
+        own_kinds = ev.chunk_kinds(vs);
       }
       const ChunkLayers& k = uniform && have_sums ? sums.kinds : own_kinds;
       if (!uniform) out.kinds.push_back(k);
-      int key = -1;
-      if (copy_repeats) {
-        int id = 0;
-        if (!uniform) {
-          while (id < num_compositions && !(compositions[id] == k)) ++id;
-          if (id == num_compositions) {
-            if (num_compositions < kMaxCompositions) {
-              compositions[num_compositions++] = k;
-            } else {
-              id = -1;
-            }
-          }
-        }
-        const int position =
-            (chunk == 0) << 4 | first << 3 | last << 2 | (r == 0) << 1 | (r == pp - 1);
-        if (id >= 0) key = id * kPositions + position;
-      }
-      if (key >= 0 && repeat_at[key] >= 0) {
-        out.chunk_of.push_back(repeat_at[key]);
+      const int key = copy_repeats ? repeats.Key(k, uniform, chunk, first, last, r, pp) : -1;
+      if (const int at = repeats.Find(key); at >= 0) {
+        out.chunk_of.push_back(at);
         continue;
       }
       if (!have_sums || (!uniform && !(k == sums.kinds))) {
-        sums = LayerSums{.kinds = k};
-        for (int e = 0; e < kind_end; ++e) {
-          if (k.OfKind(static_cast<LayerKind>(e)) == 0) continue;
-          for (int slot = 0; slot < 4; ++slot) {
-            const int f = slot / 2, rc = slot % 2;
-            const double n = k.count[e][f][rc];
-            if (n == 0) continue;
-            const LayerCost& l = cost_of(e, f, rc);
-            LayerCost& s = sums.sum;
-            s.forward += n * l.forward;
-            s.backward_input += n * l.backward_input;
-            s.backward_weight += n * l.backward_weight;
-            s.activation_bytes += n * l.activation_bytes;
-            s.weight_grad_activation_bytes += n * l.weight_grad_activation_bytes;
-            s.compute += n * l.compute;
-            s.overhead += n * l.overhead;
-            s.comm += n * l.comm;
-            s.recompute += n * l.recompute;
-            s.comm_hidden += n * l.comm_hidden;
-            s.cp_comm += n * l.cp_comm;
-            s.cp_hidden += n * l.cp_hidden;
-            s.ep_comm += n * l.ep_comm;
-            s.etp_comm += n * l.etp_comm;
-            s.f_cp += n * l.f_cp;
-            s.f_dispatch += n * l.f_dispatch;
-            s.f_combine += n * l.f_combine;
-            s.b_cp += n * l.b_cp;
-            s.b_dispatch += n * l.b_dispatch;
-            s.b_combine += n * l.b_combine;
-            s.f_tp += n * l.f_tp;
-            s.b_tp += n * l.b_tp;
-            s.w_tp += n * l.w_tp;
-            for (int g = 0; g < kCommGroups; ++g) s.comm_bytes[g] += n * l.comm_bytes[g];
-            sums.params += n * params_of(e).total();
-          }
-        }
-        const LayerCost& s = sums.sum;
-        sums.chunk.forward_s = s.forward;
-        sums.chunk.backward_input_s = s.backward_input;
-        sums.chunk.backward_weight_s = s.backward_weight;
-        sums.chunk.activation_bytes = s.activation_bytes;
-        sums.chunk.weight_grad_activation_bytes = s.weight_grad_activation_bytes;
-        AddLayerBreakdown(s, sums.chunk, sums.breakdown);
+        SumLayers(ev, k, sums);
         have_sums = true;
       }
       // The chunk's costs, and what it adds to its stage's breakdown.
       ChunkCosts ch = sums.chunk;
       StageBreakdown br = sums.breakdown;
-      double chunk_params = sums.params;
-      ch.send_forward_s = last ? 0 : send(r);
-      ch.send_backward_s = first ? 0 : send(r == 0 ? pp - 1 : r - 1);
-      br.pp_comm_s += ch.send_forward_s + ch.send_backward_s;
-      br.pp_comm_bytes += ((last ? 0 : 1) + (first ? 0 : 1)) * send_bytes;
-      if (chunk == 0) {
-        // Once per micro-batch on each stage: the framework's work around the layers.
-        ch.forward_s += c.host.microbatch_overhead_s;
-        br.compute_s += c.host.microbatch_overhead_s;
-        br.overhead_s += c.host.microbatch_overhead_s;
-      }
-      // The embedding (first virtual stage) and the output layer (last) add their passes.
-      const auto add_part = [&](const PassTimes& pf, const PassTimes& pb, const PassTimes& pw,
-                                double act) {
-        ch.forward_s += pf.total();
-        ch.backward_input_s += pb.total();
-        ch.backward_weight_s += pw.total();
-        ch.activation_bytes += act;
-        br.compute_s +=
-            pf.compute + pb.compute + pw.compute + pf.overhead + pb.overhead + pw.overhead;
-        br.overhead_s += pf.overhead + pb.overhead + pw.overhead;
-        br.tp_comm_s += pf.comm + pb.comm + pw.comm;
-        ch.forward_tp_s += pf.comm, ch.backward_tp_s += pb.comm, ch.weight_tp_s += pw.comm;
-        for (const PassTimes* t : {&pf, &pb, &pw}) AddCommBytes(t->comm_bytes, br);
-      };
-      if (first) add_part(ef, eb, ew, emb_act), chunk_params += ends->emb_parameters;
-      if (last) add_part(of, ob, ow, out_act), chunk_params += ends->out_parameters;
-      if (last && m.mtp_num_layers > 0) {
-        // Multi-token prediction with the loss: per MTP layer a transformer layer of the last
-        // layer's kind (not recomputed), its projection, and the LM head and loss again.
-        const LayerCost& l = cost_of(mtp_kind, mtp_fp8, 0);
-        for (int i = 0; i < m.mtp_num_layers; ++i) {
-          ch.forward_s += l.forward;
-          ch.backward_input_s += l.backward_input;
-          ch.backward_weight_s += l.backward_weight;
-          AddLayerBreakdown(l, ch, br);  // not recomputed: its recompute is 0
-          ch.activation_bytes += l.activation_bytes;
-          ch.weight_grad_activation_bytes += l.weight_grad_activation_bytes;
-          add_part(of, ob, ow, out_act);
-          chunk_params += mtp_params;
-        }
-      }
-      if (fsdp_grads && chunk_params > 0) {
-        // Per layer, as Megatron-FSDP's units; the embedding and output parts as one more.
-        const double units = std::max(1, k.total()) + (first || last ? 1 : 0);
-        const double unit = chunk_params / units;
-        if (unit != fsdp_unit) {
-          fsdp_unit = unit, fsdp_unit_gather = fsdp_gather(unit);
-          fsdp_unit_scatter = fsdp_scatter(unit);
-        }
-        const double gather = units * fsdp_unit_gather, scatter = units * fsdp_unit_scatter;
-        const double forward = ch.forward_s, backward = ch.backward_input_s + ch.backward_weight_s;
-        const double exposed_f = std::max(forward, gather) - forward + fsdp_unit_gather;
-        const double exposed_b =
-            std::max(backward, gather + scatter) - backward + fsdp_unit_scatter;
-        ch.forward_s += exposed_f;
-        ch.backward_weight_s += exposed_b;
-        br.dp_comm_s += 2 * gather + scatter;
-        br.dp_exposed_s += exposed_f + exposed_b;
-        if (dp.ranks > 1) {
-          br.dp_comm_bytes += chunk_params * ((fsdp_params ? 2 * ebytes : 0) + gbytes);
-        }
-      }
-      if (!options.overlap_p2p_communication) {
-        ch.forward_s += ch.send_forward_s;
-        ch.backward_input_s += ch.send_backward_s;
-        ch.send_forward_s = ch.send_backward_s = 0;
-      }
+      AddChunkParts(ev, fsdp_unit, sums, chunk, r, first, last, ch, br);
       const int index = static_cast<int>(out.chunks.size());
       out.chunks.push_back(ch);
       if (breakdowns) out.breakdowns.push_back(br);
       out.chunk_of.push_back(index);
-      if (key >= 0) repeat_at[key] = index;
+      repeats.Remember(key, index);
     }
   }
+}
 
-  // Per stage, once per step.
-  const BytesPerParameter per_param = BytesPerParam(training, p, options);
-  const double opt_bytes = OptimizerBytesPerParam(training, options);
-  const bool shard_optimizer = p.distributed_optimizer || p.fsdp != Fsdp::kNone;
-  const auto bucket = static_cast<double>(DdpBucketParameters(options, p.dp_cp()));
-  const BytesPerParameter expert_per_param =
-      m.moe() ? BytesPerParam(training, p, options, p.expert_dp()) : BytesPerParameter{};
-  const auto stage_costs = [&](int r) {
-    StageCosts st;
-    // The stage's layers by kind: parameters reduced over dp x cp (dense) and over the expert
-    // data-parallel group (experts), and the FP8 layers' linear weights and experts.
-    double dense_params = 0, expert_params = 0, fp8_weights = 0, fp8_experts = 0;
-    for (int ch = 0; ch < v; ++ch) {
-      const ChunkLayers& k = uniform ? sums.kinds : out.kinds[ch * pp + r];
-      for (int e = 0; e < kind_end; ++e) {
-        const int n = k.OfKind(static_cast<LayerKind>(e));
-        if (n == 0) continue;
-        const LayerParams& lp = params_of(e);
-        const int n_fp8 = k.count[e][1][0] + k.count[e][1][1];
-        dense_params += n * lp.dense;
-        expert_params += n * lp.experts;
-        fp8_weights += n_fp8 * lp.linear_weights;
-        fp8_experts += n_fp8 * lp.experts;
-      }
+// What every pipeline stage's costs read: bytes per parameter (dense and experts), the
+// optimizer step's HBM bytes per parameter, whether the optimizer state is sharded, the DDP
+// bucket's parameters.
+struct PerStage {
+  BytesPerParameter per_param, expert_per_param;
+  double opt_bytes = 0;
+  bool shard_optimizer = false;
+  double bucket = 0;
+};
+
+inline PerStage MakePerStage(const Evaluation& ev) {
+  const ModelSpec& m = ev.m;
+  const TrainingSpec& training = ev.training;
+  const ParallelConfig& p = ev.p;
+  PerStage s;
+  s.per_param = BytesPerParam(training, p, ev.options);
+  s.opt_bytes = OptimizerBytesPerParam(training, ev.options);
+  s.shard_optimizer = p.distributed_optimizer || p.fsdp != Fsdp::kNone;
+  s.bucket = static_cast<double>(DdpBucketParameters(ev.options, p.dp_cp()));
+  s.expert_per_param =
+      m.moe() ? BytesPerParam(training, p, ev.options, p.expert_dp()) : BytesPerParameter{};
+  return s;
+}
+
+// A pipeline stage's parameters: dense ones (reduced over dp x cp) with the embedding, output
+// and MTP parts, experts (reduced over the expert data-parallel group), and of them the FP8
+// layers' linear weights and experts.
+struct StageParams {
+  double params = 0, experts = 0, fp8_weights = 0, fp8_experts = 0;
+};
+
+// Stage r's: its chunks' layers are `kinds` by virtual stage, or with uniform chunks
+// `uniform_kinds`.
+inline StageParams StageParameters(const Evaluation& ev, const ChunkLayers& uniform_kinds,
+                                   const std::vector<ChunkLayers>& kinds, int r) {
+  const ModelSpec& m = ev.m;
+  const int pp = ev.pp, v = ev.v;
+  // The stage's layers by kind: parameters reduced over dp x cp (dense) and over the expert
+  // data-parallel group (experts), and the FP8 layers' linear weights and experts.
+  double dense_params = 0, expert_params = 0;
+  StageParams s;
+  for (int ch = 0; ch < v; ++ch) {
+    const ChunkLayers& k = ev.uniform ? uniform_kinds : kinds[ch * pp + r];
+    for (int e = 0; e < ev.kind_end; ++e) {
+      const int n = k.OfKind(static_cast<LayerKind>(e));
+      if (n == 0) continue;
+      const LayerParams& lp = ev.params(e);
+      const int n_fp8 = k.count[e][1][0] + k.count[e][1][1];
+      dense_params += n * lp.dense;
+      expert_params += n * lp.experts;
+      s.fp8_weights += n_fp8 * lp.linear_weights;
+      s.fp8_experts += n_fp8 * lp.experts;
     }
-    const double mtp = r == pp - 1 ? m.mtp_num_layers : 0;
-    const LayerParams& mtp_layer = mtp > 0 ? params_of(mtp_kind) : kind_params[0];
-    const double params = dense_params + (r == 0 ? ends->emb_parameters : 0) +
-                          (r == pp - 1 ? ends->out_parameters : 0) +
-                          mtp * (mtp_layer.dense + mtp_extra);
-    const double experts = expert_params + mtp * mtp_layer.experts;
-    // The step's parameter all-gather moves 16-bit weights, or FP8 ones for the FP8 linears
-    // with --fp8-param-gather.
-    const double fp8_gathered = training.fp8_param_gather ? 1 : 0;
-    const double gather_bytes = params * ebytes - fp8_gathered * (fp8_weights - fp8_experts);
-    const double expert_gather_bytes = experts * ebytes - fp8_gathered * fp8_experts;
-    // Each group's collectives, one after the other (Megatron's expert buckets are their own).
-    const auto both = [&](Collective collective, double dense_bytes, double expert_bytes) {
-      const double expert =
-          experts > 0 ? CollectiveTime(c, collective, expert_bytes, placed->edp) : 0.0;
-      st.expert_dp_comm_s += expert;
-      if (dp.ranks > 1) st.dp_comm_bytes += dense_bytes;
-      if (experts > 0 && placed->edp.ranks > 1) {
-        st.dp_comm_bytes += expert_bytes;
-        st.expert_dp_comm_bytes += expert_bytes;
-      }
-      return CollectiveTime(c, collective, dense_bytes, dp) + expert;
-    };
-    if (fsdp_grads) {
-      // Gradients were reduce-scattered in the backward; optim_grads all-gathers the updated
-      // parameters after the step, optim_grads_params leaves them sharded (gathered per layer).
-      if (!fsdp_params) {
-        st.dp_param_gather_s = both(Collective::kAllGather, gather_bytes, expert_gather_bytes);
-      }
-    } else if (shard_optimizer) {
-      // Rajbhandari et al. 2020 (ZeRO-1), Megatron's distributed optimizer (and Megatron-FSDP
-      // optim): reduce-scatter the gradients, update the 1/dp shard, all-gather the updated
-      // 16-bit weights.
-      st.dp_grad_sync_s = both(Collective::kReduceScatter, params * gbytes, experts * gbytes);
-      st.dp_param_gather_s = both(Collective::kAllGather, gather_bytes, expert_gather_bytes);
-    } else {
-      st.dp_grad_sync_s = both(Collective::kAllReduce, params * gbytes, experts * gbytes);
-    }
-    const double shard = shard_optimizer ? static_cast<double>(p.dp_cp()) : 1;
-    const double expert_shard = shard_optimizer ? static_cast<double>(p.expert_dp()) : 1;
-    st.optimizer_s = MemoryTime(c.gpu, (params / shard + experts / expert_shard) * opt_bytes) +
-                     c.host.optimizer_step_s;
-    if (fp8_weights > 0) {
-      // The FP8 weight copies and their transposes, cast once per step (read e, write 1 + 1;
-      // current scaling reads the weights once more for their amax).
-      const double passes = training.fp8_recipe == Fp8Recipe::kDelayed ? 1 : 2;
-      st.optimizer_s += MemoryTime(c.gpu, fp8_weights * (passes * ebytes + 2));
-    }
-    st.overlap_grad_sync = options.overlap_grad_reduce && st.dp_grad_sync_s > 0;
-    if (st.overlap_grad_sync) {
-      st.dp_buckets = std::max(1, static_cast<int>(std::ceil((params + experts) / v / bucket)));
-    }
-    if (options.overlap_param_gather && st.dp_param_gather_s > 0) {
-      // Bucket by bucket during the next forward: each bucket is waited for just before its
-      // first layer runs, so what the forward of the stage's first micro-batch covers is
-      // hidden; the first bucket never is.
-      double first_forward = 0;
-      for (int ch = 0; ch < v; ++ch)
-        first_forward += out.chunks[out.chunk_of[ch * pp + r]].forward_s;
-      const int buckets = std::max(1, static_cast<int>(std::ceil((params + experts) / bucket)));
-      const double exposed =
-          std::max(st.dp_param_gather_s / buckets, st.dp_param_gather_s - first_forward);
-      st.dp_param_gather_hidden_s = st.dp_param_gather_s - exposed;
-      st.dp_param_gather_s = exposed;
-    }
-    if (pp > 1 && m.tied_embeddings && (r == 0 || r == pp - 1)) {
-      // Megatron's _allreduce_word_embedding_grads over the first and last stage.
-      const double vocab_t = static_cast<double>(PaddedVocabSize(m, p.tp)) / p.tp;
-      st.embedding_sync_s = CollectiveTime(c, Collective::kAllReduce,
-                                           vocab_t * m.hidden_size * gbytes, placed->embedding);
-      st.embedding_sync_bytes = vocab_t * m.hidden_size * gbytes;
-    }
-    st.static_bytes = params * per_param.total() + experts * expert_per_param.total() +
-                      static_cast<double>(c.gpu.reserved_bytes);
-    return st;
+  }
+  const double mtp = r == pp - 1 ? m.mtp_num_layers : 0;
+  const LayerParams& mtp_layer = mtp > 0 ? ev.params(ev.mtp.kind) : ev.params.Met(0);
+  const EndParts& ends = ev.ends;
+  s.params = dense_params + (r == 0 ? ends.emb_parameters : 0) +
+             (r == pp - 1 ? ends.out_parameters : 0) + mtp * (mtp_layer.dense + ev.mtp.extra);
+  s.experts = expert_params + mtp * mtp_layer.experts;
+  return s;
+}
+
+// A collective of the stage's gradients or parameters over the data-parallel group (dense
+// bytes) and the expert data-parallel group (expert bytes), one after the other (Megatron's
+// expert buckets are their own): its time, with the bytes and the expert part into `st`.
+inline double DataParallelCollective(const Evaluation& ev, const StageParams& sp,
+                                     Collective collective, double dense_bytes, double expert_bytes,
+                                     StageCosts& st) {
+  const LayoutPlacements& placed = ev.prepared.placed;
+  const double expert =
+      sp.experts > 0 ? CollectiveTime(ev.c, collective, expert_bytes, placed.edp) : 0.0;
+  st.expert_dp_comm_s += expert;
+  if (placed.dp.ranks > 1) st.dp_comm_bytes += dense_bytes;
+  if (sp.experts > 0 && placed.edp.ranks > 1) {
+    st.dp_comm_bytes += expert_bytes;
+    st.expert_dp_comm_bytes += expert_bytes;
+  }
+  return CollectiveTime(ev.c, collective, dense_bytes, placed.dp) + expert;
+}
+
+// The stage's gradient reduction and parameter gather once per step, by its sharding.
+inline void DataParallelSync(const Evaluation& ev, const PerStage& k, const StageParams& sp,
+                             StageCosts& st) {
+  const double params = sp.params, experts = sp.experts, gbytes = ev.gbytes;
+  // The step's parameter all-gather moves 16-bit weights, or FP8 ones for the FP8 linears
+  // with --fp8-param-gather.
+  const double fp8_gathered = ev.training.fp8_param_gather ? 1 : 0;
+  const double gather_bytes = params * ev.ebytes - fp8_gathered * (sp.fp8_weights - sp.fp8_experts);
+  const double expert_gather_bytes = experts * ev.ebytes - fp8_gathered * sp.fp8_experts;
+  const auto both = [&](Collective collective, double dense_bytes, double expert_bytes) {
+    return DataParallelCollective(ev, sp, collective, dense_bytes, expert_bytes, st);
   };
+  if (ev.fsdp.grads) {
+    // Gradients were reduce-scattered in the backward; optim_grads all-gathers the updated
+    // parameters after the step, optim_grads_params leaves them sharded (gathered per layer).
+    if (!ev.fsdp.params) {
+      st.dp_param_gather_s = both(Collective::kAllGather, gather_bytes, expert_gather_bytes);
+    }
+  } else if (k.shard_optimizer) {
+    // Rajbhandari et al. 2020 (ZeRO-1), Megatron's distributed optimizer (and Megatron-FSDP
+    // optim): reduce-scatter the gradients, update the 1/dp shard, all-gather the updated
+    // 16-bit weights.
+    st.dp_grad_sync_s = both(Collective::kReduceScatter, params * gbytes, experts * gbytes);
+    st.dp_param_gather_s = both(Collective::kAllGather, gather_bytes, expert_gather_bytes);
+  } else {
+    st.dp_grad_sync_s = both(Collective::kAllReduce, params * gbytes, experts * gbytes);
+  }
+}
+
+// Pipeline stage r's costs once per step (the chunks' costs in out.chunks already): its
+// data-parallel sync and its overlap, the optimizer step, the embedding sync, static bytes.
+inline StageCosts StageCostsOf(const Evaluation& ev, const PerStage& k,
+                               const ChunkLayers& uniform_kinds, const CompactCosts& out, int r) {
+  const ModelSpec& m = ev.m;
+  const ClusterSpec& c = ev.c;
+  const ParallelConfig& p = ev.p;
+  const CostOptions& options = ev.options;
+  const int pp = ev.pp, v = ev.v;
+  const StageParams sp = StageParameters(ev, uniform_kinds, out.kinds, r);
+  const double params = sp.params, experts = sp.experts;
+  StageCosts st;
+  DataParallelSync(ev, k, sp, st);
+  const double shard = k.shard_optimizer ? static_cast<double>(p.dp_cp()) : 1;
+  const double expert_shard = k.shard_optimizer ? static_cast<double>(p.expert_dp()) : 1;
+  st.optimizer_s = MemoryTime(c.gpu, (params / shard + experts / expert_shard) * k.opt_bytes) +
+                   c.host.optimizer_step_s;
+  if (sp.fp8_weights > 0) {
+    // The FP8 weight copies and their transposes, cast once per step (read e, write 1 + 1;
+    // current scaling reads the weights once more for their amax).
+    const double passes = ev.training.fp8_recipe == Fp8Recipe::kDelayed ? 1 : 2;
+    st.optimizer_s += MemoryTime(c.gpu, sp.fp8_weights * (passes * ev.ebytes + 2));
+  }
+  st.overlap_grad_sync = options.overlap_grad_reduce && st.dp_grad_sync_s > 0;
+  if (st.overlap_grad_sync) {
+    st.dp_buckets = std::max(1, static_cast<int>(std::ceil((params + experts) / v / k.bucket)));
+  }
+  if (options.overlap_param_gather && st.dp_param_gather_s > 0) {
+    // Bucket by bucket during the next forward: each bucket is waited for just before its
+    // first layer runs, so what the forward of the stage's first micro-batch covers is
+    // hidden; the first bucket never is.
+    double first_forward = 0;
+    for (int ch = 0; ch < v; ++ch) first_forward += out.chunks[out.chunk_of[ch * pp + r]].forward_s;
+    const int buckets = std::max(1, static_cast<int>(std::ceil((params + experts) / k.bucket)));
+    const double exposed =
+        std::max(st.dp_param_gather_s / buckets, st.dp_param_gather_s - first_forward);
+    st.dp_param_gather_hidden_s = st.dp_param_gather_s - exposed;
+    st.dp_param_gather_s = exposed;
+  }
+  if (pp > 1 && m.tied_embeddings && (r == 0 || r == pp - 1)) {
+    // Megatron's _allreduce_word_embedding_grads over the first and last stage.
+    const double vocab_t = static_cast<double>(PaddedVocabSize(m, p.tp)) / p.tp;
+    st.embedding_sync_s =
+        CollectiveTime(c, Collective::kAllReduce, vocab_t * m.hidden_size * ev.gbytes,
+                       ev.prepared.placed.embedding);
+    st.embedding_sync_bytes = vocab_t * m.hidden_size * ev.gbytes;
+  }
+  st.static_bytes = params * k.per_param.total() + experts * k.expert_per_param.total() +
+                    static_cast<double>(c.gpu.reserved_bytes);
+  return st;
+}
+
+// Every pipeline stage's costs into out.stages, each distinct one once (out.stage_of: whose is
+// each stage's); with uniform chunks every chunk's layers are `uniform_kinds`.
+inline void FillStages(const Evaluation& ev, const ChunkLayers& uniform_kinds, CompactCosts& out) {
+  const int pp = ev.pp;
+  const PerStage k = MakePerStage(ev);
   // The stages between the first and the last are alike when their layers are (and their
   // sends, which the overlapped parameter gather's share depends on): compute one.
-  if (same_pairs && alike && pp > 1) {
-    out.stages.push_back(stage_costs(0));
-    out.stages.push_back(stage_costs(pp - 1));
-    if (pp > 2) out.stages.push_back(stage_costs(1));
+  if (ev.sends.same_pairs && ev.alike && pp > 1) {
+    out.stages.push_back(StageCostsOf(ev, k, uniform_kinds, out, 0));
+    out.stages.push_back(StageCostsOf(ev, k, uniform_kinds, out, pp - 1));
+    if (pp > 2) out.stages.push_back(StageCostsOf(ev, k, uniform_kinds, out, 1));
     out.stage_of.assign(pp, 2);
     out.stage_of[0] = 0, out.stage_of[pp - 1] = 1;
   } else {
-    for (int r = 0; r < pp; ++r) out.stages.push_back(stage_costs(r)), out.stage_of.push_back(r);
+    for (int r = 0; r < pp; ++r) {
+      out.stages.push_back(StageCostsOf(ev, k, uniform_kinds, out, r)), out.stage_of.push_back(r);
+    }
   }
+}
+
+// Fills `out` (its previous contents dropped); the breakdowns only when `breakdowns`.
+void EstimatePrepared(const ModelSpec& m, const ClusterSpec& c, const TrainingSpec& training,
+                      const ParallelConfig& p, const CostOptions& options, const Prepared& prepared,
+                      bool breakdowns, CompactCosts& out) {
+  LayerCosts layers(m, c, training, p, options, prepared);
+  KindParams params(m, p);
+  const ChunkKinds chunk_kinds(m, training, p);
+  std::vector<double> pair_sends;
+  Evaluation ev(m, c, training, p, options, prepared, layers, params, chunk_kinds, pair_sends);
+  out.chunks.clear(), out.breakdowns.clear(), out.chunk_of.clear();
+  out.stages.clear(), out.stage_of.clear(), out.kinds.clear();
+  LayerSums sums;
+  FillChunks(ev, breakdowns, sums, out);
+  FillStages(ev, sums.kinds, out);
 }
 
 // EstimateStep's preparation with a search's cache, then EstimatePrepared into the cache's

@@ -636,49 +636,57 @@ double PassWork::bytes() const {
 namespace {
 
 // A layer with an attention block and / or an MLP block (dense or MoE), each with its norm and
-// bias-dropout-add (a transformer layer has both; a hybrid model's layers one).
-LayerWork BlocksLayerWork(const ModelSpec& m, const ParallelConfig& p, Precision precision,
-                          const CostOptions& options, bool bf16_layer, Fp8Recipe fp8_recipe,
-                          LayerKind kind) {
-  const bool fp8 = precision == Precision::kFp8 && !bf16_layer;
-  const bool attention = HasAttention(kind), mlp = kind != LayerKind::kAttention;
-  const Dims d = MakeDims(m, p, precision, options, fp8, fp8_recipe, HasExperts(kind));
-  LayerWork lw;
-  PassWork& f = lw.forward;
-  PassWork& b = lw.backward_input;
-  PassWork& w = lw.backward_weight;
-  const double qkv_n = (d.a_t + 2 * d.g_t) * d.d;    // QKV output width per GPU
-  const double ctx = d.a_t * (d.mla ? d.v_d : d.d);  // attention context width per GPU
-  const double act = d.T * d.h * d.e;  // one full activation [T, h], for the collectives
+// bias-dropout-add (a transformer layer has both; a hybrid model's layers one): what its passes
+// share besides its sizes.
+struct Blocks {
+  bool attention, mlp;  // the blocks it has
+  double qkv_n;         // QKV output width per GPU
+  double ctx;           // attention context width per GPU
+  double act;           // one full activation [T, h], for the collectives
   // Sequence parallelism turns each all-reduce into an all-gather before the column-parallel
   // linear and a reduce-scatter after the row-parallel one (Korthikanti et al. 2022, Fig. 5).
-  const Collective after = d.sp ? Collective::kReduceScatter : Collective::kAllReduce;
-  const bool separate_input_cast = d.fp8 && d.current_scaling;  // else fused into the norm
+  Collective after;
+  bool separate_input_cast;  // the QKV input's FP8 cast is a kernel of its own, else fused
+                             // into the norm
+};
 
-  // ---- Forward (F).
-  if (attention) {
+Blocks MakeBlocks(const Dims& d, LayerKind kind) {
+  Blocks k;
+  k.attention = HasAttention(kind);
+  k.mlp = kind != LayerKind::kAttention;
+  k.qkv_n = (d.a_t + 2 * d.g_t) * d.d;
+  k.ctx = d.a_t * (d.mla ? d.v_d : d.d);
+  k.act = d.T * d.h * d.e;
+  k.after = d.sp ? Collective::kReduceScatter : Collective::kAllReduce;
+  k.separate_input_cast = d.fp8 && d.current_scaling;
+  return k;
+}
+
+// ---- Forward (F).
+void AddBlocksForward(PassWork& f, const Dims& d, const Blocks& k) {
+  if (k.attention) {
     AddNormForward(f, "norm 1", d, d.Tn);
     if (d.mla) {
       AddMlaForward(f, d);
     } else {
-      if (separate_input_cast) AddCast(f, "qkv input cast fp8", d.Tn * d.h, d);
+      if (k.separate_input_cast) AddCast(f, "qkv input cast fp8", d.Tn * d.h, d);
       AddInputAllGather(f, "sp all-gather before qkv", d);
-      f.Add(Linear("qkv", d.T, qkv_n, d.h, d));
+      f.Add(Linear("qkv", d.T, k.qkv_n, d.h, d));
       OverlapLast(f, f.num_work - 1, d);
       if (d.rope) f.Add(Memory("rotary q k", 2 * d.T * (d.a_t + d.g_t) * d.d * d.e));
     }
     AddCoreAttentionForward(f, d);
-    if (!d.flash) f.Add(Memory("context permute", 2 * d.T * ctx * d.e));
-    if (d.fp8) AddCast(f, "projection input cast fp8", d.T * ctx, d);
-    f.Add(Linear("attention projection", d.T, d.h, ctx, d));
+    if (!d.flash) f.Add(Memory("context permute", 2 * d.T * k.ctx * d.e));
+    if (d.fp8) AddCast(f, "projection input cast fp8", d.T * k.ctx, d);
+    f.Add(Linear("attention projection", d.T, d.h, k.ctx, d));
     if (d.t > 1) {
-      f.Add(CommWork{"tp reduce after projection", after, act});
+      f.Add(CommWork{"tp reduce after projection", k.after, k.act});
       OverlapLast(f, f.num_work - 1, d);
     }
     // bias-dropout-add: read the projection output and the residual, write the sum and the mask.
     f.Add(Memory("bias dropout add 1", d.Tn * d.h * (3 * d.e + d.mask)));
   }
-  if (mlp) {
+  if (k.mlp) {
     AddNormForward(f, "norm 2", d, d.Tn);
     if (d.moe) {
       AddMoeForward(f, d);
@@ -688,226 +696,280 @@ LayerWork BlocksLayerWork(const ModelSpec& m, const ParallelConfig& p, Precision
     }
     f.Add(Memory("bias dropout add 2", d.Tn * d.h * (3 * d.e + d.mask)));
   }
+}
 
-  // ---- Input gradient (B), in backward order. The backward of a reduce-scatter is an
-  // all-gather and vice versa; the backward of the forward all-reduce after a row-parallel
-  // linear is the identity, the column-parallel linear's input gradient needs an all-reduce.
-  int fc1_input_grad_comm = -1;
-  if (mlp) {
+// The input-gradient reductions of fc1 and QKV (-1: none), which may overlap their weight
+// gradients (AsyncOverlap).
+struct InputGradComms {
+  int fc1 = -1, qkv = -1;
+};
+
+// ---- Input gradient (B), in backward order (the norms' weight gradients into `w`). The backward
+// of a reduce-scatter is an all-gather and vice versa; the backward of the forward all-reduce
+// after a row-parallel linear is the identity, the column-parallel linear's input gradient needs
+// an all-reduce.
+InputGradComms AddBlocksInputGrad(PassWork& b, PassWork& w, const Dims& d, const Blocks& k) {
+  InputGradComms comms;
+  if (k.mlp) {
     b.Add(Memory("bias dropout add 2 backward", d.Tn * d.h * (2 * d.e + d.mask)));
     if (d.moe) {
-      if (d.f_s > 0) fc1_input_grad_comm = AddDenseMlpBackward(b, d, d.f_s, d.fc1_s, true);
+      if (d.f_s > 0) comms.fc1 = AddDenseMlpBackward(b, d, d.f_s, d.fc1_s, true);
       AddMoeBackward(b, d);
       if (d.f_s > 0) b.Add(Memory("shared and routed input grads add", 3 * d.Tn * d.h * d.e));
     } else {
-      fc1_input_grad_comm = AddDenseMlpBackward(b, d, d.f_t, d.fc1_t, false);
+      comms.fc1 = AddDenseMlpBackward(b, d, d.f_t, d.fc1_t, false);
     }
     AddNormBackward(b, w, "norm 2 backward", d, d.Tn);
     b.Add(Memory("residual grad add", 3 * d.Tn * d.h * d.e));
   }
-  int qkv_input_grad_comm = -1;
-  if (attention) {
+  if (k.attention) {
     b.Add(Memory("bias dropout add 1 backward", d.Tn * d.h * (2 * d.e + d.mask)));
-    if (d.sp) b.Add(CommWork{"sp all-gather projection output grad", Collective::kAllGather, act});
+    if (d.sp) {
+      b.Add(CommWork{"sp all-gather projection output grad", Collective::kAllGather, k.act});
+    }
     if (d.fp8) AddCast(b, "projection output grad cast fp8", d.T * d.h, d);
-    b.Add(Linear("attention projection dgrad", d.T, ctx, d.h, d));
+    b.Add(Linear("attention projection dgrad", d.T, k.ctx, d.h, d));
     if (d.sp) OverlapLast(b, b.num_work - 1, d);
-    if (!d.flash) b.Add(Memory("context permute backward", 2 * d.T * ctx * d.e));
+    if (!d.flash) b.Add(Memory("context permute backward", 2 * d.T * k.ctx * d.e));
     AddCoreAttentionBackward(b, d);
     if (d.mla) {
-      qkv_input_grad_comm = AddMlaBackward(b, d);
+      comms.qkv = AddMlaBackward(b, d);
     } else {
       if (d.rope) b.Add(Memory("rotary backward", 2 * d.T * (d.a_t + d.g_t) * d.d * d.e));
-      if (d.fp8) AddCast(b, "qkv output grad cast fp8", d.T * qkv_n, d);
-      b.Add(Linear("qkv dgrad", d.T, d.h, qkv_n, d));
+      if (d.fp8) AddCast(b, "qkv output grad cast fp8", d.T * k.qkv_n, d);
+      b.Add(Linear("qkv dgrad", d.T, d.h, k.qkv_n, d));
       if (d.t > 1) {
-        qkv_input_grad_comm = b.num_comm;
+        comms.qkv = b.num_comm;
         b.Add(CommWork{"tp reduce qkv input grad",
-                       d.sp ? Collective::kReduceScatter : Collective::kAllReduce, act});
+                       d.sp ? Collective::kReduceScatter : Collective::kAllReduce, k.act});
         OverlapLast(b, b.num_work - 1, d);
       }
     }
     AddNormBackward(b, w, "norm 1 backward", d, d.Tn);
     b.Add(Memory("residual grad add", 3 * d.Tn * d.h * d.e));
   }
+  return comms;
+}
 
-  // ---- Weight gradient (W). With sequence parallelism Megatron all-gathers the norm outputs
-  // again for the QKV and fc1 weight gradients, asynchronously during the input-gradient GEMM;
-  // that traffic is taken as hidden and not timed.
-  std::pair<int, int> fc1_wgrad{0, 0};
-  if (mlp) {
+// [begin, end) of fc1's and of QKV's (or MLA's up projections') weight-gradient kernels.
+struct WeightGradSpans {
+  std::pair<int, int> fc1{0, 0}, qkv{0, 0};
+};
+
+// ---- Weight gradient (W). With sequence parallelism Megatron all-gathers the norm outputs
+// again for the QKV and fc1 weight gradients, asynchronously during the input-gradient GEMM;
+// that traffic is taken as hidden and not timed.
+WeightGradSpans AddBlocksWeightGrad(PassWork& w, const Dims& d, const Blocks& k,
+                                    const CostOptions& options) {
+  WeightGradSpans spans;
+  if (k.mlp) {
     if (d.moe) {
       AddMoeWeightGrad(w, d, options);
-      if (d.f_s > 0) fc1_wgrad = AddDenseMlpWeightGrad(w, d, d.f_s, d.fc1_s, true, options);
+      if (d.f_s > 0) spans.fc1 = AddDenseMlpWeightGrad(w, d, d.f_s, d.fc1_s, true, options);
     } else {
-      fc1_wgrad = AddDenseMlpWeightGrad(w, d, d.f_t, d.fc1_t, false, options);
+      spans.fc1 = AddDenseMlpWeightGrad(w, d, d.f_t, d.fc1_t, false, options);
     }
   }
-  std::pair<int, int> qkv_wgrad{0, 0};
-  if (attention) {
-    AddWeightGrad(w, "attention projection wgrad", d.h, ctx, d.T, d, options);
+  if (k.attention) {
+    AddWeightGrad(w, "attention projection wgrad", d.h, k.ctx, d.T, d, options);
     AddBiasGrad(w, "projection bias grad", d.Tn, d.h, d);
     if (d.mla) {
-      qkv_wgrad = AddMlaWeightGrad(w, d, options);
+      spans.qkv = AddMlaWeightGrad(w, d, options);
     } else {
-      qkv_wgrad.first = w.num_work;
-      AddWeightGrad(w, "qkv wgrad", qkv_n, d.h, d.T, d, options);
-      qkv_wgrad.second = w.num_work;
-      AddBiasGrad(w, "qkv bias grad", d.T, qkv_n, d);
+      spans.qkv.first = w.num_work;
+      AddWeightGrad(w, "qkv wgrad", k.qkv_n, d.h, d.T, d, options);
+      spans.qkv.second = w.num_work;
+      AddBiasGrad(w, "qkv bias grad", d.T, k.qkv_n, d);
     }
   }
-  if (d.t > 1 && options.async_tensor_parallel_allreduce && !d.tp_overlap) {
-    if (fc1_input_grad_comm >= 0) {
-      lw.async_overlap[lw.num_async_overlap++] = {fc1_input_grad_comm, fc1_wgrad.first,
-                                                  fc1_wgrad.second};
-    }
-    if (qkv_input_grad_comm >= 0) {
-      lw.async_overlap[lw.num_async_overlap++] = {qkv_input_grad_comm, qkv_wgrad.first,
-                                                  qkv_wgrad.second};
-    }
-  }
+  return spans;
+}
 
+// ---- Selective recomputation (Korthikanti et al. 2022, section 5): the modules of
+// --recompute-modules re-run their forward before their backward (transformer_layer.py,
+// moe_layer.py, multi_latent_attention.py checkpoints).
+void AddBlocksSelectiveRecompute(PassWork& r, const ParallelConfig& p, const Dims& d,
+                                 const Blocks& k) {
+  const uint8_t modules = p.recompute_modules;
+  if (modules & kRecomputeLayernorm) {
+    if (k.attention) AddNormForward(r, "norm 1 recompute", d, d.Tn);
+    if (k.mlp) AddNormForward(r, "norm 2 recompute", d, d.Tn);
+  }
+  if (k.attention) {
+    if ((modules & kRecomputeMlaUpProj) && d.mla) AddMlaUpForward(r, d);
+    if (modules & kRecomputeCoreAttn) AddCoreAttentionForward(r, d);
+  }
+  if (k.mlp && !d.moe) {
+    if (modules & kRecomputeMlp) AddDenseMlpForward(r, d, d.f_t, d.fc1_t, /*shared=*/false);
+  } else if (!k.mlp) {
+    // A hybrid model's attention-only layer: nothing more.
+  } else if (modules & kRecomputeMoe) {
+    AddMoeForward(r, d);
+    if (d.f_s > 0) AddDenseMlpForward(r, d, d.f_s, d.fc1_s, /*shared=*/true);
+  } else {
+    if (modules & kRecomputeMoeAct) {
+      r.Add(Memory("experts activation recompute", (d.fc1_e + d.f_e) * d.R * d.e));
+    }
+    if ((modules & kRecomputeSharedExperts) && d.f_s > 0) {
+      AddDenseMlpForward(r, d, d.f_s, d.fc1_s, /*shared=*/true);
+    }
+  }
+}
+
+LayerWork BlocksLayerWork(const ModelSpec& m, const ParallelConfig& p, Precision precision,
+                          const CostOptions& options, bool bf16_layer, Fp8Recipe fp8_recipe,
+                          LayerKind kind) {
+  const bool fp8 = precision == Precision::kFp8 && !bf16_layer;
+  const Dims d = MakeDims(m, p, precision, options, fp8, fp8_recipe, HasExperts(kind));
+  const Blocks blocks = MakeBlocks(d, kind);
+  LayerWork lw;
+  AddBlocksForward(lw.forward, d, blocks);
+  const InputGradComms comms = AddBlocksInputGrad(lw.backward_input, lw.backward_weight, d, blocks);
+  const WeightGradSpans wgrad = AddBlocksWeightGrad(lw.backward_weight, d, blocks, options);
+  if (d.t > 1 && options.async_tensor_parallel_allreduce && !d.tp_overlap) {
+    if (comms.fc1 >= 0) {
+      lw.async_overlap[lw.num_async_overlap++] = {comms.fc1, wgrad.fc1.first, wgrad.fc1.second};
+    }
+    if (comms.qkv >= 0) {
+      lw.async_overlap[lw.num_async_overlap++] = {comms.qkv, wgrad.qkv.first, wgrad.qkv.second};
+    }
+  }
   // ---- Recomputation (Korthikanti et al. 2022, section 5).
   if (p.recompute == Recompute::kFull) {
-    lw.recompute = f;
+    lw.recompute = lw.forward;
   } else if (p.recompute == Recompute::kSelective) {
-    // The modules of --recompute-modules re-run their forward before their backward
-    // (transformer_layer.py, moe_layer.py, multi_latent_attention.py checkpoints).
-    PassWork& r = lw.recompute;
-    const uint8_t modules = p.recompute_modules;
-    if (modules & kRecomputeLayernorm) {
-      if (attention) AddNormForward(r, "norm 1 recompute", d, d.Tn);
-      if (mlp) AddNormForward(r, "norm 2 recompute", d, d.Tn);
-    }
-    if (attention) {
-      if ((modules & kRecomputeMlaUpProj) && d.mla) AddMlaUpForward(r, d);
-      if (modules & kRecomputeCoreAttn) AddCoreAttentionForward(r, d);
-    }
-    if (mlp && !d.moe) {
-      if (modules & kRecomputeMlp) AddDenseMlpForward(r, d, d.f_t, d.fc1_t, /*shared=*/false);
-    } else if (!mlp) {
-      // A hybrid model's attention-only layer: nothing more.
-    } else if (modules & kRecomputeMoe) {
-      AddMoeForward(r, d);
-      if (d.f_s > 0) AddDenseMlpForward(r, d, d.f_s, d.fc1_s, /*shared=*/true);
-    } else {
-      if (modules & kRecomputeMoeAct) {
-        r.Add(Memory("experts activation recompute", (d.fc1_e + d.f_e) * d.R * d.e));
-      }
-      if ((modules & kRecomputeSharedExperts) && d.f_s > 0) {
-        AddDenseMlpForward(r, d, d.f_s, d.fc1_s, /*shared=*/true);
-      }
-    }
+    AddBlocksSelectiveRecompute(lw.recompute, p, d, blocks);
   }
-
   const LayerParams params = LayerKindParams(m, p, kind);
   lw.parameters = params.total();
   lw.fp8_parameters = fp8 ? params.linear_weights : 0;
   return lw;
 }
 
-// A hybrid model's Mamba layer (the header's list), per GPU.
+// A hybrid model's Mamba layer (the header's list), per GPU: its sizes besides Dims.
+struct MambaSizes {
+  double act;        // one full activation [T, h], for the collectives
+  Collective after;  // the reduction after the row-parallel out_proj
+  // Per GPU: heads, groups, d_inner and in_proj's output (z, x, B, C, dt).
+  double heads, groups, inner, in_width;
+  // What the scan sees: with context parallelism all s tokens of heads / cp heads, the groups
+  // split likewise or, when fewer than cp, each replicated (mamba_context_parallel.py).
+  double scan_tokens, conv_channels;
+  SsdScan scan;
+  GemmShape chunk_shape;
+  double kernel;  // the causal conv1d's width
+};
+
+MambaSizes MakeMambaSizes(const ModelSpec& m, const ParallelConfig& p, const Dims& d) {
+  MambaSizes s;
+  s.act = d.T * d.h * d.e;
+  s.after = d.sp ? Collective::kReduceScatter : Collective::kAllReduce;
+  const double P = m.mamba_head_dim, N = m.mamba_state_dim;
+  s.heads = static_cast<double>(m.mamba_num_heads) / p.tp;
+  s.groups = static_cast<double>(m.mamba_num_groups) / p.tp;
+  s.inner = s.heads * P;
+  s.in_width = 2 * s.inner + 2 * s.groups * N + s.heads;
+  const double cp = d.cp;
+  s.scan_tokens = d.T * cp;
+  const double scan_heads = s.heads / cp;
+  const double scan_groups = std::max(1.0, s.groups / cp);
+  s.conv_channels = scan_heads * P + 2 * scan_groups * N;
+  const double chunks =
+      std::ceil(static_cast<double>(m.seq_length) / kMambaChunkSize) * p.micro_batch_size;
+  s.scan = SsdScanWork(s.scan_tokens, chunks, scan_heads, P, N, scan_groups, d.e);
+  s.chunk_shape = {kMambaChunkSize, m.mamba_head_dim, m.mamba_state_dim, I(chunks * scan_heads)};
+  s.kernel = m.mamba_conv_kernel;
+  return s;
+}
+
+// ---- Forward.
+void AddMambaForward(PassWork& f, const Dims& d, const MambaSizes& s) {
+  AddNormForward(f, "norm", d, d.Tn);
+  if (d.fp8 && d.current_scaling) AddCast(f, "in_proj input cast fp8", d.Tn * d.h, d);
+  AddInputAllGather(f, "sp all-gather before in_proj", d);
+  f.Add(Linear("mamba in_proj", d.T, s.in_width, d.h, d));
+  OverlapLast(f, f.num_work - 1, d);
+  if (d.cp > 1) {
+    f.Add(CommWork{"cp all-to-all z x b c dt", Collective::kAllToAll, d.T * s.in_width * d.e,
+                   CommGroup::kCp});
+  }
+  // Depthwise causal conv1d + SiLU (causal_conv1d_fwd): read x B C, write them convolved.
+  // (2 x kernel FLOPs per element: memory-bound, not counted as a matrix product.)
+  f.Add(Memory("causal conv1d", 2 * s.scan_tokens * s.conv_channels * d.e));
+  f.Add({"mamba ssd chunk scan", WorkKind::kScan, false, false, s.chunk_shape, s.scan.forward_flops,
+         s.scan.forward_bytes});
+  if (d.cp > 1) {
+    f.Add(CommWork{"cp all-to-all y", Collective::kAllToAll, d.T * s.inner * d.e, CommGroup::kCp});
+  }
+  // The grouped RMSNorm over the gated output (RMSNormGated, group size d_inner / g).
+  f.Add(Memory("mamba gated rmsnorm", 2 * d.T * s.inner * d.e + 4 * d.T * s.groups));
+  if (d.fp8) AddCast(f, "out_proj input cast fp8", d.T * s.inner, d);
+  f.Add(Linear("mamba out_proj", d.T, d.h, s.inner, d));
+  if (d.t > 1) {
+    f.Add(CommWork{"tp reduce after out_proj", s.after, s.act});
+    OverlapLast(f, f.num_work - 1, d);
+  }
+  f.Add(Memory("bias dropout add", d.Tn * d.h * (3 * d.e + d.mask)));
+}
+
+// ---- Input gradient (the norm's weight gradients into `w`). Returns in_proj's input-gradient
+// reduction (-1: none), which may overlap its weight gradient.
+int AddMambaInputGrad(PassWork& b, PassWork& w, const Dims& d, const MambaSizes& s) {
+  b.Add(Memory("bias dropout add backward", d.Tn * d.h * (2 * d.e + d.mask)));
+  if (d.sp) b.Add(CommWork{"sp all-gather out_proj output grad", Collective::kAllGather, s.act});
+  if (d.fp8) AddCast(b, "out_proj output grad cast fp8", d.T * d.h, d);
+  b.Add(Linear("mamba out_proj dgrad", d.T, s.inner, d.h, d));
+  if (d.sp) OverlapLast(b, b.num_work - 1, d);
+  b.Add(Memory("mamba gated rmsnorm backward", 3 * d.T * s.inner * d.e + 4 * d.T * s.groups));
+  if (d.cp > 1) {
+    b.Add(CommWork{"cp all-to-all y grad", Collective::kAllToAll, d.T * s.inner * d.e,
+                   CommGroup::kCp});
+  }
+  b.Add(Memory("causal conv1d recompute", 2 * s.scan_tokens * s.conv_channels * d.e));
+  b.Add({"mamba ssd chunk scan backward", WorkKind::kScan, false, false, s.chunk_shape,
+         s.scan.backward_flops, s.scan.backward_bytes});
+  // causal_conv1d_bwd: read x B C and their gradient, write the input gradient; the weight
+  // and bias gradients (kernel + 1 per channel) reduced in the same kernel.
+  b.Add(Memory("causal conv1d backward",
+               3 * s.scan_tokens * s.conv_channels * d.e + s.conv_channels * (s.kernel + 1) * 4));
+  if (d.cp > 1) {
+    b.Add(CommWork{"cp all-to-all z x b c dt grads", Collective::kAllToAll, d.T * s.in_width * d.e,
+                   CommGroup::kCp});
+  }
+  if (d.fp8) AddCast(b, "in_proj output grad cast fp8", d.T * s.in_width, d);
+  b.Add(Linear("mamba in_proj dgrad", d.T, d.h, s.in_width, d));
+  int in_proj_input_grad_comm = -1;
+  if (d.t > 1) {
+    in_proj_input_grad_comm = b.num_comm;
+    b.Add(CommWork{"tp reduce in_proj input grad", s.after, s.act});
+    OverlapLast(b, b.num_work - 1, d);
+  }
+  AddNormBackward(b, w, "norm backward", d, d.Tn);
+  b.Add(Memory("residual grad add", 3 * d.Tn * d.h * d.e));
+  return in_proj_input_grad_comm;
+}
+
 LayerWork MambaLayerWork(const ModelSpec& m, const ParallelConfig& p, Precision precision,
                          const CostOptions& options, bool bf16_layer, Fp8Recipe fp8_recipe) {
   const bool fp8 = precision == Precision::kFp8 && !bf16_layer;
   const Dims d = MakeDims(m, p, precision, options, fp8, fp8_recipe);
   PTDP_CHECK(m.mamba_num_heads % p.tp == 0 && m.mamba_num_groups % p.tp == 0);
+  const MambaSizes s = MakeMambaSizes(m, p, d);
   LayerWork lw;
-  PassWork& f = lw.forward;
-  PassWork& b = lw.backward_input;
   PassWork& w = lw.backward_weight;
-  const double act = d.T * d.h * d.e;
-  const Collective after = d.sp ? Collective::kReduceScatter : Collective::kAllReduce;
-  // Per GPU: heads, groups, d_inner and in_proj's output (z, x, B, C, dt).
-  const double P = m.mamba_head_dim, N = m.mamba_state_dim;
-  const double heads = static_cast<double>(m.mamba_num_heads) / p.tp;
-  const double groups = static_cast<double>(m.mamba_num_groups) / p.tp;
-  const double inner = heads * P;
-  const double in_width = 2 * inner + 2 * groups * N + heads;
-  // What the scan sees: with context parallelism all s tokens of heads / cp heads, the groups
-  // split likewise or, when fewer than cp, each replicated (mamba_context_parallel.py).
-  const double cp = d.cp;
-  const double scan_tokens = d.T * cp, scan_heads = heads / cp;
-  const double scan_groups = std::max(1.0, groups / cp);
-  const double conv_channels = scan_heads * P + 2 * scan_groups * N;
-  const double chunks =
-      std::ceil(static_cast<double>(m.seq_length) / kMambaChunkSize) * p.micro_batch_size;
-  const SsdScan scan = SsdScanWork(scan_tokens, chunks, scan_heads, P, N, scan_groups, d.e);
-  const GemmShape chunk_shape{kMambaChunkSize, m.mamba_head_dim, m.mamba_state_dim,
-                              I(chunks * scan_heads)};
-  const double kernel = m.mamba_conv_kernel;
-
-  // ---- Forward.
-  AddNormForward(f, "norm", d, d.Tn);
-  if (d.fp8 && d.current_scaling) AddCast(f, "in_proj input cast fp8", d.Tn * d.h, d);
-  AddInputAllGather(f, "sp all-gather before in_proj", d);
-  f.Add(Linear("mamba in_proj", d.T, in_width, d.h, d));
-  OverlapLast(f, f.num_work - 1, d);
-  if (d.cp > 1) {
-    f.Add(CommWork{"cp all-to-all z x b c dt", Collective::kAllToAll, d.T * in_width * d.e,
-                   CommGroup::kCp});
-  }
-  // Depthwise causal conv1d + SiLU (causal_conv1d_fwd): read x B C, write them convolved.
-  // (2 x kernel FLOPs per element: memory-bound, not counted as a matrix product.)
-  f.Add(Memory("causal conv1d", 2 * scan_tokens * conv_channels * d.e));
-  f.Add({"mamba ssd chunk scan", WorkKind::kScan, false, false, chunk_shape, scan.forward_flops,
-         scan.forward_bytes});
-  if (d.cp > 1) {
-    f.Add(CommWork{"cp all-to-all y", Collective::kAllToAll, d.T * inner * d.e, CommGroup::kCp});
-  }
-  // The grouped RMSNorm over the gated output (RMSNormGated, group size d_inner / g).
-  f.Add(Memory("mamba gated rmsnorm", 2 * d.T * inner * d.e + 4 * d.T * groups));
-  if (d.fp8) AddCast(f, "out_proj input cast fp8", d.T * inner, d);
-  f.Add(Linear("mamba out_proj", d.T, d.h, inner, d));
-  if (d.t > 1) {
-    f.Add(CommWork{"tp reduce after out_proj", after, act});
-    OverlapLast(f, f.num_work - 1, d);
-  }
-  f.Add(Memory("bias dropout add", d.Tn * d.h * (3 * d.e + d.mask)));
-
-  // ---- Input gradient.
-  b.Add(Memory("bias dropout add backward", d.Tn * d.h * (2 * d.e + d.mask)));
-  if (d.sp) b.Add(CommWork{"sp all-gather out_proj output grad", Collective::kAllGather, act});
-  if (d.fp8) AddCast(b, "out_proj output grad cast fp8", d.T * d.h, d);
-  b.Add(Linear("mamba out_proj dgrad", d.T, inner, d.h, d));
-  if (d.sp) OverlapLast(b, b.num_work - 1, d);
-  b.Add(Memory("mamba gated rmsnorm backward", 3 * d.T * inner * d.e + 4 * d.T * groups));
-  if (d.cp > 1) {
-    b.Add(
-        CommWork{"cp all-to-all y grad", Collective::kAllToAll, d.T * inner * d.e, CommGroup::kCp});
-  }
-  b.Add(Memory("causal conv1d recompute", 2 * scan_tokens * conv_channels * d.e));
-  b.Add({"mamba ssd chunk scan backward", WorkKind::kScan, false, false, chunk_shape,
-         scan.backward_flops, scan.backward_bytes});
-  // causal_conv1d_bwd: read x B C and their gradient, write the input gradient; the weight
-  // and bias gradients (kernel + 1 per channel) reduced in the same kernel.
-  b.Add(Memory("causal conv1d backward",
-               3 * scan_tokens * conv_channels * d.e + conv_channels * (kernel + 1) * 4));
-  if (d.cp > 1) {
-    b.Add(CommWork{"cp all-to-all z x b c dt grads", Collective::kAllToAll, d.T * in_width * d.e,
-                   CommGroup::kCp});
-  }
-  if (d.fp8) AddCast(b, "in_proj output grad cast fp8", d.T * in_width, d);
-  b.Add(Linear("mamba in_proj dgrad", d.T, d.h, in_width, d));
-  int in_proj_input_grad_comm = -1;
-  if (d.t > 1) {
-    in_proj_input_grad_comm = b.num_comm;
-    b.Add(CommWork{"tp reduce in_proj input grad", after, act});
-    OverlapLast(b, b.num_work - 1, d);
-  }
-  AddNormBackward(b, w, "norm backward", d, d.Tn);
-  b.Add(Memory("residual grad add", 3 * d.Tn * d.h * d.e));
+  AddMambaForward(lw.forward, d, s);
+  const int in_proj_input_grad_comm = AddMambaInputGrad(lw.backward_input, w, d, s);
 
   // ---- Weight gradient.
-  AddWeightGrad(w, "mamba out_proj wgrad", d.h, inner, d.T, d, options);
+  AddWeightGrad(w, "mamba out_proj wgrad", d.h, s.inner, d.T, d, options);
   const int in_proj_begin = w.num_work;
-  AddWeightGrad(w, "mamba in_proj wgrad", in_width, d.h, d.T, d, options);
+  AddWeightGrad(w, "mamba in_proj wgrad", s.in_width, d.h, d.T, d, options);
   if (in_proj_input_grad_comm >= 0 && options.async_tensor_parallel_allreduce && !d.tp_overlap) {
     lw.async_overlap[lw.num_async_overlap++] = {in_proj_input_grad_comm, in_proj_begin, w.num_work};
   }
 
   // Full recompute redoes the layer; selective recompute (the core attention) has nothing here.
-  if (p.recompute == Recompute::kFull) lw.recompute = f;
+  if (p.recompute == Recompute::kFull) lw.recompute = lw.forward;
 
   const LayerParams params = LayerKindParams(m, p, LayerKind::kMamba);
   lw.parameters = params.total();

@@ -285,156 +285,248 @@ std::vector<int> InFlightPerStage(const PipelineSchedule& schedule) {
 
 namespace {
 
+// ---- StageMemories, in phases: what every stage's memory reads (StageMemoryModel: the bytes per
+// parameter, the ends' and MTP layers' activations), each layer kind's parameters and each
+// slot's activations once met (LayerFigures), a stage's chunks (FillStageChunks), what it holds
+// but its in-flight activations (StaticMemory), then with them (AddActivations). A search runs
+// EstimatePeakMemory per candidate: the phases are inline functions, as the lambdas of the
+// single function they were, and the figures and the chunks' layers (ChunkKinds), which the
+// functions they call see, are kept apart from the model's numbers, which the compiler then
+// keeps at hand across the stages.
+
+// What every stage's memory reads.
+struct StageMemoryModel {
+  StageMemoryModel(const ModelSpec& model, const ClusterSpec& cluster, const TrainingSpec& train,
+                   const ParallelConfig& parallel, const CostOptions& opts)
+      : m(model),
+        training(train),
+        p(parallel),
+        per_param(BytesPerParam(train, parallel, opts)),
+        layer_params(LayerParameters(model, parallel.tp)),
+        expert_per_param(model.moe() ? BytesPerParam(train, parallel, opts, parallel.expert_dp())
+                                     : BytesPerParameter{}),
+        mtp_kind(model.IsMoeLayer(model.num_layers - 1) ? LayerKind::kMoeTransformer
+                                                        : LayerKind::kTransformer),
+        embedding_act(EmbeddingActivationBytes(model, parallel)),
+        output_act(OutputActivationBytes(model, parallel, train.precision)),
+        reserved(static_cast<double>(cluster.gpu.reserved_bytes)),
+        fragmentation(cluster.gpu.fragmentation / (1 - cluster.gpu.fragmentation)),
+        ebytes(BytesPerElement(train.precision)),
+        grad_bytes(GradientBytes(train.precision, opts)),
+        uniform(UniformChunks(model, train, parallel)),
+        microbatches(NumMicrobatches(train, parallel)),
+        kind_end(LayerKindEnd(model)) {
+    if (m.mtp_num_layers > 0) {
+      const Precision precision = training.precision;
+      const int fp8_end =
+          training.precision == Precision::kFp8 && training.fp8_bf16_layers_at_end == 0 ? 1 : 0;
+      ParallelConfig q = p;
+      q.recompute = Recompute::kNone;
+      mtp_act =
+          m.mtp_num_layers * (LayerActivationBytes(m, q, precision, opts, fp8_end == 0, mtp_kind) +
+                              OutputActivationBytes(m, p, precision));
+    }
+  }
+
+  const ModelSpec& m;
+  const TrainingSpec& training;
+  const ParallelConfig& p;
+  const BytesPerParameter per_param;
+  const double layer_params;  // a transformer layer's (LayerParameters)
+  const BytesPerParameter expert_per_param;
+  const LayerKind mtp_kind;  // an MTP layer's: the last layer's kind
+  double mtp_act = 0;        // the MTP layers' activations, with their output layers'
+  const double embedding_act, output_act;
+  const double reserved, fragmentation;  // fragmentation: of what is used
+  const double ebytes, grad_bytes;       // a weight's and a gradient's bytes
+  const bool uniform;                    // every chunk's layers are the first's (UniformChunks)
+  const int64_t microbatches;
+  const int kind_end;  // the layer kinds are [0, kind_end)
+};
+
+// Per layer kind its parameters on this GPU; and per [kind][fp8][recompute] the activations
+// kept and what recomputing one holds; each computed when a chunk first has such layers.
+class LayerFigures {
+ public:
+  LayerFigures(const ModelSpec& m, const ParallelConfig& p, Precision precision,
+               const CostOptions& options)
+      : m_(m), p_(p), precision_(precision), options_(options) {}
+
+  const LayerParams& Params(int kind) {
+    if (!have_params_[kind]) {
+      params_[kind] = LayerKindParams(m_, p_, static_cast<LayerKind>(kind));
+      have_params_[kind] = true;
+    }
+    return params_[kind];
+  }
+  // As far as met: zero before Params(kind).
+  const LayerParams& Met(int kind) const { return params_[kind]; }
+
+  // Works out act(e, f, r) and transient(e, f, r), once.
+  void Slot(int e, int f, int r) {
+    if (!have_[e][f][r]) {
+      ParallelConfig q = p_;
+      if (r == 0) q.recompute = Recompute::kNone;
+      const LayerKind lk = static_cast<LayerKind>(e);
+      act_[e][f][r] = LayerActivationBytes(m_, q, precision_, options_, f == 0, lk);
+      transient_[e][f][r] =
+          r == 0 ? 0 : LayerRecomputeTransientBytes(m_, q, precision_, options_, f == 0, lk);
+      have_[e][f][r] = true;
+    }
+  }
+  double act(int e, int f, int r) const { return act_[e][f][r]; }
+  double transient(int e, int f, int r) const { return transient_[e][f][r]; }
+
+ private:
+  const ModelSpec& m_;
+  const ParallelConfig& p_;
+  const Precision precision_;
+  const CostOptions& options_;
+  LayerParams params_[kNumLayerKinds];
+  bool have_params_[kNumLayerKinds] = {};
+  double act_[kNumLayerKinds][2][2], transient_[kNumLayerKinds][2][2];
+  bool have_[kNumLayerKinds][2][2] = {};
+};
+
+// A stage's chunks: their layers' parameters (dense and experts), FP8 linear weights, the
+// largest chunk's activations, the largest recomputation transient, the largest layer (a
+// hybrid model's; a transformer's FSDP unit is its dense layer). With uniform chunks every
+// stage's are alike.
+struct StageChunks {
+  double layers = 0, dense = 0, experts = 0, fp8_weights = 0, largest = 0, transient = 0;
+  double largest_layer = 0;
+  std::vector<double> bytes;  // each chunk's activations (kept when the chunks differ)
+};
+
+// Stage r's chunks into `s` (its bytes' storage kept: one allocation for all stages).
+inline void FillStageChunks(const StageMemoryModel& mm, LayerFigures& layers,
+                            const ChunkKinds& chunk_kinds, int r, StageChunks& s) {
+  const ModelSpec& m = mm.m;
+  const ParallelConfig& p = mm.p;
+  std::vector<double> bytes = std::move(s.bytes);
+  bytes.clear();
+  s = StageChunks{.bytes = std::move(bytes)};
+  for (int c = 0; c < p.virtual_stages; ++c) {
+    const ChunkLayers k = chunk_kinds(c * p.pp + r);
+    double bytes = 0;
+    for (int e = 0; e < mm.kind_end; ++e) {
+      if (k.OfKind(static_cast<LayerKind>(e)) == 0) continue;
+      const LayerParams& lp = layers.Params(e);
+      s.largest_layer = std::max(s.largest_layer, m.hybrid() ? lp.total() : mm.layer_params);
+      for (int f = 0; f < 2; ++f) {
+        for (int rc = 0; rc < 2; ++rc) {
+          const int n = k.count[e][f][rc];
+          if (n == 0) continue;
+          layers.Slot(e, f, rc);
+          bytes += n * layers.act(e, f, rc);
+          s.transient = std::max(s.transient, layers.transient(e, f, rc));
+          s.dense += n * lp.dense;
+          s.experts += n * lp.experts;
+          if (f == 1) s.fp8_weights += n * lp.linear_weights;
+        }
+      }
+    }
+    s.largest = std::max(s.largest, bytes);
+    if (!mm.uniform) s.bytes.push_back(bytes);
+    s.layers += k.total();
+  }
+}
+
+// Everything of stage r (its chunks `k`) but what its in-flight count scales and the totals.
+inline StageMemory StaticMemory(const StageMemoryModel& mm, LayerFigures& layers, int r,
+                                const StageChunks& k) {
+  const ModelSpec& m = mm.m;
+  const ParallelConfig& p = mm.p;
+  const BytesPerParameter &per_param = mm.per_param, &expert_per_param = mm.expert_per_param;
+  StageMemory st;
+  // Dense parameters (sharded over dp x cp) and experts (over the expert data-parallel group).
+  // The last stage's MTP layers too (cost_model.cc counts them the same way).
+  const double mtp = r == p.pp - 1 ? m.mtp_num_layers : 0;
+  const double mtp_extra = 2.0 * m.hidden_size * m.hidden_size / p.tp + 3.0 * m.hidden_size;
+  const LayerParams& mtp_params =
+      mtp > 0 ? layers.Params(static_cast<int>(mm.mtp_kind)) : layers.Met(0);
+  const double dense = k.dense + (r == 0 ? EmbeddingParameters(m, p.tp) : 0) +
+                       (r == p.pp - 1 ? OutputParameters(m, p) : 0) +
+                       mtp * (mtp_params.dense + mtp_extra);
+  const double experts = k.experts + mtp * mtp_params.experts;
+  st.parameters = dense + experts;
+  st.weights_bytes = dense * per_param.weights + experts * expert_per_param.weights;
+  if (k.fp8_weights > 0) {
+    // Transformer Engine's FP8 copies of the linear weights and their transposes (Hopper's
+    // FP8 GEMMs take one operand layout), 2 bytes per weight; with FP8 primary weights
+    // (--fp8-param-gather) they replace the 16-bit weights.
+    st.weights_bytes +=
+        k.fp8_weights * (2 - (mm.training.fp8_param_gather ? per_param.weights : 0));
+  }
+  st.gradients_bytes = dense * per_param.gradients + experts * expert_per_param.gradients;
+  st.optimizer_bytes = dense * per_param.optimizer + experts * expert_per_param.optimizer;
+  st.reserved_bytes = mm.reserved;
+  if (p.fsdp == Fsdp::kOptimGradsParams && k.layers > 0) {
+    st.fsdp_buffer_bytes = 2 * k.largest_layer * mm.ebytes + k.largest_layer * mm.grad_bytes;
+  } else if (p.fsdp == Fsdp::kOptimGrads && k.layers > 0) {
+    st.fsdp_buffer_bytes = k.largest_layer * mm.grad_bytes;  // one layer's gradients before the RS
+  }
+  return st;
+}
+
+// Chunks of different sizes on an interleaved stage: which of them are in flight at the
+// peak is worked out exactly (alike ones all count as the largest).
+inline bool ExactInFlight(const StageMemoryModel& mm, int r, const StageChunks& k) {
+  const ParallelConfig& p = mm.p;
+  return !mm.uniform && p.schedule == Schedule::kInterleaved &&
+         static_cast<int>(k.bytes.size()) == p.virtual_stages &&
+         (r == 0 || std::any_of(k.bytes.begin(), k.bytes.end(),
+                                [&](double b) { return b != k.bytes.front(); }));
+}
+
+// Stage r's activations (its chunks `k`, `in_flight` of them held at once) and the totals
+// into `st`, which holds the rest.
+inline void AddActivations(const StageMemoryModel& mm, int r, const StageChunks& k, int in_flight,
+                           StageMemory& st) {
+  const ParallelConfig& p = mm.p;
+  st.in_flight = in_flight;
+  // Every in-flight chunk holds its layers; stage 0's chunk 0 adds the embedding's mask
+  // (counted for every in-flight chunk: a bound, off by the few non-first chunks' masks).
+  double held = in_flight * (r == 0 ? k.largest + mm.embedding_act : k.largest);
+  if (ExactInFlight(mm, r, k)) {
+    std::vector<double> first;  // stage 0's chunk 0 with the embedding's mask
+    if (r == 0 && mm.embedding_act > 0) (first = k.bytes)[0] += mm.embedding_act;
+    held = PeakInFlightWeight(p.schedule, p.pp, static_cast<int>(mm.microbatches), p.virtual_stages,
+                              r, first.empty() ? std::span<const double>(k.bytes) : first);
+  }
+  st.activations_bytes = (r == p.pp - 1 ? held + (mm.output_act + mm.mtp_act) : held) + k.transient;
+  const double used = st.weights_bytes + st.gradients_bytes + st.optimizer_bytes +
+                      st.activations_bytes + st.fsdp_buffer_bytes;
+  st.fragmentation_bytes = used * mm.fragmentation;
+  st.peak_bytes = used + st.fragmentation_bytes + st.reserved_bytes;
+}
+
 // EstimateMemory, and EstimatePeakMemory when `all` is null: then only the stages that can hold
 // the peak are worked out and the largest goes to `peak`.
 void StageMemories(const ModelSpec& m, const ClusterSpec& cluster, const TrainingSpec& training,
                    const ParallelConfig& p, std::span<const int> in_flight,
                    const CostOptions& options, MemoryEstimate* all, MemoryPeak* peak) {
   PTDP_CHECK(static_cast<int>(in_flight.size()) == p.pp);
-  const Precision precision = training.precision;
-  const BytesPerParameter per_param = BytesPerParam(training, p, options);
-  const double layer_params = LayerParameters(m, p.tp);
-  const BytesPerParameter expert_per_param =
-      m.moe() ? BytesPerParam(training, p, options, p.expert_dp()) : BytesPerParameter{};
-  // Per layer kind: its parameters on this GPU; and per [kind][fp8][recompute] the activations
-  // kept and what recomputing one holds; each computed when a chunk first has such layers.
-  LayerParams params[kNumLayerKinds];
-  bool have_params[kNumLayerKinds] = {};
-  const auto params_of = [&](int kind) -> const LayerParams& {
-    if (!have_params[kind]) {
-      params[kind] = LayerKindParams(m, p, static_cast<LayerKind>(kind));
-      have_params[kind] = true;
-    }
-    return params[kind];
-  };
-  double act[kNumLayerKinds][2][2], transient[kNumLayerKinds][2][2];
-  bool have[kNumLayerKinds][2][2] = {};
-  const auto kind = [&](int e, int f, int r) {
-    if (!have[e][f][r]) {
-      ParallelConfig q = p;
-      if (r == 0) q.recompute = Recompute::kNone;
-      const LayerKind lk = static_cast<LayerKind>(e);
-      act[e][f][r] = LayerActivationBytes(m, q, precision, options, f == 0, lk);
-      transient[e][f][r] =
-          r == 0 ? 0 : LayerRecomputeTransientBytes(m, q, precision, options, f == 0, lk);
-      have[e][f][r] = true;
-    }
-  };
-  const bool mtp_moe = m.IsMoeLayer(m.num_layers - 1);
-  const LayerKind mtp_kind = mtp_moe ? LayerKind::kMoeTransformer : LayerKind::kTransformer;
-  double mtp_act = 0;
-  if (m.mtp_num_layers > 0) {
-    const int fp8_end =
-        training.precision == Precision::kFp8 && training.fp8_bf16_layers_at_end == 0 ? 1 : 0;
-    ParallelConfig q = p;
-    q.recompute = Recompute::kNone;
-    mtp_act =
-        m.mtp_num_layers * (LayerActivationBytes(m, q, precision, options, fp8_end == 0, mtp_kind) +
-                            OutputActivationBytes(m, p, precision));
-  }
-  const double embedding_act = EmbeddingActivationBytes(m, p);
-  const double output_act = OutputActivationBytes(m, p, precision);
-  const double reserved = static_cast<double>(cluster.gpu.reserved_bytes);
-  const double fragmentation = cluster.gpu.fragmentation / (1 - cluster.gpu.fragmentation);
-  const double e = BytesPerElement(precision);
-  const double grad_bytes = GradientBytes(precision, options);
-
-  // A stage's chunks: their layers' parameters (dense and experts), FP8 linear weights, the
-  // largest chunk's activations, the largest recomputation transient, the largest layer (a
-  // hybrid model's; a transformer's FSDP unit is its dense layer). With uniform chunks every
-  // stage's are alike.
-  struct Chunks {
-    double layers = 0, dense = 0, experts = 0, fp8_weights = 0, largest = 0, transient = 0;
-    double largest_layer = 0;
-    std::vector<double> bytes;  // each chunk's activations (kept when the chunks differ)
-  };
-  const bool uniform = UniformChunks(m, training, p);
-  const int64_t microbatches = NumMicrobatches(training, p);
+  const StageMemoryModel mm(m, cluster, training, p, options);
+  LayerFigures layers(m, p, training.precision, options);
   const ChunkKinds chunk_kinds(m, training, p);
-  const int kind_end = LayerKindEnd(m);
-  // Stage r's chunks into `s` (its bytes' storage kept: one allocation for all stages).
-  const auto fill_chunks = [&](int r, Chunks& s) {
-    std::vector<double> bytes = std::move(s.bytes);
-    bytes.clear();
-    s = Chunks{.bytes = std::move(bytes)};
-    for (int c = 0; c < p.virtual_stages; ++c) {
-      const ChunkLayers k = chunk_kinds(c * p.pp + r);
-      double bytes = 0;
-      for (int e = 0; e < kind_end; ++e) {
-        if (k.OfKind(static_cast<LayerKind>(e)) == 0) continue;
-        const LayerParams& lp = params_of(e);
-        s.largest_layer = std::max(s.largest_layer, m.hybrid() ? lp.total() : layer_params);
-        for (int f = 0; f < 2; ++f) {
-          for (int rc = 0; rc < 2; ++rc) {
-            const int n = k.count[e][f][rc];
-            if (n == 0) continue;
-            kind(e, f, rc);
-            bytes += n * act[e][f][rc];
-            s.transient = std::max(s.transient, transient[e][f][rc]);
-            s.dense += n * lp.dense;
-            s.experts += n * lp.experts;
-            if (f == 1) s.fp8_weights += n * lp.linear_weights;
-          }
-        }
-      }
-      s.largest = std::max(s.largest, bytes);
-      if (!uniform) s.bytes.push_back(bytes);
-      s.layers += k.total();
-    }
-  };
+  const bool uniform = mm.uniform;
   const auto chunks_of = [&](int r) {
-    Chunks s;
-    fill_chunks(r, s);
+    StageChunks s;
+    FillStageChunks(mm, layers, chunk_kinds, r, s);
     return s;
   };
-  // Everything of stage r but what its in-flight count scales and the totals.
-  const auto stage_memory = [&](int r, const Chunks& k) {
-    StageMemory st;
-    // Dense parameters (sharded over dp x cp) and experts (over the expert data-parallel group).
-    // The last stage's MTP layers too (cost_model.cc counts them the same way).
-    const double mtp = r == p.pp - 1 ? m.mtp_num_layers : 0;
-    const double mtp_extra = 2.0 * m.hidden_size * m.hidden_size / p.tp + 3.0 * m.hidden_size;
-    const LayerParams& mtp_params = mtp > 0 ? params_of(static_cast<int>(mtp_kind)) : params[0];
-    const double dense = k.dense + (r == 0 ? EmbeddingParameters(m, p.tp) : 0) +
-                         (r == p.pp - 1 ? OutputParameters(m, p) : 0) +
-                         mtp * (mtp_params.dense + mtp_extra);
-    const double experts = k.experts + mtp * mtp_params.experts;
-    st.parameters = dense + experts;
-    st.weights_bytes = dense * per_param.weights + experts * expert_per_param.weights;
-    if (k.fp8_weights > 0) {
-      // Transformer Engine's FP8 copies of the linear weights and their transposes (Hopper's
-      // FP8 GEMMs take one operand layout), 2 bytes per weight; with FP8 primary weights
-      // (--fp8-param-gather) they replace the 16-bit weights.
-      st.weights_bytes += k.fp8_weights * (2 - (training.fp8_param_gather ? per_param.weights : 0));
-    }
-    st.gradients_bytes = dense * per_param.gradients + experts * expert_per_param.gradients;
-    st.optimizer_bytes = dense * per_param.optimizer + experts * expert_per_param.optimizer;
-    st.reserved_bytes = reserved;
-    if (p.fsdp == Fsdp::kOptimGradsParams && k.layers > 0) {
-      st.fsdp_buffer_bytes = 2 * k.largest_layer * e + k.largest_layer * grad_bytes;
-    } else if (p.fsdp == Fsdp::kOptimGrads && k.layers > 0) {
-      st.fsdp_buffer_bytes = k.largest_layer * grad_bytes;  // one layer's gradients before the RS
-    }
-    return st;
-  };
-  const Chunks same = uniform ? chunks_of(0) : Chunks{};
+  const StageChunks same = uniform ? chunks_of(0) : StageChunks{};
   // The stages between the first and the last are alike when their layers are.
   const bool alike = MiddleStagesAlike(m, training, p);
-  const Chunks middle_chunks = alike && !uniform && p.pp > 2 ? chunks_of(1) : same;
-  const StageMemory middle = alike && p.pp > 2 ? stage_memory(1, middle_chunks) : StageMemory{};
+  const StageChunks middle_chunks = alike && !uniform && p.pp > 2 ? chunks_of(1) : same;
+  const StageMemory middle =
+      alike && p.pp > 2 ? StaticMemory(mm, layers, 1, middle_chunks) : StageMemory{};
 
-  // Chunks of different sizes on an interleaved stage: which of them are in flight at the
-  // peak is worked out exactly (alike ones all count as the largest).
-  const auto exact_in_flight = [&](int r, const Chunks& k) {
-    return !uniform && p.schedule == Schedule::kInterleaved &&
-           static_cast<int>(k.bytes.size()) == p.virtual_stages &&
-           (r == 0 || std::any_of(k.bytes.begin(), k.bytes.end(),
-                                  [&](double b) { return b != k.bytes.front(); }));
-  };
   // For the peak alone: of the alike stages between the first and the last, the one holding
   // the most (the first of them), unless their peak needs the exact walk; -1: every stage.
   int inner_peak = -1;
-  if (all == nullptr && alike && p.pp > 2 && !exact_in_flight(1, middle_chunks)) {
+  if (all == nullptr && alike && p.pp > 2 && !ExactInFlight(mm, 1, middle_chunks)) {
     inner_peak = 1;
     for (int r = 2; r < p.pp - 1; ++r) {
       if (middle_chunks.largest > 0 && in_flight[r] > in_flight[inner_peak]) inner_peak = r;
@@ -443,7 +535,7 @@ void StageMemories(const ModelSpec& m, const ClusterSpec& cluster, const Trainin
 
   if (all != nullptr) all->stages.reserve(p.pp);
   double largest = -1;
-  Chunks own;
+  StageChunks own;
   StageMemory one;
   // Every stage, or with inner_peak the first, that one and the last.
   const auto next = [&](int r) {
@@ -452,25 +544,11 @@ void StageMemories(const ModelSpec& m, const ClusterSpec& cluster, const Trainin
   };
   for (int r = 0; r < p.pp; r = next(r)) {
     const bool inner = alike && r > 0 && r < p.pp - 1;
-    if (!uniform && !inner) fill_chunks(r, own);
-    const Chunks& k = uniform ? same : inner ? middle_chunks : own;
+    if (!uniform && !inner) FillStageChunks(mm, layers, chunk_kinds, r, own);
+    const StageChunks& k = uniform ? same : inner ? middle_chunks : own;
     StageMemory& st = all != nullptr ? all->stages.emplace_back() : one;
-    st = inner ? middle : stage_memory(r, k);
-    st.in_flight = in_flight[r];
-    // Every in-flight chunk holds its layers; stage 0's chunk 0 adds the embedding's mask
-    // (counted for every in-flight chunk: a bound, off by the few non-first chunks' masks).
-    double held = in_flight[r] * (r == 0 ? k.largest + embedding_act : k.largest);
-    if (exact_in_flight(r, k)) {
-      std::vector<double> first;  // stage 0's chunk 0 with the embedding's mask
-      if (r == 0 && embedding_act > 0) (first = k.bytes)[0] += embedding_act;
-      held = PeakInFlightWeight(p.schedule, p.pp, static_cast<int>(microbatches), p.virtual_stages,
-                                r, first.empty() ? std::span<const double>(k.bytes) : first);
-    }
-    st.activations_bytes = (r == p.pp - 1 ? held + (output_act + mtp_act) : held) + k.transient;
-    const double used = st.weights_bytes + st.gradients_bytes + st.optimizer_bytes +
-                        st.activations_bytes + st.fsdp_buffer_bytes;
-    st.fragmentation_bytes = used * fragmentation;
-    st.peak_bytes = used + st.fragmentation_bytes + st.reserved_bytes;
+    st = inner ? middle : StaticMemory(mm, layers, r, k);
+    AddActivations(mm, r, k, in_flight[r], st);
     if (st.peak_bytes > largest) {
       largest = st.peak_bytes;
       if (all != nullptr) all->largest_stage = r;

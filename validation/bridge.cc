@@ -206,27 +206,12 @@ std::vector<BridgeRow> LoadBridgeCsv(const std::string& path) {
   return ParseBridgeCsv(ReadTextFile(path), path);
 }
 
-BridgeSetup BridgePlan(const BridgeRow& row, const ClusterSpec& cluster,
-                       AttentionBackend attention) {
-  BridgeSetup s;
-  if (row.tokens_per_s_per_gpu <= 0) {
-    s.unexpressible = "no measured tokens/s in the table";
-    return s;
-  }
-  const std::string preset = PresetFor(row.model);
-  if (preset.empty()) {
-    s.unexpressible = "no preset for this architecture";
-    return s;
-  }
-  Plan& plan = s.plan;
-  plan.model = ModelPreset(preset);
-  plan.model.seq_length = row.seq_length;
-  plan.model.max_position_embeddings = std::max(plan.model.max_position_embeddings, row.seq_length);
-  plan.cluster = cluster;
-  plan.num_gpus = row.num_gpus;
+namespace {
 
-  TrainingSpec& t = plan.training;
-  t.global_batch_size = row.gbs;
+// The row's precision into the training (Megatron-Bridge's mixed-precision recipes); "" or why
+// it cannot be expressed.
+std::string BridgePrecision(const BridgeRow& row, const ClusterSpec& cluster, TrainingSpec& t,
+                            BridgeSetup& s) {
   if (row.precision == "bf16") {
     t.precision = Precision::kBf16;
   } else if (row.precision == "fp8-cs") {
@@ -239,19 +224,22 @@ BridgeSetup BridgePlan(const BridgeRow& row, const ClusterSpec& cluster,
   } else if (row.precision == "fp8-blockwise") {
     t.precision = Precision::kFp8, t.fp8_recipe = Fp8Recipe::kBlockwise;
   } else {
-    s.unexpressible = fmt::format("precision \"{}\" is not modelled", row.precision);
-    return s;
+    return fmt::format("precision \"{}\" is not modelled", row.precision);
   }
   if (t.precision == Precision::kFp8 && cluster.gpu.peak_fp8_flops <= 0) {
-    s.unexpressible = fmt::format("{} has no FP8 units", cluster.name);
-    return s;
+    return fmt::format("{} has no FP8 units", cluster.name);
   }
   s.settings.push_back(t.precision == Precision::kFp8
                            ? fmt::format("fp8 {}{}", Name(t.fp8_recipe),
                                          t.fp8_param_gather ? ", fp8 param gather" : "")
                            : std::string(Name(t.precision)));
+  return "";
+}
 
-  ParallelConfig& p = plan.parallel;
+// The row's layout into `p`: the parallel sizes, micro-batch, model chunks and their schedule,
+// sequence parallelism and the distributed optimizer (or Megatron-FSDP); "" or why it cannot be
+// expressed.
+std::string BridgeParallel(const BridgeRow& row, ParallelConfig& p, BridgeSetup& s) {
   p.tp = row.tp;
   p.pp = row.pp;
   // Context parallelism with Megatron's default exchange (p2p ring attention): the Llama
@@ -266,10 +254,7 @@ BridgeSetup BridgePlan(const BridgeRow& row, const ClusterSpec& cluster,
     p.etp = 1;
   }
   const int64_t model = int64_t{row.tp} * row.pp * p.cp;
-  if (row.num_gpus % model != 0) {
-    s.unexpressible = "tp x pp x cp does not divide the GPUs";
-    return s;
-  }
+  if (row.num_gpus % model != 0) return "tp x pp x cp does not divide the GPUs";
   p.dp = static_cast<int>(row.num_gpus / model);
   p.micro_batch_size = row.mbs;
   p.virtual_stages = std::max(1, row.vp);
@@ -280,12 +265,12 @@ BridgeSetup BridgePlan(const BridgeRow& row, const ClusterSpec& cluster,
     p.fsdp = Fsdp::kOptimGradsParams;
     s.settings.push_back("fsdp optim_grads_params");
   }
-  const std::string& n = row.notes;
-  if (Contains(n, "account_for_embedding/loss_in_pipeline_split=True") ||
-      Contains(n, "account_for_embedding_in_pipeline_split=True")) {
-    p.account_for_embedding = p.account_for_loss = true;
-    s.settings.push_back("embedding and loss in the split");
-  }
+  return "";
+}
+
+// The notes' activation recompute into `p`: full recompute of N layers per chunk, selective
+// recompute of the listed modules, or of the core attention.
+void BridgeRecompute(const std::string& n, ParallelConfig& p, BridgeSetup& s) {
   if (const size_t at = n.find("recompute=full/block/"); at != std::string::npos) {
     int layers = 0;
     const char* begin = n.data() + at + std::string_view("recompute=full/block/").size();
@@ -315,32 +300,34 @@ BridgeSetup BridgePlan(const BridgeRow& row, const ClusterSpec& cluster,
     p.recompute = Recompute::kSelective;
     s.settings.push_back("selective recompute");
   }
-  // A pipeline layout string ("pipeline layout ""Et|(tt|)*30mL"""), with its MTP layers.
-  if (const size_t at = n.find("pipeline layout \""); at != std::string::npos) {
-    const size_t begin = at + std::string_view("pipeline layout \"").size();
-    const size_t end = n.find('"', begin);
-    const PipelineLayout layout = ParsePipelineLayout(n.substr(begin, end - begin));
-    if (!layout.error.empty() || layout.layers.size() % static_cast<size_t>(p.pp) != 0) {
-      s.unexpressible = "its pipeline layout string: " + layout.error;
-      return s;
-    }
-    p.layout = layout.layers;
-    p.virtual_stages = static_cast<int>(layout.layers.size()) / p.pp;
-    p.schedule = p.virtual_stages > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
-    plan.model.mtp_num_layers = layout.mtp;
-    s.settings.push_back(
-        fmt::format("layout {}{}", n.substr(begin, end - begin),
-                    layout.mtp > 0 ? fmt::format(" ({} MTP layer)", layout.mtp) : ""));
-  }
-  if (plan.model.moe()) {
-    // Capacity-limited ("token drop") rows pad every expert to its even share; the dropless
-    // rows are force-balanced: both are a load imbalance of 1, the default.
-    if (Contains(n, "capacity factor 1.0")) {
-      plan.model.moe_expert_capacity_factor = 1.0;
-      s.settings.push_back("capacity factor 1");
-    }
-  }
+}
 
+// A pipeline layout string of the notes ("pipeline layout ""Et|(tt|)*30mL"""), with its MTP
+// layers, into the plan; "" (also without one) or why it cannot be expressed.
+std::string BridgePipelineLayout(const std::string& n, Plan& plan, BridgeSetup& s) {
+  const size_t at = n.find("pipeline layout \"");
+  if (at == std::string::npos) return "";
+  ParallelConfig& p = plan.parallel;
+  const size_t begin = at + std::string_view("pipeline layout \"").size();
+  const size_t end = n.find('"', begin);
+  const PipelineLayout layout = ParsePipelineLayout(n.substr(begin, end - begin));
+  if (!layout.error.empty() || layout.layers.size() % static_cast<size_t>(p.pp) != 0) {
+    return "its pipeline layout string: " + layout.error;
+  }
+  p.layout = layout.layers;
+  p.virtual_stages = static_cast<int>(layout.layers.size()) / p.pp;
+  p.schedule = p.virtual_stages > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
+  plan.model.mtp_num_layers = layout.mtp;
+  s.settings.push_back(
+      fmt::format("layout {}{}", n.substr(begin, end - begin),
+                  layout.mtp > 0 ? fmt::format(" ({} MTP layer)", layout.mtp) : ""));
+  return "";
+}
+
+// The software settings of the row's notes (Megatron-Core's defaults otherwise): overlap of the
+// gradient reduction, parameter gather, TP communication and p2p; a MoE model's dispatcher.
+void BridgeOptions(const std::string& n, AttentionBackend attention, Plan& plan, BridgeSetup& s) {
+  const ParallelConfig& p = plan.parallel;
   CostOptions& o = plan.options;
   o = MegatronCoreOptions();
   o.attention = attention;
@@ -366,8 +353,54 @@ BridgeSetup BridgePlan(const BridgeRow& row, const ClusterSpec& cluster,
   if (plan.model.hybrid() && Contains(n, "cuda_graphs=transformer_engine:[mamba]")) {
     s.settings.push_back("CUDA graphs of the Mamba layers (not modelled)");
   }
+}
 
-  const std::vector<Violation> v = CheckParallelConfig(plan.model, t, p, plan.num_gpus, o);
+}  // namespace
+
+BridgeSetup BridgePlan(const BridgeRow& row, const ClusterSpec& cluster,
+                       AttentionBackend attention) {
+  BridgeSetup s;
+  if (row.tokens_per_s_per_gpu <= 0) {
+    s.unexpressible = "no measured tokens/s in the table";
+    return s;
+  }
+  const std::string preset = PresetFor(row.model);
+  if (preset.empty()) {
+    s.unexpressible = "no preset for this architecture";
+    return s;
+  }
+  Plan& plan = s.plan;
+  plan.model = ModelPreset(preset);
+  plan.model.seq_length = row.seq_length;
+  plan.model.max_position_embeddings = std::max(plan.model.max_position_embeddings, row.seq_length);
+  plan.cluster = cluster;
+  plan.num_gpus = row.num_gpus;
+  plan.training.global_batch_size = row.gbs;
+  s.unexpressible = BridgePrecision(row, cluster, plan.training, s);
+  if (!s.unexpressible.empty()) return s;
+  ParallelConfig& p = plan.parallel;
+  s.unexpressible = BridgeParallel(row, p, s);
+  if (!s.unexpressible.empty()) return s;
+  const std::string& n = row.notes;
+  if (Contains(n, "account_for_embedding/loss_in_pipeline_split=True") ||
+      Contains(n, "account_for_embedding_in_pipeline_split=True")) {
+    p.account_for_embedding = p.account_for_loss = true;
+    s.settings.push_back("embedding and loss in the split");
+  }
+  BridgeRecompute(n, p, s);
+  s.unexpressible = BridgePipelineLayout(n, plan, s);
+  if (!s.unexpressible.empty()) return s;
+  if (plan.model.moe()) {
+    // Capacity-limited ("token drop") rows pad every expert to its even share; the dropless
+    // rows are force-balanced: both are a load imbalance of 1, the default.
+    if (Contains(n, "capacity factor 1.0")) {
+      plan.model.moe_expert_capacity_factor = 1.0;
+      s.settings.push_back("capacity factor 1");
+    }
+  }
+  BridgeOptions(n, attention, plan, s);
+  const std::vector<Violation> v =
+      CheckParallelConfig(plan.model, plan.training, p, plan.num_gpus, plan.options);
   if (!v.empty()) s.unexpressible = "Megatron's rules as ptdp reads them: " + v.front().message;
   return s;
 }

@@ -119,6 +119,110 @@ CostOptions ExecutorCostOptions() {
   return o;
 }
 
+namespace {
+
+// Per stage, from the trace events of the measured steps: F time and count, B + W time and B
+// count.
+struct MeasuredPasses {
+  std::vector<double> forward, backward;
+  std::vector<int64_t> forwards, backwards;
+};
+
+MeasuredPasses MeasuredPassTimes(const ExecuteResult& r, int p) {
+  MeasuredPasses m;
+  m.forward.resize(static_cast<size_t>(p)), m.backward.resize(static_cast<size_t>(p));
+  m.forwards.resize(static_cast<size_t>(p)), m.backwards.resize(static_cast<size_t>(p));
+  std::map<int, int> stage_of;  // track (world rank) -> stage
+  for (const RankReport& k : r.ranks) stage_of[k.world_rank] = k.coords.pp;
+  std::map<int, double> measured_from;  // track -> end of the run's first step
+  const std::string first = fmt::format("step {}", r.first_step);
+  for (const TraceEvent& e : r.events) {
+    if (r.steps.size() > 1 && e.category == "other" && e.name == first) {
+      measured_from[e.track] = e.start_s + e.duration_s;
+    }
+  }
+  for (const TraceEvent& e : r.events) {
+    const auto st = stage_of.find(e.track);
+    if (st == stage_of.end()) continue;
+    const auto from = measured_from.find(e.track);
+    if (from != measured_from.end() && e.start_s < from->second) continue;
+    const auto s = static_cast<size_t>(st->second);
+    if (e.category == "forward") m.forward[s] += e.duration_s, ++m.forwards[s];
+    if (e.category == "backward") m.backward[s] += e.duration_s, ++m.backwards[s];
+    if (e.category == "weight-grad") m.backward[s] += e.duration_s;
+  }
+  return m;
+}
+
+// The stage's peak memory by category (the largest of its ranks'), total and reserved, against
+// the simulated stage `m`, into `st`.
+void CompareStageMemory(const ExecuteResult& r, const StageMemory& m, StageComparison& st) {
+  std::array<int64_t, kNumMemCategories> peak{};
+  int64_t total = 0;
+  for (const RankReport& k : r.ranks) {
+    if (k.coords.pp != st.stage) continue;
+    for (int c = 0; c < kNumMemCategories; ++c) {
+      peak[static_cast<size_t>(c)] =
+          std::max(peak[static_cast<size_t>(c)], k.memory.peak_bytes[static_cast<size_t>(c)]);
+    }
+    total = std::max(total, k.memory.peak_total_bytes);
+    st.measured_reserved_bytes =
+        std::max(st.measured_reserved_bytes, static_cast<double>(k.peak_reserved_bytes));
+  }
+  auto measured = [&](MemCategory c) { return static_cast<double>(peak[static_cast<size_t>(c)]); };
+  st.weights_bytes = {measured(MemCategory::kWeights), m.weights_bytes};
+  st.gradients_bytes = {measured(MemCategory::kGradients), m.gradients_bytes};
+  st.optimizer_bytes = {measured(MemCategory::kOptimizer), m.optimizer_bytes};
+  st.activations_bytes = {measured(MemCategory::kActivations), m.activations_bytes};
+  st.total_bytes = {static_cast<double>(total),
+                    m.weights_bytes + m.gradients_bytes + m.optimizer_bytes + m.activations_bytes};
+  st.measured_other_bytes = measured(MemCategory::kCommBuffers) + measured(MemCategory::kWorkspace);
+  st.simulated_allowance_bytes = m.reserved_bytes + m.fragmentation_bytes;
+  st.simulated_peak_bytes = m.peak_bytes;
+}
+
+// Stage s measured against the simulation: busy time, F and B + W per chunk, exposed
+// data-parallel time (`dp_exposed`, measured), kernel classes (`sim_kernels`, simulated; none:
+// not profiled), memory.
+StageComparison CompareStage(const ExecuteResult& r, const SimulationReport& sim,
+                             const MeasuredPasses& passes, const std::vector<double>& dp_exposed,
+                             const std::vector<KernelClassTimes>& sim_kernels, int s) {
+  StageComparison st;
+  st.stage = s;
+  st.busy_s = {r.stage_busy_s[static_cast<size_t>(s)],
+               sim.sim.stages[static_cast<size_t>(s)].busy_s};
+  double sim_forward = 0, sim_backward = 0;
+  const PipelineSchedule& schedule = sim.schedule;
+  for (int c = 0; c < schedule.chunks; ++c) {
+    const ChunkCosts& ch =
+        sim.estimate.costs.chunks[static_cast<size_t>(schedule.VirtualStage(s, c))];
+    sim_forward += ch.forward_s / schedule.chunks;
+    sim_backward += (ch.backward_input_s + ch.backward_weight_s) / schedule.chunks;
+  }
+  const auto k = static_cast<size_t>(s);
+  st.forward_s = {
+      passes.forwards[k] > 0 ? passes.forward[k] / static_cast<double>(passes.forwards[k]) : 0,
+      sim_forward};
+  st.backward_s = {
+      passes.backwards[k] > 0 ? passes.backward[k] / static_cast<double>(passes.backwards[k]) : 0,
+      sim_backward};
+  st.dp_exposed_s = {dp_exposed[k], sim.sim.stages[k].dp_exposed_s};
+  if (!sim_kernels.empty()) {
+    const KernelSeconds& meas = r.stage_kernel_s[k];
+    const KernelClassTimes& simk = sim_kernels[k];
+    auto at = [&](KernelClass c) { return meas[static_cast<size_t>(c)]; };
+    st.has_kernels = true;
+    st.kernels_s = {Compared{at(KernelClass::kGemm), simk.gemm_s},
+                    Compared{at(KernelClass::kAttention), simk.attention_s},
+                    Compared{at(KernelClass::kMemory), simk.memory_s},
+                    Compared{at(KernelClass::kOptimizer), simk.optimizer_s}};
+  }
+  CompareStageMemory(r, sim.memory.stages[k], st);
+  return st;
+}
+
+}  // namespace
+
 ValidationReport CompareRun(const Plan& executed, const ExecuteResult& r,
                             const SimulationReport& sim) {
   PTDP_CHECK(!r.steps.empty());
@@ -146,30 +250,7 @@ ValidationReport CompareRun(const Plan& executed, const ExecuteResult& r,
   }
   v.pipeline_s = {Median(pipelines), sim.sim.pipeline_end_s};
 
-  // Per stage, from the trace events of the measured steps: F and B + W time, F count.
-  std::vector<double> forward(static_cast<size_t>(p)), backward(static_cast<size_t>(p));
-  std::vector<int64_t> forwards(static_cast<size_t>(p)), backwards(static_cast<size_t>(p));
-  {
-    std::map<int, int> stage_of;  // track (world rank) -> stage
-    for (const RankReport& k : r.ranks) stage_of[k.world_rank] = k.coords.pp;
-    std::map<int, double> measured_from;  // track -> end of the run's first step
-    const std::string first = fmt::format("step {}", r.first_step);
-    for (const TraceEvent& e : r.events) {
-      if (r.steps.size() > 1 && e.category == "other" && e.name == first) {
-        measured_from[e.track] = e.start_s + e.duration_s;
-      }
-    }
-    for (const TraceEvent& e : r.events) {
-      const auto st = stage_of.find(e.track);
-      if (st == stage_of.end()) continue;
-      const auto from = measured_from.find(e.track);
-      if (from != measured_from.end() && e.start_s < from->second) continue;
-      const auto s = static_cast<size_t>(st->second);
-      if (e.category == "forward") forward[s] += e.duration_s, ++forwards[s];
-      if (e.category == "backward") backward[s] += e.duration_s, ++backwards[s];
-      if (e.category == "weight-grad") backward[s] += e.duration_s;
-    }
-  }
+  const MeasuredPasses passes = MeasuredPassTimes(r, p);
   const std::vector<double> dp_exposed = MeasuredDpExposed(executed, r);
   v.bubble_fraction = {r.bubble_fraction, sim.bubble_fraction, /*difference=*/true};
   std::vector<KernelClassTimes> sim_kernels;
@@ -179,61 +260,7 @@ ValidationReport CompareRun(const Plan& executed, const ExecuteResult& r,
   }
   for (int s = 0; s < p; ++s) {
     if (r.profile_rank >= 0 && s != r.ranks[0].coords.pp) continue;
-    StageComparison st;
-    st.stage = s;
-    st.busy_s = {r.stage_busy_s[static_cast<size_t>(s)],
-                 sim.sim.stages[static_cast<size_t>(s)].busy_s};
-    double sim_forward = 0, sim_backward = 0;
-    const PipelineSchedule& schedule = sim.schedule;
-    for (int c = 0; c < schedule.chunks; ++c) {
-      const ChunkCosts& ch =
-          sim.estimate.costs.chunks[static_cast<size_t>(schedule.VirtualStage(s, c))];
-      sim_forward += ch.forward_s / schedule.chunks;
-      sim_backward += (ch.backward_input_s + ch.backward_weight_s) / schedule.chunks;
-    }
-    const auto k = static_cast<size_t>(s);
-    st.forward_s = {forwards[k] > 0 ? forward[k] / static_cast<double>(forwards[k]) : 0,
-                    sim_forward};
-    st.backward_s = {backwards[k] > 0 ? backward[k] / static_cast<double>(backwards[k]) : 0,
-                     sim_backward};
-    st.dp_exposed_s = {dp_exposed[k], sim.sim.stages[k].dp_exposed_s};
-    if (!sim_kernels.empty()) {
-      const KernelSeconds& meas = r.stage_kernel_s[k];
-      const KernelClassTimes& simk = sim_kernels[k];
-      auto at = [&](KernelClass c) { return meas[static_cast<size_t>(c)]; };
-      st.has_kernels = true;
-      st.kernels_s = {Compared{at(KernelClass::kGemm), simk.gemm_s},
-                      Compared{at(KernelClass::kAttention), simk.attention_s},
-                      Compared{at(KernelClass::kMemory), simk.memory_s},
-                      Compared{at(KernelClass::kOptimizer), simk.optimizer_s}};
-    }
-    std::array<int64_t, kNumMemCategories> peak{};
-    int64_t total = 0;
-    for (const RankReport& k : r.ranks) {
-      if (k.coords.pp != s) continue;
-      for (int c = 0; c < kNumMemCategories; ++c) {
-        peak[static_cast<size_t>(c)] =
-            std::max(peak[static_cast<size_t>(c)], k.memory.peak_bytes[static_cast<size_t>(c)]);
-      }
-      total = std::max(total, k.memory.peak_total_bytes);
-      st.measured_reserved_bytes =
-          std::max(st.measured_reserved_bytes, static_cast<double>(k.peak_reserved_bytes));
-    }
-    auto measured = [&](MemCategory c) {
-      return static_cast<double>(peak[static_cast<size_t>(c)]);
-    };
-    const StageMemory& m = sim.memory.stages[static_cast<size_t>(s)];
-    st.weights_bytes = {measured(MemCategory::kWeights), m.weights_bytes};
-    st.gradients_bytes = {measured(MemCategory::kGradients), m.gradients_bytes};
-    st.optimizer_bytes = {measured(MemCategory::kOptimizer), m.optimizer_bytes};
-    st.activations_bytes = {measured(MemCategory::kActivations), m.activations_bytes};
-    st.total_bytes = {static_cast<double>(total), m.weights_bytes + m.gradients_bytes +
-                                                      m.optimizer_bytes + m.activations_bytes};
-    st.measured_other_bytes =
-        measured(MemCategory::kCommBuffers) + measured(MemCategory::kWorkspace);
-    st.simulated_allowance_bytes = m.reserved_bytes + m.fragmentation_bytes;
-    st.simulated_peak_bytes = m.peak_bytes;
-    v.stages.push_back(st);
+    v.stages.push_back(CompareStage(r, sim, passes, dp_exposed, sim_kernels, s));
   }
   return v;
 }

@@ -51,13 +51,9 @@ std::string Layout(const VtrainRow& r) {
   return fmt::format("t{} d{} p{} b{} B{}", r.tp, r.dp, r.pp, r.micro_batch, r.global_batch);
 }
 
-}  // namespace
-
-std::string VtrainMarkdown(std::span<const VtrainResult> results, int gpus_per_node,
-                           const VtrainReportOptions& options) {
-  std::string out;
-  // Summary per file (single-node rows have no parameter column, multi-node rows do).
-  out +=
+// Summary per file (single-node rows have no parameter column, multi-node rows do).
+std::string SummaryTable(std::span<const VtrainResult> results) {
+  std::string out =
       "| file | rows | simulated | rejected | over memory | MAPE | mean error | within 10% | "
       "worst |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const bool multi : {false, true}) {
@@ -79,43 +75,48 @@ std::string VtrainMarkdown(std::span<const VtrainResult> results, int gpus_per_n
                     multi ? "multi-node" : "single-node", total, g.rows, rejected, over_memory,
                     Percent(g.mape()), SignedPercent(g.bias()), g.within10, SignedPercent(g.worst));
   }
+  return out;
+}
 
-  for (const bool multi : {false, true}) {
-    std::vector<std::string> model_order, layout_order;
-    std::map<std::string, Group> models, layouts;
-    std::vector<const VtrainRow*> model_rows;
-    for (const VtrainResult& r : results) {
-      if (!Simulated(r) || IsMulti(r) != multi) continue;
-      const std::string model = ModelFamily(r.row);
-      const std::string layout = LayoutFamily(r.row, gpus_per_node);
-      if (!models.count(model)) model_order.push_back(model), model_rows.push_back(&r.row);
-      if (!layouts.count(layout)) layout_order.push_back(layout);
-      models[model].Add(r.error());
-      layouts[layout].Add(r.error());
-    }
-    if (models.empty()) continue;
-    // Models by size, layouts by name.
-    std::vector<size_t> index(model_order.size());
-    for (size_t i = 0; i < index.size(); ++i) index[i] = i;
-    std::sort(index.begin(), index.end(), [&](size_t a, size_t b) {
-      const VtrainRow &x = *model_rows[a], &y = *model_rows[b];
-      return std::tie(x.params_billion, x.hidden, x.layers) <
-             std::tie(y.params_billion, y.hidden, y.layers);
-    });
-    std::vector<std::string> sorted_models;
-    for (size_t i : index) sorted_models.push_back(model_order[i]);
-    std::sort(layout_order.begin(), layout_order.end());
-    const char* name = multi ? "Multi-node" : "Single-node";
-    out += fmt::format("\n{} rows per model size:\n\n", name) +
-           GroupTable("model", sorted_models, models);
-    out += fmt::format(
-               "\n{} rows per layout family (which of tensor, data and pipeline parallelism "
-               "exceed 1; x-node: the tensor-parallel group spans nodes):\n\n",
-               name) +
-           GroupTable("layout", layout_order, layouts);
+// The single-node or multi-node rows' errors per model size and per layout family.
+std::string FamilyTables(std::span<const VtrainResult> results, int gpus_per_node, bool multi) {
+  std::vector<std::string> model_order, layout_order;
+  std::map<std::string, Group> models, layouts;
+  std::vector<const VtrainRow*> model_rows;
+  for (const VtrainResult& r : results) {
+    if (!Simulated(r) || IsMulti(r) != multi) continue;
+    const std::string model = ModelFamily(r.row);
+    const std::string layout = LayoutFamily(r.row, gpus_per_node);
+    if (!models.count(model)) model_order.push_back(model), model_rows.push_back(&r.row);
+    if (!layouts.count(layout)) layout_order.push_back(layout);
+    models[model].Add(r.error());
+    layouts[layout].Add(r.error());
   }
+  if (models.empty()) return "";
+  // Models by size, layouts by name.
+  std::vector<size_t> index(model_order.size());
+  for (size_t i = 0; i < index.size(); ++i) index[i] = i;
+  std::sort(index.begin(), index.end(), [&](size_t a, size_t b) {
+    const VtrainRow &x = *model_rows[a], &y = *model_rows[b];
+    return std::tie(x.params_billion, x.hidden, x.layers) <
+           std::tie(y.params_billion, y.hidden, y.layers);
+  });
+  std::vector<std::string> sorted_models;
+  for (size_t i : index) sorted_models.push_back(model_order[i]);
+  std::sort(layout_order.begin(), layout_order.end());
+  const char* name = multi ? "Multi-node" : "Single-node";
+  std::string out = fmt::format("\n{} rows per model size:\n\n", name) +
+                    GroupTable("model", sorted_models, models);
+  out += fmt::format(
+             "\n{} rows per layout family (which of tensor, data and pipeline parallelism "
+             "exceed 1; x-node: the tensor-parallel group spans nodes):\n\n",
+             name) +
+         GroupTable("layout", layout_order, layouts);
+  return out;
+}
 
-  // Worst rows with where their simulated time goes.
+// The `worst_rows` worst rows with where their simulated time goes.
+std::string WorstRows(std::span<const VtrainResult> results, int worst_rows) {
   std::vector<const VtrainResult*> sorted;
   for (const VtrainResult& r : results) {
     if (Simulated(r)) sorted.push_back(&r);
@@ -123,30 +124,33 @@ std::string VtrainMarkdown(std::span<const VtrainResult> results, int gpus_per_n
   std::stable_sort(sorted.begin(), sorted.end(), [](const auto* a, const auto* b) {
     return std::abs(a->error()) > std::abs(b->error());
   });
-  const size_t worst = std::min<size_t>(sorted.size(), std::max(0, options.worst_rows));
-  if (worst > 0) {
+  const size_t worst = std::min<size_t>(sorted.size(), std::max(0, worst_rows));
+  if (worst == 0) return "";
+  std::string out = fmt::format(
+      "\nThe {} worst rows, with the simulator's breakdown (seconds per step on the average "
+      "pipeline stage: compute includes recomputation and, in parentheses, the time the GPU "
+      "waits for the host to launch kernels; TP, PP and DP are communication; bubble is "
+      "pipeline idle time):\n\n",
+      worst);
+  out +=
+      "| line | model | layout | measured s | simulated s | error | compute (host) | TP | PP | "
+      "DP | optimizer | bubble |\n|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (size_t i = 0; i < worst; ++i) {
+    const VtrainResult& r = *sorted[i];
+    const StepBreakdown& b = r.breakdown;
     out += fmt::format(
-        "\nThe {} worst rows, with the simulator's breakdown (seconds per step on the average "
-        "pipeline stage: compute includes recomputation and, in parentheses, the time the GPU "
-        "waits for the host to launch kernels; TP, PP and DP are communication; bubble is "
-        "pipeline idle time):\n\n",
-        worst);
-    out +=
-        "| line | model | layout | measured s | simulated s | error | compute (host) | TP | PP | "
-        "DP | optimizer | bubble |\n|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
-    for (size_t i = 0; i < worst; ++i) {
-      const VtrainResult& r = *sorted[i];
-      const StepBreakdown& b = r.breakdown;
-      out += fmt::format(
-          "| {}{} | {} | {} | {:.3f} | {:.3f} | {} | {:.3f} ({:.3f}) | {:.3f} | {:.3f} | {:.3f} | "
-          "{:.3f} | {:.3f} |\n",
-          IsMulti(r) ? "m" : "s", r.row.line, ModelFamily(r.row), Layout(r.row), r.row.measured_s,
-          r.simulated_s, SignedPercent(r.error()), b.compute_s, r.host_overhead_s, b.tp_comm_s,
-          b.pp_comm_s, b.dp_comm_s, b.optimizer_s, b.bubble_s);
-    }
-    out += "\n(line: s = single-node file, m = multi-node file, then the line number.)\n";
+        "| {}{} | {} | {} | {:.3f} | {:.3f} | {} | {:.3f} ({:.3f}) | {:.3f} | {:.3f} | {:.3f} | "
+        "{:.3f} | {:.3f} |\n",
+        IsMulti(r) ? "m" : "s", r.row.line, ModelFamily(r.row), Layout(r.row), r.row.measured_s,
+        r.simulated_s, SignedPercent(r.error()), b.compute_s, r.host_overhead_s, b.tp_comm_s,
+        b.pp_comm_s, b.dp_comm_s, b.optimizer_s, b.bubble_s);
   }
+  out += "\n(line: s = single-node file, m = multi-node file, then the line number.)\n";
+  return out;
+}
 
+// The rows ptdp rejects or that exceed the GPU's memory.
+std::string ProblemRows(std::span<const VtrainResult> results) {
   std::string problems;
   for (const VtrainResult& r : results) {
     if (!Simulated(r)) {
@@ -158,9 +162,18 @@ std::string VtrainMarkdown(std::span<const VtrainResult> results, int gpus_per_n
                               r.simulated_s, r.memory_problem);
     }
   }
-  out += "\nRows ptdp rejects or that exceed the GPU's memory: " +
+  return "\nRows ptdp rejects or that exceed the GPU's memory: " +
          (problems.empty() ? std::string("none.\n") : "\n\n" + problems);
-  return out;
+}
+
+}  // namespace
+
+std::string VtrainMarkdown(std::span<const VtrainResult> results, int gpus_per_node,
+                           const VtrainReportOptions& options) {
+  std::string out = SummaryTable(results);
+  for (const bool multi : {false, true}) out += FamilyTables(results, gpus_per_node, multi);
+  out += WorstRows(results, options.worst_rows);
+  return out + ProblemRows(results);
 }
 
 namespace {
