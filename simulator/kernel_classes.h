@@ -1,5 +1,5 @@
 // The simulator's kernel time by class, per pipeline stage and step, for `ptdp validate`'s rows
-// against the executor's measured kernel classes (executor/kernel_clock.h): the cost model's
+// against the executor's measured kernel classes (executor/backend/kernel_clock.h): the cost model's
 // kernels (layer_work.h) of every micro-batch through the stage's chunks, timed one by one from
 // the profile (KernelTimer) and summed by kind:
 //   gemm:         matrix products (kGemm, the MoE experts' grouped GEMMs, Mamba's scan);
