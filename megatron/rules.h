@@ -88,6 +88,9 @@ struct RuleInput {
 RuleInput MakeRuleInput(const ModelSpec& model, const TrainingSpec& training,
                         const ParallelConfig& parallel, int64_t num_gpus,
                         const CostOptions& options);
+// A temporary CostOptions would be gone before the input is read.
+RuleInput MakeRuleInput(const ModelSpec&, const TrainingSpec&, const ParallelConfig&, int64_t,
+                        CostOptions&&) = delete;
 
 // Megatron's if / elif chains: of the checks of one chain, only the first broken one is reported
 // (the checks after it in Megatron's code are not reached).

@@ -170,7 +170,8 @@ TEST(MegatronRules, EveryCheckOfTheTableIsComplete) {
   std::vector<int> per_rule(kNumRules, 0);
   bool leading = true;
   const Case c;
-  const RuleInput in = MakeRuleInput(c.model, c.training, c.parallel, c.gpus, CostOptions{});
+  const CostOptions options;  // the input refers to it: it must outlive the input
+  const RuleInput in = MakeRuleInput(c.model, c.training, c.parallel, c.gpus, options);
   for (const RuleCheck& check : checks) {
     ++per_rule[static_cast<int>(check.rule)];
     EXPECT_FALSE(check.megatron.empty()) << RuleId(check.rule);
