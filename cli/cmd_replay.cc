@@ -4,14 +4,17 @@
 
 #include <algorithm>
 #include <charconv>
+#include <map>
 
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "cli/output.h"
 #include "cli/progress.h"
+#include "core/error.h"
 #include "core/presets.h"
 #include "core/yaml_io.h"
 #include "validation/bridge.h"
+#include "validation/functional_tests.h"
 #include "validation/narayanan2021.h"
 #include "validation/published.h"
 #include "validation/vtrain.h"
@@ -21,11 +24,24 @@ namespace po = boost::program_options;
 namespace ptdp::cli {
 namespace {
 
+constexpr std::string_view kFunctionalTestsFile =
+    "results/validation/megatron-functional-tests/golden.tsv";
+constexpr std::string_view kFunctionalTestsCommands =
+    "tests/fixtures/megatron_corpus/functional-tests";
+
 void AddReplayOptions(po::options_description& o) {
   o.add_options()("dataset", po::value<std::vector<std::string>>()->composing()->value_name("D"),
                   "narayanan2021 (Narayanan et al. 2021, Table 1; the default), a vTrain "
-                  "ground-truth CSV file (repeat for several), or the Megatron-Bridge H100 "
-                  "file (results/validation/megatron-bridge/h100_pretrain.csv)")(
+                  "ground-truth CSV file (repeat for several), the Megatron-Bridge H100 "
+                  "file (results/validation/megatron-bridge/h100_pretrain.csv), or "
+                  "megatron-functional-tests (Megatron-LM's functional tests' measured memory "
+                  "and iteration time: results/validation/megatron-functional-tests/golden.tsv, "
+                  "or a file in its format)")(
+      "commands", po::value<std::string>()->value_name("DIR"),
+      "megatron-functional-tests: the folder of the test cases' launch scripts, <case>.sh "
+      "(default: tests/fixtures/megatron_corpus/functional-tests)")(
+      "gpu", po::value<std::string>()->value_name("G"),
+      "megatron-functional-tests: only the cases measured on this GPU, h100 or a100")(
       "cluster", po::value<std::string>()->value_name("C"),
       "hardware profile: name or YAML file (default: dgx-a100-80gb for narayanan2021, "
       "vtrain-a100 for vTrain files, dgx-h100 for Megatron-Bridge)")(
@@ -211,6 +227,51 @@ int ReplayBridgeFile(const Flags& flags, const std::string& file, std::ostream& 
   return kExitOk;
 }
 
+int ReplayFunctionalTests(const Flags& flags, const std::string& file, std::ostream& out,
+                          std::ostream& err) {
+  std::vector<FunctionalTestRow> rows = ParseFunctionalTestsTsv(ReadTextFile(file), file);
+  if (auto gpu = flags.OptionalString("gpu")) {
+    if (*gpu != "h100" && *gpu != "a100") {
+      flags.Fail("gpu", fmt::format("expected h100 or a100, got \"{}\"", *gpu));
+    }
+    std::erase_if(rows, [&](const FunctionalTestRow& r) { return r.gpu != *gpu; });
+  }
+  const std::string commands =
+      flags.OptionalString("commands").value_or(std::string(kFunctionalTestsCommands));
+  std::map<std::string, ClusterSpec> clusters;
+  std::vector<FunctionalTestResult> results;
+  {
+    ProgressLine progress(err, "ptdp replay");
+    for (const FunctionalTestRow& r : rows) {
+      progress.Update(fmt::format("case {} of {}: {} ({})", results.size() + 1, rows.size(),
+                                  r.case_name, r.gpu));
+      const std::string name = FunctionalTestCluster(r);
+      auto it = clusters.find(name);
+      if (it == clusters.end()) it = clusters.emplace(name, ClusterPreset(name)).first;
+      const std::string path = commands + "/" + r.case_name + ".sh";
+      std::string text;
+      try {
+        text = ReadTextFile(path);
+      } catch (const InputError& e) {
+        throw InputError({file, r.line, "case"},
+                         fmt::format("no launch script for {}: {}", r.case_name, e.what()),
+                         "pass --commands DIR, the folder of <case>.sh");
+      }
+      results.push_back(ReplayFunctionalTest(r, text, path, it->second));
+    }
+  }
+  out << fmt::format(
+      "Megatron-LM's functional tests ({}; launch scripts from {}), each case in its layout on "
+      "the DGX it was measured on (h100: dgx-h100, a100: dgx-a100-80gb). Measured: PyTorch's "
+      "allocator on the last rank (peak allocated over the run, allocated after the step) and "
+      "the median iteration time from step 3. Predicted: the last pipeline stage's memory "
+      "without the allocator allowance, and its weights, gradients and optimizer state. The "
+      "fit half may be used to fit constants (in-sample); the test half is out-of-sample.\n\n",
+      file, commands);
+  out << FunctionalTestsMarkdown(results);
+  return kExitOk;
+}
+
 int RunReplay(const Flags& flags, std::ostream& out, std::ostream& err) {
   std::vector<std::string> datasets = flags.Strings("dataset");
   if (datasets.empty()) datasets.push_back("narayanan2021");
@@ -219,10 +280,31 @@ int RunReplay(const Flags& flags, std::ostream& out, std::ostream& err) {
     if (d == "narayanan2021" && !narayanan) {
       flags.Fail("dataset", "narayanan2021 cannot be combined with other datasets");
     }
-    if (d != "narayanan2021" && !d.ends_with(".csv")) {
+    if (d != "narayanan2021" && d != "megatron-functional-tests" && !d.ends_with(".csv") &&
+        !d.ends_with(".tsv")) {
       flags.Fail("dataset", fmt::format("unknown dataset \"{}\"", d),
-                 "datasets: narayanan2021, or a vTrain ground-truth file ending in .csv");
+                 "datasets: narayanan2021, megatron-functional-tests, or a vTrain "
+                 "ground-truth file ending in .csv");
     }
+  }
+  for (const char* flag : {"commands", "gpu"}) {
+    if (flags.Has(flag) && (datasets.size() != 1 || !(datasets[0] == "megatron-functional-tests" ||
+                                                      datasets[0].ends_with(".tsv")))) {
+      flags.Fail(flag, "applies to --dataset megatron-functional-tests only");
+    }
+  }
+  if (datasets.size() == 1 &&
+      (datasets[0] == "megatron-functional-tests" || datasets[0].ends_with(".tsv"))) {
+    for (const char* flag : {"svg", "fit", "plan", "fit-releases", "attention-backend"}) {
+      if (flags.Has(flag) && (std::string_view(flag) != "fit" || flags.Switch("fit")) &&
+          (std::string_view(flag) != "plan" || flags.Switch("plan"))) {
+        flags.Fail(flag, "does not apply to megatron-functional-tests");
+      }
+    }
+    const std::string file = datasets[0] == "megatron-functional-tests"
+                                 ? std::string(kFunctionalTestsFile)
+                                 : datasets[0];
+    return ReplayFunctionalTests(flags, file, out, err);
   }
   if (narayanan) {
     if (flags.Has("svg")) flags.Fail("svg", "applies to CSV datasets only");

@@ -57,7 +57,10 @@ struct GpuSpec {
   // table's efficiency for their shapes (op_time.h AttentionTime).
   std::vector<AttentionEfficiencyPoint> flash_attention;
   std::vector<AttentionEfficiencyPoint> fused_attention;
-  // Device memory no tensor can use: CUDA context, cuBLAS workspaces, NCCL buffers.
+  // CUDA compute capability, major.minor (8.0 for A100, 9.0 for H100); 0 when not given. The
+  // libraries size their workspaces by it (memory_model.h WorkspaceBytes).
+  double compute_capability = 0;
+  // Device memory no tensor can use: CUDA context, NCCL buffers.
   int64_t reserved_bytes = 0;
   // Fraction of the rest lost to the caching allocator's fragmentation, [0, 1).
   double fragmentation = 0;

@@ -121,6 +121,9 @@ struct CostOptions {
   // router balances perfectly (as with Megatron's --moe-router-force-load-balancing, or a
   // well-converged auxiliary loss); measured runs early in training see 1.1-1.5.
   double moe_load_imbalance = 1.0;
+  // PyTorch's cuBLAS workspace per stream (CUBLAS_WORKSPACE_CONFIG at launch, its :SIZE:COUNT
+  // pairs in KiB summed); -1: PyTorch's default for the GPU (memory_model.h WorkspaceBytes).
+  int64_t cublas_workspace_bytes = -1;
 
   bool operator==(const CostOptions&) const = default;
 };

@@ -198,6 +198,9 @@ void WriteCluster(YamlWriter& w, const ClusterSpec& c) {
   w.Line("hbm_bytes", std::to_string(c.gpu.hbm_bytes));
   w.Line("hbm_bandwidth_gb_per_s", YamlScaled(c.gpu.hbm_bandwidth_bytes_per_s, units::kGBPerS));
   w.Line("memory_efficiency", YamlNumber(c.gpu.memory_efficiency));
+  if (c.gpu.compute_capability > 0) {
+    w.Line("compute_capability", YamlNumber(c.gpu.compute_capability));
+  }
   w.Line("reserved_bytes", std::to_string(c.gpu.reserved_bytes));
   w.Line("fragmentation", YamlNumber(c.gpu.fragmentation));
   WriteGemmTable(w, "gemm_efficiency", c.gpu.gemm_efficiency);
@@ -297,6 +300,10 @@ void WriteOptions(YamlWriter& w, const CostOptions& o) {
   w.Line("moe_token_dispatcher", Name(o.moe_token_dispatcher), "MoE models");
   w.Line("moe_load_imbalance", YamlNumber(o.moe_load_imbalance),
          "busiest expert-parallel rank's tokens over the mean; 1: balanced");
+  if (o.cublas_workspace_bytes >= 0) {
+    w.Line("cublas_workspace_bytes", std::to_string(o.cublas_workspace_bytes),
+           "CUBLAS_WORKSPACE_CONFIG's; absent: PyTorch's default");
+  }
 }
 
 }  // namespace
@@ -338,6 +345,14 @@ CostOptions ReadOptions(const YamlMap& map) {
     if (o.moe_load_imbalance > static_cast<double>(kMaxGpus)) {
       map.Fail("moe_load_imbalance", fmt::format("at most {} (every token on one rank), got {}",
                                                  kMaxGpus, YamlNumber(o.moe_load_imbalance)));
+    }
+  }
+  if (map.Has("cublas_workspace_bytes")) {
+    o.cublas_workspace_bytes = map.Int("cublas_workspace_bytes");
+    if (o.cublas_workspace_bytes < 0) {
+      map.Fail("cublas_workspace_bytes",
+               "must be 0 or more (CUBLAS_WORKSPACE_CONFIG's total), or absent for PyTorch's "
+               "default");
     }
   }
   if (o.overlap_param_gather && !o.overlap_grad_reduce) {
@@ -530,6 +545,9 @@ ClusterSpec ReadCluster(const YamlMap& map) {
     c.gpu.hbm_bytes = gpu.PositiveInt("hbm_bytes");
     c.gpu.hbm_bandwidth_bytes_per_s = Rate(gpu, "hbm_bandwidth_gb_per_s") * units::kGBPerS;
     c.gpu.memory_efficiency = Fraction(gpu, "memory_efficiency");
+    if (gpu.Has("compute_capability")) {
+      c.gpu.compute_capability = gpu.PositiveNumber("compute_capability");
+    }
     c.gpu.reserved_bytes = gpu.Int("reserved_bytes");
     if (c.gpu.reserved_bytes < 0 || c.gpu.reserved_bytes >= c.gpu.hbm_bytes) {
       gpu.Fail("reserved_bytes", fmt::format("must be at least 0 and below hbm_bytes ({}), got {}",

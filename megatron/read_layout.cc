@@ -382,6 +382,21 @@ void ReadCostOptions(Reader& r, MegatronCommand& c) {
             "");
     }
   }
+  // Megatron-Core's own modules (--transformer-impl local, megatron/core/models/backends.py
+  // LocalSpecProvider) compute attention with DotProductAttention, the unfused core attention,
+  // whatever --attention-backend says. Transformer Engine's (the default) is what the rest
+  // models; inference_optimized is not for training.
+  if (auto impl = r.String("--transformer-impl")) {
+    if (*impl == "local") {
+      o.attention = AttentionBackend::kUnfused;
+    } else if (*impl != "transformer_engine") {
+      r.Add(Severity::kWarning, "--transformer-impl",
+            fmt::format("not simulated: ptdp simulates as if --transformer-impl were "
+                        "transformer_engine, not {}",
+                        *impl),
+            "");
+    }
+  }
   if (auto d = r.String("--moe-token-dispatcher-type")) {
     if (auto v = ValueOf<MoeDispatcher>(kMoeDispatcherNames, *d)) {
       o.moe_token_dispatcher = *v;
@@ -418,6 +433,38 @@ void ReadCostOptions(Reader& r, MegatronCommand& c) {
           "is enabled",
           "add --sequence-parallel");
   }
+  if (auto config = c.environment.find("CUBLAS_WORKSPACE_CONFIG");
+      config != c.environment.end()) {
+    o.cublas_workspace_bytes = CublasWorkspaceConfigBytes(config->second);
+  }
+}
+
+int64_t CublasWorkspaceConfigBytes(std::string_view config) {
+  // PyTorch reads every ":SIZE:COUNT" in the value (KiB, count) and sums SIZE x COUNT; a value
+  // without one gets its default (aten/src/ATen/cuda/CublasHandlePool.cpp).
+  int64_t total = 0;
+  bool any = false;
+  size_t at = 0;
+  while ((at = config.find(':', at)) != std::string_view::npos) {
+    size_t i = at + 1;
+    const auto digits = [&](int64_t& v) {
+      const size_t start = i;
+      v = 0;
+      while (i < config.size() && config[i] >= '0' && config[i] <= '9' && i - start < 12) {
+        v = v * 10 + (config[i++] - '0');
+      }
+      return i > start;
+    };
+    int64_t size = 0, count = 0;
+    if (digits(size) && i < config.size() && config[i] == ':' && (++i, digits(count))) {
+      total += size * 1024 * count;
+      any = true;
+      at = i;
+    } else {
+      at = at + 1;
+    }
+  }
+  return any ? total : -1;
 }
 
 void ReadTraining(Reader& r, MegatronCommand& c) {

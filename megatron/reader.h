@@ -106,6 +106,9 @@ void ReadRecomputeAndSharding(Reader& r, MegatronCommand& c);
 
 // What changes costs but not the layout: attention backend, dispatcher, overlaps.
 void ReadCostOptions(Reader& r, MegatronCommand& c);
+// CUBLAS_WORKSPACE_CONFIG's workspace bytes as PyTorch reads the value; -1 when it gives none
+// (PyTorch then keeps its default).
+int64_t CublasWorkspaceConfigBytes(std::string_view config);
 
 // Training: precision and FP8, the optimizer, the batch.
 void ReadTraining(Reader& r, MegatronCommand& c);

@@ -260,6 +260,23 @@ double OutputActivationBytes(const ModelSpec& m, const ParallelConfig& p, Precis
   return 2.0 * BytesPerElement(precision) * sb * m.hidden_size / (sp ? p.tp : 1) + 4 * sb * vocab_t;
 }
 
+double OutputTransientBytes(const ModelSpec& m, const ParallelConfig& p, Precision precision) {
+  if (precision == Precision::kFp32) return 0;
+  const double sb = static_cast<double>(m.seq_length) / p.cp * p.micro_batch_size;
+  const double vocab_t = static_cast<double>(PaddedVocabSize(m, p.tp)) / p.tp;
+  return 2 * sb * vocab_t;
+}
+
+double WorkspaceBytes(double cc, const CostOptions& options) {
+  constexpr double kMiB = 1024.0 * 1024;
+  const bool hopper_on = cc >= 9;
+  const double torch = options.cublas_workspace_bytes >= 0
+                           ? static_cast<double>(options.cublas_workspace_bytes)
+                           : (hopper_on ? 32 * kMiB : 8 * kMiB + 128 * 1024);
+  const double te = hopper_on ? 32 * kMiB : 4 * kMiB;
+  return torch + te;
+}
+
 BytesPerParameter BytesPerParam(const TrainingSpec& training, const ParallelConfig& parallel,
                                 const CostOptions& options, int64_t shard_group) {
   BytesPerParameter b;
@@ -309,7 +326,9 @@ struct StageMemoryModel {
                                                         : LayerKind::kTransformer),
         embedding_act(EmbeddingActivationBytes(model, parallel)),
         output_act(OutputActivationBytes(model, parallel, train.precision)),
+        output_transient(OutputTransientBytes(model, parallel, train.precision)),
         reserved(static_cast<double>(cluster.gpu.reserved_bytes)),
+        workspace(WorkspaceBytes(cluster.gpu.compute_capability, opts)),
         fragmentation(cluster.gpu.fragmentation / (1 - cluster.gpu.fragmentation)),
         ebytes(BytesPerElement(train.precision)),
         grad_bytes(GradientBytes(train.precision, opts)),
@@ -336,8 +355,8 @@ struct StageMemoryModel {
   const BytesPerParameter expert_per_param;
   const LayerKind mtp_kind;  // an MTP layer's: the last layer's kind
   double mtp_act = 0;        // the MTP layers' activations, with their output layers'
-  const double embedding_act, output_act;
-  const double reserved, fragmentation;  // fragmentation: of what is used
+  const double embedding_act, output_act, output_transient;
+  const double reserved, workspace, fragmentation;  // fragmentation: of what is used
   const double ebytes, grad_bytes;       // a weight's and a gradient's bytes
   const bool uniform;                    // every chunk's layers are the first's (UniformChunks)
   const int64_t microbatches;
@@ -461,6 +480,7 @@ inline StageMemory StaticMemory(const StageMemoryModel& mm, LayerFigures& layers
   st.gradients_bytes = dense * per_param.gradients + experts * expert_per_param.gradients;
   st.optimizer_bytes = dense * per_param.optimizer + experts * expert_per_param.optimizer;
   st.reserved_bytes = mm.reserved;
+  st.workspace_bytes = mm.workspace;
   if (p.fsdp == Fsdp::kOptimGradsParams && k.layers > 0) {
     st.fsdp_buffer_bytes = 2 * k.largest_layer * mm.ebytes + k.largest_layer * mm.grad_bytes;
   } else if (p.fsdp == Fsdp::kOptimGrads && k.layers > 0) {
@@ -494,9 +514,11 @@ inline void AddActivations(const StageMemoryModel& mm, int r, const StageChunks&
     held = PeakInFlightWeight(p.schedule, p.pp, static_cast<int>(mm.microbatches), p.virtual_stages,
                               r, first.empty() ? std::span<const double>(k.bytes) : first);
   }
-  st.activations_bytes = (r == p.pp - 1 ? held + (mm.output_act + mm.mtp_act) : held) + k.transient;
+  st.activations_bytes = r == p.pp - 1 ? held + (mm.output_act + mm.mtp_act) +
+                                             std::max(k.transient, mm.output_transient)
+                                       : held + k.transient;
   const double used = st.weights_bytes + st.gradients_bytes + st.optimizer_bytes +
-                      st.activations_bytes + st.fsdp_buffer_bytes;
+                      st.activations_bytes + st.fsdp_buffer_bytes + st.workspace_bytes;
   st.fragmentation_bytes = used * mm.fragmentation;
   st.peak_bytes = used + st.fragmentation_bytes + st.reserved_bytes;
 }
@@ -585,10 +607,10 @@ std::string MemoryProblem(const MemoryEstimate& est, const ClusterSpec& cluster,
   return fmt::format(
       "pipeline stage {} needs {:.1f} {} per GPU but {} has {:.1f} {}: weights {:.1f}, "
       "gradients {:.1f}, optimizer {:.1f}, activations {:.1f} ({} micro-batch chunks in "
-      "flight), reserved {:.1f}, fragmentation {:.1f}",
+      "flight), workspaces {:.1f}, reserved {:.1f}, fragmentation {:.1f}",
       est.largest_stage, gb(s.peak_bytes), u, cluster.gpu.name, gb(capacity), u,
       gb(s.weights_bytes), gb(s.gradients_bytes), gb(s.optimizer_bytes), gb(s.activations_bytes),
-      s.in_flight, gb(s.reserved_bytes), gb(s.fragmentation_bytes));
+      s.in_flight, gb(s.workspace_bytes), gb(s.reserved_bytes), gb(s.fragmentation_bytes));
 }
 
 }  // namespace ptdp

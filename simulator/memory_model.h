@@ -86,6 +86,14 @@ double EmbeddingActivationBytes(const ModelSpec& model, const ParallelConfig& pa
 // for its backward (4 s b V/t).
 double OutputActivationBytes(const ModelSpec& model, const ParallelConfig& parallel,
                              Precision precision);
+// Last stage, per micro-batch, for a moment: the 16-bit logits (2 s b V/t) beside their fp32 copy.
+// Megatron-Core's vocabulary-parallel cross entropy (megatron/core/tensor_parallel/
+// cross_entropy.py) takes the output layer's 16-bit logits, makes the fp32 copy it works on in
+// place (`.float()`, then `-=` max, exp, /= sum: the copy becomes the softmax it keeps) while the
+// caller still holds the 16-bit logits; its backward turns the fp32 gradient back into 16 bits
+// beside it. 0 in fp32 training (no copy).
+double OutputTransientBytes(const ModelSpec& model, const ParallelConfig& parallel,
+                            Precision precision);
 
 // Bytes per parameter held by this GPU for weights, gradients and optimizer state
 // (Megatron-LM's theoretical_memory_usage.py; Rajbhandari et al. 2020 for the sharding):
@@ -106,6 +114,18 @@ struct BytesPerParameter {
 BytesPerParameter BytesPerParam(const TrainingSpec& training, const ParallelConfig& parallel,
                                 const CostOptions& options, int64_t shard_group = 0);
 
+// The cuBLAS workspaces every rank allocates through PyTorch's caching allocator (so they count
+// in torch.cuda.memory_allocated), for the GPU of compute capability `cc` (0: not known, taken as
+// before Hopper):
+//   - PyTorch's, per stream that runs a cuBLAS call (one: the compute stream): CUBLAS_WORKSPACE_
+//     CONFIG's total when the launch sets it (options.cublas_workspace_bytes), else 32 MiB from
+//     compute capability 9 on and 8 MiB + 128 KiB (":4096:2:16:8") before (aten/src/ATen/cuda/
+//     CublasHandlePool.cpp, parseChosenWorkspaceSize);
+//   - Transformer Engine's, one for its GEMMs: 32 MiB from compute capability 9 on, 4 MiB before
+//     (transformer_engine/pytorch get_cublas_workspace_size_bytes; cuBLAS's documented
+//     recommendation, cublasSetWorkspace).
+double WorkspaceBytes(double compute_capability, const CostOptions& options);
+
 struct StageMemory {
   double parameters = 0;     // on this GPU
   double weights_bytes = 0;  // with FP8 training's FP8 weight copies (and their transposes)
@@ -116,6 +136,7 @@ struct StageMemory {
   // (the running one and the prefetched one) and one layer's unsharded gradients; else 0.
   double fsdp_buffer_bytes = 0;
   int in_flight = 0;          // micro-batch chunks held at once (from the schedule)
+  double workspace_bytes = 0;  // cuBLAS workspaces (WorkspaceBytes)
   double reserved_bytes = 0;  // profile: context, workspaces, communication buffers
   double fragmentation_bytes = 0;
   double peak_bytes = 0;  // everything above

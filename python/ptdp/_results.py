@@ -69,6 +69,7 @@ class Stage(_Result):
     optimizer_bytes: float = 0.0
     activations_bytes: float = 0.0
     in_flight: int = 0  # micro-batches whose activations are held at the peak
+    workspace_bytes: float = 0.0  # cuBLAS workspaces
     reserved_bytes: float = 0.0
     fragmentation_bytes: float = 0.0
     peak_bytes: float = 0.0

@@ -179,8 +179,11 @@ TEST(StageMemory, OneFOneBFirstStageHoldsAllLayersAndTheLastOne) {
     const StageMemory& s = est.stages[r];
     EXPECT_EQ(s.in_flight, 8 - r);
     EXPECT_DOUBLE_EQ(s.weights_bytes + s.gradients_bytes + s.optimizer_bytes, 18 * s.parameters);
-    const double used =
-        s.weights_bytes + s.gradients_bytes + s.optimizer_bytes + s.activations_bytes;
+    // The cuBLAS workspaces of an A100 (compute capability 8.0): PyTorch's default, 8 MiB +
+    // 128 KiB, and Transformer Engine's 4 MiB.
+    EXPECT_EQ(s.workspace_bytes, 8 * 1024 * 1024 + 128 * 1024 + 4 * 1024 * 1024);
+    const double used = s.weights_bytes + s.gradients_bytes + s.optimizer_bytes +
+                        s.activations_bytes + s.workspace_bytes;
     EXPECT_DOUBLE_EQ(s.peak_bytes, used / (1 - c.gpu.fragmentation) + c.gpu.reserved_bytes);
   }
   EXPECT_EQ(est.largest_stage, 0);

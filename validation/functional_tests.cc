@@ -1,0 +1,250 @@
+#include "validation/functional_tests.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <map>
+
+#include "core/error.h"
+#include "core/plan.h"
+#include "planner/check.h"
+#include "simulator/simulate.h"
+
+namespace ptdp {
+namespace {
+
+constexpr std::array<std::string_view, 10> kColumns = {
+    "case",             "model_dir", "gpu",   "gpus",      "allocated_bytes", "max_allocated_bytes",
+    "iteration_time_s", "steps",     "gpus_from", "half"};
+
+std::vector<std::string_view> SplitTabs(std::string_view line) {
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  while (true) {
+    const size_t tab = line.find('\t', start);
+    out.push_back(line.substr(start, tab == std::string_view::npos ? tab : tab - start));
+    if (tab == std::string_view::npos) return out;
+    start = tab + 1;
+  }
+}
+
+std::string HeaderLine() {
+  std::string text;
+  for (std::string_view c : kColumns) text += (text.empty() ? "" : "\t") + std::string(c);
+  return text;
+}
+
+double Number(std::string_view text, const std::string& source, int line, std::string_view column,
+              bool may_be_empty = false) {
+  if (text.empty() && may_be_empty) return 0;
+  double v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || !(v >= 0)) {
+    throw InputError({source, line, std::string(column)},
+                     fmt::format("expected a non-negative number, got \"{}\"", text));
+  }
+  return v;
+}
+
+}  // namespace
+
+bool IsFunctionalTestsTsv(std::string_view text) {
+  const std::string header = HeaderLine();
+  return text.substr(0, text.find('\n')) == header;
+}
+
+std::vector<FunctionalTestRow> ParseFunctionalTestsTsv(std::string_view text,
+                                                       const std::string& source) {
+  if (!IsFunctionalTestsTsv(text)) {
+    throw InputError({source, 1, ""},
+                     "not a functional-tests golden-values file: its first line must be the "
+                     "header " + HeaderLine(),
+                     "scripts/functional_tests_golden.py writes it");
+  }
+  std::vector<FunctionalTestRow> rows;
+  int line_no = 1;
+  size_t start = text.find('\n');
+  while (start != std::string_view::npos && start + 1 < text.size()) {
+    const size_t end = text.find('\n', start + 1);
+    const std::string_view line =
+        text.substr(start + 1, end == std::string_view::npos ? end : end - start - 1);
+    start = end;
+    ++line_no;
+    if (line.empty()) continue;
+    const std::vector<std::string_view> f = SplitTabs(line);
+    if (f.size() != kColumns.size()) {
+      throw InputError({source, line_no, ""},
+                       fmt::format("expected {} tab-separated fields, got {}", kColumns.size(),
+                                   f.size()));
+    }
+    FunctionalTestRow r;
+    r.line = line_no;
+    r.case_name = f[0];
+    r.model_dir = f[1];
+    r.gpu = f[2];
+    if (r.gpu != "h100" && r.gpu != "a100") {
+      throw InputError({source, line_no, "gpu"},
+                       fmt::format("expected h100 or a100, got \"{}\"", f[2]));
+    }
+    r.gpus = static_cast<int64_t>(Number(f[3], source, line_no, "gpus"));
+    if (r.gpus < 1) throw InputError({source, line_no, "gpus"}, "must be at least 1");
+    r.allocated_bytes = Number(f[4], source, line_no, "allocated_bytes");
+    r.max_allocated_bytes = Number(f[5], source, line_no, "max_allocated_bytes");
+    if (r.allocated_bytes <= 0 || r.max_allocated_bytes <= 0) {
+      throw InputError({source, line_no, r.allocated_bytes <= 0 ? "allocated_bytes"
+                                                                 : "max_allocated_bytes"},
+                       "must be positive");
+    }
+    r.iteration_time_s = Number(f[6], source, line_no, "iteration_time_s", true);
+    r.steps = static_cast<int>(Number(f[7], source, line_no, "steps"));
+    r.gpus_from = f[8];
+    if (f[9] != "fit" && f[9] != "test") {
+      throw InputError({source, line_no, "half"},
+                       fmt::format("expected fit or test, got \"{}\"", f[9]));
+    }
+    r.test_half = f[9] == "test";
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+std::string FunctionalTestCluster(const FunctionalTestRow& row) {
+  return row.gpu == "h100" ? "dgx-h100" : "dgx-a100-80gb";
+}
+
+FunctionalTestResult ReplayFunctionalTest(const FunctionalTestRow& row, std::string_view command,
+                                          const std::string& source, const ClusterSpec& cluster) {
+  FunctionalTestResult out;
+  out.row = row;
+  CheckReport report;
+  try {
+    report = CheckMegatronCommand(command, source, row.gpus);
+  } catch (const InputError& e) {
+    out.not_simulated = std::string("cannot read the command: ") + e.what();
+    return out;
+  }
+  const MegatronCommand& c = report.command;
+  for (const MegatronFinding& f : c.findings) {
+    out.not_modelled += f.severity == MegatronFinding::Severity::kWarning &&
+                        f.message.starts_with("not simulated");
+  }
+  if (!c.model_complete) {
+    out.not_simulated = "the command does not give the whole model";
+  } else if (!report.violations.empty()) {
+    out.not_simulated = "breaks a layout rule as ptdp reads it: " + report.violations[0].message;
+  } else if (!report.not_simulated.empty()) {
+    out.not_simulated = report.not_simulated;
+  } else if (!report.simulatable()) {
+    out.not_simulated = "the global batch does not divide into micro-batches";
+  } else if (c.training.precision == Precision::kFp8 && cluster.gpu.peak_fp8_flops <= 0) {
+    out.not_simulated = "trains in FP8 on a GPU without FP8 units";
+  }
+  if (!out.not_simulated.empty()) return out;
+  const Plan plan{.model = c.model,
+                  .cluster = cluster,
+                  .training = c.training,
+                  .parallel = c.parallel,
+                  .options = c.options};
+  out.layout = LayoutLine(plan);
+  const SimulationReport sim = SimulatePlan(plan);
+  const StageMemory& last = sim.memory.stages.back();
+  out.predicted_total_bytes = last.peak_bytes;
+  out.predicted_peak_bytes = last.peak_bytes - last.reserved_bytes - last.fragmentation_bytes;
+  out.predicted_allocated_bytes =
+      last.weights_bytes + last.gradients_bytes + last.optimizer_bytes + last.workspace_bytes;
+  out.fits = sim.memory_problem.empty();
+  out.predicted_step_s = sim.step_time_s;
+  return out;
+}
+
+namespace {
+
+struct Summary {
+  int cases = 0, beyond = 0, not_fit = 0, timed = 0;
+  std::vector<double> peak, allocated, time;
+};
+
+double Mean(const std::vector<double>& v, bool absolute) {
+  double sum = 0;
+  for (double x : v) sum += absolute ? std::abs(x) : x;
+  return v.empty() ? 0 : sum / static_cast<double>(v.size());
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+std::string Percent(double x) { return fmt::format("{:+.1f}%", 100 * x); }
+
+// A layout's '|' would end the Markdown cell.
+std::string Cell(std::string text) {
+  for (size_t at = text.find('|'); at != std::string::npos; at = text.find('|', at + 2)) {
+    text.insert(at, "\\");
+  }
+  return text;
+}
+
+}  // namespace
+
+std::string FunctionalTestsMarkdown(std::span<const FunctionalTestResult> results) {
+  // (gpu, test half) -> summary.
+  std::map<std::pair<std::string, bool>, Summary> by;
+  for (const FunctionalTestResult& r : results) {
+    if (!r.not_simulated.empty()) continue;
+    Summary& s = by[{r.row.gpu, r.row.test_half}];
+    ++s.cases;
+    s.peak.push_back(r.peak_error());
+    s.allocated.push_back(r.allocated_error());
+    s.beyond += std::abs(r.peak_error()) > 0.25;
+    s.not_fit += !r.fits;
+    if (r.row.iteration_time_s > 0) s.time.push_back(r.time_error());
+  }
+  std::string out =
+      "| GPU | half | cases | peak allocated: mean abs error | median error | beyond 25% | "
+      "allocated after the step: mean abs error | median error | predicted not to fit | "
+      "iteration time: cases | mean abs error | median error |\n"
+      "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const auto& [key, s] : by) {
+    out += fmt::format(
+        "| {} | {} | {} | {:.1f}% | {} | {} | {:.1f}% | {} | {} | {} | {} | {} |\n", key.first,
+        key.second ? "test (out-of-sample)" : "fit (in-sample)", s.cases,
+        100 * Mean(s.peak, true), Percent(Median(s.peak)), s.beyond,
+        100 * Mean(s.allocated, true), Percent(Median(s.allocated)), s.not_fit, s.time.size(),
+        s.time.empty() ? "-" : fmt::format("{:.1f}%", 100 * Mean(s.time, true)),
+        s.time.empty() ? "-" : Percent(Median(s.time)));
+  }
+  out +=
+      "\n| case | GPU | GPUs | half | layout | not simulated flags | measured peak GiB | "
+      "predicted | error | measured after step GiB | predicted | error | fits | measured s | "
+      "predicted s | error |\n"
+      "|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|\n";
+  constexpr double kGiB = 1024.0 * 1024 * 1024;
+  for (const FunctionalTestResult& r : results) {
+    if (!r.not_simulated.empty()) continue;
+    const bool timed = r.row.iteration_time_s > 0;
+    out += fmt::format(
+        "| {} | {} | {} | {} | {} | {} | {:.2f} | {:.2f} | {} | {:.2f} | {:.2f} | {} | {} | {} | "
+        "{} | {} |\n",
+        r.row.case_name, r.row.gpu, r.row.gpus, r.row.test_half ? "test" : "fit", Cell(r.layout),
+        r.not_modelled, r.row.max_allocated_bytes / kGiB, r.predicted_peak_bytes / kGiB,
+        Percent(r.peak_error()), r.row.allocated_bytes / kGiB,
+        r.predicted_allocated_bytes / kGiB, Percent(r.allocated_error()),
+        r.fits ? "yes" : "**no**", timed ? fmt::format("{:.3f}", r.row.iteration_time_s) : "-",
+        fmt::format("{:.3f}", r.predicted_step_s), timed ? Percent(r.time_error()) : "-");
+  }
+  std::string skipped;
+  for (const FunctionalTestResult& r : results) {
+    if (r.not_simulated.empty()) continue;
+    skipped += fmt::format("- {} ({}): {}\n", r.row.case_name, r.row.gpu, r.not_simulated);
+  }
+  if (!skipped.empty()) out += "\nNot simulated:\n\n" + skipped;
+  return out;
+}
+
+}  // namespace ptdp

@@ -1,0 +1,79 @@
+// Megatron-LM's functional tests as ground truth for memory (and, where it means something, step
+// time): each test case is a real Megatron command (tests/fixtures/megatron_corpus/
+// functional-tests/<case>.sh) and NVIDIA's CI logged, on a DGX H100 or A100, what PyTorch's
+// allocator counted on the last rank (rank world_size - 1, the TensorBoard writer's) and the
+// iteration time (results/validation/megatron-functional-tests/golden.tsv, written by
+// scripts/functional_tests_golden.py, which says what each column is and how the cases are split
+// into a fit half and a test half).
+//
+// Each case is read as `ptdp check` reads it, simulated in its layout on the GPU it ran on, and
+// the last pipeline stage's memory (the logging rank's: Megatron's rank order puts the last rank
+// in the last stage) is compared with what was measured:
+//   - peak allocated: everything the model says the stage holds at once (weights, gradients,
+//     optimizer state, activations, FSDP buffers), without the allocator's and libraries'
+//     allowance (StageMemory::reserved_bytes, fragmentation_bytes);
+//   - allocated after the step: the weights, gradients, optimizer state and cuBLAS workspaces;
+//   - the fit verdict: the stage's whole estimate (with the allowance) against the GPU's memory.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/cluster_spec.h"
+
+namespace ptdp {
+
+// One row of golden.tsv.
+struct FunctionalTestRow {
+  int line = 0;  // 1-based, in its file
+  std::string case_name, model_dir, gpu;  // gpu: "h100" | "a100"
+  int64_t gpus = 0;
+  double allocated_bytes = 0, max_allocated_bytes = 0;
+  double iteration_time_s = 0;  // 0: none logged
+  int steps = 0;
+  std::string gpus_from;  // h100-recipe | gb200-recipe | default
+  bool test_half = false;
+
+  bool operator==(const FunctionalTestRow&) const = default;
+};
+
+// Whether `text` starts with golden.tsv's header.
+bool IsFunctionalTestsTsv(std::string_view text);
+// The header, then one row per line; a wrong header, field count or number is an InputError at
+// `source`:line naming the column.
+std::vector<FunctionalTestRow> ParseFunctionalTestsTsv(std::string_view text,
+                                                       const std::string& source);
+
+struct FunctionalTestResult {
+  FunctionalTestRow row;
+  std::string not_simulated;  // why the case was not simulated; "" when it was
+  std::string layout;         // the layout read from the command
+  int not_modelled = 0;       // flags `check` says it does not simulate
+  double predicted_peak_bytes = 0;       // peak allocated (see above)
+  double predicted_allocated_bytes = 0;  // after the step
+  double predicted_total_bytes = 0;      // with the allowance: what the fit verdict reads
+  bool fits = true;
+  double predicted_step_s = 0;
+
+  double peak_error() const { return predicted_peak_bytes / row.max_allocated_bytes - 1; }
+  double allocated_error() const { return predicted_allocated_bytes / row.allocated_bytes - 1; }
+  double time_error() const { return predicted_step_s / row.iteration_time_s - 1; }
+};
+
+// The cluster profile a row's GPU stands for: dgx-h100 or dgx-a100-80gb.
+std::string FunctionalTestCluster(const FunctionalTestRow& row);
+
+// Reads `command` (the case's launch script, from `source`) and simulates it on `cluster` with
+// the row's GPU count. A command ptdp cannot read or simulate gives a result whose
+// not_simulated says why.
+FunctionalTestResult ReplayFunctionalTest(const FunctionalTestRow& row, std::string_view command,
+                                          const std::string& source, const ClusterSpec& cluster);
+
+// Markdown: the summary per GPU and half (cases, peak allocated error: mean |error|, median,
+// beyond 25%; allocated after the step; predicted not to fit; iteration time), then one row per
+// case, then the cases not simulated with why.
+std::string FunctionalTestsMarkdown(std::span<const FunctionalTestResult> results);
+
+}  // namespace ptdp
