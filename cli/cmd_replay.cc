@@ -59,7 +59,9 @@ void AddReplayOptions(po::options_description& o) {
       "fit", po::bool_switch(),
       "CSV datasets: fit the profile's free constants on part of the rows and replay with them: "
       "vTrain files, memory efficiency, kernel launch cost and micro-batch overhead on single-"
-      "node files only; Megatron-Bridge, the FP8 GEMM level on --fit-releases");
+      "node files only; Megatron-Bridge, the FP8 GEMM level on --fit-releases; "
+      "megatron-functional-tests, each GPU's host costs (kernel launch, per micro-batch, per "
+      "step) on the fit half");
 }
 
 int ReplayNarayanan(const Flags& flags, std::ostream& out, std::ostream& err) {
@@ -238,16 +240,12 @@ int ReplayFunctionalTests(const Flags& flags, const std::string& file, std::ostr
   }
   const std::string commands =
       flags.OptionalString("commands").value_or(std::string(kFunctionalTestsCommands));
-  std::map<std::string, ClusterSpec> clusters;
-  std::vector<FunctionalTestResult> results;
+  std::vector<FunctionalTestCase> cases;
   {
     ProgressLine progress(err, "ptdp replay");
     for (const FunctionalTestRow& r : rows) {
-      progress.Update(fmt::format("case {} of {}: {} ({})", results.size() + 1, rows.size(),
-                                  r.case_name, r.gpu));
-      const std::string name = FunctionalTestCluster(r);
-      auto it = clusters.find(name);
-      if (it == clusters.end()) it = clusters.emplace(name, ClusterPreset(name)).first;
+      progress.Update(fmt::format("reading case {} of {}: {} ({})", cases.size() + 1,
+                                  rows.size(), r.case_name, r.gpu));
       const std::string path = commands + "/" + r.case_name + ".sh";
       std::string text;
       try {
@@ -257,8 +255,38 @@ int ReplayFunctionalTests(const Flags& flags, const std::string& file, std::ostr
                          fmt::format("no launch script for {}: {}", r.case_name, e.what()),
                          "pass --commands DIR, the folder of <case>.sh");
       }
-      results.push_back(ReplayFunctionalTest(r, text, path, it->second));
+      cases.push_back(ReadFunctionalTest(r, text, path));
     }
+  }
+  // Per GPU its profile, with --fit its host costs fitted on the fit half's cases of that GPU.
+  std::map<std::string, ClusterSpec> clusters;
+  for (const FunctionalTestCase& t : cases) {
+    const std::string name = FunctionalTestCluster(t.row);
+    if (clusters.contains(t.row.gpu)) continue;
+    clusters.emplace(t.row.gpu, ClusterPreset(name));
+  }
+  if (flags.Switch("fit")) {
+    for (auto& [gpu, cluster] : clusters) {
+      std::vector<FunctionalTestCase> fit_half;
+      for (const FunctionalTestCase& t : cases) {
+        if (t.row.gpu == gpu && !t.row.test_half) fit_half.push_back(t);
+      }
+      ProgressLine progress(err, "ptdp replay --fit");
+      progress.Update(fmt::format("fitting the host costs of {} on {} cases", cluster.name,
+                                  fit_half.size()));
+      const HostFit fit = FitFunctionalTestsHost(cluster, fit_half);
+      out << fmt::format(
+          "{}: host costs fitted on the {} timed cases of the fit half ({} evaluations): "
+          "kernel_launch_us {:g}, microbatch_overhead_us {:g}, optimizer_step_us {:g}; mean "
+          "|error| of the iteration time {:.1f}% on them.\n\n",
+          cluster.name, fit.cases, fit.evaluations, fit.host.kernel_launch_s * 1e6,
+          fit.host.microbatch_overhead_s * 1e6, fit.host.optimizer_step_s * 1e6, 100 * fit.mape);
+      cluster.host = fit.host;
+    }
+  }
+  std::vector<FunctionalTestResult> results;
+  for (const FunctionalTestCase& t : cases) {
+    results.push_back(ReplayFunctionalTest(t, clusters.at(t.row.gpu)));
   }
   out << fmt::format(
       "Megatron-LM's functional tests ({}; launch scripts from {}), each case in its layout on "
@@ -295,9 +323,8 @@ int RunReplay(const Flags& flags, std::ostream& out, std::ostream& err) {
   }
   if (datasets.size() == 1 &&
       (datasets[0] == "megatron-functional-tests" || datasets[0].ends_with(".tsv"))) {
-    for (const char* flag : {"svg", "fit", "plan", "fit-releases", "attention-backend"}) {
-      if (flags.Has(flag) && (std::string_view(flag) != "fit" || flags.Switch("fit")) &&
-          (std::string_view(flag) != "plan" || flags.Switch("plan"))) {
+    for (const char* flag : {"svg", "plan", "fit-releases", "attention-backend"}) {
+      if (flags.Has(flag) && (std::string_view(flag) != "plan" || flags.Switch("plan"))) {
         flags.Fail(flag, "does not apply to megatron-functional-tests");
       }
     }

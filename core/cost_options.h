@@ -93,6 +93,12 @@ struct CostOptions {
   // --accumulate-allreduce-grads-in-fp32: main gradients (and their reduction) in fp32. Megatron
   // forces it for bf16; fp32 training has fp32 gradients anyway.
   bool accumulate_allreduce_grads_in_fp32 = false;
+  // --grad-reduce-in-bf16: with bf16 (and FP8) training, the main gradients are bf16, kept and
+  // reduced in 2 bytes; without it Megatron accumulates and reduces them in fp32
+  // (megatron/training/arguments.py: `if args.grad_reduce_in_bf16:
+  // args.accumulate_allreduce_grads_in_fp32 = False`). Megatron-Bridge's performance recipes
+  // set it (grad_reduce_in_fp32 = False).
+  bool grad_reduce_in_bf16 = false;
   // Weight-gradient GEMMs accumulate into the fp32 main gradient in their epilogue (Megatron's
   // gradient_accumulation_fusion, on by default since 2022); without it the GEMM writes a
   // temporary gradient that a separate kernel adds to the main gradient.
@@ -200,7 +206,16 @@ inline int64_t DdpBucketParameters(const CostOptions& options, int64_t dp_cp) {
 }
 
 inline int GradientBytes(Precision precision, const CostOptions& options) {
-  return precision != Precision::kFp16 || options.accumulate_allreduce_grads_in_fp32 ? 4 : 2;
+  switch (precision) {
+    case Precision::kFp16:
+      return options.accumulate_allreduce_grads_in_fp32 ? 4 : 2;
+    case Precision::kBf16:
+    case Precision::kFp8:
+      return options.grad_reduce_in_bf16 ? 2 : 4;
+    case Precision::kFp32:
+      break;
+  }
+  return 4;
 }
 
 // Whether the core attention runs as a flash-style kernel: the backend is flash or fused and

@@ -293,6 +293,10 @@ void WriteOptions(YamlWriter& w, const CostOptions& o) {
   w.Line("tp_comm_overlap", Bool(o.tp_comm_overlap));
   w.Line("overlap_p2p_communication", Bool(o.overlap_p2p_communication));
   w.Line("accumulate_allreduce_grads_in_fp32", Bool(o.accumulate_allreduce_grads_in_fp32));
+  if (o.grad_reduce_in_bf16) {
+    w.Line("grad_reduce_in_bf16", Bool(o.grad_reduce_in_bf16),
+           "bf16 training: 2-byte main gradients");
+  }
   w.Line("gradient_accumulation_fusion", Bool(o.gradient_accumulation_fusion));
   w.Line("scatter_gather_tensors_in_pipeline", Bool(o.scatter_gather_tensors_in_pipeline));
   w.Line("fused_softmax_max_seq_length", std::to_string(o.fused_softmax_max_seq_length));
@@ -319,6 +323,7 @@ CostOptions ReadOptions(const YamlMap& map) {
         {"tp_comm_overlap", &o.tp_comm_overlap},
         {"overlap_p2p_communication", &o.overlap_p2p_communication},
         {"accumulate_allreduce_grads_in_fp32", &o.accumulate_allreduce_grads_in_fp32},
+        {"grad_reduce_in_bf16", &o.grad_reduce_in_bf16},
         {"gradient_accumulation_fusion", &o.gradient_accumulation_fusion},
         {"scatter_gather_tensors_in_pipeline", &o.scatter_gather_tensors_in_pipeline},
         {"async_tensor_parallel_allreduce", &o.async_tensor_parallel_allreduce}}) {

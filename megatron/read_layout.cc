@@ -475,6 +475,10 @@ void ReadTraining(Reader& r, MegatronCommand& c) {
   t.precision = r.Has("--bf16")   ? Precision::kBf16
                 : r.Has("--fp16") ? Precision::kFp16
                                   : Precision::kFp32;
+  // The main gradients' bytes: fp16 keeps 2 unless --accumulate-allreduce-grads-in-fp32; bf16
+  // keeps 4 unless --grad-reduce-in-bf16 (arguments.py; ignored without --bf16).
+  c.options.accumulate_allreduce_grads_in_fp32 = r.Has("--accumulate-allreduce-grads-in-fp32");
+  c.options.grad_reduce_in_bf16 = r.Has("--grad-reduce-in-bf16") && r.Has("--bf16");
   if (auto format = r.String("--fp8-format")) {
     if (*format != "hybrid" && *format != "e4m3") {
       r.Add(Severity::kError, "--fp8-format",

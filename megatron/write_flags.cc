@@ -95,6 +95,10 @@ void WriteSoftware(const Plan& plan, Flags& f) {
   if (o.overlap_grad_reduce) f.Switch("--overlap-grad-reduce");
   if (o.overlap_param_gather) f.Switch("--overlap-param-gather");
   if (o.ddp_bucket_size > 0) f.Add("--ddp-bucket-size", o.ddp_bucket_size);
+  if (o.grad_reduce_in_bf16 && plan.training.precision != Precision::kFp16 &&
+      plan.training.precision != Precision::kFp32) {
+    f.Switch("--grad-reduce-in-bf16");
+  }
   if (o.tp_comm_overlap) f.Switch("--tp-comm-overlap");
   // Megatron overlaps the interleaved schedule's sends unless told not to (arguments.py:
   // --no-overlap-p2p-communication, dest overlap_p2p_comm, default True).

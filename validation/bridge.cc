@@ -331,6 +331,9 @@ void BridgeOptions(const std::string& n, AttentionBackend attention, Plan& plan,
   CostOptions& o = plan.options;
   o = MegatronCoreOptions();
   o.attention = attention;
+  // Every performance recipe of these releases keeps bf16 main gradients
+  // (scripts/performance/configs/*: grad_reduce_in_fp32 false, from v0.1.0rc3, the 25.09 tag).
+  o.grad_reduce_in_bf16 = true;
   o.overlap_grad_reduce = !Contains(n, "overlap_grad_reduce=False");
   o.overlap_param_gather = o.overlap_grad_reduce && p.fsdp == Fsdp::kNone;
   const bool tp_overlap_on =

@@ -115,9 +115,9 @@ std::string FunctionalTestCluster(const FunctionalTestRow& row) {
   return row.gpu == "h100" ? "dgx-h100" : "dgx-a100-80gb";
 }
 
-FunctionalTestResult ReplayFunctionalTest(const FunctionalTestRow& row, std::string_view command,
-                                          const std::string& source, const ClusterSpec& cluster) {
-  FunctionalTestResult out;
+FunctionalTestCase ReadFunctionalTest(const FunctionalTestRow& row, std::string_view command,
+                                      const std::string& source) {
+  FunctionalTestCase out;
   out.row = row;
   CheckReport report;
   try {
@@ -139,15 +139,29 @@ FunctionalTestResult ReplayFunctionalTest(const FunctionalTestRow& row, std::str
     out.not_simulated = report.not_simulated;
   } else if (!report.simulatable()) {
     out.not_simulated = "the global batch does not divide into micro-batches";
-  } else if (c.training.precision == Precision::kFp8 && cluster.gpu.peak_fp8_flops <= 0) {
-    out.not_simulated = "trains in FP8 on a GPU without FP8 units";
   }
   if (!out.not_simulated.empty()) return out;
-  const Plan plan{.model = c.model,
-                  .cluster = cluster,
+  out.plan = Plan{.model = c.model,
+                  .cluster = {},
                   .training = c.training,
                   .parallel = c.parallel,
                   .options = c.options};
+  return out;
+}
+
+FunctionalTestResult ReplayFunctionalTest(const FunctionalTestCase& test,
+                                          const ClusterSpec& cluster) {
+  FunctionalTestResult out;
+  out.row = test.row;
+  out.not_modelled = test.not_modelled;
+  out.not_simulated = test.not_simulated;
+  if (out.not_simulated.empty() && test.plan.training.precision == Precision::kFp8 &&
+      cluster.gpu.peak_fp8_flops <= 0) {
+    out.not_simulated = "trains in FP8 on a GPU without FP8 units";
+  }
+  if (!out.not_simulated.empty()) return out;
+  Plan plan = test.plan;
+  plan.cluster = cluster;
   out.layout = LayoutLine(plan);
   const SimulationReport sim = SimulatePlan(plan);
   const StageMemory& last = sim.memory.stages.back();
@@ -158,6 +172,61 @@ FunctionalTestResult ReplayFunctionalTest(const FunctionalTestRow& row, std::str
   out.fits = sim.memory_problem.empty();
   out.predicted_step_s = sim.step_time_s;
   return out;
+}
+
+HostFit FitFunctionalTestsHost(const ClusterSpec& cluster,
+                               std::span<const FunctionalTestCase> tests) {
+  std::vector<FunctionalTestCase> timed;
+  for (const FunctionalTestCase& t : tests) {
+    if (t.not_simulated.empty() && t.row.iteration_time_s > 0) timed.push_back(t);
+  }
+  // Integer grid units, so the search is exact and its result reproducible.
+  constexpr double kUnit[3] = {0.25e-6, 10e-6, 100e-6};
+  // The per-micro-batch cost stays 0 (its bound): see the declaration.
+  constexpr int kHigh[3] = {4000, 0, 10000};  // 1 ms, 0, 1 s
+  int at[3] = {80, 0, 100};                       // 20 us, 0, 10 ms
+  int step[3] = {32, 32, 32};
+  HostFit fit;
+  fit.cases = static_cast<int>(timed.size());
+  const auto host_at = [&](const int(&x)[3]) {
+    return HostSpec{.kernel_launch_s = x[0] * kUnit[0],
+                    .microbatch_overhead_s = x[1] * kUnit[1],
+                    .optimizer_step_s = x[2] * kUnit[2]};
+  };
+  const auto evaluate = [&](const int(&x)[3]) {
+    ++fit.evaluations;
+    ClusterSpec c = cluster;
+    c.host = host_at(x);
+    double sum = 0;
+    for (const FunctionalTestCase& t : timed) {
+      sum += std::abs(ReplayFunctionalTest(t, c).time_error());
+    }
+    return timed.empty() ? 0 : sum / static_cast<double>(timed.size());
+  };
+  double best = evaluate(at);
+  while (true) {
+    bool improved = false;
+    for (int k = 0; k < 3; ++k) {
+      for (int dir : {-1, 1}) {
+        while (true) {
+          int next[3] = {at[0], at[1], at[2]};
+          next[k] += dir * step[k];
+          if (next[k] < 0 || next[k] > kHigh[k]) break;
+          const double cost = evaluate(next);
+          if (!(cost < best - 1e-12)) break;
+          best = cost;
+          std::copy(next, next + 3, at);
+          improved = true;
+        }
+      }
+    }
+    if (improved) continue;
+    if (step[0] == 1 && step[1] == 1 && step[2] == 1) break;
+    for (int& s : step) s = std::max(1, s / 2);
+  }
+  fit.host = host_at(at);
+  fit.mape = best;
+  return fit;
 }
 
 namespace {

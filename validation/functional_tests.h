@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/cluster_spec.h"
+#include "core/plan.h"
 
 namespace ptdp {
 
@@ -65,11 +66,39 @@ struct FunctionalTestResult {
 // The cluster profile a row's GPU stands for: dgx-h100 or dgx-a100-80gb.
 std::string FunctionalTestCluster(const FunctionalTestRow& row);
 
-// Reads `command` (the case's launch script, from `source`) and simulates it on `cluster` with
-// the row's GPU count. A command ptdp cannot read or simulate gives a result whose
-// not_simulated says why.
-FunctionalTestResult ReplayFunctionalTest(const FunctionalTestRow& row, std::string_view command,
-                                          const std::string& source, const ClusterSpec& cluster);
+// A case read from its launch script: the plan to simulate (its cluster left to the replay), or
+// why there is none.
+struct FunctionalTestCase {
+  FunctionalTestRow row;
+  std::string not_simulated;  // "" when `plan` holds the case
+  int not_modelled = 0;
+  Plan plan;
+};
+
+// Reads `command` (the case's launch script, from `source`) with the row's GPU count, as `ptdp
+// check` reads it. A command ptdp cannot read or simulate gives a case whose not_simulated says
+// why.
+FunctionalTestCase ReadFunctionalTest(const FunctionalTestRow& row, std::string_view command,
+                                      const std::string& source);
+
+// Simulates the case on `cluster`.
+FunctionalTestResult ReplayFunctionalTest(const FunctionalTestCase& test,
+                                          const ClusterSpec& cluster);
+
+// ---- Calibration of the host's costs (HostSpec) on the timed cases of `tests` (simulated, with
+// a measured iteration time): the cost of issuing one operation and the host time of one step,
+// by a pattern search for the least mean |error| of the iteration time from a fixed start
+// (20 us, 10 ms), halving its steps down to a grid of 0.25 us and 100 us; the result is on that
+// grid and does not depend on the host costs `cluster` holds. The per-micro-batch cost is kept
+// at 0: fitted as a third constant on the H100 fit half it came out 0, and on A100 (1.16 ms) it
+// slowed Korthikanti et al. 2022's runs, the fit set of the A100 profile's levels, by 2-4%.
+struct HostFit {
+  HostSpec host;
+  double mape = 0;  // over the cases fitted on
+  int cases = 0, evaluations = 0;
+};
+HostFit FitFunctionalTestsHost(const ClusterSpec& cluster,
+                               std::span<const FunctionalTestCase> tests);
 
 // Markdown: the summary per GPU and half (cases, peak allocated error: mean |error|, median,
 // beyond 25%; allocated after the step; predicted not to fit; iteration time), then one row per

@@ -274,3 +274,65 @@ TEST(MegatronArgs, WrittenFlagsReadBackToTheSamePlan) {
 
 }  // namespace
 }  // namespace ptdp
+
+namespace ptdp {
+namespace {
+
+constexpr const char* kSmallGpt =
+    "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 4 --hidden-size 512 "
+    "--num-attention-heads 8 --seq-length 1024 --max-position-embeddings 1024 "
+    "--micro-batch-size 2 --global-batch-size 16 --vocab-size 50304 --bf16";
+
+TEST(MegatronArgs, GradientBytesFromTheirFlags) {
+  MegatronCommand c = ReadMegatronCommand(kSmallGpt, "cmd");
+  EXPECT_FALSE(c.options.grad_reduce_in_bf16);
+  EXPECT_EQ(GradientBytes(c.training.precision, c.options), 4);
+  c = ReadMegatronCommand(std::string(kSmallGpt) + " --grad-reduce-in-bf16", "cmd");
+  EXPECT_TRUE(c.options.grad_reduce_in_bf16);
+  EXPECT_EQ(GradientBytes(c.training.precision, c.options), 2);
+  EXPECT_TRUE(std::count(c.simulated_flags.begin(), c.simulated_flags.end(),
+                         "--grad-reduce-in-bf16"));
+  // Written back for a plan that has it.
+  ResolveWorldSize(c, 8);
+  const Plan plan{.model = c.model,
+                  .cluster = ClusterPreset("dgx-h100"),
+                  .training = c.training,
+                  .parallel = c.parallel,
+                  .options = c.options};
+  EXPECT_NE(MegatronArgsLine(plan).find("--grad-reduce-in-bf16"), std::string::npos);
+  // fp16 keeps 2-byte main gradients unless told to accumulate in fp32.
+  std::string fp16 = kSmallGpt;
+  fp16.replace(fp16.find("--bf16"), 6, "--fp16");
+  c = ReadMegatronCommand(fp16 + " --grad-reduce-in-bf16", "cmd");
+  EXPECT_FALSE(c.options.grad_reduce_in_bf16);  // Megatron reads it under --bf16 only
+  EXPECT_EQ(GradientBytes(c.training.precision, c.options), 2);
+  c = ReadMegatronCommand(fp16 + " --accumulate-allreduce-grads-in-fp32", "cmd");
+  EXPECT_EQ(GradientBytes(c.training.precision, c.options), 4);
+}
+
+TEST(MegatronArgs, TheLaunchsCublasWorkspaceConfig) {
+  EXPECT_EQ(ReadMegatronCommand(kSmallGpt, "cmd").options.cublas_workspace_bytes, -1);
+  const MegatronCommand c =
+      ReadMegatronCommand(std::string("export CUBLAS_WORKSPACE_CONFIG=:4096:8\n") + kSmallGpt,
+                          "cmd");
+  EXPECT_EQ(c.options.cublas_workspace_bytes, 4096 * 8 * 1024);
+}
+
+TEST(MegatronArgs, LocalTransformerImplementationRunsUnfusedAttention) {
+  EXPECT_EQ(ReadMegatronCommand(kSmallGpt, "cmd").options.attention, AttentionBackend::kFlash);
+  MegatronCommand c = ReadMegatronCommand(
+      std::string(kSmallGpt) + " --transformer-impl local --attention-backend flash", "cmd");
+  EXPECT_EQ(c.options.attention, AttentionBackend::kUnfused);
+  EXPECT_EQ(FindingFor(c, "--transformer-impl"), nullptr);  // read, not "not simulated"
+  c = ReadMegatronCommand(std::string(kSmallGpt) + " --transformer-impl transformer_engine",
+                          "cmd");
+  EXPECT_EQ(c.options.attention, AttentionBackend::kFlash);
+  EXPECT_EQ(FindingFor(c, "--transformer-impl"), nullptr);
+  c = ReadMegatronCommand(std::string(kSmallGpt) + " --transformer-impl inference_optimized",
+                          "cmd");
+  ASSERT_NE(FindingFor(c, "--transformer-impl"), nullptr);
+  EXPECT_NE(FindingFor(c, "--transformer-impl")->message.find("not simulated"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ptdp

@@ -140,6 +140,54 @@ TEST(BytesPerParam, Fp16GradientsFp32TrainingAndSgd) {
   EXPECT_DOUBLE_EQ(BytesPerParam(t, {}, {}).total(), 2 + 4 + 8);
 }
 
+TEST(BytesPerParam, Bf16GradientsWithGradReduceInBf16) {
+  TrainingSpec t;
+  for (const Precision p : {Precision::kBf16, Precision::kFp8}) {
+    t.precision = p;
+    EXPECT_DOUBLE_EQ(BytesPerParam(t, {}, {.grad_reduce_in_bf16 = true}).gradients, 2);
+    EXPECT_DOUBLE_EQ(BytesPerParam(t, {}, {}).gradients, 4);
+  }
+  // Only bf16 training has it: fp16 follows --accumulate-allreduce-grads-in-fp32, fp32 stays 4.
+  t.precision = Precision::kFp16;
+  EXPECT_DOUBLE_EQ(BytesPerParam(t, {}, {.grad_reduce_in_bf16 = true}).gradients, 2);
+  t.precision = Precision::kFp32;
+  EXPECT_DOUBLE_EQ(BytesPerParam(t, {}, {.grad_reduce_in_bf16 = true}).gradients, 4);
+}
+
+TEST(Workspaces, PyTorchsAndTransformerEnginesCublasWorkspacesByComputeCapability) {
+  constexpr double kMiB = 1024.0 * 1024;
+  EXPECT_DOUBLE_EQ(WorkspaceBytes(9.0, {}), 32 * kMiB + 32 * kMiB);
+  EXPECT_DOUBLE_EQ(WorkspaceBytes(10.0, {}), 64 * kMiB);
+  EXPECT_DOUBLE_EQ(WorkspaceBytes(8.0, {}), 8 * kMiB + 128 * 1024 + 4 * kMiB);
+  EXPECT_DOUBLE_EQ(WorkspaceBytes(0, {}), WorkspaceBytes(8.0, {}));  // not known: pre-Hopper
+  // CUBLAS_WORKSPACE_CONFIG=:4096:8 replaces PyTorch's default; 0 turns it off.
+  EXPECT_DOUBLE_EQ(WorkspaceBytes(8.0, {.cublas_workspace_bytes = 4096 * 8 * 1024}),
+                   32 * kMiB + 4 * kMiB);
+  EXPECT_DOUBLE_EQ(WorkspaceBytes(9.0, {.cublas_workspace_bytes = 0}), 32 * kMiB);
+}
+
+TEST(OutputLayer, TheLossHoldsThe16BitLogitsBesideTheirFp32Copy) {
+  const ModelSpec m = ModelPreset("llama3-8b");
+  const ParallelConfig p{.tp = 2, .micro_batch_size = 2};
+  const double sbv = double(m.seq_length) * 2 * PaddedVocabSize(m, 2) / 2;
+  EXPECT_DOUBLE_EQ(OutputTransientBytes(m, p, Precision::kBf16), 2 * sbv);
+  EXPECT_DOUBLE_EQ(OutputTransientBytes(m, p, Precision::kFp8), 2 * sbv);
+  EXPECT_DOUBLE_EQ(OutputTransientBytes(m, p, Precision::kFp32), 0);
+  // The last stage holds it on top of its in-flight layers and kept output buffers (1F1B:
+  // one micro-batch there), unless a layer's recomputation holds more.
+  TrainingSpec t;
+  t.precision = Precision::kBf16;
+  t.global_batch_size = 16;
+  ParallelConfig q{.tp = 2, .pp = 2, .dp = 1, .micro_batch_size = 2};
+  const ClusterSpec c = ClusterPreset("dgx-h100");
+  const MemoryEstimate est =
+      EstimateMemory(m, c, t, q, InFlightPerStage(MakeSchedule(Schedule::k1F1B, 2, 8, 1)), {});
+  const double layers = m.num_layers / 2 * LayerActivationBytes(m, q, t.precision, {});
+  EXPECT_DOUBLE_EQ(est.stages[1].activations_bytes,
+                   layers + OutputActivationBytes(m, q, t.precision) +
+                       OutputTransientBytes(m, q, t.precision));
+}
+
 TEST(Parameters, PerLayerMatchesCoreCountsAndShardsByTp) {
   for (const char* name : {"gpt3-175b", "llama3-70b", "llama2-7b", "megatron-1.7b"}) {
     const ModelSpec m = ModelPreset(name);

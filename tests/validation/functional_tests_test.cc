@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -93,8 +94,9 @@ TEST(FunctionalTestsReplay, SimulatesTheLastStageOfACaseFromItsScript) {
   row.iteration_time_s = 1.15;
   const std::string path =
       kDir + "/tests/fixtures/megatron_corpus/functional-tests/" + row.case_name + ".sh";
-  const FunctionalTestResult r =
-      ReplayFunctionalTest(row, ReadAll(path), path, ClusterPreset("dgx-h100"));
+  const FunctionalTestCase test = ReadFunctionalTest(row, ReadAll(path), path);
+  ASSERT_EQ(test.not_simulated, "");
+  const FunctionalTestResult r = ReplayFunctionalTest(test, ClusterPreset("dgx-h100"));
   ASSERT_EQ(r.not_simulated, "");
   EXPECT_NE(r.layout.find("PP 4"), std::string::npos) << r.layout;
   EXPECT_GT(r.predicted_allocated_bytes, 0);
@@ -105,8 +107,8 @@ TEST(FunctionalTestsReplay, SimulatesTheLastStageOfACaseFromItsScript) {
   // A 7B model on four stages: tens of GiB, within a factor of two of what was measured.
   EXPECT_LT(std::abs(r.peak_error()), 0.5);
 
-  const FunctionalTestResult broken =
-      ReplayFunctionalTest(row, "echo no training here\n", "x.sh", ClusterPreset("dgx-h100"));
+  const FunctionalTestResult broken = ReplayFunctionalTest(
+      ReadFunctionalTest(row, "echo no training here\n", "x.sh"), ClusterPreset("dgx-h100"));
   EXPECT_NE(broken.not_simulated.find("cannot read the command"), std::string::npos)
       << broken.not_simulated;
   const std::string md = FunctionalTestsMarkdown(std::vector{r, broken});
@@ -114,6 +116,17 @@ TEST(FunctionalTestsReplay, SimulatesTheLastStageOfACaseFromItsScript) {
   EXPECT_NE(md.find("Not simulated:\n\n- gpt3_7b_tp1_pp4_memory_speed (h100): cannot read"),
             std::string::npos)
       << md;
+
+  // The host fit: the iteration time moves toward the measured one, from the fixed start, and
+  // the fitted constants are on the search's grid.
+  const HostFit fit = FitFunctionalTestsHost(ClusterPreset("dgx-h100"), std::vector{test});
+  EXPECT_EQ(fit.cases, 1);
+  EXPECT_LT(fit.mape, std::abs(r.time_error()));
+  EXPECT_NEAR(std::fmod(fit.host.kernel_launch_s * 1e6, 0.25), 0, 1e-6);
+  // A case without a measured time is not fitted on.
+  FunctionalTestCase untimed = test;
+  untimed.row.iteration_time_s = 0;
+  EXPECT_EQ(FitFunctionalTestsHost(ClusterPreset("dgx-h100"), std::vector{untimed}).cases, 0);
 }
 
 }  // namespace

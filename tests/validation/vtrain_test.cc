@@ -218,8 +218,8 @@ TEST(HostOverhead, ShortKernelsWaitForTheirLaunches) {
   c.host = {};
   const StepEstimate gpu_only = EstimateStep(model, c, training, p, MegatronDeepSpeedOptions());
   EXPECT_EQ(gpu_only.stages[0].overhead_s, 0);
-  // A launch cost far above every kernel: each pass takes one launch per operation plus its
-  // last kernel, so the host-bound part is close to (launches) x h.
+  // A launch cost far above every kernel: each pass takes one launch per operation, so the
+  // host-bound part is close to (launches) x h.
   c.host.kernel_launch_s = 1e-3;
   c.host.microbatch_overhead_s = 5e-3;
   const StepEstimate host = EstimateStep(model, c, training, p, MegatronDeepSpeedOptions());
@@ -234,6 +234,30 @@ TEST(HostOverhead, ShortKernelsWaitForTheirLaunches) {
               1e-12);
   // The micro-batch overhead sits in the forward of each stage's first chunk.
   EXPECT_GT(host.costs.chunks[0].forward_s, gpu_only.costs.chunks[0].forward_s + 5e-3);
+}
+
+TEST(HostOverhead, TheHostRunsAheadOfLongKernels) {
+  // One layer's forward pass: with a launch cost below its kernels' mean time the host issues
+  // ahead and the GPU never waits; above it, the pass waits for the difference.
+  const ModelSpec model = Small();
+  TrainingSpec training;
+  training.global_batch_size = 1;
+  training.precision = Precision::kFp16;
+  const ParallelConfig p{.micro_batch_size = 1};
+  ClusterSpec c = ClusterPreset("vtrain-a100");
+  c.host = {};
+  const StepEstimate gpu = EstimateStep(model, c, training, p, MegatronDeepSpeedOptions());
+  const double pass = gpu.stages[0].compute_s;
+  const LayerWork layer =
+      TransformerLayerWork(model, p, Precision::kFp16, MegatronDeepSpeedOptions());
+  const int ops = layer.forward.num_work + layer.forward.num_comm;
+  c.host.kernel_launch_s = 1e-9;
+  EXPECT_EQ(EstimateStep(model, c, training, p, MegatronDeepSpeedOptions()).stages[0].overhead_s,
+            0);
+  c.host.kernel_launch_s = 10 * pass / ops;  // every pass is host-bound
+  const StepEstimate host = EstimateStep(model, c, training, p, MegatronDeepSpeedOptions());
+  EXPECT_GT(host.stages[0].overhead_s, 0);
+  EXPECT_NEAR(host.stages[0].compute_s - host.stages[0].overhead_s, pass, 1e-12);
 }
 
 TEST(FusedSoftmax, MegatronFallsBackWhenBatchTimesHeadsIsNotAMultipleOfFour) {
