@@ -57,6 +57,7 @@ struct FunctionalTestResult {
   double predicted_total_bytes = 0;      // with the allowance: what the fit verdict reads
   bool fits = true;
   double predicted_step_s = 0;
+  bool moe = false;  // a mixture-of-experts model
 
   double peak_error() const { return predicted_peak_bytes / row.max_allocated_bytes - 1; }
   double allocated_error() const { return predicted_allocated_bytes / row.allocated_bytes - 1; }
@@ -85,8 +86,10 @@ FunctionalTestCase ReadFunctionalTest(const FunctionalTestRow& row, std::string_
 FunctionalTestResult ReplayFunctionalTest(const FunctionalTestCase& test,
                                           const ClusterSpec& cluster);
 
-// ---- Calibration of the host's costs (HostSpec) on the timed cases of `tests` (simulated, with
-// a measured iteration time): the cost of issuing one operation and the host time of one step,
+// ---- Calibration of the host's costs (HostSpec) on the timed dense cases of `tests` (simulated,
+// with a measured iteration time; not mixture-of-experts models, whose dispatchers wait for the
+// GPU on the host in every MoE layer, which the cost model does not model yet): the cost of
+// issuing one operation and the host time of one step,
 // by a pattern search for the least mean |error| of the iteration time from a fixed start
 // (20 us, 10 ms), halving its steps down to a grid of 0.25 us and 100 us; the result is on that
 // grid and does not depend on the host costs `cluster` holds. The per-micro-batch cost is kept
