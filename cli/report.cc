@@ -31,9 +31,13 @@ std::string SimulationText(const Plan& plan, const SimulationReport& r, MemoryUn
   out += fmt::format("bubble        {:.1f}% of the pipeline phase ({} idle per stage)\n",
                      100 * r.bubble_fraction, Seconds(r.breakdown.bubble_s));
   const double hbm = static_cast<double>(plan.cluster.gpu.hbm_bytes);
-  out += fmt::format("peak memory   {} of {} (stage {}){}\n\n", Memory(r.peak_memory_bytes, unit),
-                     Memory(hbm, unit), r.memory.largest_stage,
-                     r.memory_problem.empty() ? ", fits" : "");
+  const StageMemory& largest = r.memory.stages[r.memory.largest_stage];
+  out += fmt::format(
+      "peak memory   {} of {} (stage {}){}: {} allocated (as torch.cuda.max_memory_allocated "
+      "counts), {} the caching allocator holds beyond it, {} outside it\n\n",
+      Memory(r.peak_memory_bytes, unit), Memory(hbm, unit), r.memory.largest_stage,
+      r.memory_problem.empty() ? ", fits" : "", Memory(largest.allocated_bytes(), unit),
+      Memory(largest.fragmentation_bytes, unit), Memory(largest.reserved_bytes, unit));
   if (!r.memory_problem.empty()) {
     out += "DOES NOT FIT: " + MemoryProblem(r.memory, plan.cluster, unit) + "\n\n";
   }
@@ -49,6 +53,7 @@ std::string SimulationText(const Plan& plan, const SimulationReport& r, MemoryUn
            {"optimizer " + u, Table::Align::kRight},
            {"activations " + u, Table::Align::kRight},
            {"in flight", Table::Align::kRight},
+           {"allocated " + u, Table::Align::kRight},
            {"peak " + u, Table::Align::kRight}});
   const PipelineSchedule& s = r.schedule;
   for (int st = 0; st < s.stages; ++st) {
@@ -64,7 +69,8 @@ std::string SimulationText(const Plan& plan, const SimulationReport& r, MemoryUn
               fmt::format("{:.1f}%", 100 * r.sim.stages[st].bubble_fraction),
               MemoryNumber(mem.weights_bytes, unit), MemoryNumber(mem.gradients_bytes, unit),
               MemoryNumber(mem.optimizer_bytes, unit), MemoryNumber(mem.activations_bytes, unit),
-              std::to_string(mem.in_flight), MemoryNumber(mem.peak_bytes, unit)});
+              std::to_string(mem.in_flight), MemoryNumber(mem.allocated_bytes(), unit),
+              MemoryNumber(mem.peak_bytes, unit)});
   }
   out += "Per stage (forward and backward of one micro-batch through the stage's layers):\n";
   out += t.Render();

@@ -137,9 +137,12 @@ struct StageMemory {
   double fsdp_buffer_bytes = 0;
   int in_flight = 0;          // micro-batch chunks held at once (from the schedule)
   double workspace_bytes = 0;  // cuBLAS workspaces (WorkspaceBytes)
-  double reserved_bytes = 0;  // profile: context, workspaces, communication buffers
-  double fragmentation_bytes = 0;
-  double peak_bytes = 0;  // everything above
+  double reserved_bytes = 0;  // profile: outside PyTorch's allocator (CUDA context, NCCL)
+  double fragmentation_bytes = 0;  // what PyTorch's caching allocator reserves beyond the above
+  double peak_bytes = 0;           // everything above: what the fit verdict reads
+  // What torch.cuda.max_memory_allocated would count: the peak less the allocator's and the
+  // libraries' allowance.
+  double allocated_bytes() const { return peak_bytes - reserved_bytes - fragmentation_bytes; }
 
   bool operator==(const StageMemory&) const = default;
 };

@@ -92,14 +92,15 @@ std::string SimulationJsonMembers(const SimulationReport& r, int indent) {
         "{}{}  {{\"stage\": {}, \"forward_s\": {}, \"backward_s\": {}, \"busy_s\": {}, "
         "\"idle_s\": {}, \"bubble_fraction\": {}, \"parameters\": {}, \"weights_bytes\": {}, "
         "\"gradients_bytes\": {}, \"optimizer_bytes\": {}, \"activations_bytes\": {}, "
-        "\"in_flight\": {}, \"workspace_bytes\": {}, \"reserved_bytes\": {}, "
-        "\"fragmentation_bytes\": {}, "
+        "\"in_flight\": {}, \"workspace_bytes\": {}, \"allocated_bytes\": {}, "
+        "\"reserved_bytes\": {}, \"fragmentation_bytes\": {}, "
         "\"peak_bytes\": {}}}",
         s ? ",\n" : "", pad, s, JsonNumber(forward), JsonNumber(backward), JsonNumber(sim.busy_s),
         JsonNumber(sim.idle_s), JsonNumber(sim.bubble_fraction), JsonNumber(mem.parameters),
         JsonNumber(mem.weights_bytes), JsonNumber(mem.gradients_bytes),
         JsonNumber(mem.optimizer_bytes), JsonNumber(mem.activations_bytes), mem.in_flight,
-        JsonNumber(mem.workspace_bytes), JsonNumber(mem.reserved_bytes), JsonNumber(mem.fragmentation_bytes),
+        JsonNumber(mem.workspace_bytes), JsonNumber(mem.allocated_bytes()),
+        JsonNumber(mem.reserved_bytes), JsonNumber(mem.fragmentation_bytes),
         JsonNumber(mem.peak_bytes));
   }
   const StepBreakdown& b = r.breakdown;

@@ -70,6 +70,7 @@ class Stage(_Result):
     activations_bytes: float = 0.0
     in_flight: int = 0  # micro-batches whose activations are held at the peak
     workspace_bytes: float = 0.0  # cuBLAS workspaces
+    allocated_bytes: float = 0.0  # what torch.cuda.max_memory_allocated would count
     reserved_bytes: float = 0.0
     fragmentation_bytes: float = 0.0
     peak_bytes: float = 0.0
