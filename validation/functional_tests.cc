@@ -12,6 +12,7 @@
 #include "core/plan.h"
 #include "planner/check.h"
 #include "simulator/simulate.h"
+#include "validation/pattern_search.h"
 
 namespace ptdp {
 namespace {
@@ -187,16 +188,15 @@ HostFit FitFunctionalTestsHost(const ClusterSpec& cluster,
   constexpr double kUnit[3] = {0.25e-6, 10e-6, 100e-6};
   // The per-micro-batch cost stays 0 (its bound): see the declaration.
   constexpr int kHigh[3] = {4000, 0, 10000};  // 1 ms, 0, 1 s
-  int at[3] = {80, 0, 100};                       // 20 us, 0, 10 ms
-  int step[3] = {32, 32, 32};
+  std::array<int, 3> at = {80, 0, 100};           // 20 us, 0, 10 ms
   HostFit fit;
   fit.cases = static_cast<int>(timed.size());
-  const auto host_at = [&](const int(&x)[3]) {
+  const auto host_at = [&](const std::array<int, 3>& x) {
     return HostSpec{.kernel_launch_s = x[0] * kUnit[0],
                     .microbatch_overhead_s = x[1] * kUnit[1],
                     .optimizer_step_s = x[2] * kUnit[2]};
   };
-  const auto evaluate = [&](const int(&x)[3]) {
+  const auto evaluate = [&](const std::array<int, 3>& x) {
     ++fit.evaluations;
     ClusterSpec c = cluster;
     c.host = host_at(x);
@@ -206,27 +206,8 @@ HostFit FitFunctionalTestsHost(const ClusterSpec& cluster,
     }
     return timed.empty() ? 0 : sum / static_cast<double>(timed.size());
   };
-  double best = evaluate(at);
-  while (true) {
-    bool improved = false;
-    for (int k = 0; k < 3; ++k) {
-      for (int dir : {-1, 1}) {
-        while (true) {
-          int next[3] = {at[0], at[1], at[2]};
-          next[k] += dir * step[k];
-          if (next[k] < 0 || next[k] > kHigh[k]) break;
-          const double cost = evaluate(next);
-          if (!(cost < best - 1e-12)) break;
-          best = cost;
-          std::copy(next, next + 3, at);
-          improved = true;
-        }
-      }
-    }
-    if (improved) continue;
-    if (step[0] == 1 && step[1] == 1 && step[2] == 1) break;
-    for (int& s : step) s = std::max(1, s / 2);
-  }
+  const double best =
+      PatternSearch(at, {32, 32, 32}, {0, 0, 0}, {kHigh[0], kHigh[1], kHigh[2]}, evaluate);
   fit.host = host_at(at);
   fit.mape = best;
   return fit;

@@ -12,6 +12,7 @@
 #include "core/yaml_io.h"
 #include "megatron/rules.h"
 #include "simulator/collectives.h"
+#include "validation/pattern_search.h"
 
 namespace ptdp {
 namespace {
@@ -273,35 +274,15 @@ VtrainFit FitVtrain(const ClusterSpec& cluster, std::span<const VtrainRow> rows)
   constexpr double kUnit[3] = {0.005, 0.25e-6, 10e-6};
   constexpr int kLow[3] = {60, 0, 0};           // 0.3, 0 us, 0 us
   constexpr int kHigh[3] = {180, 4000, 10000};  // 0.9, 1 ms, 100 ms
-  int at[3] = {160, 160, 100};                  // 0.8, 40 us, 1 ms
-  int step[3] = {8, 32, 32};
+  std::array<int, 3> at = {160, 160, 100};     // 0.8, 40 us, 1 ms
   VtrainFit fit;
-  const auto evaluate = [&](const int(&x)[3]) {
-    ++fit.evaluations;
-    const VtrainFit f{x[0] * kUnit[0], x[1] * kUnit[1], x[2] * kUnit[2]};
-    return VtrainMape(ReplayVtrain(WithVtrainFit(cluster, f), rows));
-  };
-  double best = evaluate(at);
-  while (true) {
-    bool improved = false;
-    for (int k = 0; k < 3; ++k) {
-      for (int dir : {-1, 1}) {
-        while (true) {
-          int next[3] = {at[0], at[1], at[2]};
-          next[k] += dir * step[k];
-          if (next[k] < kLow[k] || next[k] > kHigh[k]) break;
-          const double cost = evaluate(next);
-          if (!(cost < best - 1e-12)) break;
-          best = cost;
-          std::copy(next, next + 3, at);
-          improved = true;
-        }
-      }
-    }
-    if (improved) continue;
-    if (step[0] == 1 && step[1] == 1 && step[2] == 1) break;
-    for (int& s : step) s = std::max(1, s / 2);
-  }
+  const double best = PatternSearch(
+      at, {8, 32, 32}, {kLow[0], kLow[1], kLow[2]}, {kHigh[0], kHigh[1], kHigh[2]},
+      [&](const std::array<int, 3>& x) {
+        ++fit.evaluations;
+        const VtrainFit f{x[0] * kUnit[0], x[1] * kUnit[1], x[2] * kUnit[2]};
+        return VtrainMape(ReplayVtrain(WithVtrainFit(cluster, f), rows));
+      });
   fit.memory_efficiency = at[0] * kUnit[0];
   fit.kernel_launch_s = at[1] * kUnit[1];
   fit.microbatch_overhead_s = at[2] * kUnit[2];
