@@ -366,7 +366,9 @@ const Command kReplayCommand{
     .usage =
         "ptdp replay [--dataset narayanan2021] [--cluster C] [--plan]\n"
         "ptdp replay --dataset FILE.csv [--dataset FILE.csv ...] [--cluster C] [--svg OUT.svg]\n"
-        "            [--worst N] [--fit]",
+        "            [--worst N] [--fit]\n"
+        "ptdp replay --dataset megatron-functional-tests [--gpu h100|a100] [--commands DIR] "
+        "[--fit]",
     .description =
         "Simulates every run of a published dataset in its exact layout and compares the "
         "simulated with\nthe measured step time. narayanan2021: Table 1 of Narayanan et al. "
@@ -375,12 +377,17 @@ const Command kReplayCommand{
         "iterations (results/validation/vtrain/) on vtrain-a100;\nprints the mean absolute "
         "percentage error overall, per model size and per layout family, the\nworst rows with "
         "their breakdown and the rows ptdp rejects or that exceed memory; --svg writes a\n"
-        "scatter plot; --fit first fits the profile's free constants on the (single-node) rows.",
+        "scatter plot; --fit first fits the profile's free constants on the (single-node) rows.\n"
+        "megatron-functional-tests: Megatron-LM's functional tests, each test case's command read as\n"
+        "`check` reads it and simulated on the DGX it ran on; the last stage's memory against the\n"
+        "peak PyTorch allocated there, and the step time, for the fit half (in-sample) and the\n"
+        "test half; --fit first fits each GPU's host costs on the fit half.",
     .examples =
         "ptdp replay\nptdp replay --plan\n"
         "ptdp replay --dataset results/validation/vtrain/ground_truth_single.csv --dataset "
         "results/validation/vtrain/ground_truth_multi.csv --svg vtrain-scatter.svg\n"
-        "ptdp replay --dataset results/validation/vtrain/ground_truth_single.csv --fit",
+        "ptdp replay --dataset results/validation/vtrain/ground_truth_single.csv --fit\n"
+        "ptdp replay --dataset megatron-functional-tests --gpu h100",
     .implemented = true,
     .tracked_in = "",
     .add_options = AddReplayOptions,
