@@ -60,6 +60,9 @@ struct GpuSpec {
   // CUDA compute capability, major.minor (8.0 for A100, 9.0 for H100); 0 when not given. The
   // libraries size their workspaces by it (memory_model.h WorkspaceBytes).
   double compute_capability = 0;
+  // Streaming multiprocessors; 0 when not given. Transformer Engine's TP-overlap kernels take
+  // some of them from the GEMMs they run beside (layer_work.h TpOverlap).
+  int sm_count = 0;
   // Device memory no tensor can use: CUDA context, NCCL buffers.
   int64_t reserved_bytes = 0;
   // Fraction of the rest lost to the caching allocator's fragmentation, [0, 1).

@@ -201,6 +201,7 @@ void WriteCluster(YamlWriter& w, const ClusterSpec& c) {
   if (c.gpu.compute_capability > 0) {
     w.Line("compute_capability", YamlNumber(c.gpu.compute_capability));
   }
+  if (c.gpu.sm_count > 0) w.Line("sm_count", std::to_string(c.gpu.sm_count));
   w.Line("reserved_bytes", std::to_string(c.gpu.reserved_bytes));
   w.Line("fragmentation", YamlNumber(c.gpu.fragmentation));
   WriteGemmTable(w, "gemm_efficiency", c.gpu.gemm_efficiency);
@@ -552,6 +553,11 @@ ClusterSpec ReadCluster(const YamlMap& map) {
     c.gpu.memory_efficiency = Fraction(gpu, "memory_efficiency");
     if (gpu.Has("compute_capability")) {
       c.gpu.compute_capability = gpu.PositiveNumber("compute_capability");
+    }
+    if (gpu.Has("sm_count")) {
+      const int64_t sms = gpu.PositiveInt("sm_count");
+      if (sms > 100000) gpu.Fail("sm_count", fmt::format("at most 100000, got {}", sms));
+      c.gpu.sm_count = static_cast<int>(sms);
     }
     c.gpu.reserved_bytes = gpu.Int("reserved_bytes");
     if (c.gpu.reserved_bytes < 0 || c.gpu.reserved_bytes >= c.gpu.hbm_bytes) {

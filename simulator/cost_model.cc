@@ -36,17 +36,73 @@ struct PassTimes {
   std::array<double, PassWork::kMaxComm> comm_s;
 };
 
+// A collective run beside GEMM j of `pass` (TpOverlap): what of the collective stays exposed,
+// and what the GEMM takes longer for being split into chunks (each timed at its own shape) or
+// for the SMs the collective's kernels hold (the GEMM running on the rest: `sms` of the profile's
+// sm_count; none when the profile does not say). With c the collective's time and g the GEMM's:
+//   kPaired:   exposed max(0, c - g);
+//   kRing:     n = tp chunks, g_1 one chunk's GEMM: exposed (n - 1) max(0, c / (n - 1) - g_1),
+//              the GEMM n g_1;
+//   kPipeline: s chunks on the remaining SMs, g_1' = g_1 / (1 - f): exposed c / s (the last
+//              chunk's) + (s - 1) max(0, c / s - g_1'), the GEMM s g_1';
+//   kBulk:     the GEMM at (1 - f) of its speed while the collective runs: exposed
+//              max(0, c - g / (1 - f)), the GEMM longer by f min(c, g / (1 - f)).
+struct OverlapResult {
+  double exposed = 0, gemm_added = 0;
+};
+OverlapResult Overlapped(const KernelTimer& timer, const ClusterSpec& c, const PassWork& pass,
+                         int i, int j, double comm, double gemm) {
+  const TpOverlap kind = pass.overlap_kind[i];
+  const int parts = std::max<int>(pass.overlap_parts[i], 1);
+  const double f = c.gpu.sm_count > pass.overlap_sms[i]
+                       ? static_cast<double>(pass.overlap_sms[i]) / c.gpu.sm_count
+                       : 0.0;
+  const auto chunk = [&] {  // one of `parts` chunks of the GEMM, by its rows
+    Work w = pass.work[j];
+    if (w.kind != WorkKind::kGemm || parts == 1) return gemm / parts;
+    w.gemm.m = std::max<int64_t>(w.gemm.m / parts, 1);
+    w.flops = w.gemm.flops();
+    w.bytes /= parts;
+    return timer(w);
+  };
+  OverlapResult r;
+  switch (kind) {
+    case TpOverlap::kPaired:
+      r.exposed = std::max(0.0, comm - gemm);
+      break;
+    case TpOverlap::kRing: {
+      const double g1 = chunk();
+      r.exposed = parts > 1 ? (parts - 1) * std::max(0.0, comm / (parts - 1) - g1) : comm;
+      r.gemm_added = parts * g1 - gemm;
+      break;
+    }
+    case TpOverlap::kPipeline: {
+      const double g1 = chunk() / (1 - f);
+      r.exposed = comm / parts + (parts - 1) * std::max(0.0, comm / parts - g1);
+      r.gemm_added = parts * g1 - gemm;
+      break;
+    }
+    case TpOverlap::kBulk: {
+      const double slow = gemm / (1 - f);
+      r.exposed = std::max(0.0, comm - slow);
+      r.gemm_added = f * std::min(comm, slow);
+      break;
+    }
+  }
+  return r;
+}
+
 // A pass's kernel and collective times, and what the host adds when it cannot launch them fast
 // enough (profile host.kernel_launch_us = h per kernel or collective). The host issues the
-// pass's operations in order, one every h, starting with an empty queue; the GPU runs each once
-// the one before it is done and it has been issued: end_i = max(end_{i-1}, i h) + t_i. The
-// overhead is what that adds to the sum of the t_i: about n h - sum t_i for a pass of short
-// kernels, 0 when the kernels outlast their launches. (The empty queue at each pass's start
-// fitted the single-node vTrain rows better than a queue carried across passes, whose steady
-// state is max(n h, sum t_i): 6.0% against 6.5% mean error.)
+// pass's n operations one every h and runs ahead of the GPU (CUDA queues about a thousand
+// launches), so the queue is carried across passes: a pass takes max(n h, sum t_i), and the
+// overhead is n h - sum t_i where that is positive. (Until issue 29 the queue started empty at
+// each pass, end_i = max(end_{i-1}, i h) + t_i, which charged every layer of a large model the
+// first launches' wait. With the vTrain constants refitted for each, the single-node rows favour
+// the empty queue, 6.6% against 6.9%, the multi-node rows the carried one, 9.0% against 8.2%.)
 // A collective pipelined with a GEMM (--tp-comm-overlap, Transformer Engine's userbuffers)
-// exposes only what the GEMM does not cover: max(0, t_comm - t_gemm). The GEMM is taken at its
-// own speed (the few SMs userbuffers' copies use are not modelled).
+// exposes what its method leaves exposed, and its GEMM takes what the method costs it
+// (Overlapped above).
 // The ring attention's block exchanges (context parallelism, p2p) are pipelined with the
 // attention kernels the same way: each step's exchange against one step's kernel.
 // The expert groups' collectives issued before the pass's first grouped GEMM carry the tokens
@@ -65,9 +121,12 @@ PassTimes Times(const KernelTimer& timer, const ClusterSpec& c, const PassWork& 
     t.comm_s[i] = CommTime(c, pass.comm[i], groups);
     const bool cp = pass.comm[i].group == CommGroup::kCp;
     if (pass.overlap_with[i] >= 0) {
-      const double exposed = std::max(0.0, t.comm_s[i] - t.work_s[pass.overlap_with[i]]);
-      (cp ? t.cp_hidden : t.comm_hidden) += t.comm_s[i] - exposed;
-      t.comm_s[i] = exposed;
+      const int j = pass.overlap_with[i];
+      const OverlapResult o = Overlapped(timer, c, pass, i, j, t.comm_s[i], t.work_s[j]);
+      (cp ? t.cp_hidden : t.comm_hidden) += t.comm_s[i] - o.exposed;
+      t.comm_s[i] = o.exposed;
+      t.work_s[j] += o.gemm_added;
+      t.compute += o.gemm_added;
     }
     t.comm += t.comm_s[i];
     if (cp) t.cp_comm += t.comm_s[i];

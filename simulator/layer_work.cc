@@ -183,10 +183,43 @@ void AddInputAllGather(PassWork& f, const char* name, const Dims& d) {
   if (d.sp) f.Add(CommWork{name, Collective::kAllGather, d.T * d.h * (d.fp8 ? 1 : d.e)});
 }
 
-// Marks the last collective of `pass` as pipelined with kernel `work` (--tp-comm-overlap).
-void OverlapLast(PassWork& pass, int work, const Dims& d) {
-  if (d.tp_overlap && pass.num_comm > 0)
-    pass.overlap_with[pass.num_comm - 1] = static_cast<int8_t>(work);
+// What a tensor-parallel collective does around its GEMM (OverlapLast).
+enum class TpRole { kGatherBefore, kReduceAfterForward, kReduceInputGrad };
+
+// Marks the last collective of `pass` as pipelined with kernel `work` (--tp-comm-overlap), the
+// way Transformer Engine's userbuffers run it on H100 (Megatron-Bridge's configurations, cited
+// at TpOverlap): an all-gather before a GEMM (qkv and fc1 forward, projection and fc2 input
+// gradients) by ring exchange; the reduce-scatter after the projection's and fc2's forward GEMM
+// pipelined in 4 chunks beside `sms` SMs of reduce-scatter kernels in bf16 (24 and 16), by ring
+// exchange in FP8; a column-parallel linear's input-gradient reduce-scatter in bulk beside its
+// weight-gradient GEMM (24 SMs for qkv, 4 for fc1), timed here beside the input-gradient GEMM of
+// the same size.
+void OverlapLast(PassWork& pass, int work, const Dims& d, TpRole role, int sms = 16) {
+  if (!d.tp_overlap || pass.num_comm == 0) return;
+  const int i = pass.num_comm - 1;
+  pass.overlap_with[i] = static_cast<int8_t>(work);
+  const auto ring = [&] {
+    pass.overlap_kind[i] = TpOverlap::kRing;
+    pass.overlap_parts[i] = static_cast<int8_t>(std::min<int64_t>(d.t, 64));
+  };
+  switch (role) {
+    case TpRole::kGatherBefore:
+      ring();
+      return;
+    case TpRole::kReduceAfterForward:
+      if (d.fp8) {
+        ring();
+      } else {
+        pass.overlap_kind[i] = TpOverlap::kPipeline;
+        pass.overlap_parts[i] = 4;
+        pass.overlap_sms[i] = static_cast<int8_t>(sms);
+      }
+      return;
+    case TpRole::kReduceInputGrad:
+      pass.overlap_kind[i] = TpOverlap::kBulk;
+      pass.overlap_sms[i] = static_cast<int8_t>(sms);
+      return;
+  }
 }
 
 // Flash-style attention kernels (forward; backward with the recomputed scores). FLOPs as the
@@ -360,7 +393,7 @@ void AddDenseMlpForward(PassWork& f, const Dims& d, double f_t, double fc1_t, bo
   }
   AddInputAllGather(f, shared ? "sp all-gather before shared fc1" : "sp all-gather before fc1", d);
   f.Add(Linear(shared ? "shared fc1" : "fc1", d.T, fc1_t, d.h, d));
-  OverlapLast(f, f.num_work - 1, d);
+  OverlapLast(f, f.num_work - 1, d, TpRole::kGatherBefore);
   f.Add(Memory(shared     ? "shared experts activation"
                : d.swiglu ? "swiglu"
                           : "bias gelu",
@@ -370,7 +403,7 @@ void AddDenseMlpForward(PassWork& f, const Dims& d, double f_t, double fc1_t, bo
   if (d.t > 1) {
     f.Add(CommWork{shared ? "tp reduce after shared fc2" : "tp reduce after fc2",
                    d.sp ? Collective::kReduceScatter : Collective::kAllReduce, act});
-    OverlapLast(f, f.num_work - 1, d);
+    OverlapLast(f, f.num_work - 1, d, TpRole::kReduceAfterForward, 16);
   }
 }
 
@@ -386,7 +419,7 @@ int AddDenseMlpBackward(PassWork& b, const Dims& d, double f_t, double fc1_t, bo
     AddCast(b, shared ? "shared fc2 output grad cast fp8" : "fc2 output grad cast fp8", d.T * d.h,
             d);
   b.Add(Linear(shared ? "shared fc2 dgrad" : "fc2 dgrad", d.T, f_t, d.h, d));
-  if (d.sp) OverlapLast(b, b.num_work - 1, d);
+  if (d.sp) OverlapLast(b, b.num_work - 1, d, TpRole::kGatherBefore);
   b.Add(Memory(shared     ? "shared experts activation backward"
                : d.swiglu ? "swiglu backward"
                           : "bias gelu backward",
@@ -399,7 +432,7 @@ int AddDenseMlpBackward(PassWork& b, const Dims& d, double f_t, double fc1_t, bo
   const int comm = b.num_comm;
   b.Add(CommWork{shared ? "tp reduce shared fc1 input grad" : "tp reduce fc1 input grad",
                  d.sp ? Collective::kReduceScatter : Collective::kAllReduce, act});
-  OverlapLast(b, b.num_work - 1, d);
+  OverlapLast(b, b.num_work - 1, d, TpRole::kReduceInputGrad, 4);
   return comm;
 }
 
@@ -617,6 +650,9 @@ void PassWork::Append(const PassWork& other) {
     comm_position[num_comm - 1] = static_cast<int8_t>(base + other.comm_position[i]);
     if (other.overlap_with[i] >= 0) {
       overlap_with[num_comm - 1] = static_cast<int8_t>(base + other.overlap_with[i]);
+      overlap_kind[num_comm - 1] = other.overlap_kind[i];
+      overlap_parts[num_comm - 1] = other.overlap_parts[i];
+      overlap_sms[num_comm - 1] = other.overlap_sms[i];
     }
   }
 }
@@ -672,7 +708,7 @@ void AddBlocksForward(PassWork& f, const Dims& d, const Blocks& k) {
       if (k.separate_input_cast) AddCast(f, "qkv input cast fp8", d.Tn * d.h, d);
       AddInputAllGather(f, "sp all-gather before qkv", d);
       f.Add(Linear("qkv", d.T, k.qkv_n, d.h, d));
-      OverlapLast(f, f.num_work - 1, d);
+      OverlapLast(f, f.num_work - 1, d, TpRole::kGatherBefore);
       if (d.rope) f.Add(Memory("rotary q k", 2 * d.T * (d.a_t + d.g_t) * d.d * d.e));
     }
     AddCoreAttentionForward(f, d);
@@ -681,7 +717,7 @@ void AddBlocksForward(PassWork& f, const Dims& d, const Blocks& k) {
     f.Add(Linear("attention projection", d.T, d.h, k.ctx, d));
     if (d.t > 1) {
       f.Add(CommWork{"tp reduce after projection", k.after, k.act});
-      OverlapLast(f, f.num_work - 1, d);
+      OverlapLast(f, f.num_work - 1, d, TpRole::kReduceAfterForward, 24);
     }
     // bias-dropout-add: read the projection output and the residual, write the sum and the mask.
     f.Add(Memory("bias dropout add 1", d.Tn * d.h * (3 * d.e + d.mask)));
@@ -729,7 +765,7 @@ InputGradComms AddBlocksInputGrad(PassWork& b, PassWork& w, const Dims& d, const
     }
     if (d.fp8) AddCast(b, "projection output grad cast fp8", d.T * d.h, d);
     b.Add(Linear("attention projection dgrad", d.T, k.ctx, d.h, d));
-    if (d.sp) OverlapLast(b, b.num_work - 1, d);
+    if (d.sp) OverlapLast(b, b.num_work - 1, d, TpRole::kGatherBefore);
     if (!d.flash) b.Add(Memory("context permute backward", 2 * d.T * k.ctx * d.e));
     AddCoreAttentionBackward(b, d);
     if (d.mla) {
@@ -742,7 +778,7 @@ InputGradComms AddBlocksInputGrad(PassWork& b, PassWork& w, const Dims& d, const
         comms.qkv = b.num_comm;
         b.Add(CommWork{"tp reduce qkv input grad",
                        d.sp ? Collective::kReduceScatter : Collective::kAllReduce, k.act});
-        OverlapLast(b, b.num_work - 1, d);
+        OverlapLast(b, b.num_work - 1, d, TpRole::kReduceInputGrad, 24);
       }
     }
     AddNormBackward(b, w, "norm 1 backward", d, d.Tn);
@@ -888,7 +924,7 @@ void AddMambaForward(PassWork& f, const Dims& d, const MambaSizes& s) {
   if (d.fp8 && d.current_scaling) AddCast(f, "in_proj input cast fp8", d.Tn * d.h, d);
   AddInputAllGather(f, "sp all-gather before in_proj", d);
   f.Add(Linear("mamba in_proj", d.T, s.in_width, d.h, d));
-  OverlapLast(f, f.num_work - 1, d);
+  OverlapLast(f, f.num_work - 1, d, TpRole::kGatherBefore);
   if (d.cp > 1) {
     f.Add(CommWork{"cp all-to-all z x b c dt", Collective::kAllToAll, d.T * s.in_width * d.e,
                    CommGroup::kCp});
@@ -907,7 +943,7 @@ void AddMambaForward(PassWork& f, const Dims& d, const MambaSizes& s) {
   f.Add(Linear("mamba out_proj", d.T, d.h, s.inner, d));
   if (d.t > 1) {
     f.Add(CommWork{"tp reduce after out_proj", s.after, s.act});
-    OverlapLast(f, f.num_work - 1, d);
+    OverlapLast(f, f.num_work - 1, d, TpRole::kReduceAfterForward, 16);
   }
   f.Add(Memory("bias dropout add", d.Tn * d.h * (3 * d.e + d.mask)));
 }
@@ -919,7 +955,7 @@ int AddMambaInputGrad(PassWork& b, PassWork& w, const Dims& d, const MambaSizes&
   if (d.sp) b.Add(CommWork{"sp all-gather out_proj output grad", Collective::kAllGather, s.act});
   if (d.fp8) AddCast(b, "out_proj output grad cast fp8", d.T * d.h, d);
   b.Add(Linear("mamba out_proj dgrad", d.T, s.inner, d.h, d));
-  if (d.sp) OverlapLast(b, b.num_work - 1, d);
+  if (d.sp) OverlapLast(b, b.num_work - 1, d, TpRole::kGatherBefore);
   b.Add(Memory("mamba gated rmsnorm backward", 3 * d.T * s.inner * d.e + 4 * d.T * s.groups));
   if (d.cp > 1) {
     b.Add(CommWork{"cp all-to-all y grad", Collective::kAllToAll, d.T * s.inner * d.e,
@@ -942,7 +978,7 @@ int AddMambaInputGrad(PassWork& b, PassWork& w, const Dims& d, const MambaSizes&
   if (d.t > 1) {
     in_proj_input_grad_comm = b.num_comm;
     b.Add(CommWork{"tp reduce in_proj input grad", s.after, s.act});
-    OverlapLast(b, b.num_work - 1, d);
+    OverlapLast(b, b.num_work - 1, d, TpRole::kReduceInputGrad, 16);
   }
   AddNormBackward(b, w, "norm backward", d, d.Tn);
   b.Add(Memory("residual grad add", 3 * d.Tn * d.h * d.e));

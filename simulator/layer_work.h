@@ -141,6 +141,19 @@ struct CommWork {
   int repeat = 1;
 };
 
+// How a collective runs beside the GEMM it is paired with (PassWork::overlap_with). kPaired: the
+// two simply run at once (the ring attention's exchanges). The others are Transformer Engine's
+// userbuffers methods for --tp-comm-overlap (transformer_engine/pytorch/module/base.py
+// initialize_ub; the per-GEMM choice and SM counts of Megatron-Bridge's H100 configurations,
+// src/megatron/bridge/training/comm_overlap.py userbuffers_{bf16,fp8}_h100_h8192_tp4_mbs1_
+// seqlen8192):
+//  - kRing: ring exchange, point-to-point copies on the copy engines: the GEMM is split into tp
+//    chunks, each waiting for its chunk of the exchange (the first is local);
+//  - kPipeline: the GEMM in `parts` chunks on the SMs the reduce-scatter kernels (`sms` of them)
+//    leave, each chunk's reduce-scatter beside the next chunk's GEMM, the last one's exposed;
+//  - kBulk: the whole collective beside an independent GEMM, taking `sms` of its SMs.
+enum class TpOverlap : uint8_t { kPaired, kRing, kPipeline, kBulk };
+
 // The kernels and collectives of one pass, in order: work[0, num_work), comm[0, num_comm).
 // Fixed capacity, no allocation.
 struct PassWork {
@@ -149,8 +162,12 @@ struct PassWork {
   std::array<Work, kMaxWork> work;
   std::array<CommWork, kMaxComm> comm;
   std::array<int8_t, kMaxComm> comm_position;  // kernels of the pass issued before comm[i]
-  // With --tp-comm-overlap: the kernel comm[i] is pipelined with (-1: none).
+  // With --tp-comm-overlap: the kernel comm[i] is pipelined with (-1: none), how, in how many
+  // chunks (kRing, kPipeline) and with how many of the GPU's SMs (kPipeline, kBulk).
   std::array<int8_t, kMaxComm> overlap_with;
+  std::array<TpOverlap, kMaxComm> overlap_kind;
+  std::array<int8_t, kMaxComm> overlap_parts;
+  std::array<int8_t, kMaxComm> overlap_sms;
   int num_work = 0;
   int num_comm = 0;
 
@@ -162,6 +179,9 @@ struct PassWork {
     PTDP_CHECK(num_comm < kMaxComm);
     comm_position[num_comm] = static_cast<int8_t>(num_work);
     overlap_with[num_comm] = -1;
+    overlap_kind[num_comm] = TpOverlap::kPaired;
+    overlap_parts[num_comm] = 1;
+    overlap_sms[num_comm] = 0;
     comm[num_comm++] = c;
   }
   void Append(const PassWork& other);
