@@ -153,9 +153,10 @@ void PrintComparison(const CheckOutcome& o, std::ostream& out) {
   const ReferenceResult& yours = *res.reference;
   if (yours.simulated) {
     const SimulationReport& r = yours.simulated->report;
-    out << fmt::format("  yours: {} per step, {} per GPU, bubble {:.1f}%, MFU {:.1f}%{}\n",
+    out << fmt::format("  yours: {} per step, {} per GPU ({} allocated), bubble {:.1f}%, MFU "
+                       "{:.1f}%{}\n",
                        Seconds(r.step_time_s), Memory(r.peak_memory_bytes, o.unit),
-                       100 * r.bubble_fraction, 100 * r.mfu,
+                       Memory(PeakAllocated(r), o.unit), 100 * r.bubble_fraction, 100 * r.mfu,
                        yours.problem.empty() ? "" : " - DOES NOT FIT: " + yours.problem);
   }
   if (res.plans.empty()) {
@@ -165,8 +166,9 @@ void PrintComparison(const CheckOutcome& o, std::ostream& out) {
     const double factor =
         yours.simulated ? yours.simulated->report.step_time_s / best.report.step_time_s : 0;
     out << fmt::format(
-        "  best:  {} per step, {} per GPU, bubble {:.1f}%, MFU {:.1f}%, with {}{}\n",
+        "  best:  {} per step, {} per GPU ({} allocated), bubble {:.1f}%, MFU {:.1f}%, with {}{}\n",
         Seconds(best.report.step_time_s), Memory(best.report.peak_memory_bytes, o.unit),
+        Memory(PeakAllocated(best.report), o.unit),
         100 * best.report.bubble_fraction, 100 * best.report.mfu, Describe(best.plan.parallel),
         factor > 1.0005 ? fmt::format(" ({:.2f}x faster)", factor) : "");
     out << "         flags: " << MegatronArgsLine(best.plan) << "\n";
@@ -181,12 +183,14 @@ void PrintComparison(const CheckOutcome& o, std::ostream& out) {
   }
 }
 
-// One simulated layout as JSON members: step time, memory, bubble, MFU.
+// One simulated layout as JSON members: step time, memory (the fit verdict's and what PyTorch
+// would count allocated), bubble, MFU.
 std::string SimulatedJson(const SimulationReport& r) {
   return fmt::format(
-      "\"step_time_s\": {}, \"peak_memory_bytes\": {}, \"bubble_fraction\": {}, \"mfu\": {}",
-      JsonNumber(r.step_time_s), JsonNumber(r.peak_memory_bytes), JsonNumber(r.bubble_fraction),
-      JsonNumber(r.mfu));
+      "\"step_time_s\": {}, \"peak_memory_bytes\": {}, \"peak_allocated_bytes\": {}, "
+      "\"bubble_fraction\": {}, \"mfu\": {}",
+      JsonNumber(r.step_time_s), JsonNumber(r.peak_memory_bytes), JsonNumber(PeakAllocated(r)),
+      JsonNumber(r.bubble_fraction), JsonNumber(r.mfu));
 }
 
 // Everything the text report says, as one JSON object (`check --format json`).

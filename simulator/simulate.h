@@ -58,6 +58,11 @@ struct SimulationReport {
   std::string memory_problem;    // "" when every stage fits in the GPU's memory
 };
 
+// The largest stage's allocated peak (StageMemory::allocated_bytes; 0 without stages).
+inline double PeakAllocated(const SimulationReport& r) {
+  return r.memory.stages.empty() ? 0 : r.memory.stages[r.memory.largest_stage].allocated_bytes();
+}
+
 // Requires a plan that passes CheckParallelConfig (violations are InternalErrors). The software
 // behaviour is the plan's `options`.
 SimulationReport SimulatePlan(const Plan& plan);
