@@ -153,11 +153,12 @@ void PrintComparison(const CheckOutcome& o, std::ostream& out) {
   const ReferenceResult& yours = *res.reference;
   if (yours.simulated) {
     const SimulationReport& r = yours.simulated->report;
-    out << fmt::format("  yours: {} per step, {} per GPU ({} allocated), bubble {:.1f}%, MFU "
-                       "{:.1f}%{}\n",
-                       Seconds(r.step_time_s), Memory(r.peak_memory_bytes, o.unit),
-                       Memory(PeakAllocated(r), o.unit), 100 * r.bubble_fraction, 100 * r.mfu,
-                       yours.problem.empty() ? "" : " - DOES NOT FIT: " + yours.problem);
+    out << fmt::format(
+        "  yours: {} per step, {} per GPU ({} allocated), bubble {:.1f}%, MFU "
+        "{:.1f}%{}\n",
+        Seconds(r.step_time_s), Memory(r.peak_memory_bytes, o.unit),
+        Memory(PeakAllocated(r), o.unit), 100 * r.bubble_fraction, 100 * r.mfu,
+        yours.problem.empty() ? "" : " - DOES NOT FIT: " + yours.problem);
   }
   if (res.plans.empty()) {
     out << "  best:  no layout fits (see `ptdp plan --explain`)\n";
@@ -168,8 +169,8 @@ void PrintComparison(const CheckOutcome& o, std::ostream& out) {
     out << fmt::format(
         "  best:  {} per step, {} per GPU ({} allocated), bubble {:.1f}%, MFU {:.1f}%, with {}{}\n",
         Seconds(best.report.step_time_s), Memory(best.report.peak_memory_bytes, o.unit),
-        Memory(PeakAllocated(best.report), o.unit),
-        100 * best.report.bubble_fraction, 100 * best.report.mfu, Describe(best.plan.parallel),
+        Memory(PeakAllocated(best.report), o.unit), 100 * best.report.bubble_fraction,
+        100 * best.report.mfu, Describe(best.plan.parallel),
         factor > 1.0005 ? fmt::format(" ({:.2f}x faster)", factor) : "");
     out << "         flags: " << MegatronArgsLine(best.plan) << "\n";
     if (yours.rank > 0) {

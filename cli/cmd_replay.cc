@@ -244,8 +244,8 @@ int ReplayFunctionalTests(const Flags& flags, const std::string& file, std::ostr
   {
     ProgressLine progress(err, "ptdp replay");
     for (const FunctionalTestRow& r : rows) {
-      progress.Update(fmt::format("reading case {} of {}: {} ({})", cases.size() + 1,
-                                  rows.size(), r.case_name, r.gpu));
+      progress.Update(fmt::format("reading case {} of {}: {} ({})", cases.size() + 1, rows.size(),
+                                  r.case_name, r.gpu));
       const std::string path = commands + "/" + r.case_name + ".sh";
       std::string text;
       try {
@@ -272,8 +272,8 @@ int ReplayFunctionalTests(const Flags& flags, const std::string& file, std::ostr
         if (t.row.gpu == gpu && !t.row.test_half) fit_half.push_back(t);
       }
       ProgressLine progress(err, "ptdp replay --fit");
-      progress.Update(fmt::format("fitting the host costs of {} on {} cases", cluster.name,
-                                  fit_half.size()));
+      progress.Update(
+          fmt::format("fitting the host costs of {} on {} cases", cluster.name, fit_half.size()));
       const HostFit fit = FitFunctionalTestsHost(cluster, fit_half);
       out << fmt::format(
           "{}: host costs fitted on the {} timed cases of the fit half ({} evaluations): "
@@ -315,23 +315,25 @@ int RunReplay(const Flags& flags, std::ostream& out, std::ostream& err) {
                  "ground-truth file ending in .csv");
     }
   }
-  for (const char* flag : {"commands", "gpu"}) {
-    if (flags.Has(flag) && (datasets.size() != 1 || !(datasets[0] == "megatron-functional-tests" ||
-                                                      datasets[0].ends_with(".tsv")))) {
-      flags.Fail(flag, "applies to --dataset megatron-functional-tests only");
+  const auto functional_tests = [](const std::string& d) {
+    return d == "megatron-functional-tests" || d.ends_with(".tsv");
+  };
+  if (std::any_of(datasets.begin(), datasets.end(), functional_tests)) {
+    if (datasets.size() > 1) {
+      flags.Fail("dataset", "replay megatron-functional-tests on its own");
     }
-  }
-  if (datasets.size() == 1 &&
-      (datasets[0] == "megatron-functional-tests" || datasets[0].ends_with(".tsv"))) {
-    for (const char* flag : {"svg", "plan", "fit-releases", "attention-backend"}) {
-      if (flags.Has(flag) && (std::string_view(flag) != "plan" || flags.Switch("plan"))) {
-        flags.Fail(flag, "does not apply to megatron-functional-tests");
-      }
+    // Each case runs on the profile of the GPU it was measured on (its `gpu` column).
+    for (const char* flag : {"svg", "fit-releases", "attention-backend", "cluster"}) {
+      if (flags.Has(flag)) flags.Fail(flag, "does not apply to megatron-functional-tests");
     }
+    if (flags.Switch("plan")) flags.Fail("plan", "does not apply to megatron-functional-tests");
     const std::string file = datasets[0] == "megatron-functional-tests"
                                  ? std::string(kFunctionalTestsFile)
                                  : datasets[0];
     return ReplayFunctionalTests(flags, file, out, err);
+  }
+  for (const char* flag : {"commands", "gpu"}) {
+    if (flags.Has(flag)) flags.Fail(flag, "applies to --dataset megatron-functional-tests only");
   }
   if (narayanan) {
     if (flags.Has("svg")) flags.Fail("svg", "applies to CSV datasets only");
@@ -378,7 +380,8 @@ const Command kReplayCommand{
         "percentage error overall, per model size and per layout family, the\nworst rows with "
         "their breakdown and the rows ptdp rejects or that exceed memory; --svg writes a\n"
         "scatter plot; --fit first fits the profile's free constants on the (single-node) rows.\n"
-        "megatron-functional-tests: Megatron-LM's functional tests, each test case's command read as\n"
+        "megatron-functional-tests: Megatron-LM's functional tests, each test case's command read "
+        "as\n"
         "`check` reads it and simulated on the DGX it ran on; the last stage's memory against the\n"
         "peak PyTorch allocated there, and the step time, for the fit half (in-sample) and the\n"
         "test half; --fit first fits each GPU's host costs on the fit half.",

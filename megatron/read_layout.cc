@@ -433,8 +433,7 @@ void ReadCostOptions(Reader& r, MegatronCommand& c) {
           "is enabled",
           "add --sequence-parallel");
   }
-  if (auto config = c.environment.find("CUBLAS_WORKSPACE_CONFIG");
-      config != c.environment.end()) {
+  if (auto config = c.environment.find("CUBLAS_WORKSPACE_CONFIG"); config != c.environment.end()) {
     o.cublas_workspace_bytes = CublasWorkspaceConfigBytes(config->second);
   }
 }
@@ -457,7 +456,10 @@ int64_t CublasWorkspaceConfigBytes(std::string_view config) {
     };
     int64_t size = 0, count = 0;
     if (digits(size) && i < config.size() && config[i] == ':' && (++i, digits(count))) {
-      total += size * 1024 * count;
+      // In double, capped far past any GPU's memory (12 digits each would overflow 64 bits).
+      total = static_cast<int64_t>(
+          std::min(0x1p50, static_cast<double>(total) +
+                               1024.0 * static_cast<double>(size) * static_cast<double>(count)));
       any = true;
       at = i;
     } else {

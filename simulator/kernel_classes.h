@@ -1,7 +1,7 @@
 // The simulator's kernel time by class, per pipeline stage and step, for `ptdp validate`'s rows
-// against the executor's measured kernel classes (executor/backend/kernel_clock.h): the cost model's
-// kernels (layer_work.h) of every micro-batch through the stage's chunks, timed one by one from
-// the profile (KernelTimer) and summed by kind:
+// against the executor's measured kernel classes (executor/backend/kernel_clock.h): the cost
+// model's kernels (layer_work.h) of every micro-batch through the stage's chunks, timed one by one
+// from the profile (KernelTimer) and summed by kind:
 //   gemm:         matrix products (kGemm, the MoE experts' grouped GEMMs, Mamba's scan);
 //   attention:    the core attention (Work::core_attention: flash-style kernels, or every
 //                 kernel of the unfused path, its batched GEMMs and softmax included, as the

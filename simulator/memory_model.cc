@@ -253,18 +253,25 @@ double EmbeddingActivationBytes(const ModelSpec& m, const ParallelConfig& p) {
          (sp ? p.tp : 1);
 }
 
+namespace {
+// One micro-batch's tokens on this GPU (s / cp x b) and its logits there (x V / t).
+double MicroBatchTokens(const ModelSpec& m, const ParallelConfig& p) {
+  return static_cast<double>(m.seq_length) / p.cp * p.micro_batch_size;
+}
+double MicroBatchLogits(const ModelSpec& m, const ParallelConfig& p) {
+  return MicroBatchTokens(m, p) * (static_cast<double>(PaddedVocabSize(m, p.tp)) / p.tp);
+}
+}  // namespace
+
 double OutputActivationBytes(const ModelSpec& m, const ParallelConfig& p, Precision precision) {
   const bool sp = p.sequence_parallel && p.tp > 1;
-  const double sb = static_cast<double>(m.seq_length) / p.cp * p.micro_batch_size;
-  const double vocab_t = static_cast<double>(PaddedVocabSize(m, p.tp)) / p.tp;
-  return 2.0 * BytesPerElement(precision) * sb * m.hidden_size / (sp ? p.tp : 1) + 4 * sb * vocab_t;
+  return 2.0 * BytesPerElement(precision) * MicroBatchTokens(m, p) * m.hidden_size /
+             (sp ? p.tp : 1) +
+         4 * MicroBatchLogits(m, p);
 }
 
 double OutputTransientBytes(const ModelSpec& m, const ParallelConfig& p, Precision precision) {
-  if (precision == Precision::kFp32) return 0;
-  const double sb = static_cast<double>(m.seq_length) / p.cp * p.micro_batch_size;
-  const double vocab_t = static_cast<double>(PaddedVocabSize(m, p.tp)) / p.tp;
-  return 2 * sb * vocab_t;
+  return precision == Precision::kFp32 ? 0 : 2 * MicroBatchLogits(m, p);
 }
 
 double WorkspaceBytes(double cc, const CostOptions& options) {
@@ -357,8 +364,8 @@ struct StageMemoryModel {
   double mtp_act = 0;        // the MTP layers' activations, with their output layers'
   const double embedding_act, output_act, output_transient;
   const double reserved, workspace, fragmentation;  // fragmentation: of what is used
-  const double ebytes, grad_bytes;       // a weight's and a gradient's bytes
-  const bool uniform;                    // every chunk's layers are the first's (UniformChunks)
+  const double ebytes, grad_bytes;                  // a weight's and a gradient's bytes
+  const bool uniform;  // every chunk's layers are the first's (UniformChunks)
   const int64_t microbatches;
   const int kind_end;  // the layer kinds are [0, kind_end)
 };

@@ -135,9 +135,9 @@ struct StageMemory {
   // Megatron-FSDP optim_grads_params: the unsharded parameters of the layers gathered at once
   // (the running one and the prefetched one) and one layer's unsharded gradients; else 0.
   double fsdp_buffer_bytes = 0;
-  int in_flight = 0;          // micro-batch chunks held at once (from the schedule)
-  double workspace_bytes = 0;  // cuBLAS workspaces (WorkspaceBytes)
-  double reserved_bytes = 0;  // profile: outside PyTorch's allocator (CUDA context, NCCL)
+  int in_flight = 0;               // micro-batch chunks held at once (from the schedule)
+  double workspace_bytes = 0;      // cuBLAS workspaces (WorkspaceBytes)
+  double reserved_bytes = 0;       // profile: outside PyTorch's allocator (CUDA context, NCCL)
   double fragmentation_bytes = 0;  // what PyTorch's caching allocator reserves beyond the above
   double peak_bytes = 0;           // everything above: what the fit verdict reads
   // What torch.cuda.max_memory_allocated would count: the peak less the allocator's and the

@@ -13,18 +13,12 @@
 #include "core/text.h"
 #include "executor/backend/measure.h"
 #include "simulator/kernel_classes.h"
+#include "validation/stats.h"
 
 namespace ptdp {
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t h = v.size() / 2;
-  return v.size() % 2 == 1 ? v[h] : 0.5 * (v[h - 1] + v[h]);
-}
 
 std::string Megabytes(double bytes) { return fmt::format("{:.2f} MB", bytes / 1e6); }
 

@@ -13,13 +13,21 @@
 #include "planner/check.h"
 #include "simulator/simulate.h"
 #include "validation/pattern_search.h"
+#include "validation/stats.h"
 
 namespace ptdp {
 namespace {
 
-constexpr std::array<std::string_view, 10> kColumns = {
-    "case",             "model_dir", "gpu",   "gpus",      "allocated_bytes", "max_allocated_bytes",
-    "iteration_time_s", "steps",     "gpus_from", "half"};
+constexpr std::array<std::string_view, 10> kColumns = {"case",
+                                                       "model_dir",
+                                                       "gpu",
+                                                       "gpus",
+                                                       "allocated_bytes",
+                                                       "max_allocated_bytes",
+                                                       "iteration_time_s",
+                                                       "steps",
+                                                       "gpus_from",
+                                                       "half"};
 
 std::vector<std::string_view> SplitTabs(std::string_view line) {
   std::vector<std::string_view> out;
@@ -62,7 +70,8 @@ std::vector<FunctionalTestRow> ParseFunctionalTestsTsv(std::string_view text,
   if (!IsFunctionalTestsTsv(text)) {
     throw InputError({source, 1, ""},
                      "not a functional-tests golden-values file: its first line must be the "
-                     "header " + HeaderLine(),
+                     "header " +
+                         HeaderLine(),
                      "scripts/functional_tests_golden.py writes it");
   }
   std::vector<FunctionalTestRow> rows;
@@ -77,9 +86,9 @@ std::vector<FunctionalTestRow> ParseFunctionalTestsTsv(std::string_view text,
     if (line.empty()) continue;
     const std::vector<std::string_view> f = SplitTabs(line);
     if (f.size() != kColumns.size()) {
-      throw InputError({source, line_no, ""},
-                       fmt::format("expected {} tab-separated fields, got {}", kColumns.size(),
-                                   f.size()));
+      throw InputError(
+          {source, line_no, ""},
+          fmt::format("expected {} tab-separated fields, got {}", kColumns.size(), f.size()));
     }
     FunctionalTestRow r;
     r.line = line_no;
@@ -95,9 +104,9 @@ std::vector<FunctionalTestRow> ParseFunctionalTestsTsv(std::string_view text,
     r.allocated_bytes = Number(f[4], source, line_no, "allocated_bytes");
     r.max_allocated_bytes = Number(f[5], source, line_no, "max_allocated_bytes");
     if (r.allocated_bytes <= 0 || r.max_allocated_bytes <= 0) {
-      throw InputError({source, line_no, r.allocated_bytes <= 0 ? "allocated_bytes"
-                                                                 : "max_allocated_bytes"},
-                       "must be positive");
+      throw InputError(
+          {source, line_no, r.allocated_bytes <= 0 ? "allocated_bytes" : "max_allocated_bytes"},
+          "must be positive");
     }
     r.iteration_time_s = Number(f[6], source, line_no, "iteration_time_s", true);
     r.steps = static_cast<int>(Number(f[7], source, line_no, "steps"));
@@ -129,8 +138,8 @@ FunctionalTestCase ReadFunctionalTest(const FunctionalTestRow& row, std::string_
   }
   const MegatronCommand& c = report.command;
   for (const MegatronFinding& f : c.findings) {
-    out.not_modelled += f.severity == MegatronFinding::Severity::kWarning &&
-                        f.message.starts_with("not simulated");
+    out.not_modelled +=
+        f.severity == MegatronFinding::Severity::kWarning && f.message.starts_with("not simulated");
   }
   if (!c.model_complete) {
     out.not_simulated = "the command does not give the whole model";
@@ -168,7 +177,7 @@ FunctionalTestResult ReplayFunctionalTest(const FunctionalTestCase& test,
   const SimulationReport sim = SimulatePlan(plan);
   const StageMemory& last = sim.memory.stages.back();
   out.predicted_total_bytes = last.peak_bytes;
-  out.predicted_peak_bytes = last.peak_bytes - last.reserved_bytes - last.fragmentation_bytes;
+  out.predicted_peak_bytes = last.allocated_bytes();
   out.predicted_allocated_bytes =
       last.weights_bytes + last.gradients_bytes + last.optimizer_bytes + last.workspace_bytes;
   out.fits = sim.memory_problem.empty();
@@ -187,8 +196,8 @@ HostFit FitFunctionalTestsHost(const ClusterSpec& cluster,
   // Integer grid units, so the search is exact and its result reproducible.
   constexpr double kUnit[3] = {0.25e-6, 10e-6, 100e-6};
   // The per-micro-batch cost stays 0 (its bound): see the declaration.
-  constexpr int kHigh[3] = {4000, 0, 10000};  // 1 ms, 0, 1 s
-  std::array<int, 3> at = {80, 0, 100};           // 20 us, 0, 10 ms
+  constexpr std::array<int, 3> kHigh = {4000, 0, 10000};  // 1 ms, 0, 1 s
+  std::array<int, 3> at = {80, 0, 100};                   // 20 us, 0, 10 ms
   HostFit fit;
   fit.cases = static_cast<int>(timed.size());
   const auto host_at = [&](const std::array<int, 3>& x) {
@@ -206,8 +215,7 @@ HostFit FitFunctionalTestsHost(const ClusterSpec& cluster,
     }
     return timed.empty() ? 0 : sum / static_cast<double>(timed.size());
   };
-  const double best =
-      PatternSearch(at, {32, 32, 32}, {0, 0, 0}, {kHigh[0], kHigh[1], kHigh[2]}, evaluate);
+  const double best = PatternSearch(at, {32, 32, 32}, {0, 0, 0}, kHigh, evaluate);
   fit.host = host_at(at);
   fit.mape = best;
   return fit;
@@ -224,13 +232,6 @@ double Mean(const std::vector<double>& v, bool absolute) {
   double sum = 0;
   for (double x : v) sum += absolute ? std::abs(x) : x;
   return v.empty() ? 0 : sum / static_cast<double>(v.size());
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 std::string Percent(double x) { return fmt::format("{:+.1f}%", 100 * x); }
@@ -270,10 +271,9 @@ std::string FunctionalTestsMarkdown(std::span<const FunctionalTestResult> result
   for (const auto& [key, s] : by) {
     out += fmt::format(
         "| {} | {} | {} | {:.1f}% | {} | {} | {:.1f}% | {} | {} | {} | {} | {} | {} | {} |\n",
-        key.first,
-        key.second ? "test (out-of-sample)" : "fit (in-sample)", s.cases,
-        100 * Mean(s.peak, true), Percent(Median(s.peak)), s.beyond,
-        100 * Mean(s.allocated, true), Percent(Median(s.allocated)), s.not_fit, s.time.size(),
+        key.first, key.second ? "test (out-of-sample)" : "fit (in-sample)", s.cases,
+        100 * Mean(s.peak, true), Percent(Median(s.peak)), s.beyond, 100 * Mean(s.allocated, true),
+        Percent(Median(s.allocated)), s.not_fit, s.time.size(),
         s.time.empty() ? "-" : fmt::format("{:.1f}%", 100 * Mean(s.time, true)),
         s.time.empty() ? "-" : Percent(Median(s.time)), s.dense_time.size(),
         s.dense_time.empty() ? "-" : fmt::format("{:.1f}%", 100 * Mean(s.dense_time, true)));
@@ -292,9 +292,9 @@ std::string FunctionalTestsMarkdown(std::span<const FunctionalTestResult> result
         "{} | {} |\n",
         r.row.case_name, r.row.gpu, r.row.gpus, r.row.test_half ? "test" : "fit", Cell(r.layout),
         r.not_modelled, r.row.max_allocated_bytes / kGiB, r.predicted_peak_bytes / kGiB,
-        Percent(r.peak_error()), r.row.allocated_bytes / kGiB,
-        r.predicted_allocated_bytes / kGiB, Percent(r.allocated_error()),
-        r.fits ? "yes" : "**no**", timed ? fmt::format("{:.3f}", r.row.iteration_time_s) : "-",
+        Percent(r.peak_error()), r.row.allocated_bytes / kGiB, r.predicted_allocated_bytes / kGiB,
+        Percent(r.allocated_error()), r.fits ? "yes" : "**no**",
+        timed ? fmt::format("{:.3f}", r.row.iteration_time_s) : "-",
         fmt::format("{:.3f}", r.predicted_step_s), timed ? Percent(r.time_error()) : "-");
   }
   std::string skipped;

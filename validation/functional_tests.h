@@ -28,7 +28,7 @@ namespace ptdp {
 
 // One row of golden.tsv.
 struct FunctionalTestRow {
-  int line = 0;  // 1-based, in its file
+  int line = 0;                           // 1-based, in its file
   std::string case_name, model_dir, gpu;  // gpu: "h100" | "a100"
   int64_t gpus = 0;
   double allocated_bytes = 0, max_allocated_bytes = 0;
@@ -49,9 +49,9 @@ std::vector<FunctionalTestRow> ParseFunctionalTestsTsv(std::string_view text,
 
 struct FunctionalTestResult {
   FunctionalTestRow row;
-  std::string not_simulated;  // why the case was not simulated; "" when it was
-  std::string layout;         // the layout read from the command
-  int not_modelled = 0;       // flags `check` says it does not simulate
+  std::string not_simulated;             // why the case was not simulated; "" when it was
+  std::string layout;                    // the layout read from the command
+  int not_modelled = 0;                  // flags `check` says it does not simulate
   double predicted_peak_bytes = 0;       // peak allocated (see above)
   double predicted_allocated_bytes = 0;  // after the step
   double predicted_total_bytes = 0;      // with the allowance: what the fit verdict reads

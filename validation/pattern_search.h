@@ -13,8 +13,8 @@ namespace ptdp {
 
 // Leaves the best point in `at` and returns its cost.
 template <std::size_t N, class Cost>
-double PatternSearch(std::array<int, N>& at, std::array<int, N> step,
-                     const std::array<int, N>& low, const std::array<int, N>& high, Cost cost) {
+double PatternSearch(std::array<int, N>& at, std::array<int, N> step, const std::array<int, N>& low,
+                     const std::array<int, N>& high, Cost cost) {
   double best = cost(at);
   while (true) {
     bool improved = false;

@@ -272,17 +272,15 @@ VtrainFit FitVtrain(const ClusterSpec& cluster, std::span<const VtrainRow> rows)
   // Integer grid units, so the search is exact and its result reproducible: memory efficiency
   // in 0.005, the launch cost in 0.25 us, the micro-batch overhead in 10 us.
   constexpr double kUnit[3] = {0.005, 0.25e-6, 10e-6};
-  constexpr int kLow[3] = {60, 0, 0};           // 0.3, 0 us, 0 us
-  constexpr int kHigh[3] = {180, 4000, 10000};  // 0.9, 1 ms, 100 ms
-  std::array<int, 3> at = {160, 160, 100};     // 0.8, 40 us, 1 ms
+  constexpr std::array<int, 3> kLow = {60, 0, 0};           // 0.3, 0 us, 0 us
+  constexpr std::array<int, 3> kHigh = {180, 4000, 10000};  // 0.9, 1 ms, 100 ms
+  std::array<int, 3> at = {160, 160, 100};                  // 0.8, 40 us, 1 ms
   VtrainFit fit;
-  const double best = PatternSearch(
-      at, {8, 32, 32}, {kLow[0], kLow[1], kLow[2]}, {kHigh[0], kHigh[1], kHigh[2]},
-      [&](const std::array<int, 3>& x) {
-        ++fit.evaluations;
-        const VtrainFit f{x[0] * kUnit[0], x[1] * kUnit[1], x[2] * kUnit[2]};
-        return VtrainMape(ReplayVtrain(WithVtrainFit(cluster, f), rows));
-      });
+  const double best = PatternSearch(at, {8, 32, 32}, kLow, kHigh, [&](const std::array<int, 3>& x) {
+    ++fit.evaluations;
+    const VtrainFit f{x[0] * kUnit[0], x[1] * kUnit[1], x[2] * kUnit[2]};
+    return VtrainMape(ReplayVtrain(WithVtrainFit(cluster, f), rows));
+  });
   fit.memory_efficiency = at[0] * kUnit[0];
   fit.kernel_launch_s = at[1] * kUnit[1];
   fit.microbatch_overhead_s = at[2] * kUnit[2];

@@ -1432,6 +1432,32 @@ TEST(CliModern, ReplaysTheMegatronBridgeRuns) {
   EXPECT_EQ(r.code, kExitBadInput);
 }
 
+TEST(CliModern, ReplaysMegatronsFunctionalTests) {
+  const std::string root = std::string(PTDP_TEST_FIXTURES) + "/../..";
+  const std::string file = root + "/results/validation/megatron-functional-tests/golden.tsv";
+  const std::string commands = root + "/tests/fixtures/megatron_corpus/functional-tests";
+  Result r = Cli({"replay", "--dataset", file, "--commands", commands, "--gpu", "h100"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_NE(r.out.find("| h100 | test (out-of-sample) |"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("| a100 |"), std::string::npos);
+  // Each case runs on the profile of the GPU it was measured on: --cluster is refused, not
+  // ignored; so are other datasets beside it and its own flags elsewhere.
+  r = Cli({"replay", "--dataset", file, "--commands", commands, "--cluster", "dgx-h100"});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_NE(r.err.find("--cluster: does not apply to megatron-functional-tests"), std::string::npos)
+      << r.err;
+  r = Cli({"replay", "--dataset", file, "--dataset", "x.csv"});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_NE(r.err.find("on its own"), std::string::npos) << r.err;
+  r = Cli({"replay", "--gpu", "h100"});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_NE(r.err.find("--gpu: applies to --dataset megatron-functional-tests only"),
+            std::string::npos)
+      << r.err;
+  r = Cli({"replay", "--dataset", file, "--commands", commands, "--gpu", "b200"});
+  EXPECT_EQ(r.code, kExitBadInput);
+}
+
 }  // namespace
 }  // namespace ptdp::cli
 

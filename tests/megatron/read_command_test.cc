@@ -290,8 +290,8 @@ TEST(MegatronArgs, GradientBytesFromTheirFlags) {
   c = ReadMegatronCommand(std::string(kSmallGpt) + " --grad-reduce-in-bf16", "cmd");
   EXPECT_TRUE(c.options.grad_reduce_in_bf16);
   EXPECT_EQ(GradientBytes(c.training.precision, c.options), 2);
-  EXPECT_TRUE(std::count(c.simulated_flags.begin(), c.simulated_flags.end(),
-                         "--grad-reduce-in-bf16"));
+  EXPECT_TRUE(
+      std::count(c.simulated_flags.begin(), c.simulated_flags.end(), "--grad-reduce-in-bf16"));
   // Written back for a plan that has it.
   ResolveWorldSize(c, 8);
   const Plan plan{.model = c.model,
@@ -310,12 +310,21 @@ TEST(MegatronArgs, GradientBytesFromTheirFlags) {
   EXPECT_EQ(GradientBytes(c.training.precision, c.options), 4);
 }
 
+// The workspace bytes a launch with CUBLAS_WORKSPACE_CONFIG=`config` gives.
+int64_t CublasWorkspaceBytesOf(const std::string& config) {
+  return ReadMegatronCommand("export CUBLAS_WORKSPACE_CONFIG=" + config + "\n" + kSmallGpt, "cmd")
+      .options.cublas_workspace_bytes;
+}
+
 TEST(MegatronArgs, TheLaunchsCublasWorkspaceConfig) {
   EXPECT_EQ(ReadMegatronCommand(kSmallGpt, "cmd").options.cublas_workspace_bytes, -1);
-  const MegatronCommand c =
-      ReadMegatronCommand(std::string("export CUBLAS_WORKSPACE_CONFIG=:4096:8\n") + kSmallGpt,
-                          "cmd");
+  const MegatronCommand c = ReadMegatronCommand(
+      std::string("export CUBLAS_WORKSPACE_CONFIG=:4096:8\n") + kSmallGpt, "cmd");
   EXPECT_EQ(c.options.cublas_workspace_bytes, 4096 * 8 * 1024);
+  // PyTorch's default layout of pairs; sizes past any GPU saturate rather than overflow.
+  EXPECT_EQ(CublasWorkspaceBytesOf(":4096:2:16:8"), (4096 * 2 + 16 * 8) * 1024);
+  EXPECT_EQ(CublasWorkspaceBytesOf(":999999999999:999999999999"), int64_t{1} << 50);
+  EXPECT_EQ(CublasWorkspaceBytesOf("4096"), -1);  // no pair: PyTorch keeps its default
 }
 
 TEST(MegatronArgs, LocalTransformerImplementationRunsUnfusedAttention) {
@@ -324,8 +333,7 @@ TEST(MegatronArgs, LocalTransformerImplementationRunsUnfusedAttention) {
       std::string(kSmallGpt) + " --transformer-impl local --attention-backend flash", "cmd");
   EXPECT_EQ(c.options.attention, AttentionBackend::kUnfused);
   EXPECT_EQ(FindingFor(c, "--transformer-impl"), nullptr);  // read, not "not simulated"
-  c = ReadMegatronCommand(std::string(kSmallGpt) + " --transformer-impl transformer_engine",
-                          "cmd");
+  c = ReadMegatronCommand(std::string(kSmallGpt) + " --transformer-impl transformer_engine", "cmd");
   EXPECT_EQ(c.options.attention, AttentionBackend::kFlash);
   EXPECT_EQ(FindingFor(c, "--transformer-impl"), nullptr);
   c = ReadMegatronCommand(std::string(kSmallGpt) + " --transformer-impl inference_optimized",

@@ -183,9 +183,9 @@ TEST(OutputLayer, TheLossHoldsThe16BitLogitsBesideTheirFp32Copy) {
   const MemoryEstimate est =
       EstimateMemory(m, c, t, q, InFlightPerStage(MakeSchedule(Schedule::k1F1B, 2, 8, 1)), {});
   const double layers = m.num_layers / 2 * LayerActivationBytes(m, q, t.precision, {});
-  EXPECT_DOUBLE_EQ(est.stages[1].activations_bytes,
-                   layers + OutputActivationBytes(m, q, t.precision) +
-                       OutputTransientBytes(m, q, t.precision));
+  EXPECT_DOUBLE_EQ(
+      est.stages[1].activations_bytes,
+      layers + OutputActivationBytes(m, q, t.precision) + OutputTransientBytes(m, q, t.precision));
 }
 
 TEST(Parameters, PerLayerMatchesCoreCountsAndShardsByTp) {

@@ -38,10 +38,11 @@ std::string ReadAll(const std::string& path) {
 }
 
 TEST(FunctionalTestsTsv, ReadsRowsAndRefusesWhatItCannotRead) {
-  const std::vector<FunctionalTestRow> rows = ParseFunctionalTestsTsv(
-      kHeader + "a\tgpt\th100\t8\t100\t200\t0.5\t50\th100-recipe\ttest\n"
-                "b\tmoe\ta100\t4\t1e9\t2e9\t\t6\tdefault\tfit\n",
-      "g.tsv");
+  const std::vector<FunctionalTestRow> rows =
+      ParseFunctionalTestsTsv(kHeader +
+                                  "a\tgpt\th100\t8\t100\t200\t0.5\t50\th100-recipe\ttest\n"
+                                  "b\tmoe\ta100\t4\t1e9\t2e9\t\t6\tdefault\tfit\n",
+                              "g.tsv");
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[0].line, 2);
   EXPECT_EQ(rows[0].case_name, "a");
