@@ -82,9 +82,9 @@ struct HostSpec {
   // schedule's bookkeeping, fetching and broadcasting the batch, the loss), during which the
   // GPU of that stage waits.
   double microbatch_overhead_s = 0;
-  // Host time of one optimizer step beyond its kernels' GPU time (launching the multi-tensor
-  // Adam, gradient-norm and copy kernels, the loss-scale and NaN checks), once per step on every
-  // GPU.
+  // Host time of one optimizer step (launching the multi-tensor Adam, gradient-norm and copy
+  // kernels, the loss-scale and NaN checks, logging), once per step on every GPU; it runs beside
+  // those kernels, so the step takes the longer of the two (cost_model.cc StageCostsOf).
   double optimizer_step_s = 0;
 
   bool operator==(const HostSpec&) const = default;

@@ -1072,14 +1072,17 @@ inline StageCosts StageCostsOf(const Evaluation& ev, const PerStage& k,
   DataParallelSync(ev, k, sp, st);
   const double shard = k.shard_optimizer ? static_cast<double>(p.dp_cp()) : 1;
   const double expert_shard = k.shard_optimizer ? static_cast<double>(p.expert_dp()) : 1;
-  st.optimizer_s = MemoryTime(c.gpu, (params / shard + experts / expert_shard) * k.opt_bytes) +
-                   c.host.optimizer_step_s;
+  st.optimizer_s = MemoryTime(c.gpu, (params / shard + experts / expert_shard) * k.opt_bytes);
   if (sp.fp8_weights > 0) {
     // The FP8 weight copies and their transposes, cast once per step (read e, write 1 + 1;
     // current scaling reads the weights once more for their amax).
     const double passes = ev.training.fp8_recipe == Fp8Recipe::kDelayed ? 1 : 2;
     st.optimizer_s += MemoryTime(c.gpu, sp.fp8_weights * (passes * ev.ebytes + 2));
   }
+  // The host's time for the step (host.optimizer_step_us: launching the optimizer's kernels,
+  // the gradient norm and inf checks, logging) runs beside the kernels it launches, as a pass's
+  // launches do (Times): the step takes the longer of the two.
+  st.optimizer_s = std::max(st.optimizer_s, c.host.optimizer_step_s);
   st.overlap_grad_sync = options.overlap_grad_reduce && st.dp_grad_sync_s > 0;
   if (st.overlap_grad_sync) {
     st.dp_buckets = std::max(1, static_cast<int>(std::ceil((params + experts) / v / k.bucket)));

@@ -30,8 +30,8 @@
 // group, in --ddp-bucket-size buckets per chunk with --overlap-grad-reduce, the gather partly
 // hidden behind the next forward with --overlap-param-gather; the tied-embedding all-reduce
 // between first and last stage (pp > 1); the optimizer update (memory-bound, over the stage's
-// parameters or their 1/dp shard, plus the profile's host.optimizer_step_us and fp8's weight
-// casts); static_bytes from memory_model.h without activations.
+// parameters or their 1/dp shard and fp8's weight casts, or the profile's host.optimizer_step_us
+// where the host takes longer); static_bytes from memory_model.h without activations.
 #pragma once
 
 #include <cstdint>

@@ -92,6 +92,7 @@ TEST(EstimateStep, OverlappedSendsAppearAsTransfers) {
 
 TEST(EstimateStep, DataParallelReductionEmbeddingSyncAndOptimizer) {
   Config s;
+  s.cluster.host = HostSpec{};  // the optimizer's kernels alone (the host's share: below)
   const StepEstimate plain = EstimateStep(s.model, s.cluster, s.training, s.parallel);
   s.parallel.distributed_optimizer = true;
   const StepEstimate dist = EstimateStep(s.model, s.cluster, s.training, s.parallel);
@@ -109,6 +110,16 @@ TEST(EstimateStep, DataParallelReductionEmbeddingSyncAndOptimizer) {
   EXPECT_NEAR(dmid.dp_param_gather_s,
               CollectiveTime(s.cluster, Collective::kAllGather, params * 2, dp), 1e-12);
   EXPECT_NEAR(dmid.optimizer_s * 4, mid.optimizer_s, mid.optimizer_s * 1e-12);  // 1/dp shard
+  // The host's step time runs beside those kernels: only where it is longer does it count.
+  Config h = s;
+  h.parallel.distributed_optimizer = true;
+  h.cluster.host.optimizer_step_s = 0.5 * (dmid.optimizer_s + mid.optimizer_s);
+  const StepEstimate hosted = EstimateStep(h.model, h.cluster, h.training, h.parallel);
+  EXPECT_DOUBLE_EQ(hosted.costs.stages[3].optimizer_s, h.cluster.host.optimizer_step_s);
+  h.parallel.distributed_optimizer = false;
+  EXPECT_DOUBLE_EQ(
+      EstimateStep(h.model, h.cluster, h.training, h.parallel).costs.stages[3].optimizer_s,
+      mid.optimizer_s);
   // bf16 Adam: 2 + 4 + 12 bytes per parameter, plus the reserved bytes.
   EXPECT_DOUBLE_EQ(mid.static_bytes, 18 * params + s.cluster.gpu.reserved_bytes);
   // Tied embeddings with pp > 1: first and last stage all-reduce the embedding's gradient.
