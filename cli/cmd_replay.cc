@@ -33,7 +33,8 @@ void AddReplayOptions(po::options_description& o) {
   o.add_options()("dataset", po::value<std::vector<std::string>>()->composing()->value_name("D"),
                   "narayanan2021 (Narayanan et al. 2021, Table 1; the default), a vTrain "
                   "ground-truth CSV file (repeat for several), the Megatron-Bridge H100 "
-                  "file (results/validation/megatron-bridge/h100_pretrain.csv), or "
+                  "file (results/validation/megatron-bridge/h100_pretrain.csv) or a file in its "
+                  "format (results/validation/dgxc-benchmarking/h100_nemo2409.csv), or "
                   "megatron-functional-tests (Megatron-LM's functional tests' measured memory "
                   "and iteration time: results/validation/megatron-functional-tests/golden.tsv, "
                   "or a file in its format)")(
@@ -59,7 +60,8 @@ void AddReplayOptions(po::options_description& o) {
       "fit", po::bool_switch(),
       "CSV datasets: fit the profile's free constants on part of the rows and replay with them: "
       "vTrain files, memory efficiency, kernel launch cost and micro-batch overhead on single-"
-      "node files only; Megatron-Bridge, the FP8 GEMM level on --fit-releases; "
+      "node files only; Megatron-Bridge, the FP8 GEMM level on --fit-releases, or the BF16 "
+      "GEMM level on the rows marked [bf16 level fit row] where a file has them; "
       "megatron-functional-tests, each GPU's host costs (kernel launch, per micro-batch, per "
       "step) on the fit half");
 }
@@ -196,23 +198,29 @@ int ReplayBridgeFile(const Flags& flags, const std::string& file, std::ostream& 
   // The fit set: fitted here with --fit, else the releases the shipped H100 / H200 profiles'
   // FP8 level was fitted on (the same default, the oldest release).
   const std::vector<std::string> fitted = releases;
+  const bool bf16_fit = HasBf16FitRows(rows);
+  if (bf16_fit && flags.Has("fit-releases")) {
+    flags.Fail("fit-releases", fmt::format("{} marks its own fit rows ([bf16 level fit row])", file));
+  }
   if (flags.Switch("fit")) {
     const BridgeFit fit = FitBridge(cluster, rows, releases, attention);
+    const auto& table = fit.bf16 ? cluster.gpu.gemm_efficiency : cluster.gpu.gemm_efficiency_fp8;
+    double best = 0;
+    for (const GemmEfficiencyPoint& p : table) best = std::max(best, p.efficiency);
     out << fmt::format(
-        "Fitted on {} simulated rows of release{} {} (dense, without context parallelism): the "
-        "FP8 GEMM table of {} scaled by {:g} "
-        "(its largest efficiency {:.3f}); mean |error| {:.2f}% on those rows.\n\n",
-        fit.rows, releases.size() > 1 ? "s" : "", fmt::join(releases, ", "), cluster.name,
-        fit.fp8_gemm_scale,
-        [&] {
-          double best = 0;
-          for (const GemmEfficiencyPoint& p : cluster.gpu.gemm_efficiency_fp8) {
-            best = std::max(best, p.efficiency);
-          }
-          return std::min(1.0, best * fit.fp8_gemm_scale);
-        }(),
-        100 * fit.mape);
-    replayed = WithFp8GemmScale(cluster, fit.fp8_gemm_scale);
+        "Fitted on {} simulated rows ({}): the {} GEMM table of {} scaled by {:g} (its largest "
+        "efficiency {:.3f}); mean |error| {:.2f}% on those rows.\n\n",
+        fit.rows,
+        fit.bf16 ? "those marked [bf16 level fit row]"
+                 : fmt::format("release{} {}, dense, without context parallelism",
+                               releases.size() > 1 ? "s" : "", fmt::join(releases, ", ")),
+        fit.bf16 ? "BF16" : "FP8", cluster.name, fit.gemm_scale,
+        std::min(1.0, best * fit.gemm_scale), 100 * fit.mape);
+    replayed = fit.bf16 ? WithBf16GemmScale(cluster, fit.gemm_scale)
+                        : WithFp8GemmScale(cluster, fit.gemm_scale);
+  } else if (bf16_fit) {
+    out << "The BF16 GEMM level of dgx-h100 and hgx-h200 was fitted on the rows marked [bf16 "
+           "level fit row] (in-sample); --fit refits it.\n\n";
   } else {
     out << fmt::format(
         "The FP8 GEMM level of dgx-h100 and hgx-h200 was fitted on the dense rows without "
@@ -222,8 +230,8 @@ int ReplayBridgeFile(const Flags& flags, const std::string& file, std::ostream& 
   }
   const std::vector<BridgeResult> results = ReplayBridge(replayed, rows, attention);
   out << fmt::format(
-      "Megatron-Bridge's measured Megatron-Core pre-training runs ({}), each row in its layout "
-      "on {}, attention {}:\n\n",
+      "Measured Megatron-Core pre-training runs ({}), each row in its layout on {}, attention "
+      "{}:\n\n",
       file, cluster.name, Name(attention));
   out << BridgeMarkdown(results, fitted);
   return kExitOk;

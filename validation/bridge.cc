@@ -106,6 +106,8 @@ class Fields {
   const std::vector<std::string>& f_;
 };
 
+constexpr std::string_view kBf16FitMark = "[bf16 level fit row]";
+
 bool Contains(std::string_view text, std::string_view what) {
   return text.find(what) != std::string_view::npos;
 }
@@ -221,6 +223,8 @@ std::string BridgePrecision(const BridgeRow& row, const ClusterSpec& cluster, Tr
     t.fp8_param_gather = true;
   } else if (row.precision == "fp8-ds") {
     t.precision = Precision::kFp8, t.fp8_recipe = Fp8Recipe::kDelayed;
+    // NeMo's fp8_params (FP8 primary weights), where the notes say so.
+    t.fp8_param_gather = Contains(row.notes, "fp8_param_gather=True");
   } else if (row.precision == "fp8-blockwise") {
     t.precision = Precision::kFp8, t.fp8_recipe = Fp8Recipe::kBlockwise;
   } else {
@@ -429,8 +433,14 @@ std::vector<BridgeResult> ReplayBridge(const ClusterSpec& cluster, std::span<con
   return out;
 }
 
+bool IsBf16FitRow(const BridgeRow& row) {
+  return row.precision == "bf16" && Contains(row.notes, kBf16FitMark);
+}
+
 bool InBridgeFit(const BridgeRow& row, const std::vector<std::string>& releases) {
-  return InReleases(row.release, releases) && row.cp <= 1 && !IsMoe(row.model);
+  if (IsBf16FitRow(row)) return true;
+  return InReleases(row.release, releases) && row.cp <= 1 && !IsMoe(row.model) &&
+         row.precision != "bf16";
 }
 
 double BridgeMape(std::span<const BridgeResult> results, const std::string& release, bool exclude) {
@@ -452,14 +462,28 @@ ClusterSpec WithFp8GemmScale(ClusterSpec cluster, double scale) {
   return cluster;
 }
 
+ClusterSpec WithBf16GemmScale(ClusterSpec cluster, double scale) {
+  for (GemmEfficiencyPoint& p : cluster.gpu.gemm_efficiency) {
+    p.efficiency = std::min(1.0, p.efficiency * scale);
+  }
+  return cluster;
+}
+
+bool HasBf16FitRows(std::span<const BridgeRow> rows) {
+  return std::any_of(rows.begin(), rows.end(), IsBf16FitRow);
+}
+
 BridgeFit FitBridge(const ClusterSpec& cluster, std::span<const BridgeRow> rows,
                     const std::vector<std::string>& releases, AttentionBackend attention) {
+  const bool bf16 = HasBf16FitRows(rows);
   std::vector<BridgeRow> fit_rows;
   for (const BridgeRow& r : rows) {
-    if (InBridgeFit(r, releases)) fit_rows.push_back(r);
+    if (bf16 ? IsBf16FitRow(r) : InBridgeFit(r, releases)) fit_rows.push_back(r);
   }
   const auto mape = [&](double scale) {
-    return BridgeMape(ReplayBridge(WithFp8GemmScale(cluster, scale), fit_rows, attention));
+    const ClusterSpec c =
+        bf16 ? WithBf16GemmScale(cluster, scale) : WithFp8GemmScale(cluster, scale);
+    return BridgeMape(ReplayBridge(c, fit_rows, attention));
   };
   // Golden-section search on [0.5, 1.5] (the error is unimodal in the level).
   const double phi = (std::sqrt(5.0) - 1) / 2;
@@ -476,8 +500,9 @@ BridgeFit FitBridge(const ClusterSpec& cluster, std::span<const BridgeRow> rows,
     }
   }
   BridgeFit fit;
-  fit.fp8_gemm_scale = std::round((lo + hi) / 2 * 1000) / 1000;
-  fit.mape = mape(fit.fp8_gemm_scale);
+  fit.bf16 = bf16;
+  fit.gemm_scale = std::round((lo + hi) / 2 * 1000) / 1000;
+  fit.mape = mape(fit.gemm_scale);
   for (const BridgeResult& r : ReplayBridge(cluster, fit_rows, attention)) fit.rows += r.simulated;
   return fit;
 }

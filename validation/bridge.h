@@ -93,26 +93,35 @@ std::vector<BridgeResult> ReplayBridge(const ClusterSpec& cluster, std::span<con
 double BridgeMape(std::span<const BridgeResult> results, const std::string& release = "",
                   bool exclude = false);
 
-// Whether a row is one the FP8 level is fitted on: a row of the given releases that ptdp could
-// express when the shipped level was fitted (issue 10: dense models without context
-// parallelism). Rows expressible since (context parallelism, mixture-of-experts) are held out
-// whatever their release, so the constant was chosen without them.
+// A BF16 row whose notes carry the mark "[bf16 level fit row]": a row the BF16 GEMM level is
+// fitted on (results/validation/dgxc-benchmarking/: NeMo 24.09's Llama 3.1 8B and 405B rows,
+// chosen by the rule written there before their errors were computed).
+bool IsBf16FitRow(const BridgeRow& row);
+bool HasBf16FitRows(std::span<const BridgeRow> rows);
+
+// Whether a row is in a fit set: a BF16 fit row; or a row the FP8 level is fitted on: an FP8 row
+// of the given releases that ptdp could express when the shipped level was fitted (issue 10:
+// dense models without context parallelism). Rows expressible since (context parallelism,
+// mixture-of-experts) are held out whatever their release, so the constant was chosen without
+// them.
 bool InBridgeFit(const BridgeRow& row, const std::vector<std::string>& releases);
 
-// ---- Calibration: one free constant, the level of the profile's FP8 GEMM table (its values
-// scaled by `fp8_gemm_scale`), fitted on the InBridgeFit rows of the given releases by a
-// golden-section search for the least mean |error| of tokens/s over [0.5, 1.5] (to 1e-4), the
-// result rounded to 0.001.
+// ---- Calibration: one free constant, fitted by a golden-section search for the least mean
+// |error| of tokens/s over [0.5, 1.5] (to 1e-4), the result rounded to 0.001: where `rows` hold
+// BF16 fit rows, the level of the profile's BF16 GEMM table (its values scaled by `gemm_scale`)
+// on them; else the level of its FP8 GEMM table on the InBridgeFit rows of the given releases.
 struct BridgeFit {
-  double fp8_gemm_scale = 1;
+  bool bf16 = false;  // which table was scaled
+  double gemm_scale = 1;
   double mape = 0;  // on the fitted rows
   int rows = 0;
 };
 BridgeFit FitBridge(const ClusterSpec& cluster, std::span<const BridgeRow> rows,
                     const std::vector<std::string>& releases,
                     AttentionBackend attention = AttentionBackend::kFused);
-// `cluster` with its FP8 GEMM table scaled (values capped at 1).
+// `cluster` with its FP8 (BF16) GEMM table scaled (values capped at 1).
 ClusterSpec WithFp8GemmScale(ClusterSpec cluster, double scale);
+ClusterSpec WithBf16GemmScale(ClusterSpec cluster, double scale);
 
 // Markdown: one table row per dataset row (release, model, GPUs, precision, layout, measured
 // and simulated tokens/s per GPU, error, the settings read from the notes), the mean |error|

@@ -144,10 +144,39 @@ TEST(BridgeReplay, TheH100ProfileIsTheFitOnTheOldestRelease) {
   const std::vector<BridgeRow> rows = LoadBridgeCsv(kFile);
   const BridgeFit fit = FitBridge(ClusterPreset("dgx-h100"), rows, {"25.09"});
   EXPECT_EQ(fit.rows, 2);
-  EXPECT_NEAR(fit.fp8_gemm_scale, 1.0, 0.005);
+  EXPECT_NEAR(fit.gemm_scale, 1.0, 0.005);
   // H200's FP8 table is H100's (the same die).
   EXPECT_EQ(ClusterPreset("hgx-h200").gpu.gemm_efficiency_fp8,
             ClusterPreset("dgx-h100").gpu.gemm_efficiency_fp8);
+}
+
+// results/validation/dgxc-benchmarking/: NeMo 24.09's Llama 3.1 runs, whose BF16 8B and 405B rows
+// carry the BF16 level's fit mark.
+const std::string kNemo2409 =
+    std::string(PTDP_SOURCE_DIR) + "/results/validation/dgxc-benchmarking/h100_nemo2409.csv";
+
+TEST(BridgeReplay, TheH100ProfileIsTheBf16FitOnNemo2409) {
+  const std::vector<BridgeRow> rows = LoadBridgeCsv(kNemo2409);
+  ASSERT_EQ(rows.size(), 6u);
+  int marked = 0;
+  for (const BridgeRow& r : rows) marked += IsBf16FitRow(r);
+  EXPECT_EQ(marked, 2);
+  EXPECT_TRUE(HasBf16FitRows(rows));
+  EXPECT_FALSE(HasBf16FitRows(LoadBridgeCsv(kFile)));
+  const BridgeFit fit = FitBridge(ClusterPreset("dgx-h100"), rows, {});
+  EXPECT_TRUE(fit.bf16);
+  EXPECT_EQ(fit.rows, 2);
+  EXPECT_NEAR(fit.gemm_scale, 1.0, 0.005);
+  EXPECT_EQ(ClusterPreset("hgx-h200").gpu.gemm_efficiency,
+            ClusterPreset("dgx-h100").gpu.gemm_efficiency);
+  // The held-out rows are labelled so; the FP8 rows read NeMo's FP8 primary weights.
+  for (const BridgeResult& r : ReplayBridge(ClusterPreset("dgx-h100"), rows)) {
+    ASSERT_TRUE(r.simulated) << r.row.line << ": " << r.setup.unexpressible;
+    EXPECT_EQ(InBridgeFit(r.row, {"24.09"}), IsBf16FitRow(r.row)) << r.row.line;
+    if (r.row.precision == "fp8-ds") {
+      EXPECT_TRUE(r.setup.plan.training.fp8_param_gather) << r.row.line;
+    }
+  }
 }
 
 }  // namespace
