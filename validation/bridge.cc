@@ -261,6 +261,21 @@ std::string BridgeParallel(const BridgeRow& row, ParallelConfig& p, BridgeSetup&
   if (row.num_gpus % model != 0) return "tp x pp x cp does not divide the GPUs";
   p.dp = static_cast<int>(row.num_gpus / model);
   p.micro_batch_size = row.mbs;
+  // A table row whose own columns cannot all be what ran (Megatron requires GBS = GA x DP x
+  // MBS) takes the micro-batch of its release's recipe where the flags give one: the table's
+  // other columns stay.
+  if (const size_t at = row.flags.find("mbs: table="); Contains(row.flags, "inconsistent: table") &&
+                                                        at != std::string::npos) {
+    const size_t recipe = row.flags.find("recipe=", at);
+    if (recipe != std::string::npos) {
+      const int mbs = std::atoi(row.flags.c_str() + recipe + 7);
+      if (mbs > 0 && mbs != row.mbs) {
+        p.micro_batch_size = mbs;
+        s.settings.push_back(fmt::format(
+            "micro-batch {} from the recipe (the table's GA x DP x MBS is not its GBS)", mbs));
+      }
+    }
+  }
   p.virtual_stages = std::max(1, row.vp);
   p.schedule = p.virtual_stages > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
   p.sequence_parallel = p.tp > 1;
