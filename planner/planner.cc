@@ -217,9 +217,13 @@ double SimulateReference(const PlanRequest& req, double limit, PlanSearchResult&
     r.report = SimulatePlan(r.plan);
     ++res.simulated;
     if (r.report.peak_memory_bytes > limit) {
-      ref.problem = fmt::format("stage {} needs {}, {} available", r.report.memory.largest_stage,
-                                Memory(r.report.peak_memory_bytes, req.memory_unit),
-                                Memory(limit, req.memory_unit));
+      ref.problem = fmt::format(
+          "stage {} needs {}, {} available{}", r.report.memory.largest_stage,
+          Memory(r.report.peak_memory_bytes, req.memory_unit), Memory(limit, req.memory_unit),
+          r.report.memory.stages.empty()
+              ? ""
+              : AllocatorSurplusNote(r.report.memory.stages[r.report.memory.largest_stage],
+                                     limit, req.memory_unit));
     } else {
       reference_time = r.report.step_time_s;
     }

@@ -604,6 +604,16 @@ MemoryPeak EstimatePeakMemory(const ModelSpec& m, const ClusterSpec& cluster,
   return peak;
 }
 
+std::string AllocatorSurplusNote(const StageMemory& s, double capacity, MemoryUnit unit) {
+  const double without = s.peak_bytes - s.fragmentation_bytes;
+  if (s.peak_bytes <= capacity || without > capacity) return "";
+  return fmt::format(
+      "; without the caching allocator's usual surplus it needs {}: PyTorch frees its cache and "
+      "retries before it fails, so it may run, slower (PYTORCH_CUDA_ALLOC_CONF="
+      "expandable_segments:True keeps the surplus small)",
+      Memory(without, unit));
+}
+
 std::string MemoryProblem(const MemoryEstimate& est, const ClusterSpec& cluster, MemoryUnit unit) {
   if (est.stages.empty()) return "";
   const StageMemory& s = est.stages[est.largest_stage];
@@ -614,10 +624,11 @@ std::string MemoryProblem(const MemoryEstimate& est, const ClusterSpec& cluster,
   return fmt::format(
       "pipeline stage {} needs {:.1f} {} per GPU but {} has {:.1f} {}: weights {:.1f}, "
       "gradients {:.1f}, optimizer {:.1f}, activations {:.1f} ({} micro-batch chunks in "
-      "flight), workspaces {:.1f}, reserved {:.1f}, fragmentation {:.1f}",
+      "flight), workspaces {:.1f}, reserved {:.1f}, fragmentation {:.1f}{}",
       est.largest_stage, gb(s.peak_bytes), u, cluster.gpu.name, gb(capacity), u,
       gb(s.weights_bytes), gb(s.gradients_bytes), gb(s.optimizer_bytes), gb(s.activations_bytes),
-      s.in_flight, gb(s.workspace_bytes), gb(s.reserved_bytes), gb(s.fragmentation_bytes));
+      s.in_flight, gb(s.workspace_bytes), gb(s.reserved_bytes), gb(s.fragmentation_bytes),
+      AllocatorSurplusNote(s, capacity, unit));
 }
 
 }  // namespace ptdp
