@@ -285,10 +285,11 @@ int ReplayFunctionalTests(const Flags& flags, const std::string& file, std::ostr
       const HostFit fit = FitFunctionalTestsHost(cluster, fit_half);
       out << fmt::format(
           "{}: host costs fitted on the {} timed cases of the fit half ({} evaluations): "
-          "kernel_launch_us {:g}, microbatch_overhead_us {:g}, optimizer_step_us {:g}; mean "
-          "|error| of the iteration time {:.1f}% on them.\n\n",
+          "kernel_launch_us {:g}, microbatch_overhead_us {:g}, optimizer_step_us {:g}, "
+          "moe_layer_us {:g}; mean |error| of the iteration time {:.1f}% on them.\n\n",
           cluster.name, fit.cases, fit.evaluations, fit.host.kernel_launch_s * 1e6,
-          fit.host.microbatch_overhead_s * 1e6, fit.host.optimizer_step_s * 1e6, 100 * fit.mape);
+          fit.host.microbatch_overhead_s * 1e6, fit.host.optimizer_step_s * 1e6,
+          fit.host.moe_layer_s * 1e6, 100 * fit.mape);
       cluster.host = fit.host;
     }
   }

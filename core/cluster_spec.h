@@ -86,6 +86,12 @@ struct HostSpec {
   // kernels, the loss-scale and NaN checks, logging), once per step on every GPU; it runs beside
   // those kernels, so the step takes the longer of the two (cost_model.cc StageCostsOf).
   double optimizer_step_s = 0;
+  // Host time of a mixture-of-experts layer's forward or backward beyond the operations the cost
+  // model issues for it (the router's top-k, auxiliary-loss and histogram kernels, the tokens'
+  // permutation and its index bookkeeping). The forward also waits for the GPU once, where the
+  // dispatcher copies the tokens per expert to the host (the all-to-all's splits, the grouped
+  // GEMM's m_splits): the host's lead is lost there (cost_model.cc Times).
+  double moe_layer_s = 0;
 
   bool operator==(const HostSpec&) const = default;
 };

@@ -231,6 +231,9 @@ void WriteCluster(YamlWriter& w, const ClusterSpec& c) {
     w.Line("kernel_launch_us", YamlScaled(c.host.kernel_launch_s, units::kMicrosecond));
     w.Line("microbatch_overhead_us", YamlScaled(c.host.microbatch_overhead_s, units::kMicrosecond));
     w.Line("optimizer_step_us", YamlScaled(c.host.optimizer_step_s, units::kMicrosecond));
+    if (c.host.moe_layer_s > 0) {
+      w.Line("moe_layer_us", YamlScaled(c.host.moe_layer_s, units::kMicrosecond));
+    }
     w.End();
   }
 }
@@ -618,6 +621,7 @@ ClusterSpec ReadCluster(const YamlMap& map) {
     c.host.microbatch_overhead_s =
         host.NonNegativeNumber("microbatch_overhead_us") * units::kMicrosecond;
     c.host.optimizer_step_s = host.NonNegativeNumber("optimizer_step_us", 0) * units::kMicrosecond;
+    c.host.moe_layer_s = host.NonNegativeNumber("moe_layer_us", 0) * units::kMicrosecond;
     host.RejectUnknownKeys();
   }
   map.RejectUnknownKeys();

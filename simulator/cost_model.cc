@@ -143,8 +143,26 @@ PassTimes Times(const KernelTimer& timer, const ClusterSpec& c, const PassWork& 
   // pass whose operations take the host longer to issue than the GPU to run is host-bound, by
   // the difference.
   const double launch = c.host.kernel_launch_s;
-  if (launch <= 0) return t;
-  t.overhead = std::max(0.0, (pass.num_work + pass.num_comm) * launch - (t.compute + t.comm));
+  const double moe = pass.moe_host ? c.host.moe_layer_s : 0;
+  if (launch <= 0 && moe <= 0) return t;
+  if (pass.host_sync_at < 0) {
+    t.overhead = std::max(0.0, (pass.num_work + pass.num_comm) * launch + moe - (t.compute + t.comm));
+    return t;
+  }
+  // A MoE forward whose host waits for the GPU before work k: the operations before (the
+  // attention, the router, the permutation; the MoE layer's extra host time) and after run
+  // ahead each on their own, and after the wait the GPU idles until the first launch.
+  const int k = pass.host_sync_at;
+  double before_s = 0, after_s = 0;
+  int before_n = k, after_n = pass.num_work - k;
+  for (int i = 0; i < pass.num_work; ++i) (i < k ? before_s : after_s) += t.work_s[i];
+  for (int i = 0; i < pass.num_comm; ++i) {
+    const bool before = pass.comm_position[i] < k;
+    (before ? before_s : after_s) += t.comm_s[i];
+    ++(before ? before_n : after_n);
+  }
+  t.overhead = std::max(0.0, before_n * launch + moe - before_s) +
+               std::max(0.0, after_n * launch - after_s) + launch;
   return t;
 }
 

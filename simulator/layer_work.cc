@@ -505,6 +505,10 @@ void AddMoeForward(PassWork& f, const Dims& d) {
   f.Add(Gemm("router", d.Tn, experts, d.h, 1, d.e));
   f.Add(Memory("router softmax top-k", d.Tn * experts * (d.e + 8) + tok * 8));
   if (!all_gather) f.Add(Memory("permute tokens", 2 * tok * d.h * d.e));
+  // Every dispatcher needs the tokens per expert on the host (the all-to-all's splits, the
+  // grouped GEMM's m_splits): the host waits for the GPU here.
+  f.moe_host = true;
+  if (f.host_sync_at < 0) f.host_sync_at = static_cast<int8_t>(f.num_work);
   AddToExperts(f, d,
                {"moe all-gather tokens", "ep all-to-all dispatch",
                 "etp all-gather dispatched tokens", "sort tokens by expert"});
@@ -526,6 +530,7 @@ void AddMoeForward(PassWork& f, const Dims& d) {
 
 void AddMoeBackward(PassWork& b, const Dims& d) {
   const double tok = d.Tn * d.k, experts = d.E_l * d.ep;
+  b.moe_host = true;
   b.Add(Memory("unpermute backward", tok * d.h * d.e + d.Tn * d.h * d.e + tok * 4));
   AddToExperts(b, d,
                {"moe all-gather output grads", "ep all-to-all combine backward",
@@ -654,6 +659,10 @@ void PassWork::Append(const PassWork& other) {
       overlap_parts[num_comm - 1] = other.overlap_parts[i];
       overlap_sms[num_comm - 1] = other.overlap_sms[i];
     }
+  }
+  moe_host = moe_host || other.moe_host;
+  if (host_sync_at < 0 && other.host_sync_at >= 0) {
+    host_sync_at = static_cast<int8_t>(base + other.host_sync_at);
   }
 }
 

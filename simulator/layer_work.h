@@ -170,6 +170,11 @@ struct PassWork {
   std::array<int8_t, kMaxComm> overlap_sms;
   int num_work = 0;
   int num_comm = 0;
+  // A mixture-of-experts layer's forward or backward (the host's extra time per MoE layer:
+  // HostSpec::moe_layer_s); in its forward, the work item before which the host waits for the
+  // GPU (the dispatcher's tokens-per-expert copy to the host), -1 where it does not wait.
+  bool moe_host = false;
+  int8_t host_sync_at = -1;
 
   void Add(const Work& w) {
     PTDP_CHECK(num_work < kMaxWork);

@@ -86,15 +86,16 @@ FunctionalTestCase ReadFunctionalTest(const FunctionalTestRow& row, std::string_
 FunctionalTestResult ReplayFunctionalTest(const FunctionalTestCase& test,
                                           const ClusterSpec& cluster);
 
-// ---- Calibration of the host's costs (HostSpec) on the timed dense cases of `tests` (simulated,
-// with a measured iteration time; not mixture-of-experts models, whose dispatchers wait for the
-// GPU on the host in every MoE layer, which the cost model does not model yet): the cost of
-// issuing one operation and the host time of one step,
-// by a pattern search for the least mean |error| of the iteration time from a fixed start
-// (20 us, 10 ms), halving its steps down to a grid of 0.25 us and 100 us; the result is on that
-// grid and does not depend on the host costs `cluster` holds. The per-micro-batch cost is kept
-// at 0: fitted as a third constant on the H100 fit half it came out 0, and on A100 (1.16 ms) it
-// slowed Korthikanti et al. 2022's runs, the fit set of the A100 profile's levels, by 2-4%.
+// ---- Calibration of the host's costs (HostSpec) on the timed cases of `tests` (simulated, with
+// a measured iteration time): the cost of issuing one operation, the host time of one step and,
+// where a mixture-of-experts case is among them, the host time of a MoE layer's pass (its
+// forward also waits for the GPU once: cost_model.cc Times), by a pattern search for the least
+// mean |error| of the iteration time from a fixed start (20 us, 10 ms, 0), halving its steps
+// down to a grid of 0.25 us, 100 us and 10 us; the result is on that grid and does not depend on
+// the host costs `cluster` holds. The per-micro-batch cost is kept at 0: fitted as a further
+// constant on the H100 fit half it came out 0, and on A100 (1.16 ms) it slowed Korthikanti et
+// al. 2022's runs, the fit set of the A100 profile's levels, by 2-4%. (Until the MoE layer's
+// host time was modelled, the fit took the dense cases only.)
 struct HostFit {
   HostSpec host;
   double mape = 0;  // over the cases fitted on

@@ -794,6 +794,7 @@ std::string CalibratedCudaProfileYaml(const ClusterSpec& cluster, const CudaComp
       {"host.microbatch_overhead_us",
        "0: the executor has no Python or framework work per micro-batch worth a figure."},
       {"host.optimizer_step_us", "0: as above, per optimizer step."},
+      {"host.moe_layer_us", "0: as above, per mixture-of-experts layer."},
   };
   if (!f.gemm_fp8.empty() && cluster.gpu.peak_fp8_flops > 0) {
     note["gpu.gemm_efficiency_fp8"] =

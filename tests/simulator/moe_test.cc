@@ -215,6 +215,51 @@ TEST(Moe, ExpertParametersShardOverTheExpertDataParallelGroup) {
   EXPECT_NEAR(r8.estimate.model_flops / (6 * active * tokens), 1.0, 0.15);
 }
 
+// The host's share of a MoE layer (HostSpec::moe_layer_s): its forward and its backward each
+// carry it, and the forward waits for the GPU once, before the tokens leave for the experts.
+TEST(Moe, TheHostWaitsOnceInTheForwardAndPaysItsMoeTimeInForwardAndBackward) {
+  const ModelSpec m = ModelPreset("qwen3-30b-a3b");
+  const ParallelConfig p{.tp = 1, .pp = 1, .dp = 8, .ep = 8, .etp = 1};
+  const LayerWork w =
+      TransformerLayerWork(m, p, Precision::kBf16, AllToAll(), false, Fp8Recipe::kDelayed, true);
+  EXPECT_TRUE(w.forward.moe_host);
+  EXPECT_TRUE(w.backward_input.moe_host);
+  EXPECT_FALSE(w.backward_weight.moe_host);
+  EXPECT_LT(w.backward_input.host_sync_at, 0);
+  ASSERT_GE(w.forward.host_sync_at, 0);
+  // The wait comes after the permutation and before the dispatch leaves.
+  EXPECT_EQ(std::string(w.forward.work[w.forward.host_sync_at - 1].name), "permute tokens");
+  for (int i = 0; i < w.forward.num_comm; ++i) {
+    if (std::string(w.forward.comm[i].name) == "ep all-to-all dispatch") {
+      EXPECT_EQ(w.forward.comm_position[i], w.forward.host_sync_at);
+    }
+  }
+  const LayerWork dense = TransformerLayerWork(m, p, Precision::kBf16, AllToAll());
+  EXPECT_FALSE(dense.forward.moe_host);
+  EXPECT_LT(dense.forward.host_sync_at, 0);
+
+  TrainingSpec t;
+  t.global_batch_size = 64;
+  ClusterSpec c = ClusterPreset("dgx-h100");
+  const auto chunk = [&](double launch, double moe) {
+    c.host = HostSpec{.kernel_launch_s = launch, .moe_layer_s = moe};
+    return EstimateStep(m, c, t, p, AllToAll()).costs.chunks[0];
+  };
+  const ChunkCosts none = chunk(0, 0);
+  // A host far slower than the GPU: every part of every pass waits for it, so each MoE layer's
+  // forward and backward take exactly its MoE time more, and the forward one launch more than a
+  // pass without the wait.
+  const double launch = 0.05, moe = 0.002;
+  const ChunkCosts slow = chunk(launch, 0), slow_moe = chunk(launch, moe);
+  EXPECT_NEAR(slow_moe.forward_s - slow.forward_s, m.num_layers * moe, 1e-9);
+  EXPECT_NEAR(slow_moe.backward_input_s - slow.backward_input_s, m.num_layers * moe, 1e-9);
+  EXPECT_GT(slow.forward_s, none.forward_s);
+  // A fast host: the MoE time is hidden where the GPU is busy longer, but the wait still costs
+  // one launch per forward.
+  const ChunkCosts fast = chunk(1e-6, 0);
+  EXPECT_GE(fast.forward_s - none.forward_s, m.num_layers * 1e-6 * (1 - 1e-9));
+}
+
 TEST(Moe, TheBusiestRankSetsThePace) {
   Plan plan;
   plan.model = ModelPreset("mixtral-8x7b");

@@ -315,6 +315,10 @@ TEST(HostSpec, OptionalYamlSectionRoundTrips) {
   EXPECT_GT(vtrain.host.kernel_launch_s, 0);
   EXPECT_EQ(ParseClusterYaml(WriteClusterYaml(vtrain)), vtrain);
   EXPECT_EQ(ClusterPreset("cpu-local").host, HostSpec{});
+  // The optional MoE layer's host time, where a profile has one.
+  const ClusterSpec h100 = ClusterPreset("dgx-h100");
+  EXPECT_GT(h100.host.moe_layer_s, 0);
+  EXPECT_EQ(ParseClusterYaml(WriteClusterYaml(h100)), h100);
   std::string text = WriteClusterYaml(vtrain);
   text.replace(text.find("kernel_launch_us"), 16, "kernel_launch_ms");
   try {
