@@ -99,6 +99,12 @@ struct CostOptions {
   // args.accumulate_allreduce_grads_in_fp32 = False`). Megatron-Bridge's performance recipes
   // set it (grad_reduce_in_fp32 = False).
   bool grad_reduce_in_bf16 = false;
+  // --cross-entropy-loss-fusion with --cross-entropy-fusion-impl native (the default): Megatron-
+  // Core's jit-fused vocabulary-parallel cross entropy (megatron/core/fusions/
+  // fused_cross_entropy.py), whose fused functions return new fp32 tensors (the fp32 logits,
+  // then their exponentials) where the unfused loss works in place: one more fp32 copy of the
+  // last stage's logits at the loss's peak (memory_model.h OutputTransientBytes).
+  bool cross_entropy_loss_fusion = false;
   // Weight-gradient GEMMs accumulate into the fp32 main gradient in their epilogue (Megatron's
   // gradient_accumulation_fusion, on by default since 2022); without it the GEMM writes a
   // temporary gradient that a separate kernel adds to the main gradient.

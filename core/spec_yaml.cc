@@ -301,6 +301,10 @@ void WriteOptions(YamlWriter& w, const CostOptions& o) {
     w.Line("grad_reduce_in_bf16", Bool(o.grad_reduce_in_bf16),
            "bf16 training: 2-byte main gradients");
   }
+  if (o.cross_entropy_loss_fusion) {
+    w.Line("cross_entropy_loss_fusion", Bool(o.cross_entropy_loss_fusion),
+           "Megatron-Core's jit-fused (native) cross entropy");
+  }
   w.Line("gradient_accumulation_fusion", Bool(o.gradient_accumulation_fusion));
   w.Line("scatter_gather_tensors_in_pipeline", Bool(o.scatter_gather_tensors_in_pipeline));
   w.Line("fused_softmax_max_seq_length", std::to_string(o.fused_softmax_max_seq_length));
@@ -328,6 +332,7 @@ CostOptions ReadOptions(const YamlMap& map) {
         {"overlap_p2p_communication", &o.overlap_p2p_communication},
         {"accumulate_allreduce_grads_in_fp32", &o.accumulate_allreduce_grads_in_fp32},
         {"grad_reduce_in_bf16", &o.grad_reduce_in_bf16},
+        {"cross_entropy_loss_fusion", &o.cross_entropy_loss_fusion},
         {"gradient_accumulation_fusion", &o.gradient_accumulation_fusion},
         {"scatter_gather_tensors_in_pipeline", &o.scatter_gather_tensors_in_pipeline},
         {"async_tensor_parallel_allreduce", &o.async_tensor_parallel_allreduce}}) {

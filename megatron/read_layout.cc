@@ -481,6 +481,18 @@ void ReadTraining(Reader& r, MegatronCommand& c) {
   // keeps 4 unless --grad-reduce-in-bf16 (arguments.py; ignored without --bf16).
   c.options.accumulate_allreduce_grads_in_fp32 = r.Has("--accumulate-allreduce-grads-in-fp32");
   c.options.grad_reduce_in_bf16 = r.Has("--grad-reduce-in-bf16") && r.Has("--bf16");
+  // The loss's fusion: the native (jit) implementation keeps one more fp32 copy of the logits;
+  // Transformer Engine's (te) is not modelled and is simulated as the unfused loss.
+  if (r.Has("--cross-entropy-loss-fusion")) {
+    const std::string impl = r.String("--cross-entropy-fusion-impl").value_or("native");
+    c.options.cross_entropy_loss_fusion = impl == "native";
+    if (impl != "native") {
+      r.Add(Severity::kWarning, "--cross-entropy-fusion-impl",
+            "not simulated: ptdp simulates Transformer Engine's fused cross entropy as the "
+            "unfused loss",
+            "");
+    }
+  }
   if (auto format = r.String("--fp8-format")) {
     if (*format != "hybrid" && *format != "e4m3") {
       r.Add(Severity::kError, "--fp8-format",

@@ -100,6 +100,7 @@ void WriteSoftware(const Plan& plan, Flags& f) {
     f.Switch("--grad-reduce-in-bf16");
   }
   if (o.tp_comm_overlap) f.Switch("--tp-comm-overlap");
+  if (o.cross_entropy_loss_fusion) f.Switch("--cross-entropy-loss-fusion");
   // Megatron overlaps the interleaved schedule's sends unless told not to (arguments.py:
   // --no-overlap-p2p-communication, dest overlap_p2p_comm, default True).
   if (plan.parallel.virtual_stages > 1 && !o.overlap_p2p_communication) {

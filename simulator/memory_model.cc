@@ -270,8 +270,10 @@ double OutputActivationBytes(const ModelSpec& m, const ParallelConfig& p, Precis
          4 * MicroBatchLogits(m, p);
 }
 
-double OutputTransientBytes(const ModelSpec& m, const ParallelConfig& p, Precision precision) {
-  return precision == Precision::kFp32 ? 0 : 2 * MicroBatchLogits(m, p);
+double OutputTransientBytes(const ModelSpec& m, const ParallelConfig& p, Precision precision,
+                            const CostOptions& options) {
+  const double fused = options.cross_entropy_loss_fusion ? 4 : 0;
+  return (precision == Precision::kFp32 ? 0 : 2 + fused) * MicroBatchLogits(m, p);
 }
 
 double WorkspaceBytes(double cc, const CostOptions& options) {
@@ -333,7 +335,7 @@ struct StageMemoryModel {
                                                         : LayerKind::kTransformer),
         embedding_act(EmbeddingActivationBytes(model, parallel)),
         output_act(OutputActivationBytes(model, parallel, train.precision)),
-        output_transient(OutputTransientBytes(model, parallel, train.precision)),
+        output_transient(OutputTransientBytes(model, parallel, train.precision, opts)),
         reserved(static_cast<double>(cluster.gpu.reserved_bytes)),
         workspace(WorkspaceBytes(cluster.gpu.compute_capability, opts)),
         fragmentation(cluster.gpu.fragmentation / (1 - cluster.gpu.fragmentation)),

@@ -91,9 +91,12 @@ double OutputActivationBytes(const ModelSpec& model, const ParallelConfig& paral
 // cross_entropy.py) takes the output layer's 16-bit logits, makes the fp32 copy it works on in
 // place (`.float()`, then `-=` max, exp, /= sum: the copy becomes the softmax it keeps) while the
 // caller still holds the 16-bit logits; its backward turns the fp32 gradient back into 16 bits
-// beside it. 0 in fp32 training (no copy).
+// beside it. 0 in fp32 training (no copy). With the jit-fused loss (CostOptions::
+// cross_entropy_loss_fusion) one more fp32 copy, 4 s b V/t: its fused functions return new
+// tensors where the unfused loss works in place; measured on Megatron-LM's functional tests on
+// H100, gpt3_mcore_te_tp2_pp2 with it peaks 0.38 GiB (4.0 bytes per logit) above without it.
 double OutputTransientBytes(const ModelSpec& model, const ParallelConfig& parallel,
-                            Precision precision);
+                            Precision precision, const CostOptions& options = {});
 
 // Bytes per parameter held by this GPU for weights, gradients and optimizer state
 // (Megatron-LM's theoretical_memory_usage.py; Rajbhandari et al. 2020 for the sharding):

@@ -310,6 +310,32 @@ TEST(MegatronArgs, GradientBytesFromTheirFlags) {
   EXPECT_EQ(GradientBytes(c.training.precision, c.options), 4);
 }
 
+TEST(MegatronArgs, TheJitFusedCrossEntropyKeepsOneMoreFp32Copy) {
+  MegatronCommand c = ReadMegatronCommand(kSmallGpt, "cmd");
+  EXPECT_FALSE(c.options.cross_entropy_loss_fusion);
+  c = ReadMegatronCommand(std::string(kSmallGpt) + " --cross-entropy-loss-fusion", "cmd");
+  EXPECT_TRUE(c.options.cross_entropy_loss_fusion);
+  EXPECT_TRUE(std::count(c.simulated_flags.begin(), c.simulated_flags.end(),
+                         "--cross-entropy-loss-fusion"));
+  ResolveWorldSize(c, 8);
+  const Plan plan{.model = c.model,
+                  .cluster = ClusterPreset("dgx-h100"),
+                  .training = c.training,
+                  .parallel = c.parallel,
+                  .options = c.options};
+  EXPECT_NE(MegatronArgsLine(plan).find("--cross-entropy-loss-fusion"), std::string::npos);
+  // Transformer Engine's implementation is not modelled: simulated as the unfused loss, said.
+  c = ReadMegatronCommand(
+      std::string(kSmallGpt) + " --cross-entropy-loss-fusion --cross-entropy-fusion-impl te", "cmd");
+  EXPECT_FALSE(c.options.cross_entropy_loss_fusion);
+  bool said = false;
+  for (const MegatronFinding& f : c.findings) {
+    said = said || (f.flag == "--cross-entropy-fusion-impl" &&
+                    f.message.find("not simulated") != std::string::npos);
+  }
+  EXPECT_TRUE(said);
+}
+
 // The workspace bytes a launch with CUBLAS_WORKSPACE_CONFIG=`config` gives.
 int64_t CublasWorkspaceBytesOf(const std::string& config) {
   return ReadMegatronCommand("export CUBLAS_WORKSPACE_CONFIG=" + config + "\n" + kSmallGpt, "cmd")

@@ -349,10 +349,10 @@ TEST(CheckToday, AHybridPatternGivesTheLayerCount) {
 
 TEST(CheckToday, FlagsThatChangeTheRunButAreNotSimulatedAreNamed) {
   const CheckReport r = Check(Command(
-      "--cross-entropy-loss-fusion --log-interval 10 --rotary-base 500000 --init-method-std 0.02 "
-      "--manual-gc --save /ckpt"));
-  EXPECT_TRUE(Warns(r, "--cross-entropy-loss-fusion",
-                    "not simulated: ptdp simulates as if --cross-entropy-loss-fusion were absent"));
+      "--empty-unused-memory-level 1 --log-interval 10 --rotary-base 500000 "
+      "--init-method-std 0.02 --manual-gc --save /ckpt"));
+  EXPECT_TRUE(Warns(r, "--empty-unused-memory-level",
+                    "not simulated: ptdp simulates as if --empty-unused-memory-level were absent"));
   for (const char* inert :
        {"--log-interval", "--rotary-base", "--init-method-std", "--manual-gc", "--save"}) {
     EXPECT_FALSE(Warns(r, inert, "not simulated")) << inert;
