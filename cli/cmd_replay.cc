@@ -200,7 +200,8 @@ int ReplayBridgeFile(const Flags& flags, const std::string& file, std::ostream& 
   const std::vector<std::string> fitted = releases;
   const bool bf16_fit = HasBf16FitRows(rows);
   if (bf16_fit && flags.Has("fit-releases")) {
-    flags.Fail("fit-releases", fmt::format("{} marks its own fit rows ([bf16 level fit row])", file));
+    flags.Fail("fit-releases",
+               fmt::format("{} marks its own fit rows ([bf16 level fit row])", file));
   }
   if (flags.Switch("fit")) {
     const BridgeFit fit = FitBridge(cluster, rows, releases, attention);

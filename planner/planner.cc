@@ -222,8 +222,8 @@ double SimulateReference(const PlanRequest& req, double limit, PlanSearchResult&
           Memory(r.report.peak_memory_bytes, req.memory_unit), Memory(limit, req.memory_unit),
           r.report.memory.stages.empty()
               ? ""
-              : AllocatorSurplusNote(r.report.memory.stages[r.report.memory.largest_stage],
-                                     limit, req.memory_unit));
+              : AllocatorSurplusNote(r.report.memory.stages[r.report.memory.largest_stage], limit,
+                                     req.memory_unit));
     } else {
       reference_time = r.report.step_time_s;
     }

@@ -146,7 +146,8 @@ PassTimes Times(const KernelTimer& timer, const ClusterSpec& c, const PassWork& 
   const double moe = pass.moe_host ? c.host.moe_layer_s : 0;
   if (launch <= 0 && moe <= 0) return t;
   if (pass.host_sync_at < 0) {
-    t.overhead = std::max(0.0, (pass.num_work + pass.num_comm) * launch + moe - (t.compute + t.comm));
+    t.overhead =
+        std::max(0.0, (pass.num_work + pass.num_comm) * launch + moe - (t.compute + t.comm));
     return t;
   }
   // A MoE forward whose host waits for the GPU before work k: the operations before (the

@@ -184,12 +184,11 @@ MemoryPeak EstimatePeakMemory(const ModelSpec& model, const ClusterSpec& cluster
                               const TrainingSpec& training, const ParallelConfig& parallel,
                               std::span<const int> in_flight, const CostOptions& options = {});
 
-// For a stage that does not fit in `capacity_bytes` only because of the caching allocator's surplus (the profile's
-// fragmentation: what PyTorch usually keeps cached beyond what it has allocated): what it needs
-// without it, and that PyTorch frees its cache and retries before it fails (torch.cuda.
-// memory_stats' num_alloc_retries), so the run may still go, slower. "" otherwise.
-std::string AllocatorSurplusNote(const StageMemory& stage, double capacity_bytes,
-                                 MemoryUnit unit);
+// For a stage that does not fit in `capacity_bytes` only because of the caching allocator's surplus
+// (the profile's fragmentation: what PyTorch usually keeps cached beyond what it has allocated):
+// what it needs without it, and that PyTorch frees its cache and retries before it fails
+// (num_alloc_retries in torch.cuda.memory_stats), so the run may still go, slower. "" otherwise.
+std::string AllocatorSurplusNote(const StageMemory& stage, double capacity_bytes, MemoryUnit unit);
 
 // "" when every stage fits in the GPU's memory, else why not, with the numbers of the largest
 // stage (for the planner's rejection reasons), in `unit`.

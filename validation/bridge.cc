@@ -264,8 +264,8 @@ std::string BridgeParallel(const BridgeRow& row, ParallelConfig& p, BridgeSetup&
   // A table row whose own columns cannot all be what ran (Megatron requires GBS = GA x DP x
   // MBS) takes the micro-batch of its release's recipe where the flags give one: the table's
   // other columns stay.
-  if (const size_t at = row.flags.find("mbs: table="); Contains(row.flags, "inconsistent: table") &&
-                                                        at != std::string::npos) {
+  if (const size_t at = row.flags.find("mbs: table=");
+      Contains(row.flags, "inconsistent: table") && at != std::string::npos) {
     const size_t recipe = row.flags.find("recipe=", at);
     if (recipe != std::string::npos) {
       const int mbs = std::atoi(row.flags.c_str() + recipe + 7);

@@ -15,9 +15,10 @@
 //  - layout: tp, cp (with Megatron's default exchange, p2p ring attention: the recipes do not set
 //    cp_comm_type), pp, dp = GPUs / (tp pp cp), the row's micro-batch and global batch, the
 //    interleaved schedule with vp chunks when vp is given (a row flagged as inconsistent, the
-//    table's GA x DP x MBS not its GBS, takes its recipe's micro-batch, said in its settings); sequence parallelism when tp > 1
-//    (the recipes' rule); the distributed optimizer (every recipe), or Megatron-FSDP
-//    optim_grads_params when the fsdp column is above 0 (the strategy the recipes name);
+//    table's GA x DP x MBS not its GBS, takes its recipe's micro-batch, said in its settings);
+//    sequence parallelism when tp > 1 (the recipes' rule); the distributed optimizer (every
+//    recipe), or Megatron-FSDP optim_grads_params when the fsdp column is above 0 (the strategy the
+//    recipes name);
 //    --account-for-embedding/loss-in-pipeline-split when the notes say so; recompute as the
 //    notes say ("recompute=full/block/N layers" -> full recompute of N layers per chunk,
 //    "recompute=selective" -> selective), else none;

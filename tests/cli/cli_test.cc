@@ -638,13 +638,14 @@ TEST(CliPlan, TheHtmlReportsFlagsAreThoseOfTheBestPlanMegatronRuns) {
   const std::string html_gb((std::istreambuf_iterator<char>(in_gb)), {});
   EXPECT_NE(html_gb.find("<th>peak memory (GB)</th>"), std::string::npos);
   EXPECT_NE(html_gb.find("fit in 85.5 GB per GPU"), std::string::npos);
-  EXPECT_NE(html.find(fmt::format(
-                "Best plan Megatron-LM can run (#{}: the plans above it are zero-bubble)", first + 1)),
-            std::string::npos);
+  EXPECT_NE(
+      html.find(fmt::format(
+          "Best plan Megatron-LM can run (#{}: the plans above it are zero-bubble)", first + 1)),
+      std::string::npos);
   // The flags shown are that plan's.
   const size_t shown = html.find("<code>", html.find("Best plan Megatron-LM can run"));
-  const std::string mbs =
-      "<span class=\"flag\">--micro-batch-size " + j["plans"][first]["micro_batch"].as<std::string>();
+  const std::string mbs = "<span class=\"flag\">--micro-batch-size " +
+                          j["plans"][first]["micro_batch"].as<std::string>();
   EXPECT_EQ(html.find(mbs, shown), html.find("<span class=\"flag\">--micro-batch-size", shown));
   EXPECT_NE(html.find(mbs, shown), std::string::npos);
 }

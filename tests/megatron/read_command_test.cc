@@ -283,6 +283,17 @@ constexpr const char* kSmallGpt =
     "--num-attention-heads 8 --seq-length 1024 --max-position-embeddings 1024 "
     "--micro-batch-size 2 --global-batch-size 16 --vocab-size 50304 --bf16";
 
+// The Megatron flags a read command's plan writes back (8 GPUs, dgx-h100).
+std::string WrittenBack(MegatronCommand c) {
+  ResolveWorldSize(c, 8);
+  const Plan plan{.model = c.model,
+                  .cluster = ClusterPreset("dgx-h100"),
+                  .training = c.training,
+                  .parallel = c.parallel,
+                  .options = c.options};
+  return MegatronArgsLine(plan);
+}
+
 TEST(MegatronArgs, GradientBytesFromTheirFlags) {
   MegatronCommand c = ReadMegatronCommand(kSmallGpt, "cmd");
   EXPECT_FALSE(c.options.grad_reduce_in_bf16);
@@ -293,13 +304,7 @@ TEST(MegatronArgs, GradientBytesFromTheirFlags) {
   EXPECT_TRUE(
       std::count(c.simulated_flags.begin(), c.simulated_flags.end(), "--grad-reduce-in-bf16"));
   // Written back for a plan that has it.
-  ResolveWorldSize(c, 8);
-  const Plan plan{.model = c.model,
-                  .cluster = ClusterPreset("dgx-h100"),
-                  .training = c.training,
-                  .parallel = c.parallel,
-                  .options = c.options};
-  EXPECT_NE(MegatronArgsLine(plan).find("--grad-reduce-in-bf16"), std::string::npos);
+  EXPECT_NE(WrittenBack(c).find("--grad-reduce-in-bf16"), std::string::npos);
   // fp16 keeps 2-byte main gradients unless told to accumulate in fp32.
   std::string fp16 = kSmallGpt;
   fp16.replace(fp16.find("--bf16"), 6, "--fp16");
@@ -317,16 +322,11 @@ TEST(MegatronArgs, TheJitFusedCrossEntropyKeepsOneMoreFp32Copy) {
   EXPECT_TRUE(c.options.cross_entropy_loss_fusion);
   EXPECT_TRUE(std::count(c.simulated_flags.begin(), c.simulated_flags.end(),
                          "--cross-entropy-loss-fusion"));
-  ResolveWorldSize(c, 8);
-  const Plan plan{.model = c.model,
-                  .cluster = ClusterPreset("dgx-h100"),
-                  .training = c.training,
-                  .parallel = c.parallel,
-                  .options = c.options};
-  EXPECT_NE(MegatronArgsLine(plan).find("--cross-entropy-loss-fusion"), std::string::npos);
+  EXPECT_NE(WrittenBack(c).find("--cross-entropy-loss-fusion"), std::string::npos);
   // Transformer Engine's implementation is not modelled: simulated as the unfused loss, said.
   c = ReadMegatronCommand(
-      std::string(kSmallGpt) + " --cross-entropy-loss-fusion --cross-entropy-fusion-impl te", "cmd");
+      std::string(kSmallGpt) + " --cross-entropy-loss-fusion --cross-entropy-fusion-impl te",
+      "cmd");
   EXPECT_FALSE(c.options.cross_entropy_loss_fusion);
   bool said = false;
   for (const MegatronFinding& f : c.findings) {

@@ -348,9 +348,9 @@ TEST(CheckToday, AHybridPatternGivesTheLayerCount) {
 }
 
 TEST(CheckToday, FlagsThatChangeTheRunButAreNotSimulatedAreNamed) {
-  const CheckReport r = Check(Command(
-      "--empty-unused-memory-level 1 --log-interval 10 --rotary-base 500000 "
-      "--init-method-std 0.02 --manual-gc --save /ckpt"));
+  const CheckReport r =
+      Check(Command("--empty-unused-memory-level 1 --log-interval 10 --rotary-base 500000 "
+                    "--init-method-std 0.02 --manual-gc --save /ckpt"));
   EXPECT_TRUE(Warns(r, "--empty-unused-memory-level",
                     "not simulated: ptdp simulates as if --empty-unused-memory-level were absent"));
   for (const char* inert :

@@ -174,8 +174,8 @@ TEST(OutputLayer, TheLossHoldsThe16BitLogitsBesideTheirFp32Copy) {
   EXPECT_DOUBLE_EQ(OutputTransientBytes(m, p, Precision::kFp8), 2 * sbv);
   EXPECT_DOUBLE_EQ(OutputTransientBytes(m, p, Precision::kFp32), 0);
   // The jit-fused loss keeps one more fp32 copy.
-  EXPECT_DOUBLE_EQ(OutputTransientBytes(m, p, Precision::kBf16, {.cross_entropy_loss_fusion = true}),
-                   6 * sbv);
+  EXPECT_DOUBLE_EQ(
+      OutputTransientBytes(m, p, Precision::kBf16, {.cross_entropy_loss_fusion = true}), 6 * sbv);
   // The last stage holds it on top of its in-flight layers and kept output buffers (1F1B:
   // one micro-batch there), unless a layer's recomputation holds more.
   TrainingSpec t;

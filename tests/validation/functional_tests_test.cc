@@ -128,8 +128,7 @@ TEST(FunctionalTestsReplay, SimulatesTheLastStageOfACaseFromItsScript) {
   small_row.iteration_time_s = 0.21549;
   const std::string small_path =
       kDir + "/tests/fixtures/megatron_corpus/functional-tests/" + small_row.case_name + ".sh";
-  const FunctionalTestCase small =
-      ReadFunctionalTest(small_row, ReadAll(small_path), small_path);
+  const FunctionalTestCase small = ReadFunctionalTest(small_row, ReadAll(small_path), small_path);
   ClusterSpec no_host = ClusterPreset("dgx-a100-80gb");
   no_host.host = HostSpec{};
   const double error_without_host = ReplayFunctionalTest(small, no_host).time_error();
