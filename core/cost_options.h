@@ -105,6 +105,13 @@ struct CostOptions {
   // then their exponentials) where the unfused loss works in place: one more fp32 copy of the
   // last stage's logits at the loss's peak (memory_model.h OutputTransientBytes).
   bool cross_entropy_loss_fusion = false;
+  // --defer-embedding-wgrad-compute (--wgrad-deferral-limit N; 0: no limit): the output layer's
+  // weight-gradient GEMMs wait for the pipeline flush, so the last stage keeps each deferred
+  // micro-batch's logits gradient and the layer's input (megatron/core/tensor_parallel/layers.py:
+  // grad_output_buffer, embedding_activation_buffer) until then: memory_model.h
+  // DeferredEmbeddingWgradBytes. The move of those GEMMs into the flush is not timed.
+  bool defer_embedding_wgrad_compute = false;
+  int wgrad_deferral_limit = 0;
   // Weight-gradient GEMMs accumulate into the fp32 main gradient in their epilogue (Megatron's
   // gradient_accumulation_fusion, on by default since 2022); without it the GEMM writes a
   // temporary gradient that a separate kernel adds to the main gradient.

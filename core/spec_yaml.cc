@@ -301,6 +301,12 @@ void WriteOptions(YamlWriter& w, const CostOptions& o) {
     w.Line("grad_reduce_in_bf16", Bool(o.grad_reduce_in_bf16),
            "bf16 training: 2-byte main gradients");
   }
+  if (o.defer_embedding_wgrad_compute) {
+    w.Line("defer_embedding_wgrad_compute", Bool(o.defer_embedding_wgrad_compute),
+           "the output layer's weight gradients wait for the pipeline flush");
+    w.Line("wgrad_deferral_limit", std::to_string(o.wgrad_deferral_limit),
+           "micro-batches deferred at most; 0: all");
+  }
   if (o.cross_entropy_loss_fusion) {
     w.Line("cross_entropy_loss_fusion", Bool(o.cross_entropy_loss_fusion),
            "Megatron-Core's jit-fused (native) cross entropy");
@@ -333,10 +339,17 @@ CostOptions ReadOptions(const YamlMap& map) {
         {"accumulate_allreduce_grads_in_fp32", &o.accumulate_allreduce_grads_in_fp32},
         {"grad_reduce_in_bf16", &o.grad_reduce_in_bf16},
         {"cross_entropy_loss_fusion", &o.cross_entropy_loss_fusion},
+        {"defer_embedding_wgrad_compute", &o.defer_embedding_wgrad_compute},
         {"gradient_accumulation_fusion", &o.gradient_accumulation_fusion},
         {"scatter_gather_tensors_in_pipeline", &o.scatter_gather_tensors_in_pipeline},
         {"async_tensor_parallel_allreduce", &o.async_tensor_parallel_allreduce}}) {
     *field = map.Bool(key, *field);
+  }
+  if (map.Has("wgrad_deferral_limit")) {
+    o.wgrad_deferral_limit = map.Int("wgrad_deferral_limit");
+    if (o.wgrad_deferral_limit < 0) {
+      map.Fail("wgrad_deferral_limit", "must be 0 (no limit) or a number of micro-batches");
+    }
   }
   if (map.Has("ddp_bucket_size")) {
     o.ddp_bucket_size = map.Int("ddp_bucket_size");

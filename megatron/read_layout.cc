@@ -481,6 +481,15 @@ void ReadTraining(Reader& r, MegatronCommand& c) {
   // keeps 4 unless --grad-reduce-in-bf16 (arguments.py; ignored without --bf16).
   c.options.accumulate_allreduce_grads_in_fp32 = r.Has("--accumulate-allreduce-grads-in-fp32");
   c.options.grad_reduce_in_bf16 = r.Has("--grad-reduce-in-bf16") && r.Has("--bf16");
+  // The output layer's deferred weight gradients: their memory is modelled, their timing not.
+  if (r.Has("--defer-embedding-wgrad-compute")) {
+    c.options.defer_embedding_wgrad_compute = true;
+    c.options.wgrad_deferral_limit = static_cast<int>(r.Int("--wgrad-deferral-limit").value_or(0));
+    r.Add(Severity::kWarning, "--defer-embedding-wgrad-compute",
+          "not simulated: the output layer's weight-gradient GEMMs are timed where they run "
+          "without it, not in the pipeline flush (the memory they keep is simulated)",
+          "");
+  }
   // The loss's fusion: the native (jit) implementation keeps one more fp32 copy of the logits;
   // Transformer Engine's (te) is not modelled and is simulated as the unfused loss.
   if (r.Has("--cross-entropy-loss-fusion")) {

@@ -101,6 +101,10 @@ void WriteSoftware(const Plan& plan, Flags& f) {
   }
   if (o.tp_comm_overlap) f.Switch("--tp-comm-overlap");
   if (o.cross_entropy_loss_fusion) f.Switch("--cross-entropy-loss-fusion");
+  if (o.defer_embedding_wgrad_compute) {
+    f.Switch("--defer-embedding-wgrad-compute");
+    if (o.wgrad_deferral_limit > 0) f.Add("--wgrad-deferral-limit", o.wgrad_deferral_limit);
+  }
   // Megatron overlaps the interleaved schedule's sends unless told not to (arguments.py:
   // --no-overlap-p2p-communication, dest overlap_p2p_comm, default True).
   if (plan.parallel.virtual_stages > 1 && !o.overlap_p2p_communication) {

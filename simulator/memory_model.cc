@@ -270,6 +270,19 @@ double OutputActivationBytes(const ModelSpec& m, const ParallelConfig& p, Precis
          4 * MicroBatchLogits(m, p);
 }
 
+double DeferredEmbeddingWgradBytes(const ModelSpec& m, const ParallelConfig& p,
+                                   Precision precision, const CostOptions& options,
+                                   int64_t microbatches) {
+  if (!options.defer_embedding_wgrad_compute || microbatches < 2) return 0;
+  const int64_t done = microbatches - 1;
+  const int64_t deferred =
+      options.wgrad_deferral_limit > 0 ? std::min<int64_t>(options.wgrad_deferral_limit, done) : done;
+  const bool sp = p.sequence_parallel && p.tp > 1;
+  const double e = BytesPerElement(precision);
+  return static_cast<double>(deferred) *
+         (e * MicroBatchLogits(m, p) + e * MicroBatchTokens(m, p) * m.hidden_size / (sp ? p.tp : 1));
+}
+
 double OutputTransientBytes(const ModelSpec& m, const ParallelConfig& p, Precision precision,
                             const CostOptions& options) {
   const double fused = options.cross_entropy_loss_fusion ? 4 : 0;
@@ -336,6 +349,8 @@ struct StageMemoryModel {
         embedding_act(EmbeddingActivationBytes(model, parallel)),
         output_act(OutputActivationBytes(model, parallel, train.precision)),
         output_transient(OutputTransientBytes(model, parallel, train.precision, opts)),
+        deferred_wgrad(DeferredEmbeddingWgradBytes(model, parallel, train.precision, opts,
+                                                   NumMicrobatches(train, parallel))),
         reserved(static_cast<double>(cluster.gpu.reserved_bytes)),
         workspace(WorkspaceBytes(cluster.gpu.compute_capability, opts)),
         fragmentation(cluster.gpu.fragmentation / (1 - cluster.gpu.fragmentation)),
@@ -364,7 +379,7 @@ struct StageMemoryModel {
   const BytesPerParameter expert_per_param;
   const LayerKind mtp_kind;  // an MTP layer's: the last layer's kind
   double mtp_act = 0;        // the MTP layers' activations, with their output layers'
-  const double embedding_act, output_act, output_transient;
+  const double embedding_act, output_act, output_transient, deferred_wgrad;
   const double reserved, workspace, fragmentation;  // fragmentation: of what is used
   const double ebytes, grad_bytes;                  // a weight's and a gradient's bytes
   const bool uniform;  // every chunk's layers are the first's (UniformChunks)
@@ -524,6 +539,7 @@ inline void AddActivations(const StageMemoryModel& mm, int r, const StageChunks&
                               r, first.empty() ? std::span<const double>(k.bytes) : first);
   }
   st.activations_bytes = r == p.pp - 1 ? held + (mm.output_act + mm.mtp_act) +
+                                             mm.deferred_wgrad +
                                              std::max(k.transient, mm.output_transient)
                                        : held + k.transient;
   const double used = st.weights_bytes + st.gradients_bytes + st.optimizer_bytes +

@@ -179,6 +179,13 @@ TEST(PlanFile, NewFieldsAndOptionsRoundTrip) {
                       p.parallel.fsdp = Fsdp::kOptimGradsParams;
                       p.options = Megatron2021Options();
                       return p;
+                    }(),
+                    [] {
+                      Plan p = ModernPlan();
+                      p.options.cross_entropy_loss_fusion = true;
+                      p.options.defer_embedding_wgrad_compute = true;
+                      p.options.wgrad_deferral_limit = 2;
+                      return p;
                     }()}) {
     const std::string text = WritePlanYaml(plan);
     const Plan back = ParsePlanYaml(text, "plan.yaml");

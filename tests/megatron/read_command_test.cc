@@ -336,6 +336,24 @@ TEST(MegatronArgs, TheJitFusedCrossEntropyKeepsOneMoreFp32Copy) {
   EXPECT_TRUE(said);
 }
 
+TEST(MegatronArgs, DeferredEmbeddingWeightGradientsKeepTheirBuffers) {
+  MegatronCommand c = ReadMegatronCommand(
+      std::string(kSmallGpt) + " --defer-embedding-wgrad-compute --wgrad-deferral-limit 2", "cmd");
+  EXPECT_TRUE(c.options.defer_embedding_wgrad_compute);
+  EXPECT_EQ(c.options.wgrad_deferral_limit, 2);
+  const std::string written = WrittenBack(c);
+  EXPECT_NE(written.find("--defer-embedding-wgrad-compute --wgrad-deferral-limit 2"),
+            std::string::npos)
+      << written;
+  // Its timing is not modelled, and check says so.
+  bool said = false;
+  for (const MegatronFinding& f : c.findings) {
+    said = said || (f.flag == "--defer-embedding-wgrad-compute" &&
+                    f.message.find("not simulated") != std::string::npos);
+  }
+  EXPECT_TRUE(said);
+}
+
 // The workspace bytes a launch with CUBLAS_WORKSPACE_CONFIG=`config` gives.
 int64_t CublasWorkspaceBytesOf(const std::string& config) {
   return ReadMegatronCommand("export CUBLAS_WORKSPACE_CONFIG=" + config + "\n" + kSmallGpt, "cmd")

@@ -173,6 +173,17 @@ TEST(OutputLayer, TheLossHoldsThe16BitLogitsBesideTheirFp32Copy) {
   EXPECT_DOUBLE_EQ(OutputTransientBytes(m, p, Precision::kBf16), 2 * sbv);
   EXPECT_DOUBLE_EQ(OutputTransientBytes(m, p, Precision::kFp8), 2 * sbv);
   EXPECT_DOUBLE_EQ(OutputTransientBytes(m, p, Precision::kFp32), 0);
+  // Deferred output-layer weight gradients: each deferred micro-batch's logits gradient and the
+  // layer's input stay on the last stage, at most the limit, at most the m - 1 done.
+  const double in = double(m.seq_length) * 2 * m.hidden_size;  // s b h, no SP here
+  CostOptions defer{.defer_embedding_wgrad_compute = true};
+  EXPECT_DOUBLE_EQ(DeferredEmbeddingWgradBytes(m, p, Precision::kBf16, defer, 8),
+                   7 * (2 * sbv + 2 * in));
+  defer.wgrad_deferral_limit = 2;
+  EXPECT_DOUBLE_EQ(DeferredEmbeddingWgradBytes(m, p, Precision::kBf16, defer, 8),
+                   2 * (2 * sbv + 2 * in));
+  EXPECT_DOUBLE_EQ(DeferredEmbeddingWgradBytes(m, p, Precision::kBf16, defer, 1), 0);
+  EXPECT_DOUBLE_EQ(DeferredEmbeddingWgradBytes(m, p, Precision::kBf16, {}, 8), 0);
   // The jit-fused loss keeps one more fp32 copy.
   EXPECT_DOUBLE_EQ(
       OutputTransientBytes(m, p, Precision::kBf16, {.cross_entropy_loss_fusion = true}), 6 * sbv);
