@@ -270,17 +270,18 @@ double OutputActivationBytes(const ModelSpec& m, const ParallelConfig& p, Precis
          4 * MicroBatchLogits(m, p);
 }
 
-double DeferredEmbeddingWgradBytes(const ModelSpec& m, const ParallelConfig& p,
-                                   Precision precision, const CostOptions& options,
-                                   int64_t microbatches) {
+double DeferredEmbeddingWgradBytes(const ModelSpec& m, const ParallelConfig& p, Precision precision,
+                                   const CostOptions& options, int64_t microbatches) {
   if (!options.defer_embedding_wgrad_compute || microbatches < 2) return 0;
   const int64_t done = microbatches - 1;
-  const int64_t deferred =
-      options.wgrad_deferral_limit > 0 ? std::min<int64_t>(options.wgrad_deferral_limit, done) : done;
+  const int64_t deferred = options.wgrad_deferral_limit > 0
+                               ? std::min<int64_t>(options.wgrad_deferral_limit, done)
+                               : done;
   const bool sp = p.sequence_parallel && p.tp > 1;
   const double e = BytesPerElement(precision);
   return static_cast<double>(deferred) *
-         (e * MicroBatchLogits(m, p) + e * MicroBatchTokens(m, p) * m.hidden_size / (sp ? p.tp : 1));
+         (e * MicroBatchLogits(m, p) +
+          e * MicroBatchTokens(m, p) * m.hidden_size / (sp ? p.tp : 1));
 }
 
 double OutputTransientBytes(const ModelSpec& m, const ParallelConfig& p, Precision precision,
@@ -538,8 +539,7 @@ inline void AddActivations(const StageMemoryModel& mm, int r, const StageChunks&
     held = PeakInFlightWeight(p.schedule, p.pp, static_cast<int>(mm.microbatches), p.virtual_stages,
                               r, first.empty() ? std::span<const double>(k.bytes) : first);
   }
-  st.activations_bytes = r == p.pp - 1 ? held + (mm.output_act + mm.mtp_act) +
-                                             mm.deferred_wgrad +
+  st.activations_bytes = r == p.pp - 1 ? held + (mm.output_act + mm.mtp_act) + mm.deferred_wgrad +
                                              std::max(k.transient, mm.output_transient)
                                        : held + k.transient;
   const double used = st.weights_bytes + st.gradients_bytes + st.optimizer_bytes +

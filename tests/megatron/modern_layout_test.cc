@@ -172,7 +172,8 @@ Plan ModernPlan() {
 }
 
 TEST(PlanFile, NewFieldsAndOptionsRoundTrip) {
-  for (Plan plan : {ModernPlan(), [] {
+  for (Plan plan : {ModernPlan(),
+                    [] {
                       Plan p = ModernPlan();
                       p.parallel.first_stage_layers = p.parallel.last_stage_layers = 0;
                       p.parallel.account_for_embedding = p.parallel.account_for_loss = true;
