@@ -484,7 +484,8 @@ void ReadTraining(Reader& r, MegatronCommand& c) {
   // The output layer's deferred weight gradients: their memory is modelled, their timing not.
   if (r.Has("--defer-embedding-wgrad-compute")) {
     c.options.defer_embedding_wgrad_compute = true;
-    c.options.wgrad_deferral_limit = static_cast<int>(r.Int("--wgrad-deferral-limit").value_or(0));
+    c.options.wgrad_deferral_limit =
+        std::max(0, static_cast<int>(r.Int("--wgrad-deferral-limit").value_or(0)));
     r.Add(Severity::kWarning, "--defer-embedding-wgrad-compute",
           "not simulated: the output layer's weight-gradient GEMMs are timed where they run "
           "without it, not in the pipeline flush (the memory they keep is simulated)",

@@ -50,6 +50,23 @@ void CheckFsdp2AndDeterminism(Reader& r, const MegatronCommand& c) {
   }
 }
 
+// The output layer's deferred weight gradients (megatron/core/model_parallel_config.py
+// __post_init__), in Megatron's words.
+void CheckEmbeddingWgradDeferral(Reader& r, const MegatronCommand& c) {
+  if (!r.Has("--defer-embedding-wgrad-compute")) return;
+  const std::pair<bool, const char*> rules[] = {
+      {c.parallel.pp > 1,
+       "Cannot defer embedding wgrad compute when pipeline model parallel is not used"},
+      {!r.Has("--no-gradient-accumulation-fusion"),
+       "Cannot defer embedding wgrad compute when gradient accumulation fusion is not used"},
+      {r.Int("--wgrad-deferral-limit").value_or(0) >= 0,
+       "Wgrad deferral limit should be greater than or equal to 0 when it is enabled!"},
+  };
+  for (const auto& [holds, message] : rules) {
+    if (!holds) r.Add(Severity::kError, "--defer-embedding-wgrad-compute", message, "");
+  }
+}
+
 // CUDA_DEVICE_MAX_CONNECTIONS at launch, as validate_args asserts it on GPUs before Blackwell:
 // FSDP (Megatron's or Torch's) needs it unset or above 1; otherwise tensor or context
 // parallelism needs it at 1 (unless --overlap-moe-expert-parallel-comm, which only warns).
@@ -146,6 +163,7 @@ void ReadStartUpChecks(Reader& r, MegatronCommand& c, bool environment_complete)
   }
   CheckExpertParallelOverlap(r, c);
   CheckFsdp2AndDeterminism(r, c);
+  CheckEmbeddingWgradDeferral(r, c);
   CheckDeviceConnections(r, c, environment_complete);
 }
 

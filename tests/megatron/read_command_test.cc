@@ -337,14 +337,30 @@ TEST(MegatronArgs, TheJitFusedCrossEntropyKeepsOneMoreFp32Copy) {
 }
 
 TEST(MegatronArgs, DeferredEmbeddingWeightGradientsKeepTheirBuffers) {
+  const std::string pipelined = std::string(kSmallGpt) + " --pipeline-model-parallel-size 2";
   MegatronCommand c = ReadMegatronCommand(
-      std::string(kSmallGpt) + " --defer-embedding-wgrad-compute --wgrad-deferral-limit 2", "cmd");
+      pipelined + " --defer-embedding-wgrad-compute --wgrad-deferral-limit 2", "cmd");
+  for (const MegatronFinding& f : c.findings) EXPECT_NE(f.severity, Severity::kError) << f.message;
   EXPECT_TRUE(c.options.defer_embedding_wgrad_compute);
   EXPECT_EQ(c.options.wgrad_deferral_limit, 2);
   const std::string written = WrittenBack(c);
   EXPECT_NE(written.find("--defer-embedding-wgrad-compute --wgrad-deferral-limit 2"),
             std::string::npos)
       << written;
+  // Megatron's start-up rules on it (model_parallel_config.py), in its words.
+  const auto refused = [](const std::string& command, const std::string& words) {
+    const MegatronCommand bad =
+        ReadMegatronCommand(command + " --defer-embedding-wgrad-compute", "cmd");
+    for (const MegatronFinding& f : bad.findings) {
+      if (f.severity == Severity::kError && f.message.find(words) != std::string::npos) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(refused(pipelined + " --wgrad-deferral-limit -1", "greater than or equal to 0"));
+  EXPECT_TRUE(refused(pipelined + " --no-gradient-accumulation-fusion",
+                      "gradient accumulation fusion is not used"));
+  EXPECT_TRUE(refused(kSmallGpt, "pipeline model parallel is not used"));
+  EXPECT_FALSE(refused(pipelined, "Cannot defer"));
   // Its timing is not modelled, and check says so.
   bool said = false;
   for (const MegatronFinding& f : c.findings) {
