@@ -67,6 +67,24 @@ std::string WrapWords(std::string_view text, size_t width) {
   return out;
 }
 
+std::string MarkdownCell(std::string text) {
+  for (size_t at = text.find('|'); at != std::string::npos; at = text.find('|', at + 2)) {
+    text.insert(at, "\\");
+  }
+  return text;
+}
+
+std::vector<std::string_view> SplitOn(std::string_view line, char separator) {
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  while (true) {
+    const size_t at = line.find(separator, start);
+    out.push_back(line.substr(start, at == std::string_view::npos ? at : at - start));
+    if (at == std::string_view::npos) return out;
+    start = at + 1;
+  }
+}
+
 std::string XmlEscape(std::string_view text) {
   std::string out;
   for (char c : text) {

@@ -29,6 +29,13 @@ std::string WrapWords(std::string_view text, size_t width);
 // Text safe inside XML/HTML (SVG and the HTML report): & < > " escaped.
 std::string XmlEscape(std::string_view text);
 
+// Text safe inside a Markdown table cell: every '|' escaped.
+std::string MarkdownCell(std::string text);
+
+// The fields of one line of a delimited file, split at every `separator` (no quoting): "a,,b"
+// gives "a", "", "b"; an empty line gives one empty field.
+std::vector<std::string_view> SplitOn(std::string_view line, char separator);
+
 // 1315819520 -> "1,315,819,520".
 std::string GroupThousands(int64_t n);
 

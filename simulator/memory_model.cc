@@ -261,13 +261,16 @@ double MicroBatchTokens(const ModelSpec& m, const ParallelConfig& p) {
 double MicroBatchLogits(const ModelSpec& m, const ParallelConfig& p) {
   return MicroBatchTokens(m, p) * (static_cast<double>(PaddedVocabSize(m, p.tp)) / p.tp);
 }
+// One micro-batch's hidden states on this GPU in `precision` (e s b h, over t with sequence
+// parallelism): the final norm's or the output layer's input.
+double MicroBatchHiddenBytes(const ModelSpec& m, const ParallelConfig& p, Precision precision) {
+  const bool sp = p.sequence_parallel && p.tp > 1;
+  return BytesPerElement(precision) * MicroBatchTokens(m, p) * m.hidden_size / (sp ? p.tp : 1);
+}
 }  // namespace
 
 double OutputActivationBytes(const ModelSpec& m, const ParallelConfig& p, Precision precision) {
-  const bool sp = p.sequence_parallel && p.tp > 1;
-  return 2.0 * BytesPerElement(precision) * MicroBatchTokens(m, p) * m.hidden_size /
-             (sp ? p.tp : 1) +
-         4 * MicroBatchLogits(m, p);
+  return 2 * MicroBatchHiddenBytes(m, p, precision) + 4 * MicroBatchLogits(m, p);
 }
 
 double DeferredEmbeddingWgradBytes(const ModelSpec& m, const ParallelConfig& p, Precision precision,
@@ -277,11 +280,8 @@ double DeferredEmbeddingWgradBytes(const ModelSpec& m, const ParallelConfig& p, 
   const int64_t deferred = options.wgrad_deferral_limit > 0
                                ? std::min<int64_t>(options.wgrad_deferral_limit, done)
                                : done;
-  const bool sp = p.sequence_parallel && p.tp > 1;
-  const double e = BytesPerElement(precision);
-  return static_cast<double>(deferred) *
-         (e * MicroBatchLogits(m, p) +
-          e * MicroBatchTokens(m, p) * m.hidden_size / (sp ? p.tp : 1));
+  return static_cast<double>(deferred) * (BytesPerElement(precision) * MicroBatchLogits(m, p) +
+                                          MicroBatchHiddenBytes(m, p, precision));
 }
 
 double OutputTransientBytes(const ModelSpec& m, const ParallelConfig& p, Precision precision,

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/presets.h"
+#include "core/text.h"
 #include "core/yaml_io.h"
 #include "megatron/rules.h"
 
@@ -542,18 +543,11 @@ std::string BridgeMarkdown(std::span<const BridgeResult> results,
     std::string settings;
     for (const std::string& s : r.setup.settings) settings += (settings.empty() ? "" : ", ") + s;
     if (!r.memory_problem.empty()) settings += "; DOES NOT FIT: " + r.memory_problem;
-    // A layout string's '|' would end the Markdown cell.
-    const auto cell = [](std::string text) {
-      for (size_t at = text.find('|'); at != std::string::npos; at = text.find('|', at + 2)) {
-        text.insert(at, "\\");
-      }
-      return text;
-    };
     out += fmt::format("| {} | {} | {} | {} | {} | {:.0f} | {:.0f} | {:+.1f}% | {} | {} |\n",
                        r.row.release, r.row.model, r.row.num_gpus, r.row.precision,
-                       cell(LayoutLine(r.setup.plan)), r.row.tokens_per_s_per_gpu,
+                       MarkdownCell(LayoutLine(r.setup.plan)), r.row.tokens_per_s_per_gpu,
                        r.simulated_tokens_per_s_per_gpu, 100 * e,
-                       in ? "fitted (in-sample)" : "held out", cell(settings));
+                       in ? "fitted (in-sample)" : "held out", MarkdownCell(settings));
   }
   out += fmt::format(
       "\nMean |error|: {} ({} fitted rows, in-sample); {} ({} held-out rows, "

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/plan.h"
+#include "core/text.h"
 #include "planner/check.h"
 #include "simulator/simulate.h"
 #include "validation/pattern_search.h"
@@ -28,17 +29,6 @@ constexpr std::array<std::string_view, 10> kColumns = {"case",
                                                        "steps",
                                                        "gpus_from",
                                                        "half"};
-
-std::vector<std::string_view> SplitTabs(std::string_view line) {
-  std::vector<std::string_view> out;
-  size_t start = 0;
-  while (true) {
-    const size_t tab = line.find('\t', start);
-    out.push_back(line.substr(start, tab == std::string_view::npos ? tab : tab - start));
-    if (tab == std::string_view::npos) return out;
-    start = tab + 1;
-  }
-}
 
 std::string HeaderLine() {
   std::string text;
@@ -84,7 +74,7 @@ std::vector<FunctionalTestRow> ParseFunctionalTestsTsv(std::string_view text,
     start = end;
     ++line_no;
     if (line.empty()) continue;
-    const std::vector<std::string_view> f = SplitTabs(line);
+    const std::vector<std::string_view> f = SplitOn(line, '\t');
     if (f.size() != kColumns.size()) {
       throw InputError(
           {source, line_no, ""},
@@ -232,21 +222,13 @@ struct Summary {
   std::vector<double> peak, allocated, time, dense_time;
 };
 
-double Mean(const std::vector<double>& v, bool absolute) {
+double MeanAbs(const std::vector<double>& v) {
   double sum = 0;
-  for (double x : v) sum += absolute ? std::abs(x) : x;
+  for (double x : v) sum += std::abs(x);
   return v.empty() ? 0 : sum / static_cast<double>(v.size());
 }
 
 std::string Percent(double x) { return fmt::format("{:+.1f}%", 100 * x); }
-
-// A layout's '|' would end the Markdown cell.
-std::string Cell(std::string text) {
-  for (size_t at = text.find('|'); at != std::string::npos; at = text.find('|', at + 2)) {
-    text.insert(at, "\\");
-  }
-  return text;
-}
 
 }  // namespace
 
@@ -276,11 +258,11 @@ std::string FunctionalTestsMarkdown(std::span<const FunctionalTestResult> result
     out += fmt::format(
         "| {} | {} | {} | {:.1f}% | {} | {} | {:.1f}% | {} | {} | {} | {} | {} | {} | {} |\n",
         key.first, key.second ? "test (out-of-sample)" : "fit (in-sample)", s.cases,
-        100 * Mean(s.peak, true), Percent(Median(s.peak)), s.beyond, 100 * Mean(s.allocated, true),
+        100 * MeanAbs(s.peak), Percent(Median(s.peak)), s.beyond, 100 * MeanAbs(s.allocated),
         Percent(Median(s.allocated)), s.not_fit, s.time.size(),
-        s.time.empty() ? "-" : fmt::format("{:.1f}%", 100 * Mean(s.time, true)),
+        s.time.empty() ? "-" : fmt::format("{:.1f}%", 100 * MeanAbs(s.time)),
         s.time.empty() ? "-" : Percent(Median(s.time)), s.dense_time.size(),
-        s.dense_time.empty() ? "-" : fmt::format("{:.1f}%", 100 * Mean(s.dense_time, true)));
+        s.dense_time.empty() ? "-" : fmt::format("{:.1f}%", 100 * MeanAbs(s.dense_time)));
   }
   out +=
       "\n| case | GPU | GPUs | half | layout | not simulated flags | measured peak GiB | "
@@ -294,10 +276,10 @@ std::string FunctionalTestsMarkdown(std::span<const FunctionalTestResult> result
     out += fmt::format(
         "| {} | {} | {} | {} | {} | {} | {:.2f} | {:.2f} | {} | {:.2f} | {:.2f} | {} | {} | {} | "
         "{} | {} |\n",
-        r.row.case_name, r.row.gpu, r.row.gpus, r.row.test_half ? "test" : "fit", Cell(r.layout),
-        r.not_modelled, r.row.max_allocated_bytes / kGiB, r.predicted_peak_bytes / kGiB,
-        Percent(r.peak_error()), r.row.allocated_bytes / kGiB, r.predicted_allocated_bytes / kGiB,
-        Percent(r.allocated_error()), r.fits ? "yes" : "**no**",
+        r.row.case_name, r.row.gpu, r.row.gpus, r.row.test_half ? "test" : "fit",
+        MarkdownCell(r.layout), r.not_modelled, r.row.max_allocated_bytes / kGiB,
+        r.predicted_peak_bytes / kGiB, Percent(r.peak_error()), r.row.allocated_bytes / kGiB,
+        r.predicted_allocated_bytes / kGiB, Percent(r.allocated_error()), r.fits ? "yes" : "**no**",
         timed ? fmt::format("{:.3f}", r.row.iteration_time_s) : "-",
         fmt::format("{:.3f}", r.predicted_step_s), timed ? Percent(r.time_error()) : "-");
   }

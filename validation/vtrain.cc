@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/plan.h"
+#include "core/text.h"
 #include "core/yaml_io.h"
 #include "megatron/rules.h"
 #include "simulator/collectives.h"
@@ -31,17 +32,6 @@ constexpr std::array<std::string_view, 11> kColumns = {"# GPUs",
                                                        "iteration time (ms)"};
 constexpr std::string_view kParamsColumn = "Parameters (billion)";
 constexpr std::string_view kBom = "\xEF\xBB\xBF";
-
-std::vector<std::string_view> SplitFields(std::string_view line) {
-  std::vector<std::string_view> fields;
-  size_t start = 0;
-  while (true) {
-    const size_t comma = line.find(',', start);
-    fields.push_back(line.substr(start, comma == std::string_view::npos ? comma : comma - start));
-    if (comma == std::string_view::npos) return fields;
-    start = comma + 1;
-  }
-}
 
 // Reads the fields of one data line; `offset` is 1 when the file has the parameter column.
 class RowReader {
@@ -127,7 +117,7 @@ std::vector<VtrainRow> ParseVtrainCsv(std::string_view text, const std::string& 
       }
       continue;
     }
-    const std::vector<std::string_view> fields = SplitFields(current);
+    const std::vector<std::string_view> fields = SplitOn(current, ',');
     const int expected = static_cast<int>(kColumns.size()) + offset;
     if (static_cast<int>(fields.size()) != expected) {
       throw InputError(
