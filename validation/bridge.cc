@@ -373,6 +373,11 @@ void BridgeOptions(const std::string& n, AttentionBackend attention, Plan& plan,
       s.settings.push_back("EP all-to-all overlap (not modelled)");
     }
   }
+  // Megatron's --defer-embedding-wgrad-compute: ptdp models its memory for commands that give
+  // it, but a row's limit (--wgrad-deferral-limit) is not in the notes: simulated without it.
+  if (Contains(n, "defer_embedding_wgrad_compute")) {
+    s.settings.push_back("deferred embedding wgrad (not modelled)");
+  }
   if (plan.model.hybrid() && Contains(n, "cuda_graphs=transformer_engine:[mamba]")) {
     s.settings.push_back("CUDA graphs of the Mamba layers (not modelled)");
   }
