@@ -121,6 +121,7 @@ std::string_view FlagFor(std::string_view key) {
   if (key == "fp8_bf16_layers_at_start") return "num-layers-at-start-in-bf16";
   if (key == "fp8_bf16_layers_at_end") return "num-layers-at-end-in-bf16";
   if (key == "fp8_param_gather") return "fp8-param-gather";
+  if (key == "keep_fp8_transpose_cache") return "keep-fp8-transpose-cache";
   return "micro-batch";
 }
 

@@ -41,7 +41,10 @@ void AddWorkloadOptions(po::options_description& o, bool example_defaults) {
       "with --precision fp8: keep the last N transformer layers in bf16")(
       "fp8-param-gather", po::bool_switch(),
       "with --precision fp8: FP8 primary weights, gathered in FP8 (needs the distributed "
-      "optimizer)");
+      "optimizer)")(
+      "keep-fp8-transpose-cache", po::bool_switch(),
+      "with --precision fp8 and --fsdp optim_grads_params: keep every FP8 weight's transpose "
+      "(1 byte per weight) instead of making it again in each backward");
 }
 
 Workload ReadWorkload(const Flags& flags) {
@@ -76,9 +79,10 @@ Workload ReadWorkload(const Flags& flags) {
 void ReadFp8Flags(const Flags& flags, TrainingSpec& t, const ClusterSpec& cluster) {
   const bool fp8 = t.precision == Precision::kFp8;
   for (const char* flag : {"fp8-recipe", "num-layers-at-start-in-bf16", "num-layers-at-end-in-bf16",
-                           "fp8-param-gather"}) {
-    if (!fp8 && flags.Has(flag) &&
-        (std::string_view(flag) != "fp8-param-gather" || flags.Switch("fp8-param-gather"))) {
+                           "fp8-param-gather", "keep-fp8-transpose-cache"}) {
+    const bool is_switch = std::string_view(flag) == "fp8-param-gather" ||
+                           std::string_view(flag) == "keep-fp8-transpose-cache";
+    if (!fp8 && flags.Has(flag) && (!is_switch || flags.Switch(flag))) {
       flags.Fail(flag, fmt::format("applies to --precision fp8 only (precision is {})",
                                    Name(t.precision)));
     }
@@ -106,6 +110,7 @@ void ReadFp8Flags(const Flags& flags, TrainingSpec& t, const ClusterSpec& cluste
                "add --fp8-recipe tensorwise (or blockwise)");
   }
   t.fp8_param_gather = flags.Switch("fp8-param-gather");
+  t.keep_fp8_transpose_cache = flags.Switch("keep-fp8-transpose-cache");
 }
 
 void AddCostOptions(po::options_description& o) {

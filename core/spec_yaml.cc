@@ -246,6 +246,7 @@ void WriteTraining(YamlWriter& w, const TrainingSpec& t) {
     w.Line("fp8_bf16_layers_at_start", std::to_string(t.fp8_bf16_layers_at_start));
     w.Line("fp8_bf16_layers_at_end", std::to_string(t.fp8_bf16_layers_at_end));
     w.Line("fp8_param_gather", Bool(t.fp8_param_gather));
+    if (t.keep_fp8_transpose_cache) w.Line("keep_fp8_transpose_cache", "true");
   }
   w.Line("optimizer", Name(t.optimizer));
   w.Line("lr", YamlNumber(t.lr));
@@ -660,8 +661,8 @@ TrainingSpec ReadTraining(const YamlMap& map) {
   TrainingSpec t;
   t.global_batch_size = map.PositiveInt("global_batch_size");
   t.precision = map.Enum("precision", kPrecisionNames, t.precision);
-  for (const char* key :
-       {"fp8_recipe", "fp8_bf16_layers_at_start", "fp8_bf16_layers_at_end", "fp8_param_gather"}) {
+  for (const char* key : {"fp8_recipe", "fp8_bf16_layers_at_start", "fp8_bf16_layers_at_end",
+                          "fp8_param_gather", "keep_fp8_transpose_cache"}) {
     if (map.Has(key) && t.precision != Precision::kFp8) {
       map.Fail(key,
                fmt::format("applies to precision fp8 only (precision is {})", Name(t.precision)),
@@ -683,6 +684,7 @@ TrainingSpec ReadTraining(const YamlMap& map) {
              "use fp8_recipe: tensorwise or blockwise, or no bf16 layers");
   }
   t.fp8_param_gather = map.Bool("fp8_param_gather", false);
+  t.keep_fp8_transpose_cache = map.Bool("keep_fp8_transpose_cache", false);
   t.optimizer = map.Enum("optimizer", kOptimizerNames, t.optimizer);
   t.lr = map.PositiveNumber("lr", t.lr);
   t.weight_decay = map.NonNegativeNumber("weight_decay", t.weight_decay);

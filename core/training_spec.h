@@ -46,11 +46,14 @@ struct TrainingSpec {
   // --num-layers-at-start-in-bf16 / --num-layers-at-end-in-bf16 (0 and 0: off; the first and
   // last transformer layers of the model run their GEMMs in bf16); --fp8-param-gather (FP8
   // primary weights: no bf16 copy of the linear weights, all-gathered in FP8; needs the
-  // distributed optimizer).
+  // distributed optimizer); --keep-fp8-transpose-cache (Megatron-FSDP sharding the
+  // parameters keeps every FP8 weight's transpose, 1 byte per weight, instead of dropping it
+  // after each module's forward and backward: megatron_fsdp.py release_module_parameters).
   Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;
   int fp8_bf16_layers_at_start = 0;
   int fp8_bf16_layers_at_end = 0;
   bool fp8_param_gather = false;
+  bool keep_fp8_transpose_cache = false;
   Optimizer optimizer = Optimizer::kAdam;
   double lr = 1e-4;
   double weight_decay = 0.01;

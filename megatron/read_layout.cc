@@ -563,9 +563,10 @@ void ReadTraining(Reader& r, MegatronCommand& c) {
           "");
     t.fp8_param_gather = false;
   }
+  t.keep_fp8_transpose_cache = r.Has("--keep-fp8-transpose-cache");
   if (t.precision != Precision::kFp8) {
     t.fp8_bf16_layers_at_start = t.fp8_bf16_layers_at_end = 0;
-    t.fp8_param_gather = false;
+    t.fp8_param_gather = t.keep_fp8_transpose_cache = false;
   }
   if (auto opt = r.String("--optimizer"))
     t.optimizer = *opt == "sgd" ? Optimizer::kSgd : Optimizer::kAdam;

@@ -213,6 +213,7 @@ void WritePrecision(const TrainingSpec& t, Flags& f) {
     f.Add("--num-layers-at-end-in-bf16", t.fp8_bf16_layers_at_end);
   }
   if (t.fp8_param_gather) f.Switch("--fp8-param-gather");
+  if (t.keep_fp8_transpose_cache) f.Switch("--keep-fp8-transpose-cache");
 }
 
 }  // namespace

@@ -498,9 +498,19 @@ inline StageMemory StaticMemory(const StageMemoryModel& mm, LayerFigures& layers
   if (k.fp8_weights > 0) {
     // Transformer Engine's FP8 copies of the linear weights and their transposes (Hopper's
     // FP8 GEMMs take one operand layout), 2 bytes per weight; with FP8 primary weights
-    // (--fp8-param-gather) they replace the 16-bit weights.
-    st.weights_bytes +=
-        k.fp8_weights * (2 - (mm.training.fp8_param_gather ? per_param.weights : 0));
+    // (--fp8-param-gather) they replace the 16-bit weights. Megatron-FSDP sharding the
+    // parameters shards the FP8 primary weights too (1 byte over the shard group) and drops
+    // each module's transposes after its forward and its backward (megatron_fsdp.py
+    // release_module_parameters; the gathered unit's are in the FSDP buffers), unless
+    // --keep-fp8-transpose-cache keeps them all: "number of parameter x 1 Byte" (Megatron-FSDP
+    // README, keep_fp8_transpose_cache).
+    double fp8_bytes = 2;
+    if (mm.training.fp8_param_gather) {
+      if (p.fsdp == Fsdp::kOptimGradsParams)
+        fp8_bytes = per_param.weights / 2 + (mm.training.keep_fp8_transpose_cache ? 1 : 0);
+      fp8_bytes -= per_param.weights;
+    }
+    st.weights_bytes += k.fp8_weights * fp8_bytes;
   }
   st.gradients_bytes = dense * per_param.gradients + experts * expert_per_param.gradients;
   st.optimizer_bytes = dense * per_param.optimizer + experts * expert_per_param.optimizer;

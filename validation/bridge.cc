@@ -222,6 +222,10 @@ std::string BridgePrecision(const BridgeRow& row, const ClusterSpec& cluster, Tr
     // mixed_precision.py): tensorwise scaling and FP8 primary weights (fp8_param_gather).
     t.precision = Precision::kFp8, t.fp8_recipe = Fp8Recipe::kTensorwise;
     t.fp8_param_gather = true;
+    // Megatron-FSDP rows: the recipe's keep_fp8_transpose_cache(_when_using_custom_fsdp).
+    t.keep_fp8_transpose_cache =
+        Contains(row.notes, "keep_fp8_transpose_cache=True") ||
+        Contains(row.notes, "keep_fp8_transpose_cache_when_using_custom_fsdp=True");
   } else if (row.precision == "fp8-ds") {
     t.precision = Precision::kFp8, t.fp8_recipe = Fp8Recipe::kDelayed;
     // NeMo's fp8_params (FP8 primary weights), where the notes say so.
@@ -235,8 +239,9 @@ std::string BridgePrecision(const BridgeRow& row, const ClusterSpec& cluster, Tr
     return fmt::format("{} has no FP8 units", cluster.name);
   }
   s.settings.push_back(t.precision == Precision::kFp8
-                           ? fmt::format("fp8 {}{}", Name(t.fp8_recipe),
-                                         t.fp8_param_gather ? ", fp8 param gather" : "")
+                           ? fmt::format("fp8 {}{}{}", Name(t.fp8_recipe),
+                                         t.fp8_param_gather ? ", fp8 param gather" : "",
+                                         t.keep_fp8_transpose_cache ? ", fp8 transposes kept" : "")
                            : std::string(Name(t.precision)));
   return "";
 }

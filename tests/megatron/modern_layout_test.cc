@@ -178,6 +178,7 @@ TEST(PlanFile, NewFieldsAndOptionsRoundTrip) {
                       p.parallel.first_stage_layers = p.parallel.last_stage_layers = 0;
                       p.parallel.account_for_embedding = p.parallel.account_for_loss = true;
                       p.parallel.fsdp = Fsdp::kOptimGradsParams;
+                      p.training.keep_fp8_transpose_cache = true;
                       p.options = Megatron2021Options();
                       return p;
                     }(),
@@ -259,6 +260,7 @@ TEST(MegatronFlags, ModernPlansReadBackToTheSamePlan) {
                       p.parallel.recompute = Recompute::kNone;
                       p.parallel.recompute_num_layers = 0;
                       p.parallel.fsdp = Fsdp::kOptimGrads;
+                      p.training.keep_fp8_transpose_cache = true;
                       p.training.fp8_bf16_layers_at_start = p.training.fp8_bf16_layers_at_end = 0;
                       p.training.fp8_recipe = Fp8Recipe::kDelayed;
                       p.options.overlap_param_gather = false;
@@ -278,6 +280,7 @@ TEST(MegatronFlags, ModernPlansReadBackToTheSamePlan) {
     EXPECT_EQ(c.training.fp8_bf16_layers_at_start, plan.training.fp8_bf16_layers_at_start);
     EXPECT_EQ(c.training.fp8_bf16_layers_at_end, plan.training.fp8_bf16_layers_at_end);
     EXPECT_EQ(c.training.fp8_param_gather, plan.training.fp8_param_gather);
+    EXPECT_EQ(c.training.keep_fp8_transpose_cache, plan.training.keep_fp8_transpose_cache);
     EXPECT_EQ(c.options, plan.options) << line;
     EXPECT_EQ(c.model.hidden_dropout, 0);
     EXPECT_TRUE(CheckParallelConfig(c.model, c.training, c.parallel, 1024).empty());

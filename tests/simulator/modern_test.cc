@@ -348,6 +348,30 @@ TEST(Fsdp, ParametersGatheredPerLayerEveryMicroBatch) {
   EXPECT_EQ(fsdp.estimate.costs.stages[0].dp_param_gather_s, 0);
 }
 
+TEST(Fsdp, ShardedFp8WeightsDropTheirTransposesUnlessKept) {
+  // Megatron-LM's examples/megatron_fsdp/train_llama3_8b_fsdp_h100_fp8.sh: Llama 3 8B, FP8
+  // primary weights, Megatron-FSDP optim_grads_params on 8 H100s.
+  Plan plan = LlamaPlan(8192, 8, 1, 1, 128);
+  plan.parallel.distributed_optimizer = true;
+  plan.parallel.fsdp = Fsdp::kOptimGradsParams;
+  plan.training.precision = Precision::kFp8;
+  plan.training.fp8_param_gather = true;
+  const double linear = 32 * LayerLinearWeights(plan.model, 1);
+  const StageMemory dropped = SimulatePlan(plan).memory.stages[0];
+  // Every weight's 16-bit shard (2/8 bytes), the linears' in FP8 instead (1/8 byte).
+  EXPECT_NEAR(dropped.weights_bytes, 2.0 / 8 * dropped.parameters - 1.0 / 8 * linear, 1);
+  plan.training.keep_fp8_transpose_cache = true;
+  const StageMemory kept = SimulatePlan(plan).memory.stages[0];
+  EXPECT_NEAR(kept.weights_bytes - dropped.weights_bytes, linear, 1);  // 1 byte per weight
+  // Without parameter sharding the transposes stay whatever the flag says (2 bytes per
+  // linear weight: the FP8 weight and its transpose).
+  plan.parallel.fsdp = Fsdp::kOptimGrads;
+  const StageMemory zero2 = SimulatePlan(plan).memory.stages[0];
+  plan.training.keep_fp8_transpose_cache = false;
+  EXPECT_DOUBLE_EQ(SimulatePlan(plan).memory.stages[0].weights_bytes, zero2.weights_bytes);
+  EXPECT_NEAR(zero2.weights_bytes, 2.0 * zero2.parameters, 1);
+}
+
 TEST(Dropout, NoMasksAndNoKernelsWithoutIt) {
   ModelSpec m = ModelPreset("gpt3-1.3b");  // Megatron's 0.1 dropouts
   const ParallelConfig p{.tp = 2};
