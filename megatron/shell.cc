@@ -3679,13 +3679,11 @@ Flow Interpreter::RunSource(const std::vector<Field>& fields) {
 }
 
 Flow Interpreter::RunEval(const std::vector<Field>& fields) {
+  // The words joined, as bash joins them. An unknown part (`$(date +%s)`, a script argument not
+  // given) goes in as written: parsed again it is the same unknown part, so the command eval
+  // runs is read with that word unknown, as it would be without eval.
   std::string text;
   for (size_t k = 1; k < fields.size(); ++k) {
-    if (fields[k].unknown) {
-      Note(true, line_, fmt::format("eval was not run: `{}` is not known", fields[k].text));
-      SetStatus(Status::kUnknown, "eval was not run");
-      return Flow::kNormal;
-    }
     if (k > 1) text += ' ';
     text += fields[k].text;
   }
