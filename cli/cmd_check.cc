@@ -32,12 +32,10 @@ void AddCheckOptions(po::options_description& o) {
       "format", po::value<std::string>()->value_name("F"), "table (default) | json")(
       "vocab-size", po::value<std::string>()->value_name("V"),
       "the tokenizer's vocabulary, when the command does not give --vocab-size")(
-      "script-args", po::value<std::string>()->value_name("WORDS"),
-      "the script's own arguments ($1, $2, ...), space-separated; a parameter not given reads "
-      "as an unknown value")(
       "require-fit", po::bool_switch(),
       "exit 4 when Megatron-LM would accept the command but it does not fit in memory")(
       "version", po::bool_switch(), "say which Megatron-LM commit the option table comes from");
+  AddScriptEnvironmentOptions(o);
   AddMemoryUnitOption(o);
 }
 
@@ -95,10 +93,14 @@ void PrintFindings(const CheckOutcome& o, const std::string& source, std::ostrea
   const MegatronCommand& c = report.command;
   out << fmt::format(
       "ptdp check: {} from {} on {} x {}{}\n", c.script, source, report.gpus, o.cluster.name,
-      report.gpus_assumed ? fmt::format(" (assumed: tp x pp = {}; the launcher does not say how "
-                                        "many GPUs; pass --gpus N)",
-                                        report.gpus)
-                          : "");
+      !report.gpus_assumed ? ""
+      : c.world_size_unknown.empty()
+          ? fmt::format(" (assumed: tp x pp = {}; the launcher does not say how many GPUs; pass "
+                        "--gpus N)",
+                        report.gpus)
+          : fmt::format(" (assumed: tp x pp = {}; the launcher's {} is not known here; pass "
+                        "--gpus N, or the variable with --env NAME=VALUE)",
+                        report.gpus, c.world_size_unknown));
   int errors = 0, warnings = 0;
   for (const MegatronFinding& f : c.findings) {
     (f.severity == MegatronFinding::Severity::kError ? errors : warnings)++;

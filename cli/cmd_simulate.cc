@@ -40,11 +40,10 @@ void AddSimulateOptions(po::options_description& o) {
       "the command after a lone --)")(
       "file", po::value<std::string>()->value_name("FILE"),
       "a Megatron-LM launch script to simulate as written (`-`: standard input)")(
-      "script-args", po::value<std::string>()->value_name("WORDS"),
-      "with --file: the script's own arguments ($1, $2, ...), space-separated")(
       "vocab-size", po::value<std::string>()->value_name("V"),
       "with --megatron / --file: the tokenizer's vocabulary, when the command does not give "
       "--vocab-size");
+  AddScriptEnvironmentOptions(o);
   AddWorkloadOptions(o, /*example_defaults=*/false);
   o.add_options()("tp", po::value<std::string>()->value_name("T"), "tensor-parallel size")(
       "pp", po::value<std::string>()->value_name("P"), "pipeline-parallel size")(
@@ -262,8 +261,8 @@ std::string_view MegatronFlagFor(std::string_view key) {
 // What may go with a Megatron-LM command: the hardware, the GPU count when the launcher does
 // not say it, and the outputs. Everything else is the command's to say.
 constexpr std::string_view kWithMegatron[] = {
-    "megatron",  "file",    "script-args", "vocab-size",  "cluster",
-    "gpus",      "format",  "trace",       "svg",         "svg-from",
+    "megatron",  "file",    "script-args", "env",         "env-file", "vocab-size",
+    "cluster",   "gpus",    "format",      "trace",       "svg",      "svg-from",
     "svg-until", "explain", "timeline",    "memory-unit", "help"};
 
 bool MegatronGiven(const Flags& flags) {

@@ -2,14 +2,18 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <iostream>
 #include <iterator>
 #include <sstream>
 
+#include "core/error.h"
 #include "core/yaml_io.h"
 
 namespace ptdp::cli {
+namespace po = boost::program_options;
 namespace {
 
 // `source FILE` in a launch script: FILE as written, else beside the script (a path the script
@@ -28,7 +32,59 @@ std::function<std::optional<std::string>(const std::string&)> SourcedFileReader(
   };
 }
 
+// NAME=VALUE (an --env value or an --env-file line, `export ` before it allowed) into `env`;
+// false when it is not one. The value is taken as written: no quotes removed, nothing expanded.
+bool AddAssignment(std::string_view text, std::map<std::string, std::string>& env) {
+  if (text.starts_with("export ")) text.remove_prefix(7);
+  const size_t eq = text.find('=');
+  if (eq == 0 || eq == std::string_view::npos) return false;
+  const std::string_view name = text.substr(0, eq);
+  const bool valid = std::all_of(name.begin(), name.end(),
+                                 [](char ch) { return std::isalnum(ch) || ch == '_'; }) &&
+                     !std::isdigit(static_cast<unsigned char>(name.front()));
+  if (!valid) return false;
+  env[std::string(name)] = std::string(text.substr(eq + 1));
+  return true;
+}
+
+// --env-file FILE (NAME=VALUE lines, '#' comments, blank lines), then --env NAME=VALUE (they
+// win): the environment the launch script starts in.
+void ReadScriptEnvironment(const Flags& flags, MegatronReadOptions& read) {
+  if (auto file = flags.OptionalString("env-file")) {
+    std::istringstream lines(ReadTextFile(*file));
+    int number = 0;
+    for (std::string line; std::getline(lines, line);) {
+      ++number;
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      const size_t first = line.find_first_not_of(" \t");
+      if (first == std::string::npos || line[first] == '#') continue;
+      if (!AddAssignment(std::string_view(line).substr(first), read.environment)) {
+        throw InputError({*file, number, ""}, fmt::format("expected NAME=VALUE, got \"{}\"", line),
+                         "one variable per line, as `env` prints them");
+      }
+    }
+  }
+  for (const std::string& assignment : flags.Strings("env")) {
+    if (!AddAssignment(assignment, read.environment)) {
+      flags.Fail("env", fmt::format("expected NAME=VALUE, got \"{}\"", assignment),
+                 "e.g. --env SLURM_NNODES=4 (repeat --env for more)");
+    }
+  }
+}
+
 }  // namespace
+
+void AddScriptEnvironmentOptions(po::options_description& o) {
+  o.add_options()("script-args", po::value<std::string>()->value_name("WORDS"),
+                  "the script's own arguments ($1, $2, ...), space-separated; a parameter not "
+                  "given reads as an unknown value")(
+      "env", po::value<std::vector<std::string>>()->composing()->value_name("NAME=VALUE"),
+      "a variable the script starts with (repeatable): what the scheduler or a wrapper "
+      "exports, e.g. --env SLURM_NNODES=4")(
+      "env-file", po::value<std::string>()->value_name("FILE"),
+      "variables the script starts with, NAME=VALUE per line (as `env` prints them); --env "
+      "wins");
+}
 
 MegatronInput ReadMegatronInput(const Flags& flags, std::string_view text_flag,
                                 std::string_view verb, std::string_view usage_hint) {
@@ -71,6 +127,7 @@ MegatronInput ReadMegatronInput(const Flags& flags, std::string_view text_flag,
     std::istringstream args(*words);
     for (std::string w; args >> w;) in.read.script_args.push_back(w);
   }
+  ReadScriptEnvironment(flags, in.read);
   if (from_file) {
     // The script is taken to run from its own folder: $PWD and `pwd` name it, and the files it
     // sources or submits are found there.

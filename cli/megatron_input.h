@@ -19,6 +19,9 @@ struct MegatronInput {
   MegatronReadOptions read;  // the script's arguments (--script-args), its sourced files
 };
 
+// --script-args, --env and --env-file: what a launch script runs with (for check and simulate).
+void AddScriptEnvironmentOptions(boost::program_options::options_description& o);
+
 // The command from --file, from `text_flag` (a flag holding the whole command; "" for none) or
 // from the words after --: exactly one of them, else an InputError naming the flags. A script
 // read from a file runs from its own folder ($PWD, the files it sources). With none, the error

@@ -87,6 +87,50 @@ std::vector<Token> SbatchDirectives(std::string_view script) {
   return out;
 }
 
+std::optional<int64_t> PositiveNumber(std::string_view text);
+
+// The variables Slurm sets in a job that sbatch's options `words` (its #SBATCH lines, then its
+// command line) ask for, into `env` where it does not set them already: SLURM_NNODES and
+// SLURM_JOB_NUM_NODES (--nodes, -N), SLURM_NTASKS_PER_NODE, SLURM_NTASKS (--ntasks, -n, or
+// nodes x tasks per node), SLURM_GPUS_PER_NODE and SLURM_GPUS_ON_NODE (--gpus-per-node,
+// --gres=gpu:[type:]N). Only plain numbers count ("2-4" nodes says nothing).
+void AddSlurmEnvironment(std::span<const Token> words, std::map<std::string, std::string>& env) {
+  std::map<std::string, int64_t> given;
+  for (size_t i = 0; i < words.size(); ++i) {
+    std::string flag = words[i].text, value;
+    if (!flag.starts_with("-")) continue;
+    if (const size_t eq = flag.find('='); eq != std::string::npos) {
+      value = flag.substr(eq + 1), flag = flag.substr(0, eq);
+    } else if (i + 1 < words.size() && !words[i + 1].text.starts_with("-")) {
+      value = words[i + 1].text;
+    }
+    if (flag == "--gres" || flag == "--gpus-per-node") {
+      // gpu:8, gpu:h100:8, h100:8, 8
+      if (flag == "--gres" && !value.starts_with("gpu")) continue;
+      value = value.substr(value.rfind(':') + 1);
+      flag = "--gpus-per-node";
+    }
+    if (auto n = PositiveNumber(value))
+      given[flag == "-N" ? "--nodes" : flag == "-n" ? "--ntasks" : flag] = *n;
+  }
+  auto set = [&](const char* name, std::optional<int64_t> n) {
+    if (n && !env.contains(name)) env[name] = std::to_string(*n);
+  };
+  auto get = [&](const char* flag) -> std::optional<int64_t> {
+    const auto it = given.find(flag);
+    return it == given.end() ? std::nullopt : std::optional<int64_t>(it->second);
+  };
+  set("SLURM_NNODES", get("--nodes"));
+  set("SLURM_JOB_NUM_NODES", get("--nodes"));
+  set("SLURM_NTASKS_PER_NODE", get("--ntasks-per-node"));
+  std::optional<int64_t> tasks = get("--ntasks");
+  if (!tasks && get("--ntasks-per-node"))
+    tasks = *get("--ntasks-per-node") * get("--nodes").value_or(1);
+  set("SLURM_NTASKS", tasks);
+  set("SLURM_GPUS_PER_NODE", get("--gpus-per-node"));
+  set("SLURM_GPUS_ON_NODE", get("--gpus-per-node"));
+}
+
 // Plays the launch script as bash would (megatron/shell.h), and the scripts its commands run in
 // another shell (InnerScript), to depth 4. The words of the commands that led to each command
 // are kept as its launcher words.
@@ -131,8 +175,10 @@ void AddCommands(std::string_view text, const std::string& source, const ShellOp
     nested.positional.clear();
     std::vector<Token> launcher = outer;
     if (IsSbatch(command)) {
-      const std::vector<Token> directives = SbatchDirectives(*inner);
-      launcher.insert(launcher.end(), directives.begin(), directives.end());
+      std::vector<Token> sbatch = SbatchDirectives(*inner);
+      launcher.insert(launcher.end(), sbatch.begin(), sbatch.end());
+      sbatch.insert(sbatch.end(), words.begin(), words.end());
+      AddSlurmEnvironment(sbatch, nested.environment);
     }
     launcher.insert(launcher.end(), words.begin(), words.end());
     AddCommands(*inner, source, nested, depth + 1, launcher, out);
@@ -155,12 +201,22 @@ Lexed PlayLaunchScript(std::string_view text, const std::string& source,
   options.positional = read.script_args;
   options.environment = read.environment;
   options.read_file = read.read_file;
-  AddCommands(text, source, options, 0, {}, out);
+  if (!read.environment_complete) {
+    // Schedulers' and MPI launchers' variables: set where the script really runs.
+    options.unknown_when_unset = {"SLURM_",           "PBS_", "LSB_", "FLUX_",
+                                  "OMPI_COMM_WORLD_", "PMI_", "PMIX_"};
+  }
+  // A job script given itself: its #SBATCH lines are sbatch's options, as when a script
+  // submits it (AddCommands), and the variables Slurm would set from them are set.
+  const std::vector<Token> directives = SbatchDirectives(text);
+  AddSlurmEnvironment(directives, options.environment);
+  AddCommands(text, source, options, 0, directives, out);
   return out;
 }
 
-std::optional<int64_t> LauncherWorldSize(std::span<const Token> words) {
-  std::map<std::string, int64_t> given;  // flag (dashes, no '=') -> value
+std::optional<int64_t> LauncherWorldSize(std::span<const Token> words, std::string* unknown) {
+  // flag (dashes, no '=') -> its last value: a positive number, or its text when it is not one
+  std::map<std::string, std::pair<std::optional<int64_t>, std::string>> given;
   for (size_t i = 0; i < words.size(); ++i) {
     std::string flag = words[i].text, value;
     if (!flag.starts_with("-")) continue;
@@ -173,19 +229,36 @@ std::optional<int64_t> LauncherWorldSize(std::span<const Token> words) {
       if (known == nullptr || known->arity != FlagArity::kSwitch) value = words[++i].text;
     }
     std::replace(flag.begin(), flag.end(), '_', '-');
-    if (auto n = PositiveNumber(value)) given[flag] = *n;
+    if (!value.empty()) given[flag] = {PositiveNumber(value), value};
   }
+  // The first of `names` given; a value that is not a number makes the world size unknown.
+  bool known = true;
   auto get = [&](std::initializer_list<const char*> names) -> std::optional<int64_t> {
     for (const char* name : names) {
-      if (auto it = given.find(name); it != given.end()) return it->second;
+      const auto it = given.find(name);
+      if (it == given.end()) continue;
+      if (!it->second.first && known) {
+        known = false;
+        if (unknown != nullptr) *unknown = fmt::format("{} {}", name, it->second.second);
+      }
+      return it->second.first;
     }
     return std::nullopt;
   };
-  if (auto nproc = get({"--nproc-per-node"})) return *nproc * get({"--nnodes"}).value_or(1);
-  if (auto tasks = get({"--ntasks", "-n", "-np", "--np"})) return *tasks;
-  if (auto per_node = get({"--ntasks-per-node"}))
-    return *per_node * get({"--nodes", "-N"}).value_or(1);
-  return std::nullopt;
+  std::optional<int64_t> world;
+  if (given.contains("--nproc-per-node")) {
+    const auto nproc = get({"--nproc-per-node"});
+    const auto nodes = get({"--nnodes"});
+    if (nproc) world = *nproc * nodes.value_or(1);
+  } else if (auto tasks = get({"--ntasks", "-n", "-np", "--np"})) {
+    world = *tasks;
+  } else if (known && given.contains("--ntasks-per-node")) {
+    const auto per_node = get({"--ntasks-per-node"});
+    const auto nodes = get({"--nodes", "-N"});
+    if (per_node) world = *per_node * nodes.value_or(1);
+  }
+  if (!known) return std::nullopt;
+  return world;
 }
 
 }  // namespace ptdp::reading

@@ -47,7 +47,9 @@ Lexed PlayLaunchScript(std::string_view text, const std::string& source,
 // The world size the launcher words before the script start: torchrun (or python -m
 // torch.distributed.run / .launch) --nproc-per-node x --nnodes; srun --ntasks, or --nodes x
 // --ntasks-per-node; mpirun / mpiexec -np. Nothing when they do not say (a value the script
-// computes at run time, or a launcher ptdp does not know).
-std::optional<int64_t> LauncherWorldSize(std::span<const Token> words);
+// computes at run time, or a launcher ptdp does not know); then `unknown`, when given, names the
+// flag whose value is not known ("--nnodes $NNODES"), if that is why.
+std::optional<int64_t> LauncherWorldSize(std::span<const Token> words,
+                                         std::string* unknown = nullptr);
 
 }  // namespace ptdp::reading

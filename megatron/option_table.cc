@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cstdint>
 #include <iterator>
+#include <limits>
 
 #include "core/text.h"
 #include "megatron/launcher_flags.inc"
@@ -143,25 +145,74 @@ std::string SuggestFlag(std::string_view flag) {
   return best;
 }
 
+namespace {
+
+bool IsDigit(char ch) { return ch >= '0' && ch <= '9'; }
+
+// Python's number syntax without its blanks and underscores ("" when the underscores are
+// misplaced: doubled, leading, trailing or beside anything but a digit); the sign is kept.
+std::string PythonDigits(std::string_view text) {
+  constexpr std::string_view kBlanks = " \t\n\r\f\v";
+  const size_t begin = text.find_first_not_of(kBlanks);
+  if (begin == std::string_view::npos) return "";
+  text = text.substr(begin, text.find_last_not_of(kBlanks) - begin + 1);
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '_') {
+      out += text[i];
+      continue;
+    }
+    const auto digit = [&](size_t k) { return k < text.size() && IsDigit(text[k]); };
+    if (i == 0 || !digit(i - 1) || !digit(i + 1)) return "";
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<int64_t> PythonInt(std::string_view text) {
+  std::string digits = PythonDigits(text);
+  std::string_view number = digits;
+  if (number.starts_with('+')) number.remove_prefix(1);
+  int64_t n = 0;
+  const auto [ptr, ec] = std::from_chars(number.data(), number.data() + number.size(), n);
+  if (number.empty() || ec != std::errc() || ptr != number.data() + number.size()) {
+    return std::nullopt;
+  }
+  return n;
+}
+
+std::optional<double> PythonFloat(std::string_view text) {
+  std::string digits = PythonDigits(text);
+  std::string_view number = digits;
+  const bool negative = number.starts_with('-');
+  if (number.starts_with('+') || negative) number.remove_prefix(1);
+  std::string lower(number);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  if (lower == "inf" || lower == "infinity") {
+    return negative ? -std::numeric_limits<double>::infinity()
+                    : std::numeric_limits<double>::infinity();
+  }
+  if (lower == "nan") return std::numeric_limits<double>::quiet_NaN();
+  double x = 0;
+  const auto [ptr, ec] = std::from_chars(number.data(), number.data() + number.size(), x);
+  if (number.empty() || !(IsDigit(number.front()) || number.front() == '.') || ec != std::errc() ||
+      ptr != number.data() + number.size()) {
+    return std::nullopt;
+  }
+  return negative ? -x : x;
+}
+
 std::string FlagValueProblem(const KnownFlag& flag, std::string_view value) {
   if (value.find('$') != std::string_view::npos || value.find('`') != std::string_view::npos) {
     return "";
   }
-  std::string_view number = value;
-  if (number.starts_with('+')) number.remove_prefix(1);
-  if (flag.type == "int") {
-    int64_t n = 0;
-    const auto [ptr, ec] = std::from_chars(number.data(), number.data() + number.size(), n);
-    if (ec != std::errc() || ptr != number.data() + number.size() || number.empty()) {
-      return fmt::format("invalid int value: '{}'", value);
-    }
-  } else if (flag.type == "float") {
-    double x = 0;
-    const auto [ptr, ec] = std::from_chars(number.data(), number.data() + number.size(), x);
-    const bool special = number == "inf" || number == "nan" || number == "-inf";
-    if (!special && (ec != std::errc() || ptr != number.data() + number.size() || number.empty())) {
-      return fmt::format("invalid float value: '{}'", value);
-    }
+  if (flag.type == "int" && !PythonInt(value)) {
+    return fmt::format("invalid int value: '{}'", value);
+  }
+  if (flag.type == "float" && !PythonFloat(value)) {
+    return fmt::format("invalid float value: '{}'", value);
   }
   if (flag.choices.empty()) return "";
   std::string listed;

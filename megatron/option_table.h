@@ -5,6 +5,7 @@
 // commit (MegatronTableVersion says which); megatron/launcher_flags.inc is kept by hand.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -37,6 +38,12 @@ const KnownFlag* FindFlag(std::span<const KnownFlag> table, std::string_view nam
 // The Megatron-LM option a misspelt `flag` most likely means (at most two edits away, or its
 // dashed form when it was written with underscores); "" when none is close.
 std::string SuggestFlag(std::string_view flag);
+
+// `text` as Python's int() and float() read it, as argparse's type=int and type=float do:
+// blanks around it, a sign, single underscores between digits (220_000_000), and for float()
+// also inf, infinity and nan in any case. Nothing when Python would raise ValueError.
+std::optional<int64_t> PythonInt(std::string_view text);
+std::optional<double> PythonFloat(std::string_view text);
 
 // What argparse says of `value` for this flag (its type and choices), or "" when it takes it. A
 // value the script computes at run time ($(...), an argument not given) is taken.

@@ -85,7 +85,7 @@ const Launch& TrainingCommand(const Lexed& lexed, const std::string& source, Meg
   std::vector<Token> launcher = launch.outer;
   launcher.insert(launcher.end(), words.begin(),
                   words.begin() + static_cast<long>(launch.script_at));
-  c.world_size = LauncherWorldSize(launcher);
+  c.world_size = LauncherWorldSize(launcher, &c.world_size_unknown);
   for (size_t i = launch.script_at + 1; i < words.size(); ++i) c.argv.push_back(words[i].text);
   return launch;
 }

@@ -42,6 +42,8 @@ struct MegatronCommand {
   // --microbatch-group-size-per-virtual-pipeline-stage (Megatron's default: pp).
   std::optional<int> microbatch_group_size;
   std::optional<int64_t> world_size;  // from torchrun --nproc-per-node x --nnodes, or --world-size
+  // Without it, the launcher's flag whose value is not known ("--nnodes $NNODES"), if any.
+  std::string world_size_unknown;
   // The environment the training command is launched with, as far as the script says.
   std::map<std::string, std::string> environment;
   // Flags as given (after substitution), in order: (flag, values, line).

@@ -45,24 +45,14 @@ class Reader {
   std::optional<int64_t> Int(std::string_view flag) {
     const auto* a = Last(flag);
     if (a == nullptr || a->values.empty()) return std::nullopt;
-    const std::string& v = a->values.front();
-    int64_t value = 0;
-    const auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), value);
-    if (ec != std::errc() || ptr != v.data() + v.size()) {
-      return std::nullopt;  // argparse's refusal, or a value known at run time only: said once
-    }
-    return value;
+    // Nothing for argparse's refusal, or a value known at run time only: said once.
+    return PythonInt(a->values.front());
   }
   std::optional<double> Number(std::string_view flag) {
     const auto* a = Last(flag);
     if (a == nullptr || a->values.empty()) return std::nullopt;
-    const std::string& v = a->values.front();
-    double value = 0;
-    const auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), value);
-    if (ec != std::errc() || ptr != v.data() + v.size()) {
-      return std::nullopt;  // argparse's refusal, or a value known at run time only: said once
-    }
-    return value;
+    // Nothing for argparse's refusal, or a value known at run time only: said once.
+    return PythonFloat(a->values.front());
   }
   std::optional<std::string> String(std::string_view flag) const {
     const auto* a = Last(flag);

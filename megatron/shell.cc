@@ -2706,7 +2706,10 @@ void Interpreter::LookupVariable(Param& p, std::optional<std::string_view> subsc
   const Variable* v = Find(p.name);
   if (v == nullptr) {
     if (p.name == "LINENO") p.values.push_back({std::to_string(at.line), at});
-    if (std::find(std::begin(kDynamic), std::end(kDynamic), p.name) != std::end(kDynamic)) {
+    const auto& prefixes = options_.unknown_when_unset;
+    if (std::find(std::begin(kDynamic), std::end(kDynamic), p.name) != std::end(kDynamic) ||
+        std::any_of(prefixes.begin(), prefixes.end(),
+                    [&](const std::string& prefix) { return p.name.starts_with(prefix); })) {
       p.values.push_back({"$" + p.name, at, Unknown::All(p.name.size() + 1)});
     }
     p.scalar = !subscript;
@@ -3682,10 +3685,20 @@ Flow Interpreter::RunEval(const std::vector<Field>& fields) {
   // The words joined, as bash joins them. An unknown part (`$(date +%s)`, a script argument not
   // given) goes in as written: parsed again it is the same unknown part, so the command eval
   // runs is read with that word unknown, as it would be without eval.
+  // Text that is unknown through and through (`eval $(make_cmd)`) is not run.
   std::string text;
+  bool known = false;
   for (size_t k = 1; k < fields.size(); ++k) {
     if (k > 1) text += ' ';
     text += fields[k].text;
+    size_t unknown = 0;
+    for (const auto& [b, e] : fields[k].unknown.spans) unknown += e - b;
+    known = known || unknown < fields[k].text.size();
+  }
+  if (!known && fields.size() > 1) {
+    Note(true, line_, fmt::format("eval was not run: `{}` is not known", text));
+    SetStatus(Status::kUnknown, "eval was not run");
+    return Flow::kNormal;
   }
   if (source_depth_ >= kMaxSourceDepth) {
     Note(true, line_, fmt::format("eval was not run: it nests more than {} deep", kMaxSourceDepth));

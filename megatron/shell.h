@@ -84,6 +84,9 @@ struct ShellOptions {
   // The starting environment; its variables are exported. Nothing else is inherited: $HOME,
   // $PWD, $USER are unset unless given here.
   std::map<std::string, std::string> environment;
+  // Name prefixes (SLURM_, PBS_) of variables that the environment the script really runs in
+  // sets: one of them unset here reads as unknown ("$SLURM_NNODES"), not empty.
+  std::vector<std::string> unknown_when_unset;
   // Reads the file that `source FILE` or `. FILE` names (the path as written after expansion);
   // nullopt when it cannot. When empty, sourced files are not read (a note says so).
   std::function<std::optional<std::string>(const std::string& path)> read_file;

@@ -2,7 +2,8 @@
 // with its expected reading beside it (NAME.expect), as check prints it.
 //
 // NAME.expect, one statement per line ('#' starts a comment line):
-//   flags: WORDS   check's own flags besides --file NAME.sh (split at blanks)
+//   flags: WORDS   check's own flags besides --file NAME.sh (split at blanks; {dir} is this
+//                  folder)
 //   exit: N        the exit code
 //   out: TEXT      a line of the standard output contains TEXT
 //   err: TEXT      the standard error contains TEXT
@@ -63,7 +64,12 @@ TEST(CliCheckScripts, EachScriptReadsAsExpected) {
     ASSERT_TRUE(std::filesystem::exists(expect)) << expect;
     const Expectation e = ReadExpectation(expect);
     std::vector<std::string> args = {"check", "--file", entry.path().string()};
-    args.insert(args.end(), e.flags.begin(), e.flags.end());
+    for (std::string flag : e.flags) {
+      if (const size_t at = flag.find("{dir}"); at != std::string::npos) {
+        flag.replace(at, 5, dir.string());
+      }
+      args.push_back(flag);
+    }
     std::ostringstream out, err;
     const int code = cli::Run(args, out, err);
     const std::string name = entry.path().filename().string();

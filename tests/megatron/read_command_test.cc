@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "core/error.h"
@@ -134,6 +136,35 @@ TEST(MegatronArgs, UnknownFlagsAreNamedWithASuggestion) {
   EXPECT_EQ(typo->fix, "did you mean --num-layers?");
   EXPECT_EQ(FindingFor(c, "--num_layers")->fix, "did you mean --num-layers?");
   EXPECT_EQ(FindingFor(c, "--tensor-parallel-size")->fix, "write --tensor-model-parallel-size");
+}
+
+TEST(MegatronArgs, NumbersAsPythonReadsThem) {
+  // argparse's type=int is Python's int(): underscores between digits, blanks, a sign.
+  EXPECT_EQ(PythonInt("220_000_000"), 220'000'000);
+  EXPECT_EQ(PythonInt(" +8 "), 8);
+  EXPECT_EQ(PythonInt("-3"), -3);
+  EXPECT_EQ(PythonInt("007"), 7);
+  for (const char* bad : {"", "1__0", "_1", "1_", "0x10", "1.0", "two", "1 2", "+"}) {
+    EXPECT_FALSE(PythonInt(bad)) << bad;
+  }
+  EXPECT_EQ(PythonFloat("1_000.5"), 1000.5);
+  EXPECT_EQ(PythonFloat("1e-4"), 1e-4);
+  EXPECT_EQ(PythonFloat(".5"), 0.5);
+  EXPECT_EQ(PythonFloat("-Infinity"), -std::numeric_limits<double>::infinity());
+  EXPECT_TRUE(std::isnan(*PythonFloat("NaN")));
+  for (const char* bad : {"", "1e", "e5", "1._5", "--1", "0x1p3"}) {
+    EXPECT_FALSE(PythonFloat(bad)) << bad;
+  }
+  const MegatronCommand c = ReadMegatronCommand(
+      "python pretrain_gpt.py --num-layers 2_4 --hidden-size 2048 --num-attention-heads 32 "
+      "--seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 1 "
+      "--train-samples 220_000_000 --lr 1_0e-5",
+      "cmd");
+  for (const MegatronFinding& f : c.findings) {
+    EXPECT_NE(f.severity, Severity::kError) << f.flag << ": " << f.message;
+  }
+  EXPECT_EQ(c.model.num_layers, 24);
+  EXPECT_DOUBLE_EQ(c.training.lr, 10e-5);
 }
 
 TEST(MegatronArgs, MegatronsOwnRefusals) {

@@ -725,6 +725,35 @@ TEST(Shell, EvalRunsKnownText) {
             (std::vector<Words>{{"torchrun", "a b", "c"}}));
 }
 
+TEST(Shell, EvalWithAnUnknownPartRunsWithThatWordUnknown) {
+  // issue 33: `TB=/logs/run_$(date +%s)`, then eval of a command string holding $TB.
+  const ShellResult r = Interpret(
+      "TB=/logs/run_$(date +%s)\ncmd=\"torchrun t.py --tensorboard-dir $TB --lr 1\"\neval $cmd");
+  ASSERT_EQ(r.commands.size(), 1u);
+  const std::vector<ShellWord>& w = r.commands[0].words;
+  ASSERT_EQ(w.size(), 6u);
+  EXPECT_EQ(w[3].text, "/logs/run_$(date +%s)");
+  EXPECT_TRUE(w[3].unknown);
+  EXPECT_FALSE(w[5].unknown);
+  EXPECT_EQ(FindNote(r, "eval was not run"), nullptr);
+}
+
+TEST(Shell, SchedulerVariablesUnsetAreUnknownNotEmpty) {
+  ShellOptions options;
+  options.unknown_when_unset = {"SLURM_"};
+  options.environment["SLURM_NTASKS"] = "16";
+  const ShellResult r = Interpret(
+      "N=${SLURM_NNODES:-1}\ncmd --nnodes $N --tasks $SLURM_NTASKS --other ${OTHER}x", options);
+  ASSERT_EQ(r.commands.size(), 1u);
+  const std::vector<ShellWord>& w = r.commands[0].words;
+  ASSERT_EQ(w.size(), 7u);
+  EXPECT_EQ(w[2].text, "$SLURM_NNODES");  // set where the job runs: unknown, not the default
+  EXPECT_TRUE(w[2].unknown);
+  EXPECT_EQ(w[4].text, "16");  // given
+  EXPECT_EQ(w[6].text, "x");   // any other unset variable is empty, as in bash
+  EXPECT_EQ(Only("cmd $SLURM_NNODES"), (Words{"cmd"}));  // without the option: empty
+}
+
 TEST(Shell, OrdinaryBuiltinsAreListed) {
   EXPECT_EQ(Commands(Interpret("set -ex\ncd /tmp\necho hi\nprintf '%s' x\nmkdir -p d")),
             (std::vector<Words>{{"set", "-ex"},
