@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import tempfile
 from typing import Any, Optional, Union
 
+from . import _flags
+from ._errors import InputError
 from ._invoke import Invocation, Source, Word, flags, run_json, source
 from ._results import CheckResult, Plan, PlanList, Schedule, Simulation, _from_dict
 
@@ -20,6 +23,20 @@ def _options(options: dict[str, Any], command: str) -> list[str]:
             "(results come back as objects; use their save(), svg() and trace())"
         )
     return flags(options)
+
+
+def _run(inv: Invocation, function, options: dict[str, Any], ok: tuple[int, ...]) -> Any:
+    """Runs the command; a keyword the command does not know as a flag is Python's TypeError
+    (with the closest keyword the function takes), not the command's "unknown flag"."""
+    try:
+        return run_json(inv, ok)[1]
+    except InputError as e:
+        name = _flags.unknown_keyword(e.message, options)
+        if name is None:
+            raise
+        raise _flags.unexpected_keyword(
+            function.__name__, name, _flags.keywords(function)
+        ) from None
 
 
 def _workload(model, cluster, gpus, global_batch) -> list[Word]:
@@ -55,19 +72,22 @@ def plan(
     Without model, cluster, gpus and batch it plans the founding document's example.
 
     Returns the ``top`` best plans, best first; an empty list (with ``hints``) when none is
-    valid. Bad input raises InputError with the command line's message.
+    valid. Bad input raises InputError with the command line's message; a keyword that is no
+    flag of `ptdp plan`, TypeError.
     """
     words = ["plan", *_workload(model, cluster, gpus, global_batch), "--top", str(top)]
     words += _options(options, "plan")
     inv = Invocation.of(words)
     with tempfile.TemporaryDirectory(prefix="ptdp-plans-") as folder:
-        _, data = run_json(inv.with_flags("--format", "json", "--out-dir", folder), ok=(0, 1))
+        out = inv.with_flags("--format", "json", "--out-dir", folder)
+        data = _run(out, plan, options, ok=(0, 1))
         plans = []
         for rank, entry in enumerate(data.get("plans", []), start=1):
             p = _from_dict(Plan, entry)
             with open(os.path.join(folder, f"plan-{rank}.yaml"), encoding="utf-8") as f:
                 object.__setattr__(p, "plan_file", f.read())
             object.__setattr__(p, "rank", rank)
+            object.__setattr__(p, "invocation", inv)
             plans.append(p)
     return PlanList(data, plans, inv)
 
@@ -91,54 +111,63 @@ def simulate(
     ``megatron="torchrun ... pretrain_gpt.py --num-layers 24 ..."`` or ``file="train.sh"``.
     ``explain=True`` fills ``groups``. A configuration that
     does not fit in memory is an answer: ``fits`` is False and ``memory_problem`` says where.
+    ``command`` is the equivalent command line; a Plan's file travels in it as a here-document.
     """
     words: list[Word] = ["simulate"]
     stdin = None
-    label = ""
     if isinstance(plan, Plan):
         if not plan.plan_file:
             raise ValueError("this Plan has no plan file (it was not made by ptdp.plan())")
         words += ["--plan", "-"]
-        stdin, label = plan.plan_file, f"<plan #{plan.rank}>"
+        stdin = plan.plan_file
     elif plan is not None:
         words += ["--plan", os.fspath(plan)]
     words += _workload(model, cluster, gpus, global_batch)
     words += _options(options, "simulate")
-    inv = Invocation.of(words, stdin, label)
+    inv = Invocation.of(words, stdin, "PLAN")
     # Exit 1: a stage does not fit, an answer (fits False, memory_problem says where).
-    _, data = run_json(inv.with_flags("--format", "json"), ok=(0, 1))
+    data = _run(inv.with_flags("--format", "json"), simulate, options, ok=(0, 1))
     sim = _from_dict(Simulation, data)
     object.__setattr__(sim, "invocation", inv)
     return sim
 
 
 def check(
-    command: str,
+    command: Optional[str] = None,
     *,
+    file: Union[str, "os.PathLike[str]", None] = None,
     cluster: Optional[Source] = None,
     gpus: Optional[int] = None,
     **options: Any,
 ) -> CheckResult:
-    """Reads a Megatron-LM launch as written (a pasted command line or a whole launch script)
-    and says what Megatron-LM would refuse and how far the layout is from the best plan
-    (`ptdp check`). Options: ``vocab_size``, ``script_args``, ``require_fit``.
+    """Reads a Megatron-LM launch as written and says what Megatron-LM would refuse and how far
+    the layout is from the best plan (`ptdp check`): ``command`` is the text of a pasted
+    command line or of a whole launch script; or ``file="train.sh"`` reads a script's file, as
+    `ptdp check --file train.sh` does (messages name its lines).
 
     A command Megatron-LM would refuse is an answer (``accepted`` False, the reasons in
-    ``errors``), not an exception.
+    ``errors``: its flag errors and the layout rules it breaks), not an exception.
     """
-    if not isinstance(command, str):
+    if command is None and file is None:
+        raise TypeError("check() missing 1 required argument: 'command' (its text), or file=")
+    if command is not None and file is not None:
+        raise TypeError("check() takes the command's text or file=, not both")
+    if command is not None and not isinstance(command, str):
         raise TypeError(f"check: expected the command or script as text, got {type(command).__name__}")
     words: list[Word] = ["check"]
     if cluster is not None:
         words += ["--cluster", source(cluster, "cluster")]
     if gpus is not None:
         words += ["--gpus", str(gpus)]
-    if "file" in options:
-        raise TypeError("check() reads the command or script from its first argument, not file=")
     words += _options(options, "check")
-    inv = Invocation.of(words + ["--file", "-"], command, "<command text>")
-    _, data = run_json(inv.with_flags("--format", "json"), ok=(0, 1, 4))
-    return _from_dict(CheckResult, data)
+    if file is not None:
+        inv = Invocation.of(words + ["--file", os.fspath(file)])
+    else:
+        inv = Invocation.of(words + ["--file", "-"], command, "SCRIPT")
+    data = _run(inv.with_flags("--format", "json"), check, options, ok=(0, 1, 4))
+    result = _from_dict(CheckResult, data)
+    object.__setattr__(result, "invocation", inv)
+    return result
 
 
 def schedule(
@@ -170,3 +199,24 @@ def models() -> list[dict]:
 def profiles() -> list[dict]:
     """The built-in hardware profiles (`ptdp profiles`)."""
     return run_json(Invocation.of(["profiles", "--format", "json"]))[1]["profiles"]
+
+
+# The signatures and help of plan(), simulate() and check(): their commands' flags.
+_flags.document(plan, "plan", skip=_RESERVED)
+_flags.document(simulate, "simulate", skip=_RESERVED)
+_flags.document(check, "check", skip=_RESERVED | {"file", "version"})
+# A plan's simulate() takes the overrides: not what the plan file fixes (the model, the
+# cluster, the GPUs, the batch), nor a launch to read instead of it.
+_NOT_WITH_A_PLAN = {
+    "model", "cluster", "gpus", "global_batch", "megatron", "file", "script_args", "vocab_size"
+}
+_self = inspect.signature(Plan.simulate).parameters["self"]
+Plan.simulate.__signature__ = inspect.Signature(
+    [_self]
+    + [
+        p
+        for p in inspect.signature(simulate).parameters.values()
+        if p.kind >= p.KEYWORD_ONLY and p.name not in _NOT_WITH_A_PLAN
+    ],
+    return_annotation="Simulation",
+)

@@ -3,7 +3,8 @@
 Every API call is a command of the ``ptdp`` program with the same flags, so the rules, the
 numbers and the messages are the command line's. A model or cluster given as a Python dict is
 written to a temporary file for the command (and named ``<model dict>`` in messages); a plan
-object travels on the command's standard input.
+object, or a command text to check, travels on the command's standard input (a here-document in
+the command line shown to people, so that it runs as shown).
 """
 
 from __future__ import annotations
@@ -89,28 +90,35 @@ class Invocation:
 
     words: tuple[Word, ...]
     stdin: Optional[str] = None
-    stdin_label: str = ""
+    stdin_name: str = "EOF"  # the here-document's delimiter in command_line(): PLAN, SCRIPT
     documents: tuple[_Document, ...] = field(default=())
     plumbing: tuple[str, ...] = ()  # flags the API adds (--format json): not in command_line()
 
     @staticmethod
-    def of(words: list[Word], stdin: Optional[str] = None, stdin_label: str = "") -> "Invocation":
+    def of(words: list[Word], stdin: Optional[str] = None, stdin_name: str = "EOF") -> "Invocation":
         docs = tuple(w for w in words if isinstance(w, _Document))
-        return Invocation(tuple(words), stdin, stdin_label, docs)
+        return Invocation(tuple(words), stdin, stdin_name, docs)
 
     def with_flags(self, *extra: str) -> "Invocation":
         """The same command with flags of the API's own (the output format, files it reads
         back), which the command line shown to people leaves out."""
         return Invocation(
-            self.words, self.stdin, self.stdin_label, self.documents, self.plumbing + extra
+            self.words, self.stdin, self.stdin_name, self.documents, self.plumbing + extra
         )
 
     def command_line(self) -> str:
-        """The equivalent command line (Python data shown by its label)."""
+        """The equivalent command line, as a shell runs it: the standard input as a quoted
+        here-document (``ptdp simulate --plan - <<'PLAN'`` ... ``PLAN``). Python data given as a
+        dict is shown by its label (``'<model dict>'``)."""
         words = ["ptdp"] + [w.label if isinstance(w, _Document) else w for w in self.words]
         line = shlex.join(words)
         if self.stdin is not None:
-            line += f" < {self.stdin_label or '<standard input>'}"
+            text = self.stdin if self.stdin.endswith("\n") or not self.stdin else self.stdin + "\n"
+            lines = set(text.splitlines())
+            end = self.stdin_name
+            while end in lines:  # the delimiter must not be a line of the text
+                end += "_"
+            line += f" <<'{end}'\n{text}{end}"
         return line
 
     def run(self, ok: tuple[int, ...] = (0,)) -> tuple[int, str, str]:

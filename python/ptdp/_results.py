@@ -152,7 +152,14 @@ class Plan(_Step):
     megatron_args: str = ""
     in_megatron: bool = True  # False: a zero-bubble schedule Megatron-LM cannot run
     plan_file: str = field(default="", compare=False)  # the plan file's YAML text
+    invocation: Optional[Invocation] = field(default=None, compare=False)  # the search's
     extra: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def command(self) -> str:
+        """The `ptdp plan` command line whose search ranked this plan (``PlanList.command``);
+        ``simulate().command`` replays this plan alone."""
+        return self.invocation.command_line() if self.invocation else ""
 
     @property
     def parallel(self) -> str:
@@ -180,7 +187,8 @@ class Plan(_Step):
 
     def simulate(self, **options) -> "Simulation":
         """This plan, simulated operation by operation (keyword arguments override its layout
-        as `ptdp simulate --plan FILE --tp 4` does)."""
+        as `ptdp simulate --plan FILE --tp 4` does; they are `ptdp.simulate()`'s options, whose
+        help lists them)."""
         from ._api import simulate
 
         return simulate(self, **options)
@@ -295,6 +303,8 @@ class Simulation(_Step):
 
     @property
     def command(self) -> str:
+        """The equivalent `ptdp simulate` command line, runnable as shown (a plan's file in it
+        as a here-document)."""
         return self.invocation.command_line() if self.invocation else ""
 
     def _output(self, flag: str, options: dict) -> str:
@@ -304,9 +314,15 @@ class Simulation(_Step):
         _, out, _ = self.invocation.with_flags(flag, "-", *flags(options)).run()
         return out
 
-    def svg(self, **options) -> str:
-        """The timeline as SVG text (options as `ptdp simulate`'s, e.g. svg_until=2.5)."""
-        return self._output("--svg", options)
+    def svg(self, *, svg_from: Optional[float] = None, svg_until: Optional[float] = None) -> str:
+        """The timeline as SVG text (`ptdp simulate --svg`).
+
+        svg_from: draw from this many seconds into the step (with svg_until: a window to zoom
+        into). svg_until: draw to this many seconds: before the step's end the picture ends
+        there; after it the time axis goes on, so that timelines drawn with the same svg_until
+        share one scale. None: the whole step.
+        """
+        return self._output("--svg", {"svg_from": svg_from, "svg_until": svg_until})
 
     def trace(self) -> str:
         """The timeline as a Chrome trace (JSON text for Perfetto or chrome://tracing)."""
@@ -333,13 +349,16 @@ class Finding(_Result):
     flag: str = ""
     message: str = ""
     fix: str = ""
+    rule: str = ""  # a layout rule Megatron-LM enforces at start-up ("heads-divisible-by-tp")
     extra: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True, repr=False)
 class CheckResult(_Result):
     """`ptdp check` of a Megatron-LM command or launch script. ``accepted``: Megatron-LM would
-    run it; ``yours`` and ``best``: its simulated step against the best plan's."""
+    run it; ``errors``: why not (the flags it refuses and the layout rules the command breaks,
+    also in ``rules_broken``); ``yours`` and ``best``: its simulated step against the best
+    plan's; ``command``: the equivalent `ptdp check` command line."""
 
     script: str = ""
     source: str = ""
@@ -357,22 +376,48 @@ class CheckResult(_Result):
     yours: Optional[dict] = None
     best: Optional[dict] = None
     valid_plans: int = 0
+    invocation: Optional[Invocation] = field(default=None, compare=False)
     extra: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
+    def command(self) -> str:
+        """The equivalent `ptdp check` command line, runnable as shown (the command text in it
+        as a here-document)."""
+        return self.invocation.command_line() if self.invocation else ""
+
+    @property
     def errors(self) -> list[Finding]:
-        return [f for f in self.findings if f.severity == "error"]
+        """Why Megatron-LM would refuse the command: the flags it refuses, then the layout
+        rules broken (``rule`` names those)."""
+        broken = [
+            _from_dict(Finding, {"severity": "error", "message": "", "fix": "", **r})
+            for r in self.rules_broken
+        ]
+        return [f for f in self.findings if f.severity == "error"] + broken
 
     @property
     def warnings(self) -> list[Finding]:
         return [f for f in self.findings if f.severity == "warning"]
 
     def __repr__(self) -> str:
+        errors, warnings = self.errors, self.warnings
         verdict = "accepted" if self.accepted else "refused"
-        text = f"<CheckResult: {verdict} by Megatron-LM, {len(self.errors)} errors, {len(self.warnings)} warnings"
+        text = (
+            f"<CheckResult: {verdict} by Megatron-LM, {_count(errors, 'error')}, "
+            f"{_count(warnings, 'warning')}"
+        )
+        if errors:  # why, in Megatron-LM's words: the first reason, where the flag is
+            first = errors[0]
+            text += f"; {first.flag + ': ' if first.flag else ''}{first.message}"
+            if len(errors) > 1:
+                text += f" (and {_count(errors[1:], 'more error')} in .errors)"
         if self.yours and self.best:
             text += f"; {self.yours['step_time_s']:.3f} s/step against the best plan's {self.best['step_time_s']:.3f} s"
         return text + ">"
+
+
+def _count(items: list, noun: str) -> str:
+    return f"{len(items)} {noun}{'' if len(items) == 1 else 's'}"
 
 
 @dataclass(frozen=True, repr=False)
@@ -402,6 +447,11 @@ class Schedule(_Result):
     stages: list[list[ScheduleOp]] = field(default_factory=list)
     invocation: Optional[Invocation] = field(default=None, compare=False)
     extra: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def command(self) -> str:
+        """The equivalent `ptdp schedule` command line."""
+        return self.invocation.command_line() if self.invocation else ""
 
     def text(self) -> str:
         """The text timeline `ptdp schedule` prints."""

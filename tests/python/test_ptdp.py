@@ -29,6 +29,21 @@ def cli_json(*args):
     return json.loads(out)
 
 
+def run_shown(command, *flags):
+    """Runs a result's `.command` as a shell would, `ptdp` being this package's command line,
+    with `flags` after the command's name (`--format json`)."""
+    name = " ".join(command.split(" ", 2)[:2])  # "ptdp simulate"
+    assert command.startswith(name + " ")
+    command = command.replace(name, " ".join([name, *flags]), 1)
+    package = str(pathlib.Path(ptdp.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=package + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    script = f'ptdp() {{ "{sys.executable}" -m ptdp "$@"; }}\n{command}\n'
+    return subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
+
+
 # --- version ---------------------------------------------------------------------------------
 
 
@@ -116,6 +131,33 @@ def test_each_plan_simulates_to_its_ranked_time():
     assert smaller.microbatches == plans.best.microbatches * plans.best.micro_batch
 
 
+def test_a_plans_simulation_command_runs_as_shown():
+    best = ptdp.plan("gpt3-1.3b", "dgx-h100", gpus=16, global_batch=256, top=2)[1]
+    sim = best.simulate(micro_batch=1)
+    assert sim.command.startswith("ptdp simulate --plan - --micro-batch 1 <<'PLAN'\n")
+    assert best.plan_file in sim.command and sim.command.endswith("\nPLAN")
+    assert "<plan #" not in sim.command
+    run = run_shown(sim.command, "--format", "json")
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == sim.to_dict()
+    # The plan's own command is the search that ranked it.
+    assert best.command == "ptdp plan --model gpt3-1.3b --cluster dgx-h100 --gpus 16 --global-batch 256 --top 2"
+
+
+def test_every_result_has_its_command():
+    sched = ptdp.schedule("1f1b", pp=2, microbatches=4)
+    assert sched.command == "ptdp schedule --schedule 1f1b --pp 2 --microbatches 4"
+    run = run_shown(sched.command, "--format", "json")
+    assert run.returncode == 0 and json.loads(run.stdout) == sched.to_dict()
+    checked = ptdp.check(MEGATRON_COMMAND, cluster="dgx-a100-80gb")
+    assert checked.command == (
+        "ptdp check --cluster dgx-a100-80gb --file - <<'SCRIPT'\n" + MEGATRON_COMMAND + "\nSCRIPT"
+    )
+    run = run_shown(checked.command, "--format", "json")
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == checked.to_dict()
+
+
 def test_plan_saves_a_plan_file_the_command_reads(tmp_path):
     best = ptdp.plan(top=1).best
     path = tmp_path / "best.yaml"
@@ -166,10 +208,127 @@ def test_bad_input_raises_the_command_lines_message():
     assert e.value.command == "ptdp plan --model lama3-70b --top 10"
 
 
-def test_unknown_keyword_is_the_flag_error():
-    with pytest.raises(ptdp.InputError) as e:
+def test_unknown_keyword_is_pythons_type_error_with_the_closest_keyword():
+    # Python's own wording, not the command line's "--max-tpp: unknown flag".
+    with pytest.raises(TypeError) as e:
         ptdp.plan(max_tpp=4)
-    assert "--max-tpp" in e.value.message
+    assert str(e.value) == "plan() got an unexpected keyword argument 'max_tpp'. Did you mean 'max_tp'?"
+    assert not isinstance(e.value, ptdp.PtdpError)
+    with pytest.raises(TypeError) as e:
+        ptdp.simulate(modle="seed-example", cluster="dgx-a100-80gb", gpus=8, global_batch=128, tp=2, pp=4)
+    assert str(e.value) == "simulate() got an unexpected keyword argument 'modle'. Did you mean 'model'?"
+    with pytest.raises(TypeError, match=r"check\(\) got an unexpected keyword argument 'gpu'\. Did you mean 'gpus'\?"):
+        ptdp.check(MEGATRON_COMMAND, gpu=8)
+    # Megatron-LM's names are keywords too, and are suggested.
+    with pytest.raises(TypeError, match="Did you mean 'tensor_model_parallel_size'"):
+        ptdp.simulate(**LAYOUT, tensor_model_parallel_sze=2, pp=4)
+    # A plan's overrides, and nothing close: no suggestion.
+    best = ptdp.plan(top=1).best
+    with pytest.raises(TypeError, match="Did you mean 'micro_batch'"):
+        best.simulate(micro_bach=2)
+    with pytest.raises(TypeError) as e:
+        best.simulate(zzzz=1)
+    assert str(e.value) == "simulate() got an unexpected keyword argument 'zzzz'"
+    # svg() takes its own options only, as Python does for any function.
+    sim = ptdp.simulate(**LAYOUT, tp=2, pp=4, micro_batch=4)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'svg_untill'"):
+        sim.svg(svg_untill=1.0)
+
+
+def test_signatures_and_help_list_the_commands_flags():
+    import inspect
+    import pydoc
+
+    sim = inspect.signature(ptdp.simulate).parameters
+    for name in ("tp", "pp", "micro_batch", "recompute", "schedule", "svg_until", "explain"):
+        assert sim[name].kind == inspect.Parameter.KEYWORD_ONLY, name
+    assert sim["tp"].default is None and sim["sequence_parallel"].default is False
+    assert "options" not in sim and sim["megatron_names"].kind == inspect.Parameter.VAR_KEYWORD
+    for reserved in ("format", "svg", "trace", "out"):  # the API's own
+        assert reserved not in sim
+    plan = inspect.signature(ptdp.plan).parameters
+    assert {"max_tp", "fix", "memory_headroom", "no_recompute", "precision"} <= plan.keys()
+    assert plan["top"].default == 10 and "out_dir" not in plan and "html" not in plan
+    check = inspect.signature(ptdp.check).parameters
+    assert list(check)[:2] == ["command", "file"]
+    assert {"cluster", "gpus", "vocab_size", "script_args", "require_fit"} <= check.keys()
+    assert "version" not in check and "megatron_names" not in check and "options" not in check
+    # A plan's simulate() takes the overrides, not what its plan file fixes.
+    overrides = inspect.signature(ptdp.Plan.simulate).parameters
+    assert "micro_batch" in overrides and "recompute" in overrides
+    assert not {"model", "cluster", "gpus", "global_batch", "megatron"} & overrides.keys()
+    svg = inspect.signature(ptdp.Simulation.svg).parameters
+    assert list(svg) == ["self", "svg_from", "svg_until"]
+    # help() says what each option does, in the command's words, with its default.
+    text = pydoc.render_doc(ptdp.simulate, renderer=pydoc.plaintext)
+    assert "micro_batch=b: micro-batch size (default 1)" in text
+    assert "tensor_model_parallel_size (for tp)" in text
+    assert "precision=P: bf16 | fp16 | fp32 | fp8" in " ".join(text.split()) and "(default bf16)" in text
+    assert "require_fit=True: exit 4 when" in pydoc.render_doc(ptdp.check, renderer=pydoc.plaintext)
+    assert "svg_until" in pydoc.render_doc(ptdp.Simulation.svg, renderer=pydoc.plaintext)
+
+
+def test_every_flag_of_the_command_is_a_keyword():
+    # The signatures are read from the commands themselves: a flag the command gains is there.
+    code, out, _ = cli("--completion", "bash")
+    assert code == 0
+    for command, func, own in (
+        ("plan", ptdp.plan, {"format", "out", "out_dir", "html", "help"}),
+        ("simulate", ptdp.simulate, {"format", "svg", "trace", "help"}),
+        ("check", ptdp.check, {"format", "version", "help"}),
+    ):
+        listed = re.search(rf"^    {command}\) flags=\"([^\"]*)\"", out, re.M).group(1).split()
+        names = {f[2:].replace("-", "_") for f in listed} - own
+        assert names <= inspect_parameters(func), names - inspect_parameters(func)
+
+
+def inspect_parameters(func):
+    import inspect
+
+    return set(inspect.signature(func).parameters)
+
+
+def test_help_is_parsed_from_the_text_the_command_prints():
+    from ptdp._flags import Flag, parse_help, parse_zsh_completion
+
+    text = (
+        "usage: ptdp x\n\nFlags:\n"
+        "  --model M (=seed-example)  model: preset name or\n"
+        "                             YAML file\n"
+        "  --micro-batch b            micro-batch size (default 1)\n"
+        "  --sequence-parallel        Megatron's --sequence-parallel\n"
+        "  --a-very-long-flag-name N  one space only after a long flag\n"
+        "  --long-switch-name-here    a switch\n"
+        "  -h [ --help ]              show this help\n\n"
+        "Megatron-LM's names are accepted too: --tensor-model-parallel-size for --tp,\n"
+        "--micro-batch-size for --micro-batch, --bf16 for --precision bf16.\n\nExamples:\n  ptdp x\n"
+    ).replace("--a-very-long-flag-name N  one", "--a-very-long-flag-name N one")
+    table = parse_help(text)
+    assert table.flags == (
+        Flag("model", "--model", "M", "seed-example", "model: preset name or YAML file"),
+        Flag("micro_batch", "--micro-batch", "b", "", "micro-batch size (default 1)"),
+        Flag("sequence_parallel", "--sequence-parallel", "", "", "Megatron's --sequence-parallel"),
+        Flag("a_very_long_flag_name", "--a-very-long-flag-name", "N", "", "one space only after a long flag"),
+        Flag("long_switch_name_here", "--long-switch-name-here", "", "", "a switch"),
+    )
+    assert table.aliases == (
+        ("tensor_model_parallel_size", "tp"),
+        ("micro_batch_size", "micro_batch"),
+        ("bf16", "precision='bf16'"),
+    )
+    assert parse_help("no flags here").flags == ()
+    zsh = (
+        "    plan)\n      _arguments -s \\\n"
+        "        '--max-tp[largest size]:max-tp: ' \\\n"
+        "    check)\n      _arguments -s \\\n"
+        "        '--gpus[the model'\\''s GPUs\\: N [default\\: tp x pp\\]]:gpus: ' \\\n"
+        "        '--require-fit[exit 4 when it does not fit]' \\\n"
+        "      ;;\n"
+    )
+    assert parse_zsh_completion(zsh, "check") == {
+        "--gpus": "the model's GPUs: N [default: tp x pp]",
+        "--require-fit": "exit 4 when it does not fit",
+    }
 
 
 def test_arguments_the_api_sets_itself_are_refused():
@@ -306,6 +465,19 @@ def test_timeline_svg_and_trace():
     assert len(events) > 4 * 32
 
 
+def test_svg_options():
+    sim = ptdp.simulate(**LAYOUT, tp=2, pp=4, micro_batch=4)
+    whole = sim.svg()
+    window = sim.svg(svg_from=0.5, svg_until=1.0)
+    code, out, err = cli(
+        "simulate", "--model", "seed-example", "--cluster", "dgx-a100-80gb", "--gpus", "8",
+        "--global-batch", "128", "--tp", "2", "--pp", "4", "--micro-batch", "4",
+        "--svg", "-", "--svg-from", "0.5", "--svg-until", "1.0",
+    )
+    assert code == 0, err
+    assert window == out and window != whole
+
+
 def test_explain_fills_groups():
     sim = ptdp.simulate(**LAYOUT, tp=2, pp=4, micro_batch=4, explain=True)
     names = [g["name"] for g in sim.groups]
@@ -339,6 +511,40 @@ def test_check_refused_command_is_an_answer():
     assert not result.accepted
     assert any("multiple of num_attention_heads" in f.message for f in result.errors)
     assert "refused by Megatron-LM" in repr(result)
+
+
+def test_check_refused_for_layout_rules_says_why():
+    command = MEGATRON_COMMAND.replace("--tensor-model-parallel-size 2", "--tensor-model-parallel-size 3")
+    result = ptdp.check(command, cluster="dgx-a100-80gb")
+    assert not result.accepted
+    assert [f for f in result.findings if f.severity == "error"] == []  # the flags are fine
+    rules = [r["rule"] for r in result.rules_broken]
+    assert "heads-divisible-by-tp" in rules
+    # The rules broken are its errors, each with the rule, the message and the fix.
+    assert [e.rule for e in result.errors] == rules
+    assert [e.message for e in result.errors] == [r["message"] for r in result.rules_broken]
+    assert all(e.severity == "error" and e.fix for e in result.errors)
+    shown = repr(result)
+    assert "0 errors" not in shown
+    assert f"refused by Megatron-LM, {len(rules)} errors, " in shown
+    assert result.rules_broken[0]["message"] in shown, shown
+    assert f"(and {len(rules) - 1} more error" in shown
+
+
+def test_check_reads_a_file_as_the_command_does():
+    path = FIXTURES / "seed-example.sh"
+    result = ptdp.check(file=path)
+    code, out, _ = cli("check", "--file", str(path), "--format", "json")
+    assert code == 1
+    assert result.to_dict() == json.loads(out)  # the source too: the file's name
+    assert result.command == f"ptdp check --file {path}"
+    assert [f.line for f in result.errors] == [f["line"] for f in json.loads(out)["findings"] if f["severity"] == "error"]
+    with pytest.raises(TypeError, match="not both"):
+        ptdp.check(path.read_text(), file=path)
+    with pytest.raises(TypeError, match="missing 1 required argument: 'command'"):
+        ptdp.check()
+    with pytest.raises(ptdp.InputError, match="nothing-here.sh"):
+        ptdp.check(file=FIXTURES / "nothing-here.sh")
 
 
 def test_check_sees_the_exported_variable():
@@ -404,6 +610,38 @@ def test_the_readme_example_runs_as_written(tmp_path):
     shown = section[section.index("```text\n") + len("```text\n") :]
     shown = shown[: shown.index("```")]
     assert run.stdout == shown, "the README shows another output: scripts/readme-python-example"
+
+
+def readme_section():
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("## From Python")
+    return readme[start : readme.index("\n## ", start + 1)]
+
+
+def test_the_readme_example_says_whether_its_simulation_fits():
+    section = readme_section()
+    shown = section[section.index("```text\n") + len("```text\n") :]
+    shown = shown[: shown.index("```")]
+    after = section[section.index("```text\n"):].split("```", 2)[2]
+    simulations = [line for line in shown.splitlines() if line.startswith("<Simulation: ")]
+    assert simulations
+    for line in simulations:
+        fits = "does not fit" not in line
+        # The verdict in words of its own, not only at the end of a long repr...
+        assert f"micro_batch=2 fits: {fits}" in shown.splitlines()
+        # ... and the text after the output says so when it does not fit.
+        if not fits:
+            assert "does not fit" in after.split("\n\n")[1], "say why the example does not fit"
+
+
+def test_the_readme_installs_into_a_virtual_environment_and_shows_progress():
+    section = readme_section()
+    install = section[section.index("```sh\n") + len("```sh\n") :]
+    install = install[: install.index("```")].splitlines()
+    assert install[0].startswith("python3 -m venv ") and "/bin/activate" in install[0]
+    pip = next(line for line in install if "pip install" in line)
+    assert "pip install -v " in pip  # the build takes minutes: CMake's progress shows with -v
+    assert not any("--break-system-packages" in line for line in install)
 
 
 # --- what Jupyter shows ----------------------------------------------------------------------
