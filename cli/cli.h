@@ -10,12 +10,15 @@ namespace ptdp::cli {
 
 // Exit codes (DESIGN.md): 0 success; 1 no valid plan or a failed check; 2 bad input (the message
 // names the file, line, key or flag); 3 the subcommand is not implemented yet; 4 `check
-// --require-fit`: Megatron-LM would accept the command but it does not fit in memory.
+// --require-fit`: Megatron-LM would accept the command but it does not fit in memory; 5 `check`
+// cannot judge the command (its configuration is in a file ptdp did not read: --yaml-cfg, or
+// sourced files that could not be read where Megatron-LM would otherwise refuse it).
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailed = 1;
 inline constexpr int kExitBadInput = 2;
 inline constexpr int kExitNotImplemented = 3;
 inline constexpr int kExitDoesNotFit = 4;
+inline constexpr int kExitCannotJudge = 5;
 
 // `args` excludes the program name. Normal output goes to `out`, errors and progress to `err`.
 int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);

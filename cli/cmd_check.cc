@@ -57,8 +57,32 @@ struct CheckOutcome {
   bool show_lines = false;
   std::optional<PlanSearchResult> search;
   int verdict = kExitOk;               // 1 when Megatron-LM would refuse the command
+  std::string cannot_judge;            // why ptdp cannot judge it (verdict 5), or ""
   MemoryUnit unit = MemoryUnit::kGiB;  // --memory-unit
 };
+
+// Why the verdict cannot be given from what was read (exit 5), or "": the configuration is in a
+// --yaml-cfg file (argparse's own refusals still stand), or the script sources files that could
+// not be read and Megatron-LM would refuse what was read (the missing files may hold the rest).
+std::string CannotJudge(const CheckReport& report) {
+  const MegatronCommand& c = report.command;
+  if (!c.yaml_config.empty() && !c.has_errors()) {
+    return fmt::format(
+        "the configuration is in {} (--yaml-cfg): Megatron-LM replaces the command's arguments "
+        "with the file's and checks them with validate_yaml; ptdp does not read that file",
+        c.yaml_config);
+  }
+  if (!c.unread_files.empty() && report.failed()) {
+    const bool one = c.unread_files.size() == 1;
+    return fmt::format(
+        "{} file{} the script sources could not be read ({}); the errors below may be what {} "
+        "would set: check the script on a machine that has {}, or give {} variables with --env "
+        "or --env-file",
+        c.unread_files.size(), one ? "" : "s", fmt::join(c.unread_files, ", "), one ? "it" : "they",
+        one ? "it" : "them", one ? "its" : "their");
+  }
+  return "";
+}
 
 CheckOutcome AnalyseCommand(const Flags& flags, const MegatronInput& in) {
   CheckOutcome o;
@@ -70,7 +94,9 @@ CheckOutcome AnalyseCommand(const Flags& flags, const MegatronInput& in) {
   // Exit codes mean one thing each: 1 when Megatron-LM would refuse the command; a command it
   // accepts exits 0 even when ptdp cannot simulate it or it does not fit (4 with --require-fit).
   o.verdict = o.report.failed() ? kExitFailed : kExitOk;
-  if (!c.model_complete || !o.report.simulatable()) return o;
+  o.cannot_judge = CannotJudge(o.report);
+  if (!o.cannot_judge.empty()) o.verdict = kExitCannotJudge;
+  if (!c.yaml_config.empty() || !c.model_complete || !o.report.simulatable()) return o;
   RequireFp8Units(flags, c, o.cluster);
   PlanRequest req;
   req.model = c.model;
@@ -101,6 +127,7 @@ void PrintFindings(const CheckOutcome& o, const std::string& source, std::ostrea
           : fmt::format(" (assumed: tp x pp = {}; the launcher's {} is not known here; pass "
                         "--gpus N, or the variable with --env NAME=VALUE)",
                         report.gpus, c.world_size_unknown));
+  if (!o.cannot_judge.empty()) out << "\nCannot judge: " << o.cannot_judge << ".\n";
   int errors = 0, warnings = 0;
   for (const MegatronFinding& f : c.findings) {
     (f.severity == MegatronFinding::Severity::kError ? errors : warnings)++;
@@ -108,8 +135,10 @@ void PrintFindings(const CheckOutcome& o, const std::string& source, std::ostrea
   for (bool error_pass : {true, false}) {
     const int n = error_pass ? errors : warnings;
     if (n == 0) continue;
-    out << (error_pass ? fmt::format("\nMegatron-LM would refuse this command ({} error{}):\n", n,
-                                     n == 1 ? "" : "s")
+    const std::string_view as_read =
+        c.unread_files.empty() ? "" : "As read, without the files it sources, ";
+    out << (error_pass ? fmt::format("\n{}Megatron-LM would refuse this command ({} error{}):\n",
+                                     as_read, n, n == 1 ? "" : "s")
                        : fmt::format("\nWarnings ({}):\n", n));
     for (const MegatronFinding& f : c.findings) {
       if ((f.severity == MegatronFinding::Severity::kError) != error_pass) continue;
@@ -117,6 +146,7 @@ void PrintFindings(const CheckOutcome& o, const std::string& source, std::ostrea
       if (!f.fix.empty()) out << "      fix: " << f.fix << "\n";
     }
   }
+  if (!c.yaml_config.empty()) return;
   if (!c.simulated_flags.empty()) {
     std::string flags_read;
     for (const std::string& f : c.simulated_flags) flags_read += " " + f;
@@ -206,7 +236,9 @@ std::string CheckJson(const CheckOutcome& o, const std::string& source) {
                    JsonString(c.script), JsonString(source), JsonString(MegatronTableVersion()));
   j += fmt::format("  \"gpus\": {},\n  \"gpus_assumed\": {},\n  \"cluster\": {},\n", report.gpus,
                    report.gpus_assumed, JsonString(o.cluster.name));
-  j += fmt::format("  \"accepted\": {},\n  \"findings\": [", !report.failed());
+  j += fmt::format("  \"accepted\": {},\n  \"cannot_judge\": {},\n  \"findings\": [",
+                   !report.failed() && o.cannot_judge.empty(),
+                   o.cannot_judge.empty() ? "null" : JsonString(o.cannot_judge));
   for (size_t i = 0; i < c.findings.size(); ++i) {
     const MegatronFinding& f = c.findings[i];
     j += fmt::format(
@@ -297,7 +329,9 @@ const Command kCheckCommand{
         "model, GPUs and batch.\n\n"
         "Exit codes: 0 Megatron-LM would accept the command (even when it does not fit, unless\n"
         "--require-fit); 1 Megatron-LM would refuse it; 2 bad input (no command, unreadable "
-        "file);\n4 with --require-fit: accepted, but it does not fit in memory.",
+        "file);\n4 with --require-fit: accepted, but it does not fit in memory; 5 cannot judge: "
+        "the\nconfiguration is in a --yaml-cfg file, or files the script sources could not be "
+        "read and\nwhat was read would be refused.",
     .examples =
         "ptdp check --file train_gpt3_175b_distributed.sh --script-args \"/ckpt /tb /vocab.json "
         "/merges.txt /data\"\n"

@@ -301,14 +301,25 @@ Plan PlanFromMegatron(const Flags& flags, std::ostream& err) {
   const auto line_of = [&](int line) { return in.has_lines ? line : 0; };
   const std::string check_hint =
       fmt::format("`ptdp check {}` lists every problem", flags.Has("file") ? "--file FILE" : "--");
+  if (!c.yaml_config.empty() && !c.has_errors()) {
+    throw InputError({in.source, 0, "--yaml-cfg"},
+                     fmt::format("the configuration is in {}, which Megatron-LM reads in place of "
+                                 "the command's arguments and ptdp does not: nothing to simulate",
+                                 c.yaml_config),
+                     "write the configuration as Megatron-LM flags");
+  }
   int errors = 0;
   for (const MegatronFinding& f : c.findings) {
     if (f.severity == MegatronFinding::Severity::kError) ++errors;
   }
   for (const MegatronFinding& f : c.findings) {
     if (f.severity != MegatronFinding::Severity::kError) continue;
+    const std::string unread =
+        c.unread_files.empty() ? ""
+                               : fmt::format(" (the script sources {}, which could not be read)",
+                                             fmt::join(c.unread_files, ", "));
     throw InputError({in.source, line_of(f.line), f.flag},
-                     fmt::format("Megatron-LM would refuse this command: {}", f.message),
+                     fmt::format("Megatron-LM would refuse this command{}: {}", unread, f.message),
                      (f.fix.empty() ? "" : f.fix + "; ") +
                          (errors > 1 ? fmt::format("{} errors in all; ", errors) : "") +
                          check_hint);
@@ -411,8 +422,13 @@ int RunSimulate(const Flags& flags, std::ostream& out, std::ostream& err) {
       out << "\nTimeline (F forward, B backward, W weight gradient; '.' idle):\n"
           << TimelineText(report.schedule, report.sim);
     }
-    if (!flags.Has("svg"))
-      out << "\nThe timeline: add --svg FILE (or --trace FILE for Perfetto).\n";
+    // What was written ("-": it went to standard output, this report to stderr).
+    const auto svg = flags.OptionalString("svg"), trace = flags.OptionalString("trace");
+    if (svg && *svg != "-") out << "\nWrote the timeline to " << *svg << "\n";
+    if (trace && *trace != "-") {
+      out << (svg ? "" : "\n") << "Wrote the trace to " << *trace << " (open it in Perfetto)\n";
+    }
+    if (!svg) out << "\nThe timeline: add --svg FILE (or --trace FILE for Perfetto).\n";
   }
   return report.memory_problem.empty() ? kExitOk : kExitFailed;
 }

@@ -153,6 +153,13 @@ void AddCommands(std::string_view text, const std::string& source, const ShellOp
                      fmt::format("the script runs more than {} commands", kMaxCommands),
                      "check the command that runs pretrain_gpt.py on its own");
   }
+  out.missing_arguments = out.missing_arguments || !result.missing_arguments.empty();
+  for (const std::string& file : result.unread_files) {
+    if (std::find(out.unread_files.begin(), out.unread_files.end(), file) ==
+        out.unread_files.end()) {
+      out.unread_files.push_back(file);
+    }
+  }
   for (const ShellNote& note : result.notes) {
     if (!note.warning) continue;
     out.findings.push_back(

@@ -34,6 +34,8 @@ struct Launch {
 struct Lexed {
   std::vector<Launch> launches;  // in the order bash would run them
   std::vector<MegatronFinding> findings;
+  std::vector<std::string> unread_files;  // sourced files not read, once each
+  bool missing_arguments = false;         // the script reads arguments ($1...) not given
   int scripts = 0;      // scripts played: the one given and those handed to shells
   size_t commands = 0;  // commands run by all of them
 };

@@ -73,10 +73,21 @@ const Launch& TrainingCommand(const Lexed& lexed, const std::string& source, Meg
     for (const MegatronFinding& f : c.findings) {
       if (reasons.size() < 400) reasons += fmt::format("; {}", f.message);
     }
+    std::string hint = "paste the command that runs pretrain_gpt.py (python or torchrun)";
+    if (!lexed.unread_files.empty()) {
+      hint = fmt::format(
+          "the script sources {} that could not be read: check it where they "
+          "exist, or paste the command that runs pretrain_gpt.py",
+          fmt::join(lexed.unread_files, ", "));
+    } else if (lexed.missing_arguments) {
+      hint =
+          "the script takes arguments: give them with --script-args \"ARG1 ARG2 ...\" (or "
+          "paste the command that runs pretrain_gpt.py)";
+    }
     throw InputError({source, 0, ""},
                      "no Megatron-LM command found: no word ends in .py" +
                          (reasons.empty() ? "" : " (playing the script:" + reasons.substr(1) + ")"),
-                     "paste the command that runs pretrain_gpt.py (python or torchrun)");
+                     hint);
   }
   const Launch& launch = lexed.launches.back();
   const std::vector<Token>& words = launch.words;
@@ -230,8 +241,15 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
   Lexed lexed = PlayLaunchScript(text, source, read);
   MegatronCommand c;
   c.findings = std::move(lexed.findings);
+  c.unread_files = std::move(lexed.unread_files);
   const Launch& launch = TrainingCommand(lexed, source, c);
   ReadArgs(launch.words, launch.script_at, c);
+  for (const MegatronCommand::Arg& a : c.args) {
+    // parse_args parses the command line, then load_yaml replaces every argument with the
+    // file's, and validate_yaml checks them instead of validate_args.
+    if (a.flag == "--yaml-cfg" && a.valid && !a.values.empty()) c.yaml_config = a.values.front();
+  }
+  if (!c.yaml_config.empty()) return c;
   Reader r(c);
   const std::vector<int> hybrid_segments = ReadModel(r, c);
   ReadLayout(r, c, hybrid_segments);

@@ -56,6 +56,11 @@ struct MegatronCommand {
   std::vector<Arg> args;
   std::vector<std::string> argv;          // the words after the script, as bash passes them
   std::vector<MegatronFinding> findings;  // errors Megatron would raise, things ptdp ignores
+  // What check lacks to judge the command: files the script sources that were not read (their
+  // variables may be what the errors miss); the --yaml-cfg file, which replaces the command's
+  // arguments in Megatron-LM and is not read (only argparse's findings are then made).
+  std::vector<std::string> unread_files;
+  std::string yaml_config;
   // The given flags ptdp reads, in the order given (the others are either inert, such as
   // logging and checkpointing, or named by a "not simulated" warning).
   std::vector<std::string> simulated_flags;

@@ -1913,6 +1913,7 @@ class Interpreter final : public ArithVariables {
 
   void NoteMissingArgument(std::string_view name, int line) {
     if (!missing_noted_.insert(std::string(name)).second) return;
+    result_.missing_arguments.emplace_back(name);
     Note(false, line,
          fmt::format("${} is not given: the script's argument {} is read as an unknown value", name,
                      name),
@@ -3650,11 +3651,13 @@ Flow Interpreter::RunSource(const std::vector<Field>& fields) {
   const std::string fix = "write the file's lines in the script in place of the source command";
   if (path.unknown) {
     Note(true, line_, fmt::format("{} was not read: its path is not known", path.text), fix);
+    result_.unread_files.push_back(path.text);
     return Flow::kNormal;
   }
   if (!options_.read_file) {
     Note(true, line_,
          fmt::format("{} was not read: ptdp reads only the script it is given", path.text), fix);
+    result_.unread_files.push_back(path.text);
     return Flow::kNormal;
   }
   if (source_depth_ >= kMaxSourceDepth) {
@@ -3666,6 +3669,7 @@ Flow Interpreter::RunSource(const std::vector<Field>& fields) {
   const std::optional<std::string> text = options_.read_file(path.text);
   if (!text) {
     Note(true, line_, fmt::format("{} could not be read", path.text), fix);
+    result_.unread_files.push_back(path.text);
     return Flow::kNormal;
   }
   const int caller_line = line_;

@@ -95,6 +95,9 @@ struct ShellOptions {
 struct ShellResult {
   std::vector<ShellCommand> commands;  // in the order bash would run them
   std::vector<ShellNote> notes;        // in the order they arose
+  // The files `source` named that were not read (unknown path, unreadable), as written.
+  std::vector<std::string> unread_files;
+  std::vector<std::string> missing_arguments;  // script arguments read but not given: "1", "2"
 };
 
 // Interprets `text` (named `source` in notes, errors and $0). Throws InputError naming the

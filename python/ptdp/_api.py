@@ -164,7 +164,7 @@ def check(
         inv = Invocation.of(words + ["--file", os.fspath(file)])
     else:
         inv = Invocation.of(words + ["--file", "-"], command, "SCRIPT")
-    data = _run(inv.with_flags("--format", "json"), check, options, ok=(0, 1, 4))
+    data = _run(inv.with_flags("--format", "json"), check, options, ok=(0, 1, 4, 5))
     result = _from_dict(CheckResult, data)
     object.__setattr__(result, "invocation", inv)
     return result

@@ -358,7 +358,9 @@ class CheckResult(_Result):
     """`ptdp check` of a Megatron-LM command or launch script. ``accepted``: Megatron-LM would
     run it; ``errors``: why not (the flags it refuses and the layout rules the command breaks,
     also in ``rules_broken``); ``yours`` and ``best``: its simulated step against the best
-    plan's; ``command``: the equivalent `ptdp check` command line."""
+    plan's; ``cannot_judge``: why there is no verdict (the configuration is in a --yaml-cfg
+    file, or files the script sources could not be read), else None; ``command``: the
+    equivalent `ptdp check` command line."""
 
     script: str = ""
     source: str = ""
@@ -367,6 +369,7 @@ class CheckResult(_Result):
     gpus_assumed: bool = False
     cluster: str = ""
     accepted: bool = False
+    cannot_judge: Optional[str] = None
     findings: list[Finding] = field(default_factory=list)
     simulated_flags: list[str] = field(default_factory=list)
     layout: dict = field(default_factory=dict)
@@ -406,6 +409,11 @@ class CheckResult(_Result):
             f"<CheckResult: {verdict} by Megatron-LM, {_count(errors, 'error')}, "
             f"{_count(warnings, 'warning')}"
         )
+        if self.cannot_judge:
+            text = (
+                f"<CheckResult: cannot judge: {self.cannot_judge}; as read, "
+                f"{_count(errors, 'error')}, {_count(warnings, 'warning')}"
+            )
         if errors:  # why, in Megatron-LM's words: the first reason, where the flag is
             first = errors[0]
             text += f"; {first.flag + ': ' if first.flag else ''}{first.message}"

@@ -547,6 +547,15 @@ def test_check_reads_a_file_as_the_command_does():
         ptdp.check(file=FIXTURES / "nothing-here.sh")
 
 
+def test_check_that_cannot_judge_says_why():
+    # issue 33: --yaml-cfg holds the configuration: no verdict (exit 5), not an exception.
+    result = ptdp.check("torchrun --nproc_per_node 8 pretrain_gpt.py --yaml-cfg /configs/gpt.yaml")
+    assert not result.accepted
+    assert "/configs/gpt.yaml (--yaml-cfg)" in result.cannot_judge
+    assert repr(result).startswith("<CheckResult: cannot judge: the configuration is in /configs/gpt.yaml")
+    assert ptdp.check(file=FIXTURES / "seed-example.sh").cannot_judge is None
+
+
 def test_check_sees_the_exported_variable():
     script = (
         "export CUDA_DEVICE_MAX_CONNECTIONS=1\n"
