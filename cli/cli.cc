@@ -8,6 +8,7 @@
 #include "cli/docs.h"
 #include "cli/output.h"
 #include "core/error.h"
+#include "core/text.h"
 #include "executor/backend/device.h"
 
 namespace po = boost::program_options;
@@ -22,9 +23,12 @@ std::string VersionText() {
     text += "CUDA: not built in\n";
   } else {
     text += fmt::format("CUDA: built in (NCCL {}); ", cuda.nccl_version);
+    // No GPU here is not a problem to report (plan and simulate need none); another reason
+    // (a driver too old for the GPU it has) is.
     text += cuda.usable
                 ? fmt::format("{} device(s), device 0: {}\n", cuda.device_count, cuda.device_name)
-                : cuda.reason + "\n";
+            : cuda.no_device ? "no GPU on this machine\n"
+                             : cuda.reason + "\n";
   }
   return text;
 }
@@ -39,7 +43,8 @@ const Command* FindCommand(std::string_view name) {
 int RunCommand(const Command& command, const std::vector<std::string>& args, std::ostream& out,
                std::ostream& err) {
   const po::options_description options = CommandOptions(command);
-  const Flags flags = Flags::Parse(args, options, std::string(command.name));
+  const Flags flags =
+      Flags::Parse(args, options, std::string(command.name), command.unknown_flag_hint);
   if (flags.help()) {
     out << CommandHelp(command);
     return kExitOk;
@@ -83,10 +88,14 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     }
     const Command* command = FindCommand(first);
     if (command == nullptr) {
+      std::vector<std::string> names;
+      for (const Command& c : AllCommands()) names.emplace_back(c.name);
+      const std::string near = first.starts_with("-") ? "" : ClosestName(first, names);
       throw InputError(
           {"", 0, first},
           first.starts_with("-") ? "unknown flag before the command" : "unknown command",
-          "`ptdp --help` lists the commands");
+          near.empty() ? "`ptdp --help` lists the commands"
+                       : fmt::format("did you mean {}? `ptdp --help` lists the commands", near));
     }
     return RunCommand(*command, {args.begin() + 1, args.end()}, out, err);
   } catch (const InputError& e) {

@@ -77,6 +77,44 @@ void AddPlanOptions(po::options_description& o) {
   AddMemoryUnitOption(o);
 }
 
+// `plan --tp 3` (or Megatron's --tensor-model-parallel-size 3): plan searches what simulate
+// takes as a flag, and --fix fixes it.
+std::string FixHint(std::string_view name, std::string_view value) {
+  struct FixKey {
+    std::string_view flag, key, placeholder;  // placeholder: the value when none was given
+  };
+  constexpr FixKey kKeys[] = {
+      {"tp", "tp", "N"},
+      {"pp", "pp", "N"},
+      {"cp", "cp", "N"},
+      {"ep", "ep", "N"},
+      {"etp", "etp", "N"},
+      {"dp", "dp", "N"},
+      {"cp-comm", "cp-comm", "p2p"},
+      {"micro-batch", "mbs", "N"},
+      {"mbs", "mbs", "N"},
+      {"virtual-stages", "v", "N"},
+      {"v", "v", "N"},
+      {"schedule", "schedule", "1f1b"},
+      {"sequence-parallel", "sp", "on"},
+      {"sp", "sp", "on"},
+      {"recompute", "recompute", "selective"},
+      {"recompute-modules", "recompute-modules", "core_attn"},
+      {"distributed-optimizer", "dist-opt", "on"},
+      {"dist-opt", "dist-opt", "on"},
+      {"fsdp", "fsdp", "optim_grads_params"},
+      {"pipeline-model-parallel-layout", "layout", "LAYOUT"},
+      {"layout", "layout", "LAYOUT"},
+      {"uneven", "uneven", "on"},
+  };
+  for (const FixKey& k : kKeys) {
+    if (k.flag != name) continue;
+    return fmt::format("`ptdp plan` searches this knob; fix it with --fix {}={}", k.key,
+                       value.empty() ? k.placeholder : value);
+  }
+  return "";
+}
+
 double ReadHeadroom(const Flags& flags) {
   const auto text = flags.OptionalString("memory-headroom");
   if (!text) return 0;
@@ -517,7 +555,7 @@ const Command kPlanCommand{
         "shows the best as Megatron-LM flags. For Megatron-Core every plan\nruns with "
         "--overlap-grad-reduce (and --overlap-param-gather with the distributed optimizer, the\n"
         "all-to-all token dispatcher with expert parallelism) unless --no-overlap. The ranking is "
-        "exact: the same as simulating every candidate.\nWithout flags it plans the founding "
+        "exact: the same as simulating every candidate.\n\nWithout flags it plans the founding "
         "document's example: seed-example (24 layers, hidden 2048,\n32 heads, sequence 2048) "
         "on 8 A100-80GB GPUs with global batch 128, and places its hand-picked\nTP 2 x PP 4 "
         "layout in the ranking. Exits 1 when no plan is valid, saying what would help.",
@@ -533,6 +571,7 @@ const Command kPlanCommand{
     .tracked_in = "",
     .add_options = AddPlanOptions,
     .run = RunPlan,
+    .unknown_flag_hint = FixHint,
 };
 
 }  // namespace ptdp::cli

@@ -424,10 +424,11 @@ int RunSimulate(const Flags& flags, std::ostream& out, std::ostream& err) {
     }
     // What was written ("-": it went to standard output, this report to stderr).
     const auto svg = flags.OptionalString("svg"), trace = flags.OptionalString("trace");
-    if (svg && *svg != "-") out << "\nWrote the timeline to " << *svg << "\n";
-    if (trace && *trace != "-") {
-      out << (svg ? "" : "\n") << "Wrote the trace to " << *trace << " (open it in Perfetto)\n";
-    }
+    std::string wrote;
+    if (svg && *svg != "-") wrote += "Wrote the timeline to " + *svg + "\n";
+    if (trace && *trace != "-")
+      wrote += "Wrote the trace to " + *trace + " (open it in Perfetto)\n";
+    if (!wrote.empty()) out << "\n" << wrote;
     if (!svg) out << "\nThe timeline: add --svg FILE (or --trace FILE for Perfetto).\n";
   }
   return report.memory_problem.empty() ? kExitOk : kExitFailed;

@@ -22,6 +22,8 @@ struct Command {
   std::string_view tracked_in;   // for unimplemented ones: where the work is described
   void (*add_options)(boost::program_options::options_description& options);
   int (*run)(const Flags& flags, std::ostream& out, std::ostream& err);
+  // Where a flag the command does not have is meant as one of its own (Flags::Parse).
+  UnknownFlagHint unknown_flag_hint = nullptr;
 };
 
 // In the order `ptdp --help` lists them.

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <sstream>
 #include <vector>
@@ -200,6 +201,84 @@ std::string ZshCompletion() {
   return s;
 }
 
+// The description as paragraphs (split at blank lines) of words, each wrapped to `width`: the
+// hand-made line breaks of the source go, so that no line runs past the width. A line ending in
+// a word's hyphen ("point-to-") joins the next without a space.
+std::string Reflow(std::string_view text, size_t width) {
+  std::string out, paragraph;
+  const auto flush = [&] {
+    if (paragraph.empty()) return;
+    out += (out.empty() ? "" : "\n\n") + WrapWords(paragraph, width);
+    paragraph.clear();
+  };
+  std::istringstream lines{std::string(text)};
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find_first_not_of(' ') == std::string::npos) {
+      flush();
+      continue;
+    }
+    const size_t n = paragraph.size();
+    const bool hyphen = n >= 2 && paragraph[n - 1] == '-' &&
+                        std::isalnum(static_cast<unsigned char>(paragraph[n - 2])) &&
+                        std::isalnum(static_cast<unsigned char>(line[0]));
+    paragraph += (paragraph.empty() || hyphen ? "" : " ") + line;
+  }
+  flush();
+  return out + "\n";
+}
+
+// The flags: each with its value's name (and default) in a column, its description wrapped
+// between words beside it; a flag wider than the column has its description on the next line.
+std::string FlagTable(const po::options_description& options, size_t width) {
+  std::vector<std::pair<std::string, std::string>> rows;
+  size_t column = 0;
+  for (const auto& option : options.options()) {
+    std::string name = "  " + option->format_name();
+    if (const std::string parameter = option->format_parameter(); !parameter.empty()) {
+      name += " " + parameter;
+    }
+    column = std::max(column, name.size() + 1);
+    rows.emplace_back(std::move(name), option->description());
+  }
+  column = std::min(column, width / 2);
+  std::string out = "Flags:\n";
+  for (const auto& [name, description] : rows) {
+    out += name;
+    size_t at = name.size();
+    if (at >= column) out += "\n", at = 0;
+    std::istringstream lines{WrapWords(description, width - column)};
+    for (std::string line; std::getline(lines, line);) {
+      out += std::string(column - at, ' ') + line + "\n";
+      at = 0;
+    }
+    if (description.empty()) out += "\n";
+  }
+  return out;
+}
+
+// An example command broken, where it runs past `width`, before a flag (with its values), the
+// lines ending in " \\" as a shell continues them.
+std::string ExampleLines(std::string_view command, size_t width) {
+  std::vector<std::string> groups;  // a flag with its values, or the command's first words
+  std::istringstream words{std::string(command)};
+  for (std::string word; words >> word;) {
+    if (groups.empty() || word.starts_with("-")) {
+      groups.push_back(word);
+    } else {
+      groups.back() += " " + word;
+    }
+  }
+  std::string out, line = "  ";
+  for (const std::string& g : groups) {
+    if (line.size() > 6 && line.size() + 1 + g.size() + 2 > width) {
+      out += line + " \\\n";
+      line = "      ";
+    }
+    line += (line.back() == ' ' ? "" : " ") + g;
+  }
+  return out + line + "\n";
+}
+
 }  // namespace
 
 std::string TopHelp() {
@@ -215,8 +294,14 @@ std::string TopHelp() {
       "\nModels (--model) are preset names (`ptdp models`), model YAML files or Hugging Face\n"
       "config.json files; clusters (--cluster) are hardware-profile names (`ptdp profiles`) or\n"
       "files.\n\n"
-      "Exit codes: 0 success, 1 no valid plan or failed check, 2 bad input (the message names the\n"
-      "file, line, key or flag), 3 command not implemented yet.\n\n"
+      "Exit codes:\n"
+      "  0  success\n"
+      "  1  no valid plan, a command Megatron-LM would refuse, or a layout that does not fit\n"
+      "  2  bad input (the message names the file, line, key or flag)\n"
+      "  3  command not implemented yet\n"
+      "  4  check --require-fit: Megatron-LM would accept the command, but it does not fit in "
+      "memory\n"
+      "  5  check could not judge the command (a file it needs was not readable)\n\n"
       "Other flags: --help, --version\n";
   return text;
 }
@@ -231,20 +316,20 @@ po::options_description CommandOptions(const Command& command) {
 std::string CommandHelp(const Command& c) {
   const po::options_description options = CommandOptions(c);
   std::ostringstream text;
-  text << "usage: " << c.usage << "\n\n" << c.description << "\n";
+  text << "usage: " << c.usage << "\n\n" << Reflow(c.description, kHelpWidth);
   if (!c.implemented) {
     text << "\nNot implemented yet: the flags are read and checked, then the command stops "
             "with exit code 3 ("
          << c.tracked_in << ").\n";
   }
-  text << "\n" << options;
+  text << "\n" << FlagTable(options, kHelpWidth);
   if (const std::string megatron = MegatronNamesHelp(options); !megatron.empty()) {
     text << "\n" << WrapWords(megatron, kHelpWidth) << "\n";
   }
   if (!c.examples.empty()) {
     text << "\nExamples:\n";
     std::istringstream lines{std::string(c.examples)};
-    for (std::string line; std::getline(lines, line);) text << "  " << line << "\n";
+    for (std::string line; std::getline(lines, line);) text << ExampleLines(line, kHelpWidth);
   }
   return text.str();
 }

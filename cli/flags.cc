@@ -6,6 +6,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/text.h"
 
 namespace po = boost::program_options;
 
@@ -75,6 +76,47 @@ std::vector<std::string> TranslateMegatronNames(const std::vector<std::string>& 
   return out;
 }
 
+// The hint for an unknown flag (the name as boost reports it, "--gpu"); `words` are the
+// command's words as parsed.
+std::string UnknownFlagHintFor(const std::string& typed, const std::vector<std::string>& words,
+                               const po::options_description& options, const std::string& command,
+                               UnknownFlagHint unknown_flag_hint) {
+  const std::string see = fmt::format("see `ptdp {} --help`", command);
+  std::string name = typed;
+  while (name.starts_with("-")) name.erase(0, 1);
+  // The word after the flag (or after its "="), when it is not another flag.
+  std::string value;
+  for (size_t i = 0; i < words.size(); ++i) {
+    if (words[i] == typed) {
+      if (i + 1 < words.size() && !words[i + 1].starts_with("-")) value = words[i + 1];
+      break;
+    }
+    if (words[i].starts_with(typed + "=")) {
+      value = words[i].substr(typed.size() + 1);
+      break;
+    }
+  }
+  if (unknown_flag_hint != nullptr) {
+    // A Megatron-LM name whose ptdp flag this command does not have: the command's hint for
+    // the ptdp name.
+    std::string ptdp_name = name, ptdp_value = value;
+    for (const MegatronAlias& a : kMegatronAliases) {
+      if (a.megatron != name) continue;
+      ptdp_name = std::string(a.ptdp);
+      if (!a.value.empty()) ptdp_value = std::string(a.value);
+    }
+    if (std::string hint = unknown_flag_hint(ptdp_name, ptdp_value); !hint.empty()) return hint;
+  }
+  std::vector<std::string> names;
+  for (const auto& option : options.options()) names.push_back(option->long_name());
+  for (const MegatronAlias& a : kMegatronAliases) {
+    if (Applies(a, options)) names.emplace_back(a.megatron);
+  }
+  const std::string near = ClosestName(name, names);
+  if (near.empty() || !typed.starts_with("--")) return see;
+  return fmt::format("did you mean --{}? {}", near, see);
+}
+
 }  // namespace
 
 std::string MegatronNamesHelp(const po::options_description& options) {
@@ -89,7 +131,7 @@ std::string MegatronNamesHelp(const po::options_description& options) {
 }
 
 Flags Flags::Parse(const std::vector<std::string>& args, const po::options_description& options,
-                   const std::string& command) {
+                   const std::string& command, UnknownFlagHint unknown_flag_hint) {
   Flags flags;
   flags.command_ = command;
   std::vector<std::string> own;
@@ -116,7 +158,10 @@ Flags Flags::Parse(const std::vector<std::string>& args, const po::options_descr
               flags.values_);
     po::notify(flags.values_);
   } catch (const po::unknown_option& e) {
-    throw InputError({"", 0, e.get_option_name()}, "unknown flag", hint);
+    // Boost names "--x=1" with its value: the flag is "--x".
+    const std::string typed = e.get_option_name().substr(0, e.get_option_name().find('='));
+    throw InputError({"", 0, typed}, "unknown flag",
+                     UnknownFlagHintFor(typed, own, options, command, unknown_flag_hint));
   } catch (const po::multiple_occurrences& e) {
     throw InputError({"", 0, e.get_option_name()}, "given more than once", hint);
   } catch (const po::invalid_command_line_syntax& e) {

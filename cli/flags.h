@@ -21,15 +21,22 @@ namespace ptdp::cli {
 // flags `options` has (empty when none), for the help text.
 std::string MegatronNamesHelp(const boost::program_options::options_description& options);
 
+// A command's pointer from a flag it does not have to what it takes instead (`plan --tp 3`:
+// "--fix tp=3"): given the flag's name without its dashes (a Megatron-LM name already read as
+// ptdp's) and the word after it ("" when none or another flag), the hint, or "" for none.
+using UnknownFlagHint = std::string (*)(std::string_view name, std::string_view value);
+
 class Flags {
  public:
   // Parses `args` (the words after the subcommand; everything after a lone "--" is kept aside
   // as passthrough()). `command` names the subcommand in hints ("see ptdp plan --help").
   // Megatron-LM's names for the same flags are read as ptdp's (MegatronNamesHelp), and errors
-  // name the flag as it was typed.
+  // name the flag as it was typed. An unknown flag is an InputError whose hint is
+  // `unknown_flag_hint`'s, else "did you mean --X?" for the command's closest flag (ClosestName),
+  // else the command's help.
   static Flags Parse(const std::vector<std::string>& args,
                      const boost::program_options::options_description& options,
-                     const std::string& command);
+                     const std::string& command, UnknownFlagHint unknown_flag_hint = nullptr);
 
   bool Has(std::string_view flag) const;  // given on the command line (or defaulted)
   bool Switch(std::string_view flag) const;

@@ -9,6 +9,8 @@ namespace ptdp {
 struct CudaStatus {
   bool built = false;   // ptdp was compiled with CUDA (nvcc, cuBLAS and NCCL found)
   bool usable = false;  // built, and at least one device answers
+  // Built, and this machine has no GPU for it: no NVIDIA driver, or a driver that sees none.
+  bool no_device = false;
   int device_count = 0;
   std::string device_name;   // of device 0, when usable
   int64_t memory_bytes = 0;  // of device 0, when usable

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/docs.h"
 #include "cli/progress.h"
 #include "core/presets.h"
 #include "core/spec_yaml.h"
@@ -64,6 +65,53 @@ TEST(Cli, TopLevelHelpListsEveryCommandOfTheContract) {
   }
   EXPECT_EQ(Cli({}).code, kExitBadInput);
   EXPECT_EQ(Cli({"--version"}).code, kExitOk);
+}
+
+// Exit codes 4 (check --require-fit) and 5 (check cannot judge) are listed with the others;
+// --version says "no GPU" on a machine without one, not the CUDA runtime's driver message.
+TEST(Cli, TopLevelHelpListsEveryExitCodeAndVersionSaysNoGpuPlainly) {
+  const std::string help = Cli({"--help"}).out;
+  for (const char* code : {"\n  0  success\n", "\n  2  bad input", "\n  4  check --require-fit",
+                           "\n  5  check could not judge the command (a file it needs was not "
+                           "readable)\n"}) {
+    EXPECT_NE(help.find(code), std::string::npos) << code << "\n" << help;
+  }
+  const CudaStatus cuda = QueryCuda();
+  const std::string version = Cli({"--version"}).out;
+  if (cuda.built && cuda.no_device) {
+    EXPECT_NE(version.find("); no GPU on this machine\n"), std::string::npos) << version;
+    EXPECT_EQ(version.find("driver"), std::string::npos) << version;
+  }
+  if (!cuda.built) EXPECT_NE(version.find("CUDA: not built in\n"), std::string::npos) << version;
+}
+
+// Every command's help fits in 100 columns, without trailing blanks, and never splits a word
+// of a flag's description over two lines (Boost's formatter cut "--pipeline-model-parallel-
+// layout" in two); examples past the width continue with " \\".
+TEST(Cli, HelpFitsTheWidthWithoutSplittingWords) {
+  for (const Command& c : AllCommands()) {
+    const std::string help = Cli({std::string(c.name), "--help"}).out;
+    std::istringstream lines(help);
+    std::set<std::string> words;
+    for (std::string line; std::getline(lines, line);) {
+      EXPECT_LE(line.size(), 100u) << c.name << ": " << line;
+      EXPECT_TRUE(line.empty() || line.back() != ' ') << c.name << ": \"" << line << "\"";
+      std::istringstream in(line);
+      for (std::string w; in >> w;) words.insert(w);
+    }
+    const auto options = CommandOptions(c);
+    for (const auto& option : options.options()) {
+      std::istringstream in(option->description());
+      for (std::string w; in >> w;) {
+        EXPECT_TRUE(words.contains(w)) << c.name << " --" << option->long_name() << ": \"" << w
+                                       << "\" is not whole in the help";
+      }
+    }
+  }
+  const std::string plan = Cli({"plan", "--help"}).out;
+  EXPECT_NE(plan.find("--fix tp=8 \\\n      --memory-headroom 10% --out plan.yaml\n"),
+            std::string::npos)
+      << plan;
 }
 
 TEST(Cli, EveryCommandHasHelp) {
@@ -128,7 +176,8 @@ TEST(Cli, TheGpuPathWithoutAGpuSaysWhyAndWritesNothing) {
   EXPECT_EQ(validate_two.code, two.code) << validate_two.err;
   // Flags are still checked first.
   EXPECT_EQ(Cli({"simulate", "--tpp", "2"}).err,
-            "ptdp: error: --tpp: unknown flag (hint: see `ptdp simulate --help`)\n");
+            "ptdp: error: --tpp: unknown flag (hint: did you mean --tp? see `ptdp simulate "
+            "--help`)\n");
 }
 
 TEST(Cli, DefaultPlanRanksTheFoundingDocumentsExample) {
@@ -294,7 +343,26 @@ TEST(Cli, BadFlagsExitTwoNamingTheFlag) {
       {{"plan", "--gpus"}, "--gpus: needs a value (hint: see `ptdp plan --help`)"},
       {{"plan", "--gpus", "8", "--gpus", "16"},
        "--gpus: given more than once (hint: see `ptdp plan --help`)"},
-      {{"plan", "--gpu", "8"}, "--gpu: unknown flag (hint: see `ptdp plan --help`)"},
+      // An unknown flag: the command's closest flag, or what the command takes instead.
+      {{"plan", "--gpu", "8"},
+       "--gpu: unknown flag (hint: did you mean --gpus? see `ptdp plan --help`)"},
+      {{"simulate", "--modle", "x"},
+       "--modle: unknown flag (hint: did you mean --model? see `ptdp simulate --help`)"},
+      {{"plan", "--frobnicate"}, "--frobnicate: unknown flag (hint: see `ptdp plan --help`)"},
+      {{"plan", "--tp", "3"},
+       "--tp: unknown flag (hint: `ptdp plan` searches this knob; fix it with --fix tp=3)"},
+      {{"plan", "--tensor-model-parallel-size=2"},
+       "--tensor-model-parallel-size: unknown flag (hint: `ptdp plan` searches this knob; fix "
+       "it with --fix tp=2)"},
+      {{"plan", "--sequence-parallel", "--gpus", "8"},
+       "--sequence-parallel: unknown flag (hint: `ptdp plan` searches this knob; fix it with "
+       "--fix sp=on)"},
+      {{"plan", "--micro-batch-size", "2"},
+       "--micro-batch-size: unknown flag (hint: `ptdp plan` searches this knob; fix it with "
+       "--fix mbs=2)"},
+      {{"simulat"},
+       "simulat: unknown command (hint: did you mean simulate? `ptdp --help` lists "
+       "the commands)"},
       {{"plan", "--global-batch", "-5"},
        "--global-batch: must be positive, got -5 (hint: see `ptdp plan --help`)"},
       {{"plan", "--precision", "int4"},
@@ -1104,7 +1172,14 @@ TEST(CliSimulate, TheTraceNamesContextAndExpertCommunication) {
 TEST(CliSimulate, WritesTheTimeline) {
   const std::string svg = ::testing::TempDir() + "/seed.svg";
   const std::string trace = ::testing::TempDir() + "/seed.json";
-  ASSERT_EQ(Cli(With(kSeedSimulate, {"--svg", svg, "--trace", trace})).code, kExitOk);
+  const Result r = Cli(With(kSeedSimulate, {"--svg", svg, "--trace", trace}));
+  ASSERT_EQ(r.code, kExitOk);
+  // It says where it wrote them.
+  EXPECT_NE(r.out.find("\nWrote the timeline to " + svg + "\nWrote the trace to " + trace +
+                       " (open it in Perfetto)\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("add --svg FILE"), std::string::npos) << r.out;
   const YAML::Node json = YAML::LoadFile(trace);
   int forwards = 0;
   for (const auto& e : json["traceEvents"]) {

@@ -23,11 +23,19 @@ CudaStatus QueryCuda() {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
-    status.reason = std::string("no CUDA device: ") + cudaGetErrorString(err);
+    // Without a driver the runtime says "CUDA driver version is insufficient", which reads as
+    // "update the driver"; cudaDriverGetVersion gives 0 when no driver is installed.
+    int driver = 0;
+    const bool no_driver = err == cudaErrorInsufficientDriver &&
+                           cudaDriverGetVersion(&driver) == cudaSuccess && driver == 0;
+    status.no_device = no_driver || err == cudaErrorNoDevice;
+    status.reason = no_driver ? "no CUDA device: this machine has no NVIDIA driver"
+                              : std::string("no CUDA device: ") + cudaGetErrorString(err);
     cudaGetLastError();  // clear the sticky error so later calls start clean
     return status;
   }
   if (count == 0) {
+    status.no_device = true;
     status.reason = "no CUDA device: the runtime reports 0 devices";
     return status;
   }
