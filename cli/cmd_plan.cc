@@ -182,8 +182,12 @@ ParallelConfig ReadLayout(const Flags& flags, const std::string& text, int64_t g
   return p;
 }
 
-PlanRequest ReadRequest(const Flags& flags, std::string& reference_label) {
+// The request the flags make; the reference layout's label into `reference_label`, the notes
+// on how the inputs were read (Workload::notes) into `notes`.
+PlanRequest ReadRequest(const Flags& flags, std::string& reference_label,
+                        std::vector<std::string>& notes) {
   const Workload w = ReadWorkload(flags);
+  notes = w.notes;
   PlanRequest req{.model = w.model, .cluster = w.cluster, .training = w.training, .gpus = w.gpus};
   for (const std::string& fix : flags.Strings("fix")) ApplyFix(fix, req.constraints);
   if (flags.Has("num-layers-per-virtual-pipeline-stage")) {
@@ -493,8 +497,12 @@ void PrintClosing(const Flags& flags, const PlanSearchResult& res,
 int RunPlan(const Flags& flags, std::ostream& out, std::ostream& err) {
   const std::optional<std::filesystem::path> plan_folder = ReadPlanFolder(flags);
   std::string reference_label;
-  PlanRequest req = ReadRequest(flags, reference_label);
+  std::vector<std::string> notes;
+  PlanRequest req = ReadRequest(flags, reference_label, notes);
   const Format format = flags.Enum("format", kFormats, Format::kTable);
+  if (format == Format::kJson) {
+    for (const std::string& note : notes) err << "ptdp: note: " << note << "\n";
+  }
   double seconds = 0;
   const PlanSearchResult res = TimedSearch(req, err, seconds);
   WriteOutputFiles(PlanFiles(flags, req, res, plan_folder));
@@ -507,6 +515,7 @@ int RunPlan(const Flags& flags, std::ostream& out, std::ostream& err) {
                      req.gpus, req.cluster.name, req.training.global_batch_size,
                      GroupThousands(req.training.global_batch_size * req.model.seq_length),
                      Name(req.training.precision));
+  for (const std::string& note : notes) out << NoteText(note);
   out << fmt::format(
       "Searched {} configurations in {:.2f} s: {} pass Megatron-LM's rules, {} fit in {} per "
       "GPU{}; {} simulated.\n\n",

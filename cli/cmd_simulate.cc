@@ -171,7 +171,8 @@ void ApplyLayoutFlags(const Flags& flags, int num_layers, int64_t gpus, const ch
   p.recompute_num_layers = layers("recompute-num-layers", p.recompute_num_layers);
 }
 
-Plan PlanFromFlags(const Flags& flags) {
+// The plan the flags describe; how its inputs were read into `notes` (Workload::notes).
+Plan PlanFromFlags(const Flags& flags, std::vector<std::string>& notes) {
   for (const char* required : {"model", "cluster", "gpus", "global-batch", "tp", "pp"}) {
     if (!flags.Has(required)) {
       flags.Fail(required, "is required without --plan",
@@ -179,6 +180,7 @@ Plan PlanFromFlags(const Flags& flags) {
     }
   }
   const Workload w = ReadWorkload(flags);
+  notes = w.notes;
   Plan plan{.model = w.model, .cluster = w.cluster, .num_gpus = w.gpus, .training = w.training};
   ApplyLayoutFlags(flags, w.model.num_layers, w.gpus, "gpus", plan.parallel);
   plan.options = ReadCostOptions(flags, plan.options);
@@ -365,10 +367,14 @@ Plan PlanFromMegatron(const Flags& flags, std::ostream& err) {
 
 int RunSimulate(const Flags& flags, std::ostream& out, std::ostream& err) {
   const auto path = flags.OptionalString("plan");
+  std::vector<std::string> notes;
   Plan plan = MegatronGiven(flags) ? PlanFromMegatron(flags, err)
               : path               ? PlanFromFile(flags, *path)
-                                   : PlanFromFlags(flags);
+                                   : PlanFromFlags(flags, notes);
   const Format format = flags.Enum("format", kFormats, Format::kTable);
+  if (format == Format::kJson) {
+    for (const std::string& note : notes) err << "ptdp: note: " << note << "\n";
+  }
   plan.options = ReadCostOptions(flags, plan.options);
   // The options given as flags may break a rule the plan file kept (an attention backend
   // context parallelism cannot use).
@@ -415,7 +421,7 @@ int RunSimulate(const Flags& flags, std::ostream& out, std::ostream& err) {
       out << SimulationJson(report) << "\n";
     }
   } else {
-    out << SimulationText(plan, report, unit);
+    out << SimulationText(plan, report, unit, notes);
     if (explain) out << "\n" << CommGroupsText(CommGroupRows(plan, report));
     const bool small = report.schedule.stages <= 8 && report.schedule.ops[0].size() <= 48;
     if (flags.Switch("timeline") || small) {

@@ -17,11 +17,21 @@ TimelineTitle SimulationTitle(const Plan& plan, const SimulationReport& r, Memor
                       r.memory_problem.empty() ? "" : " - DOES NOT FIT")};
 }
 
-std::string SimulationText(const Plan& plan, const SimulationReport& r, MemoryUnit unit) {
+std::string NoteText(std::string_view note) {
+  std::string out = "Note: ";
+  for (const char ch : WrapWords(note, 94))
+    out += ch == '\n' ? std::string("\n      ") : std::string(1, ch);
+  return out + "\n";
+}
+
+std::string SimulationText(const Plan& plan, const SimulationReport& r, MemoryUnit unit,
+                           const std::vector<std::string>& notes) {
   std::string out =
-      fmt::format("ptdp simulate: {} on {} x {}, global batch {}, {}\n{}\n\n", plan.model.name,
+      fmt::format("ptdp simulate: {} on {} x {}, global batch {}, {}\n{}\n", plan.model.name,
                   plan.num_gpus, plan.cluster.name, plan.training.global_batch_size,
                   Name(plan.training.precision), LayoutLine(plan));
+  for (const std::string& note : notes) out += NoteText(note);
+  out += "\n";
   out += fmt::format("step time     {}   ({} tokens/s)\n", Seconds(r.step_time_s),
                      GroupThousands(static_cast<int64_t>(r.tokens_per_s)));
   out += fmt::format(

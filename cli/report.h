@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "core/plan.h"
 #include "core/text.h"  // Seconds, Memory
@@ -15,8 +16,13 @@ namespace ptdp::cli {
 // Memory in `unit` (--memory-unit).
 TimelineTitle SimulationTitle(const Plan& plan, const SimulationReport& report, MemoryUnit unit);
 
-// The full `ptdp simulate` table: headline figures, per-stage rows, breakdown, memory verdict.
-std::string SimulationText(const Plan& plan, const SimulationReport& report, MemoryUnit unit);
+// "Note: <note>" wrapped at 100 columns between words, later lines indented under the text.
+std::string NoteText(std::string_view note);
+
+// The full `ptdp simulate` table: headline figures, per-stage rows, breakdown, memory verdict;
+// `notes` (how the inputs were read: Workload::notes), each a "Note:" line under the heading.
+std::string SimulationText(const Plan& plan, const SimulationReport& report, MemoryUnit unit,
+                           const std::vector<std::string>& notes = {});
 
 // `--explain`'s table of the communication groups (simulator/comm_groups.h) under `heading`,
 // with what its figures mean.

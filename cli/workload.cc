@@ -5,6 +5,7 @@
 #include <cctype>
 #include <charconv>
 
+#include "core/hf_config.h"
 #include "core/limits.h"
 #include "core/presets.h"
 
@@ -25,7 +26,11 @@ void AddWorkloadOptions(po::options_description& o, bool example_defaults) {
                                                              "number of GPUs")(
       "global-batch", value("128")->value_name("B"), "global batch size, in sequences")(
       "seq-length", po::value<std::string>()->value_name("S"),
-      "override the model's training sequence length")(
+      fmt::format("the training sequence length (default: the model's; for a Hugging Face "
+                  "config.json the smaller of its max_position_embeddings and {}, a pretraining "
+                  "length, since the config gives the longest context the model serves)",
+                  kHfTrainingSeqLength)
+          .c_str())(
       "mtp-num-layers", po::value<std::string>()->value_name("N"),
       "override the model's multi-token prediction layers (Megatron's --mtp-num-layers; "
       "DeepSeek-V3 trains with 1)")(
@@ -47,9 +52,29 @@ void AddWorkloadOptions(po::options_description& o, bool example_defaults) {
       "(1 byte per weight) instead of making it again in each backward");
 }
 
+namespace {
+
+// The training length of a Hugging Face config (ParseHfConfig's default), said.
+std::string HfSeqLengthNote(const ModelSpec& m) {
+  if (m.max_position_embeddings > m.seq_length) {
+    return fmt::format(
+        "sequence length {}, ptdp's default for a Hugging Face config (its "
+        "max_position_embeddings, {}, is the longest context the model serves, not the length "
+        "it trains at); --seq-length sets another",
+        GroupThousands(m.seq_length), GroupThousands(m.max_position_embeddings));
+  }
+  return fmt::format(
+      "sequence length {}, the Hugging Face config's max_position_embeddings; --seq-length sets "
+      "another",
+      GroupThousands(m.seq_length));
+}
+
+}  // namespace
+
 Workload ReadWorkload(const Flags& flags) {
   Workload w;
-  w.model = ResolveModel(flags.String("model"));
+  const ResolvedModel model = ResolveModelAndSource(flags.String("model"));
+  w.model = model.model;
   w.cluster = ResolveCluster(flags.String("cluster"));
   w.gpus = flags.PositiveInt("gpus", kMaxGpus);
   w.training.global_batch_size = flags.PositiveInt("global-batch", kMaxGlobalBatch);
@@ -63,6 +88,8 @@ Workload ReadWorkload(const Flags& flags) {
     }
     w.model.seq_length = static_cast<int>(*seq);
     w.model.max_position_embeddings = std::max(w.model.max_position_embeddings, w.model.seq_length);
+  } else if (model.hf_config) {
+    w.notes.push_back(HfSeqLengthNote(w.model));
   }
   if (flags.Has("mtp-num-layers")) {
     const int64_t n =

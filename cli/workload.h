@@ -4,6 +4,8 @@
 
 #include <boost/program_options.hpp>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "cli/flags.h"
 #include "core/cluster_spec.h"
@@ -20,6 +22,9 @@ struct Workload {
   ClusterSpec cluster;
   int64_t gpus = 0;
   TrainingSpec training;
+  // What the user should know of how the inputs were read, one sentence each (the training
+  // sequence length ptdp chose for a Hugging Face config.json); commands print them.
+  std::vector<std::string> notes;
 };
 
 // --model --cluster --gpus --global-batch --seq-length --precision. With `example_defaults` the

@@ -51,7 +51,7 @@ void CheckDivisible(const YamlMap& map, std::string_view key, int value, std::st
 }
 
 // The name, depth, width, vocabulary and positions every config names alike (the training
-// sequence is the longest the positions allow).
+// sequence at most kHfTrainingSeqLength).
 ModelSpec ReadSizes(const YamlMap& map) {
   ModelSpec m;
   m.name = NameOf(map);
@@ -59,7 +59,7 @@ ModelSpec ReadSizes(const YamlMap& map) {
   m.hidden_size = Positive(map, "hidden_size");
   m.vocab_size = Positive(map, "vocab_size");
   m.max_position_embeddings = Positive(map, "max_position_embeddings");
-  m.seq_length = m.max_position_embeddings;
+  m.seq_length = std::min(m.max_position_embeddings, kHfTrainingSeqLength);
   return m;
 }
 
@@ -350,7 +350,7 @@ ModelSpec ReadGpt2(const YamlMap& map) {
   m.vocab_size = Positive(map, "vocab_size");
   m.max_position_embeddings =
       map.Has("n_positions") ? Positive(map, "n_positions") : Positive(map, "n_ctx");
-  m.seq_length = m.max_position_embeddings;
+  m.seq_length = std::min(m.max_position_embeddings, kHfTrainingSeqLength);
   const std::string act =
       map.Has("activation_function") ? map.String("activation_function") : "gelu_new";
   if (act.rfind("gelu", 0) != 0) {

@@ -54,9 +54,18 @@ namespace ptdp {
 // MoE routers balance with aux_loss unless stated; the expert capacity is dropless. Sliding
 // windows (Mistral, Qwen) and RoPE scaling are ignored everywhere. Qwen2 (biases on the query,
 // key and value projections only) is not understood.
-// The training sequence length is taken as max_position_embeddings (n_positions); callers may
-// override it. Keys that do not describe the architecture are ignored; missing or mistyped
-// ones are an InputError naming the file, line and key.
+// The training sequence length is the smaller of max_position_embeddings (n_positions) and
+// kHfTrainingSeqLength; callers may override it. Keys that do not describe the architecture are
+// ignored; missing or mistyped ones are an InputError naming the file, line and key.
 ModelSpec ParseHfConfig(std::string_view text, const std::string& source = "<string>");
+
+// A config.json gives the longest context the model serves (131,072 for Llama 3.1 8B), not the
+// length it was pretrained at: planning that would train every sequence at 128k tokens (context
+// parallelism 8, minutes per step). Pretraining runs at 4,096 or 8,192: the Megatron-Bridge
+// recipes that ptdp replays pretrain DeepSeek-V3, Qwen3 and GPT-OSS at 4,096, Llama 3 and
+// Nemotron-3-Nano at 8,192 (results/validation/megatron-bridge/h100_pretrain.csv), and Llama 2
+// pretrained at 4,096 (Touvron et al. 2023). The smaller is the default, as the MoE presets
+// (models/) have it; `--seq-length` says otherwise.
+inline constexpr int kHfTrainingSeqLength = 4096;
 
 }  // namespace ptdp

@@ -108,6 +108,10 @@ ClusterSpec ClusterPreset(std::string_view name) {
 }
 
 ModelSpec ResolveModel(const std::string& arg, std::string_view flag) {
+  return ResolveModelAndSource(arg, flag).model;
+}
+
+ResolvedModel ResolveModelAndSource(const std::string& arg, std::string_view flag) {
   // A Hugging Face model folder (a download or a clone of the hub repository) holds its
   // config.json.
   std::error_code ec;
@@ -117,10 +121,10 @@ ModelSpec ResolveModel(const std::string& arg, std::string_view flag) {
   if (file == "-" || IsFile(file)) {
     const std::string text = ReadTextFile(file);
     const std::string source = file == "-" ? "<stdin>" : file;
-    return LooksLikeHfConfig(source, text) ? ParseHfConfig(text, source)
-                                           : ParseModelYaml(text, source);
+    if (LooksLikeHfConfig(source, text)) return {ParseHfConfig(text, source), true};
+    return {ParseModelYaml(text, source), false};
   }
-  if (FindPreset(ModelPresetFiles(), arg) != nullptr) return ModelPreset(arg);
+  if (FindPreset(ModelPresetFiles(), arg) != nullptr) return {ModelPreset(arg), false};
   NotFound(arg, flag,
            {ModelPresetFiles(), "model preset", "presets", "ptdp models",
             "give a model file, or a Hugging Face model folder (with config.json)"});

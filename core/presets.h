@@ -27,6 +27,14 @@ std::span<const PresetFile> ClusterPresetFiles();
 // path, "did you mean" for a name close to a preset, else the list of presets.
 ModelSpec ResolveModel(const std::string& arg, std::string_view flag = "--model");
 
+// ResolveModel, saying whether the model came from a Hugging Face config.json (whose training
+// sequence length is ParseHfConfig's default, not a number the file gives).
+struct ResolvedModel {
+  ModelSpec model;
+  bool hf_config = false;
+};
+ResolvedModel ResolveModelAndSource(const std::string& arg, std::string_view flag = "--model");
+
 // `arg` is an existing hardware-profile file or a preset name (errors as ResolveModel's).
 ClusterSpec ResolveCluster(const std::string& arg, std::string_view flag = "--cluster");
 

@@ -206,6 +206,67 @@ TEST(Cli, PlanAcceptsFilesAndOverrides) {
   EXPECT_EQ(r.out.find("\n4  TP "), std::string::npos);
 }
 
+// A Hugging Face config gives the longest context the model serves (Llama 3.1 8B: 131,072
+// positions, which once planned CP 8 at 313 s per step, silently): plan and simulate train at
+// 4,096 and say so, in the text or, with JSON, on stderr; --seq-length sets another, silently.
+TEST(Cli, AHuggingFaceConfigTrainsAtAPretrainingLengthAndSaysSo) {
+  const std::string dir = ::testing::TempDir() + "/Llama-3.1-8B";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/config.json")
+      << R"({"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096,
+             "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+             "vocab_size": 128256, "max_position_embeddings": 131072, "hidden_act": "silu",
+             "rope_scaling": {"factor": 8.0, "rope_type": "llama3"}})";
+  const std::string note =
+      "Note: sequence length 4,096, ptdp's default for a Hugging Face config (its "
+      "max_position_embeddings,\n      131,072, is the longest context the model serves, not the "
+      "length it trains at); --seq-length\n      sets another\n";
+  const std::vector<std::string> plan = {"plan",     "--model",        dir,  "--cluster",
+                                         "dgx-h100", "--gpus",         "64", "--top",
+                                         "1",        "--global-batch", "256"};
+  const auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), plan.begin(), plan.end());
+    return more;
+  };
+  const Result r = Cli(plan);
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_NE(r.out.find("(1,048,576 tokens), bf16\n" + note), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" --seq-length 4096 --max-position-embeddings 131072 "), std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("CP "), std::string::npos) << r.out;
+
+  const Result json = Cli(with({"--format", "json"}));
+  ASSERT_EQ(json.code, kExitOk) << json.err;
+  EXPECT_NE(json.err.find("ptdp: note: sequence length 4,096, ptdp's default"), std::string::npos)
+      << json.err;
+  EXPECT_EQ(json.out.find("Note"), std::string::npos);
+
+  const Result longer = Cli(with({"--seq-length", "8192"}));
+  ASSERT_EQ(longer.code, kExitOk) << longer.err;
+  EXPECT_EQ(longer.out.find("Note:"), std::string::npos) << longer.out;
+  EXPECT_NE(longer.out.find(" --seq-length 8192 "), std::string::npos) << longer.out;
+
+  const Result simulate =
+      Cli({"simulate", "--model", dir + "/config.json", "--cluster", "dgx-h100", "--gpus", "64",
+           "--global-batch", "256", "--tp", "2", "--pp", "1", "--distributed-optimizer"});
+  ASSERT_EQ(simulate.code, kExitOk) << simulate.err;
+  EXPECT_NE(simulate.out.find("1f1b, dist-opt\n" + note + "\nstep time"), std::string::npos)
+      << simulate.out;
+
+  // A config whose positions are fewer: that is the length, and it says so.
+  const Result tiny =
+      Cli({"plan", "--model", std::string(PTDP_TEST_FIXTURES) + "/tiny-llama", "--cluster",
+           "hgx-h200", "--gpus", "8", "--global-batch", "64", "--top", "1"});
+  ASSERT_EQ(tiny.code, kExitOk) << tiny.err;
+  EXPECT_NE(tiny.out.find("Note: sequence length 512, the Hugging Face config's "
+                          "max_position_embeddings; --seq-length sets\n      another\n"),
+            std::string::npos)
+      << tiny.out;
+  // --seq-length's help says the default.
+  EXPECT_NE(Cli({"plan", "--help"}).out.find("max_position_embeddings and 4096"),
+            std::string::npos);
+}
+
 TEST(Cli, PlanJsonOutAndExplain) {
   const std::string path = ::testing::TempDir() + "/best.yaml";
   std::remove(path.c_str());

@@ -60,6 +60,27 @@ TEST(HfConfig, Gpt2StyleIndentedWithTabs) {
   EXPECT_EQ(CountParameters(m).total, 384864);
 }
 
+// A config gives the longest context the model serves (Llama 3.1: 131,072 positions): the
+// training length is the smaller of that and 4,096, for every family.
+TEST(HfConfig, TheTrainingLengthIsAtMostAPretrainingLength) {
+  const std::string llama31 =
+      R"({"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096,
+          "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+          "vocab_size": 128256, "max_position_embeddings": 131072, "hidden_act": "silu"})";
+  const ModelSpec m = ParseHfConfig(llama31, "Llama-3.1-8B/config.json");
+  EXPECT_EQ(kHfTrainingSeqLength, 4096);
+  EXPECT_EQ(m.seq_length, 4096);
+  EXPECT_EQ(m.max_position_embeddings, 131072);
+  // Shorter positions are the length.
+  std::string short_positions = llama31;
+  short_positions.replace(short_positions.find("131072"), 6, "2048");
+  EXPECT_EQ(ParseHfConfig(short_positions).seq_length, 2048);
+  const ModelSpec gpt2 = ParseHfConfig(
+      R"({"n_layer": 2, "n_embd": 64, "n_head": 2, "vocab_size": 10, "n_positions": 8192})");
+  EXPECT_EQ(gpt2.seq_length, 4096);
+  EXPECT_EQ(gpt2.max_position_embeddings, 8192);
+}
+
 TEST(HfConfig, FamilyIsInferredWithoutModelType) {
   EXPECT_EQ(ParseHfConfig("{\"n_layer\": 2, \"n_embd\": 64, \"n_head\": 2, \"vocab_size\": 10,"
                           " \"n_positions\": 16}")
@@ -364,7 +385,9 @@ void ExpectPresetArchitecture(ModelSpec imported, std::string_view preset_name) 
 TEST(HfConfig, MixtralMatchesItsPreset) {
   const ModelSpec m = ParseHfConfig(kMixtral8x7b, "Mixtral-8x7B-v0.1/config.json");
   EXPECT_EQ(m.name, "Mixtral-8x7B-v0.1");
-  EXPECT_EQ(m.seq_length, 32768);
+  // Trained at 4,096 (kHfTrainingSeqLength), not at the 32,768 positions it serves.
+  EXPECT_EQ(m.seq_length, 4096);
+  EXPECT_EQ(m.max_position_embeddings, 32768);
   EXPECT_EQ(m.num_experts, 8);
   EXPECT_EQ(m.moe_ffn_hidden_size, 14336);
   EXPECT_EQ(m.NumMoeLayers(), 32);

@@ -147,7 +147,8 @@ TEST(Hybrid, HuggingFaceNemotronHConfigIsThePreset) {
       "config.json");
   ModelSpec preset = ModelPreset("nemotron-3-nano");
   preset.name = "config";
-  preset.seq_length = preset.max_position_embeddings = 262144;
+  preset.seq_length = kHfTrainingSeqLength;  // not its 262,144 positions
+  preset.max_position_embeddings = 262144;
   EXPECT_EQ(m, preset);
   try {
     ParseHfConfig(R"({"model_type": "nemotron_h", "hidden_size": 16, "num_hidden_layers": 2,
