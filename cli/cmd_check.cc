@@ -41,7 +41,12 @@ void AddCheckOptions(po::options_description& o) {
 
 std::string Where(const MegatronFinding& f, bool show_lines) {
   std::string where;
-  if (show_lines && f.line > 0) where = fmt::format("line {}", f.line);
+  if (show_lines && f.line > 0) {
+    where = f.file.empty() ? fmt::format("line {}", f.line)
+                           : fmt::format("line {} of {}", f.line, f.file);
+  } else if (!f.file.empty()) {
+    where = f.file;
+  }
   if (!f.flag.empty()) where += (where.empty() ? "" : " ") + f.flag;
   return where.empty() ? "" : where + ": ";
 }
@@ -66,6 +71,8 @@ struct CheckOutcome {
 // not be read and Megatron-LM would refuse what was read (the missing files may hold the rest).
 std::string CannotJudge(const CheckReport& report) {
   const MegatronCommand& c = report.command;
+  if (!c.unplayable.empty()) return c.unplayable;
+  if (!c.other_stack.empty()) return c.other_stack;
   if (!c.yaml_config.empty() && !c.has_errors()) {
     return fmt::format(
         "the configuration is in {} (--yaml-cfg): Megatron-LM replaces the command's arguments "
@@ -96,7 +103,10 @@ CheckOutcome AnalyseCommand(const Flags& flags, const MegatronInput& in) {
   o.verdict = o.report.failed() ? kExitFailed : kExitOk;
   o.cannot_judge = CannotJudge(o.report);
   if (!o.cannot_judge.empty()) o.verdict = kExitCannotJudge;
-  if (!c.yaml_config.empty() || !c.model_complete || !o.report.simulatable()) return o;
+  if (!c.unplayable.empty() || !c.yaml_config.empty() || !c.model_complete ||
+      !o.report.simulatable()) {
+    return o;
+  }
   RequireFp8Units(flags, c, o.cluster);
   PlanRequest req;
   req.model = c.model;
@@ -117,16 +127,22 @@ CheckOutcome AnalyseCommand(const Flags& flags, const MegatronInput& in) {
 void PrintFindings(const CheckOutcome& o, const std::string& source, std::ostream& out) {
   const CheckReport& report = o.report;
   const MegatronCommand& c = report.command;
-  out << fmt::format(
-      "ptdp check: {} from {} on {} x {}{}\n", c.script, source, report.gpus, o.cluster.name,
-      !report.gpus_assumed ? ""
-      : c.world_size_unknown.empty()
-          ? fmt::format(" (assumed: tp x pp = {}; the launcher does not say how many GPUs; pass "
-                        "--gpus N)",
-                        report.gpus)
-          : fmt::format(" (assumed: tp x pp = {}; the launcher's {} is not known here; pass "
-                        "--gpus N, or the variable with --env NAME=VALUE)",
-                        report.gpus, c.world_size_unknown));
+  if (!c.unplayable.empty()) {
+    out << fmt::format("ptdp check: {}\n\nCannot judge: {}.\n", source, o.cannot_judge);
+    return;
+  }
+  out << fmt::format("ptdp check: {} from {} on {} x {}{}\n", c.script, source, report.gpus,
+                     o.cluster.name,
+                     !report.gpus_assumed ? ""
+                     : c.world_size_unknown.empty()
+                         ? fmt::format(" (assumed: {} GPUs, the fewest the layout runs on; the "
+                                       "launcher does not say how many; pass "
+                                       "--gpus N)",
+                                       report.gpus)
+                         : fmt::format(" (assumed: {} GPUs, the fewest the layout runs on; the "
+                                       "launcher's {} is not known here; pass "
+                                       "--gpus N, or the variable with --env NAME=VALUE)",
+                                       report.gpus, c.world_size_unknown));
   if (!o.cannot_judge.empty()) out << "\nCannot judge: " << o.cannot_judge << ".\n";
   int errors = 0, warnings = 0;
   for (const MegatronFinding& f : c.findings) {
@@ -135,10 +151,12 @@ void PrintFindings(const CheckOutcome& o, const std::string& source, std::ostrea
   for (bool error_pass : {true, false}) {
     const int n = error_pass ? errors : warnings;
     if (n == 0) continue;
-    const std::string_view as_read =
-        c.unread_files.empty() ? "" : "As read, without the files it sources, ";
-    out << (error_pass ? fmt::format("\n{}Megatron-LM would refuse this command ({} error{}):\n",
-                                     as_read, n, n == 1 ? "" : "s")
+    const std::string heading =
+        !c.other_stack.empty()    ? "Read as a Megatron-LM command, Megatron-LM would refuse it"
+        : !c.unread_files.empty() ? "As read, without the files it sources, Megatron-LM would "
+                                    "refuse this command"
+                                  : "Megatron-LM would refuse this command";
+    out << (error_pass ? fmt::format("\n{} ({} error{}):\n", heading, n, n == 1 ? "" : "s")
                        : fmt::format("\nWarnings ({}):\n", n));
     for (const MegatronFinding& f : c.findings) {
       if ((f.severity == MegatronFinding::Severity::kError) != error_pass) continue;
@@ -182,6 +200,11 @@ void PrintComparison(const CheckOutcome& o, std::ostream& out) {
   const PlanSearchResult& res = *o.search;
   out << (o.report.failed() ? "\nSimulated as if the errors above were fixed:\n"
                             : "\nSimulated:\n");
+  const std::vector<std::string>& refused = o.report.command.refused_flags;
+  if (!refused.empty()) {
+    out << "  without what the refused flags say: " << fmt::format("{}", fmt::join(refused, ", "))
+        << "\n";
+  }
   const ReferenceResult& yours = *res.reference;
   if (yours.simulated) {
     const SimulationReport& r = yours.simulated->report;
@@ -205,6 +228,11 @@ void PrintComparison(const CheckOutcome& o, std::ostream& out) {
         100 * best.report.mfu, Describe(best.plan.parallel),
         factor > 1.0005 ? fmt::format(" ({:.2f}x faster)", factor) : "");
     out << "         flags: " << MegatronArgsLine(best.plan) << "\n";
+    if (const std::string note =
+            CheckpointFormatNote(best.plan, GivenCheckpointFormat(o.report.command), "");
+        !note.empty()) {
+      out << "  note: " << note << ".\n";
+    }
     if (yours.rank > 0) {
       out << fmt::format("  yours ranks {} of {} valid plans.\n", GroupThousands(yours.rank),
                          GroupThousands(res.fits));
@@ -242,10 +270,12 @@ std::string CheckJson(const CheckOutcome& o, const std::string& source) {
   for (size_t i = 0; i < c.findings.size(); ++i) {
     const MegatronFinding& f = c.findings[i];
     j += fmt::format(
-        "{}\n    {{\"severity\": {}, \"line\": {}, \"flag\": {}, \"message\": {}, \"fix\": {}}}",
+        "{}\n    {{\"severity\": {}, \"line\": {}, \"file\": {}, \"flag\": {}, \"message\": {}, "
+        "\"fix\": {}}}",
         i == 0 ? "" : ",",
         JsonString(f.severity == MegatronFinding::Severity::kError ? "error" : "warning"),
-        o.show_lines ? f.line : 0, JsonString(f.flag), JsonString(f.message), JsonString(f.fix));
+        o.show_lines ? f.line : 0, JsonString(f.file), JsonString(f.flag), JsonString(f.message),
+        JsonString(f.fix));
   }
   j += c.findings.empty() ? "],\n" : "\n  ],\n";
   std::vector<std::string> simulated;

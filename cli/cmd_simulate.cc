@@ -303,6 +303,11 @@ Plan PlanFromMegatron(const Flags& flags, std::ostream& err) {
   const auto line_of = [&](int line) { return in.has_lines ? line : 0; };
   const std::string check_hint =
       fmt::format("`ptdp check {}` lists every problem", flags.Has("file") ? "--file FILE" : "--");
+  if (!c.unplayable.empty()) {
+    throw InputError({in.source, 0, ""}, "cannot simulate: " + c.unplayable,
+                     "paste the command that runs pretrain_gpt.py, or give what the script "
+                     "reads with --env / --script-args");
+  }
   if (!c.yaml_config.empty() && !c.has_errors()) {
     throw InputError({in.source, 0, "--yaml-cfg"},
                      fmt::format("the configuration is in {}, which Megatron-LM reads in place of "

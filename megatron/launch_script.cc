@@ -31,15 +31,24 @@ bool IsShell(std::string_view program) {
   return base == "bash" || base == "sh" || base == "dash" || base == "zsh";
 }
 
+// A script a command runs in another shell: its text, and where that text was written: in a
+// file of its own (`file`: sbatch's job script), or in the script being played, from line
+// `first_line` on (the `sh -c` word's line, a here-document's first line).
+struct InnerText {
+  std::string text;
+  std::string file;
+  int first_line = 1;
+};
+
 // The script a command hands to a shell: `bash -c "..."`, `srun ... sh -x -c "$CMD"`; nothing
 // when it does not.
-std::optional<std::string> ShellScriptOf(const ShellCommand& command) {
+std::optional<InnerText> ShellScriptOf(const ShellCommand& command) {
   const auto& w = command.words;
   for (size_t i = 0; i < w.size(); ++i) {
     if (!IsShell(w[i].text)) continue;
     for (size_t j = i + 1; j + 1 < w.size() && w[j].text.starts_with("-"); ++j) {
       if (w[j].text.find('c') != std::string::npos && !w[j].text.starts_with("--")) {
-        return w[j + 1].text;
+        return InnerText{w[j + 1].text, "", std::max(1, w[j + 1].line)};
       }
     }
   }
@@ -54,16 +63,18 @@ bool IsSbatch(const ShellCommand& command) {
 // to sbatch (Megatron-LM's examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh: `sbatch <<EOF ...
 // srun ... EOF`), or sbatch's job script file, read as a sourced file is (its options may take
 // values, so the words are tried from the end).
-std::optional<std::string> InnerScript(const ShellCommand& command, const ShellOptions& options) {
+std::optional<InnerText> InnerScript(const ShellCommand& command, const ShellOptions& options) {
   if (auto script = ShellScriptOf(command)) return script;
   if (command.words.empty()) return std::nullopt;
   if (command.input && (IsShell(command.words.front().text) || IsSbatch(command))) {
-    return command.input->text;
+    return InnerText{command.input->text, "", std::max(1, command.input->line)};
   }
   if (!IsSbatch(command) || !options.read_file) return std::nullopt;
   for (size_t i = command.words.size(); i-- > 1;) {
     if (command.words[i].text.starts_with("-")) continue;
-    if (auto text = options.read_file(command.words[i].text)) return text;
+    if (auto text = options.read_file(command.words[i].text)) {
+      return InnerText{*text, command.words[i].text, 1};
+    }
   }
   return std::nullopt;
 }
@@ -133,9 +144,11 @@ void AddSlurmEnvironment(std::span<const Token> words, std::map<std::string, std
 
 // Plays the launch script as bash would (megatron/shell.h), and the scripts its commands run in
 // another shell (InnerScript), to depth 4. The words of the commands that led to each command
-// are kept as its launcher words.
-void AddCommands(std::string_view text, const std::string& source, const ShellOptions& options,
-                 int depth, const std::vector<Token>& outer, Lexed& out) {
+// are kept as its launcher words. `text` is named `source`; its line 1 is line `first_line` of
+// `file` ("": the script given). Words and notes carry their file and line.
+void AddCommands(std::string_view text, const std::string& source, const std::string& file,
+                 int first_line, const ShellOptions& options, int depth,
+                 const std::vector<Token>& outer, Lexed& out) {
   // Scripts that hand scripts to shells that hand scripts on multiply: the scripts played and
   // the commands kept are bounded in all, not only the depth (found by fuzzing).
   constexpr int kMaxScripts = 16;
@@ -160,35 +173,44 @@ void AddCommands(std::string_view text, const std::string& source, const ShellOp
       out.unread_files.push_back(file);
     }
   }
+  // A line of `text` (or of a file it sources) where it was written.
+  const auto place = [&](const std::string& in, int line) -> std::pair<int, std::string> {
+    if (in != source) return {line, in};
+    return {line > 0 ? line + first_line - 1 : 0, file};
+  };
   for (const ShellNote& note : result.notes) {
     if (!note.warning) continue;
-    out.findings.push_back(
-        {Severity::kWarning, "", note.source == source ? note.line : 0,
-         note.source == source ? note.message : fmt::format("{}: {}", note.source, note.message),
-         note.fix});
+    const auto [line, in] = place(note.source, note.line);
+    out.findings.push_back({Severity::kWarning, "", line, note.message, note.fix, in});
   }
   for (const ShellCommand& command : result.commands) {
     std::vector<Token> words;
     for (const ShellWord& w : command.words) {
-      words.push_back({w.text, w.source == source ? w.line : 0});
+      const auto [line, in] = place(w.source, w.line);
+      words.push_back({w.text, line, in});
     }
     if (const auto at = ScriptWord(words)) {
       out.launches.push_back({words, *at, command.environment, outer});
     }
-    const std::optional<std::string> inner = InnerScript(command, options);
+    const std::optional<InnerText> inner = InnerScript(command, options);
     if (!inner || depth >= 4) continue;
     ShellOptions nested = options;
     nested.environment = command.environment;
     nested.positional.clear();
     std::vector<Token> launcher = outer;
     if (IsSbatch(command)) {
-      std::vector<Token> sbatch = SbatchDirectives(*inner);
+      std::vector<Token> sbatch = SbatchDirectives(inner->text);
       launcher.insert(launcher.end(), sbatch.begin(), sbatch.end());
       sbatch.insert(sbatch.end(), words.begin(), words.end());
       AddSlurmEnvironment(sbatch, nested.environment);
     }
     launcher.insert(launcher.end(), words.begin(), words.end());
-    AddCommands(*inner, source, nested, depth + 1, launcher, out);
+    if (inner->file.empty()) {
+      AddCommands(inner->text, source, file, place(source, inner->first_line).first, nested,
+                  depth + 1, launcher, out);
+    } else {
+      AddCommands(inner->text, inner->file, inner->file, 1, nested, depth + 1, launcher, out);
+    }
   }
 }
 
@@ -210,14 +232,18 @@ Lexed PlayLaunchScript(std::string_view text, const std::string& source,
   options.read_file = read.read_file;
   if (!read.environment_complete) {
     // Schedulers' and MPI launchers' variables: set where the script really runs.
-    options.unknown_when_unset = {"SLURM_",           "PBS_", "LSB_", "FLUX_",
-                                  "OMPI_COMM_WORLD_", "PMI_", "PMIX_"};
+    // Slurm, PBS, LSF, Flux, Cobalt, Grid Engine (JOB_ID, NHOSTS, NSLOTS, PE_HOSTFILE, SGE_*),
+    // Open MPI and PMI.
+    options.unknown_when_unset = {
+        "SLURM_", "PBS_",   "LSB_",   "FLUX_",       "COBALT_",          "SGE_",
+        "JOB_ID", "NHOSTS", "NSLOTS", "PE_HOSTFILE", "OMPI_COMM_WORLD_", "PMI_",
+        "PMIX_"};
   }
   // A job script given itself: its #SBATCH lines are sbatch's options, as when a script
   // submits it (AddCommands), and the variables Slurm would set from them are set.
   const std::vector<Token> directives = SbatchDirectives(text);
   AddSlurmEnvironment(directives, options.environment);
-  AddCommands(text, source, options, 0, directives, out);
+  AddCommands(text, source, "", 1, options, 0, directives, out);
   return out;
 }
 
@@ -257,6 +283,11 @@ std::optional<int64_t> LauncherWorldSize(std::span<const Token> words, std::stri
     const auto nproc = get({"--nproc-per-node"});
     const auto nodes = get({"--nnodes"});
     if (nproc) world = *nproc * nodes.value_or(1);
+  } else if (given.contains("--num-gpus")) {
+    // DeepSpeed's launcher: `deepspeed --num_gpus 8 --num_nodes 2 pretrain_gpt.py`.
+    const auto gpus = get({"--num-gpus"});
+    const auto nodes = get({"--num-nodes"});
+    if (gpus) world = *gpus * nodes.value_or(1);
   } else if (auto tasks = get({"--ntasks", "-n", "-np", "--np"})) {
     world = *tasks;
   } else if (known && given.contains("--ntasks-per-node")) {

@@ -19,6 +19,7 @@ namespace ptdp::reading {
 struct Token {
   std::string text;
   int line = 0;
+  std::string file = "";  // where it was written, when not in the script given (a sourced file)
 };
 
 // A command that runs a Python script: a candidate for the training launch.
@@ -47,10 +48,11 @@ Lexed PlayLaunchScript(std::string_view text, const std::string& source,
                        const MegatronReadOptions& read);
 
 // The world size the launcher words before the script start: torchrun (or python -m
-// torch.distributed.run / .launch) --nproc-per-node x --nnodes; srun --ntasks, or --nodes x
-// --ntasks-per-node; mpirun / mpiexec -np. Nothing when they do not say (a value the script
-// computes at run time, or a launcher ptdp does not know); then `unknown`, when given, names the
-// flag whose value is not known ("--nnodes $NNODES"), if that is why.
+// torch.distributed.run / .launch) --nproc-per-node x --nnodes; deepspeed --num_gpus x
+// --num_nodes; srun --ntasks, or --nodes x --ntasks-per-node; mpirun / mpiexec -np. Nothing when
+// they do not say (a value the script computes at run time, or a launcher ptdp does not know); then
+// `unknown`, when given, names the flag whose value is not known ("--nnodes $NNODES"), if that is
+// why.
 std::optional<int64_t> LauncherWorldSize(std::span<const Token> words,
                                          std::string* unknown = nullptr);
 

@@ -34,6 +34,47 @@ constexpr Mistake kMistakes[] = {
      "Megatron-LM no longer has --overlap-p2p-communication: the interleaved schedule overlaps "
      "its pipeline sends by default (--no-overlap-p2p-communication turns that off)",
      "remove it"},
+    // Flags Megatron-LM renamed or removed, and other stacks' names for its flags.
+    {"--activations-checkpoint-method",
+     "unrecognized arguments: --activations-checkpoint-method (renamed --recompute-method)",
+     "write --recompute-granularity full --recompute-method uniform|block"},
+    {"--activations-checkpoint-num-layers",
+     "unrecognized arguments: --activations-checkpoint-num-layers (renamed "
+     "--recompute-num-layers)",
+     "write --recompute-num-layers"},
+    {"--checkpoint-num-layers",
+     "unrecognized arguments: --checkpoint-num-layers (renamed --recompute-num-layers)",
+     "write --recompute-num-layers"},
+    {"--distribute-checkpointed-activations",
+     "unrecognized arguments: --distribute-checkpointed-activations (renamed "
+     "--distribute-saved-activations)",
+     "write --distribute-saved-activations"},
+    {"--num-key-value-heads",
+     "unrecognized arguments: --num-key-value-heads (Megatron-LM's grouped-query attention is "
+     "--group-query-attention --num-query-groups N)",
+     "write --group-query-attention --num-query-groups N"},
+    {"--DDP-impl",
+     "unrecognized arguments: --DDP-impl (Megatron-LM removed it: its own "
+     "DistributedDataParallel always runs)",
+     "remove it"},
+    {"--data-impl",
+     "unrecognized arguments: --data-impl (Megatron-LM removed it: datasets are always "
+     "memory-mapped)",
+     "remove it"},
+    {"--no-async-tensor-model-parallel-allreduce",
+     "unrecognized arguments: --no-async-tensor-model-parallel-allreduce (Megatron-LM removed "
+     "it)",
+     "remove it"},
+    {"--no-query-key-layer-scaling",
+     "unrecognized arguments: --no-query-key-layer-scaling (Megatron-LM removed it: no scaling "
+     "is the default; --apply-query-key-layer-scaling turns it on)",
+     "remove it"},
+    {"--use-flash-attn-v2",
+     "unrecognized arguments: --use-flash-attn-v2 (Megatron-DeepSpeed's flag)",
+     "write --attention-backend flash"},
+    {"--moe-expert-parallel-size",
+     "unrecognized arguments: --moe-expert-parallel-size (Megatron-DeepSpeed's flag)",
+     "write --expert-model-parallel-size"},
 };
 
 // Flags argparse accepts but validate_args refuses (megatron/training/arguments.py).
@@ -45,6 +86,134 @@ constexpr Mistake kDeprecated[] = {
     {"--checkpoint-activations", "--checkpoint-activations is no longer valid",
      "use --recompute-activations, or --recompute-granularity and --recompute-method"},
 };
+
+// "d98e8a6 (2026-08-22)": the Megatron-LM commit the option table comes from.
+std::string MegatronCommit() {
+  const std::string version = MegatronTableVersion();
+  const size_t at = version.find("commit ");
+  if (at == std::string::npos) return version;
+  const size_t date = version.find(" (", at);
+  const size_t date_end = version.find(')', date);
+  return version.substr(at + 7, 7) + (date == std::string::npos || date_end == std::string::npos
+                                          ? ""
+                                          : version.substr(date, date_end - date + 1));
+}
+
+// Megatron-LM's training entry points (its repository's top level, and those it had).
+constexpr std::string_view kMegatronScripts[] = {
+    "pretrain_gpt.py", "pretrain_mamba.py", "pretrain_hybrid.py", "pretrain_vlm.py",
+    "train_rl.py",     "pretrain_bert.py",  "pretrain_t5.py",     "pretrain_retro.py"};
+
+// Flags only Megatron-DeepSpeed (and DeepSpeed's launcher arguments it passes on) has.
+constexpr std::string_view kDeepSpeedFlags[] = {"--deepspeed",
+                                                "--deepspeed_config",
+                                                "--deepspeed-config",
+                                                "--zero-stage",
+                                                "--deepspeed-activation-checkpointing",
+                                                "--deepspeed_mpi",
+                                                "--no-pipeline-parallel",
+                                                "--ds-sequence-parallel-size",
+                                                "--use-flash-attn-v2",
+                                                "--use-flash-attn-triton",
+                                                "--moe-expert-parallel-size",
+                                                "--partition-activations",
+                                                "--checkpoint-in-cpu",
+                                                "--synchronize-each-layer",
+                                                "--contigious-checkpointing",
+                                                "--cpu-optimizer",
+                                                "--ds-inference",
+                                                "--lr-decay-tokens",
+                                                "--lr-warmup-tokens",
+                                                "--train-tokens",
+                                                "--zero-reduce-bucket-size",
+                                                "--zero-allgather-bucket-size",
+                                                "--curriculum-learning-legacy"};
+
+// Model features a refused flag carries, which the simulation then goes without.
+constexpr std::pair<std::string_view, std::string_view> kFeatureOf[] = {
+    {"--num-key-value-heads", "grouped-query attention"},
+    {"--swi-glu", "SwiGLU"},
+    {"--intermediate-size", "the FFN width"},
+    {"--moe-expert-parallel-size", "expert parallelism"},
+    {"--ds-sequence-parallel-size", "Ulysses sequence parallelism"},
+    {"--position-embedding-type", "the position embedding"},
+    {"--num-experts", "the experts"},
+    {"--normalization", "the norm"},
+    {"--activations-checkpoint-method", "activation recompute"},
+    {"--checkpoint-activations", "activation recompute"},
+    {"--recompute-method", "activation recompute"},
+    {"--use-flash-attn-v2", "flash attention"},
+};
+
+// Which stack the command is written for, from its entry point, launcher and refused flags
+// (c.other_stack, and a warning naming the flags of a fork or an older Megatron-LM); the
+// refused flags with the model features they carry (c.refused_flags).
+void DiagnoseStack(const Launch& launch, MegatronCommand& c) {
+  std::vector<std::string> unknown, deepspeed;
+  for (const MegatronCommand::Arg& a : c.args) {
+    const KnownFlag* known_flag = FindFlag(MegatronFlags(), a.flag);
+    const bool known = known_flag != nullptr;
+    if (known && a.valid) continue;
+    // What the simulation goes without: a model feature a refused flag carries, or a refused
+    // value of a flag that changes the step.
+    std::string name;
+    for (const auto& [flag, feature] : kFeatureOf) {
+      if (flag == a.flag) name = fmt::format("{} ({})", a.flag, feature);
+    }
+    if (name.empty() && known && CanChangeTheStep(*known_flag)) name = a.flag;
+    if (!name.empty() &&
+        std::find(c.refused_flags.begin(), c.refused_flags.end(), name) == c.refused_flags.end()) {
+      c.refused_flags.push_back(name);
+    }
+    if (known) continue;
+    if (std::find(std::begin(kDeepSpeedFlags), std::end(kDeepSpeedFlags), a.flag) !=
+        std::end(kDeepSpeedFlags)) {
+      deepspeed.push_back(a.flag);
+    }
+    // A known slip (--learning-rate for --lr) has its own message; the flags Megatron-LM renamed
+    // or removed, whose messages begin as argparse's, tell of an older Megatron-LM.
+    const bool slip =
+        std::any_of(std::begin(kMistakes), std::end(kMistakes), [&](const Mistake& m) {
+          return m.flag == a.flag && !m.message.starts_with("unrecognized arguments");
+        });
+    if (!slip && std::find(unknown.begin(), unknown.end(), a.flag) == unknown.end()) {
+      unknown.push_back(a.flag);
+    }
+  }
+  const auto listed = [](const std::vector<std::string>& flags) {
+    std::string text;
+    for (size_t i = 0; i < flags.size() && i < 4; ++i) text += (i ? ", " : "") + flags[i];
+    if (flags.size() > 4) text += fmt::format(" and {} more", flags.size() - 4);
+    return text;
+  };
+  std::string launcher;
+  for (size_t i = 0; i < launch.script_at; ++i) {
+    const std::string& w = launch.words[i].text;
+    if (w.substr(w.rfind('/') + 1) == "deepspeed") launcher = "the deepspeed launcher";
+  }
+  const std::string script = c.script.substr(c.script.rfind('/') + 1);
+  if (!deepspeed.empty() || !launcher.empty()) {
+    c.other_stack = fmt::format(
+        "this is a Megatron-DeepSpeed command ({}): ptdp judges Megatron-LM's commands; "
+        "Megatron-DeepSpeed's flags and rules are not modelled",
+        deepspeed.empty() ? launcher : listed(deepspeed));
+  } else if (!unknown.empty() && std::find(std::begin(kMegatronScripts), std::end(kMegatronScripts),
+                                           script) == std::end(kMegatronScripts)) {
+    c.other_stack = fmt::format(
+        "{} is not one of Megatron-LM's entry points but a fork's, which adds its own flags "
+        "({}); ptdp judges Megatron-LM's commands only",
+        script, listed(unknown));
+  } else if (!unknown.empty()) {
+    c.findings.insert(
+        c.findings.begin(),
+        {Severity::kWarning, "", 0,
+         fmt::format("{} flag{} Megatron-LM does not have ({}): the script may be written for a "
+                     "fork or an older Megatron-LM; it is judged against Megatron-LM at commit {}",
+                     unknown.size(), unknown.size() == 1 ? "" : "s", listed(unknown),
+                     MegatronCommit()),
+         ""});
+  }
+}
 
 // One warning per flag that can change the step but that reading the command never looked at:
 // the simulation runs as if it were absent.
@@ -64,31 +233,34 @@ void WarnAboutWhatIsNotSimulated(Reader& r, MegatronCommand& c) {
   }
 }
 
+// No command runs a Python script. When what the interpreter could not follow explains it (a
+// condition on `ps` or `hostname`, a file of another machine), the command cannot be judged:
+// c.unplayable says why. Otherwise (nothing ran, or the script's own arguments are missing) it
+// is bad input, with the likely fix.
+void NoTrainingCommand(const Lexed& lexed, const std::string& source, MegatronCommand& c) {
+  std::string reasons;
+  for (const MegatronFinding& f : c.findings) {
+    if (reasons.size() < 400) reasons += fmt::format("; {}", f.message);
+  }
+  if (!reasons.empty() && !lexed.missing_arguments) {
+    c.unplayable = fmt::format(
+        "no command that runs a Python script was reached: it depends on what ptdp cannot know "
+        "here ({})",
+        reasons.substr(2));
+    return;
+  }
+  throw InputError({source, 0, ""},
+                   "no Megatron-LM command found: no word ends in .py" +
+                       (reasons.empty() ? "" : " (playing the script:" + reasons.substr(1) + ")"),
+                   lexed.missing_arguments
+                       ? "the script takes arguments: give them with --script-args \"ARG1 ARG2 "
+                         "...\" (or paste the command that runs pretrain_gpt.py)"
+                       : "paste the command that runs pretrain_gpt.py (python or torchrun)");
+}
+
 // The command that runs a Python script (the last one when there are several): its script, the
 // launcher words before it (the world size), its environment and its words after the script.
-const Launch& TrainingCommand(const Lexed& lexed, const std::string& source, MegatronCommand& c) {
-  if (lexed.launches.empty()) {
-    // What the interpreter could not follow is the likely reason: say it.
-    std::string reasons;
-    for (const MegatronFinding& f : c.findings) {
-      if (reasons.size() < 400) reasons += fmt::format("; {}", f.message);
-    }
-    std::string hint = "paste the command that runs pretrain_gpt.py (python or torchrun)";
-    if (!lexed.unread_files.empty()) {
-      hint = fmt::format(
-          "the script sources {} that could not be read: check it where they "
-          "exist, or paste the command that runs pretrain_gpt.py",
-          fmt::join(lexed.unread_files, ", "));
-    } else if (lexed.missing_arguments) {
-      hint =
-          "the script takes arguments: give them with --script-args \"ARG1 ARG2 ...\" (or "
-          "paste the command that runs pretrain_gpt.py)";
-    }
-    throw InputError({source, 0, ""},
-                     "no Megatron-LM command found: no word ends in .py" +
-                         (reasons.empty() ? "" : " (playing the script:" + reasons.substr(1) + ")"),
-                     hint);
-  }
+const Launch& TrainingCommand(const Lexed& lexed, MegatronCommand& c) {
   const Launch& launch = lexed.launches.back();
   const std::vector<Token>& words = launch.words;
   c.script = words[launch.script_at].text;
@@ -106,6 +278,7 @@ const Launch& TrainingCommand(const Lexed& lexed, const std::string& source, Meg
 // index of the last stray word.
 size_t SayStrayWords(const std::vector<Token>& words, size_t i, MegatronCommand& c) {
   const int line = words[i].line;
+  const std::string file = words[i].file;
   std::string stray = words[i].text;
   while (i + 1 < words.size() && !words[i + 1].text.starts_with("-")) {
     stray += " " + words[++i].text;
@@ -121,7 +294,7 @@ size_t SayStrayWords(const std::vector<Token>& words, size_t i, MegatronCommand&
     }
   }
   c.findings.push_back(
-      {Severity::kError, "", line, fmt::format("unrecognized arguments: {}", stray), fix});
+      {Severity::kError, "", line, fmt::format("unrecognized arguments: {}", stray), fix, file});
   return i;
 }
 
@@ -168,10 +341,13 @@ void CheckKnownFlag(const KnownFlag& known, MegatronCommand::Arg& arg, MegatronC
   }
   for (const auto& earlier : c.args) {
     if (earlier.flag == arg.flag) {
+      const std::string first =
+          earlier.line <= 0 ? ""
+          : earlier.file.empty()
+              ? fmt::format(" (first on line {})", earlier.line)
+              : fmt::format(" (first on line {} of {})", earlier.line, earlier.file);
       c.findings.push_back({Severity::kWarning, arg.flag, arg.line,
-                            fmt::format("given twice (first on line {}); argparse keeps the "
-                                        "last value",
-                                        earlier.line),
+                            fmt::format("given twice{}; argparse keeps the last value", first),
                             "keep one"});
       break;
     }
@@ -188,6 +364,7 @@ void ReadArgs(const std::vector<Token>& words, size_t script_at, MegatronCommand
       continue;
     }
     MegatronCommand::Arg arg{w.text, {}, w.line};
+    arg.file = w.file;
     const size_t eq = arg.flag.find('=');
     if (eq != std::string::npos) {
       arg.values.push_back(arg.flag.substr(eq + 1));
@@ -242,8 +419,13 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
   MegatronCommand c;
   c.findings = std::move(lexed.findings);
   c.unread_files = std::move(lexed.unread_files);
-  const Launch& launch = TrainingCommand(lexed, source, c);
+  if (lexed.launches.empty()) {
+    NoTrainingCommand(lexed, source, c);
+    return c;
+  }
+  const Launch& launch = TrainingCommand(lexed, c);
   ReadArgs(launch.words, launch.script_at, c);
+  DiagnoseStack(launch, c);
   for (const MegatronCommand::Arg& a : c.args) {
     // parse_args parses the command line, then load_yaml replaces every argument with the
     // file's, and validate_yaml checks them instead of validate_args.
@@ -258,6 +440,13 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
   ReadTraining(r, c);
   ReadStartUpChecks(r, c, read.environment_complete);
   WarnAboutWhatIsNotSimulated(r, c);
+  // A finding about a flag written in a sourced file names that file.
+  for (MegatronFinding& f : c.findings) {
+    if (f.flag.empty() || !f.file.empty()) continue;
+    for (const MegatronCommand::Arg& a : c.args) {
+      if (a.flag == f.flag && a.line == f.line && !a.file.empty()) f.file = a.file;
+    }
+  }
   return c;
 }
 

@@ -28,7 +28,8 @@ struct MegatronFinding {
   std::string flag;  // the flag concerned ("--num-microbatches"), or "" for the whole command
   int line = 0;      // 1-based line of the pasted text, 0 when not about one place
   std::string message;
-  std::string fix;  // what to do instead; may be empty
+  std::string fix;        // what to do instead; may be empty
+  std::string file = "";  // the file `line` is in, when not the command's own (a sourced file)
 };
 
 // What a Megatron-LM command line says, in ptdp's terms.
@@ -51,7 +52,8 @@ struct MegatronCommand {
     std::string flag;
     std::vector<std::string> values;
     int line = 0;
-    bool valid = true;  // false when argparse would refuse a value (read as if absent)
+    bool valid = true;      // false when argparse would refuse a value (read as if absent)
+    std::string file = "";  // the file `line` is in, when not the command's own
   };
   std::vector<Arg> args;
   std::vector<std::string> argv;          // the words after the script, as bash passes them
@@ -61,6 +63,15 @@ struct MegatronCommand {
   // arguments in Megatron-LM and is not read (only argparse's findings are then made).
   std::vector<std::string> unread_files;
   std::string yaml_config;
+  // The command is another stack's (Megatron-DeepSpeed, a fork's own entry point), which ptdp
+  // cannot judge: why, naming what shows it; "" for a Megatron-LM command.
+  std::string other_stack;
+  // No command that runs a Python script was reached, because of what the script depends on and
+  // ptdp cannot know (a condition on `hostname`, files of another machine): why; "" otherwise.
+  std::string unplayable;
+  // The flags argparse refuses (unknown, or with a value it refuses) that carry a model feature
+  // or change the step, read as absent: what the simulation goes without ("--swi-glu (SwiGLU)").
+  std::vector<std::string> refused_flags;
   // The given flags ptdp reads, in the order given (the others are either inert, such as
   // logging and checkpointing, or named by a "not simulated" warning).
   std::vector<std::string> simulated_flags;
@@ -82,7 +93,8 @@ struct MegatronReadOptions {
 
 // Reads a pasted command line or launch script: it is played as bash would (megatron/shell.h) and
 // the last command that runs a `*.py` script is the one read. Syntax it cannot make sense of (no
-// `*.py` script, an unclosed quote) is an InputError naming `source` and the line.
+// `*.py` script, an unclosed quote) is an InputError naming `source` and the line; a script
+// whose command is not reached because of what cannot be known here sets `unplayable`.
 MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& source,
                                     const MegatronReadOptions& options = {});
 

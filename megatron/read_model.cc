@@ -304,8 +304,19 @@ std::vector<int> ReadHybridFlags(Reader& r, ModelSpec& m, std::string_view scrip
 // The sizes Megatron-LM requires: layers, hidden size, heads, sequence and positions.
 void ReadSizes(Reader& r, ModelSpec& m) {
   const auto layers = r.Int("--num-layers"), hidden = r.Int("--hidden-size"),
-             heads = r.Int("--num-attention-heads"), seq = r.Int("--seq-length"),
-             max_pos = r.Int("--max-position-embeddings");
+             heads = r.Int("--num-attention-heads"), max_pos = r.Int("--max-position-embeddings");
+  // validate_args: without --seq-length, --encoder-seq-length is the sequence length; with
+  // both, it asserts encoder_seq_length is None.
+  auto seq = r.Int("--seq-length");
+  const bool encoder = r.Has("--encoder-seq-length");
+  if (encoder && r.Has("--seq-length")) {
+    r.Add(Severity::kError, "--encoder-seq-length",
+          "assert args.encoder_seq_length is None: give --seq-length or --encoder-seq-length, "
+          "not both",
+          "drop --encoder-seq-length");
+  } else if (encoder) {
+    seq = r.Int("--encoder-seq-length");
+  }
   for (auto [flag, value] : {std::pair{"--num-layers", layers},
                              {"--hidden-size", hidden},
                              {"--num-attention-heads", heads},
@@ -322,7 +333,7 @@ void ReadSizes(Reader& r, ModelSpec& m) {
               : fmt::format("add {}", flag));
     }
   }
-  if (!seq && !r.Has("--seq-length")) {
+  if (!seq && !r.Has("--seq-length") && !encoder) {
     r.Add(Severity::kError, "--seq-length", "seq-length argument is None", "add --seq-length");
   }
   m.name = "megatron-command";
@@ -372,7 +383,8 @@ void ReadLayerShape(Reader& r, ModelSpec& m) {
                       m.num_attention_heads, m.num_query_groups),
           "");
   }
-  const auto max_pos = r.Int("--max-position-embeddings"), seq = r.Int("--seq-length");
+  const auto max_pos = r.Int("--max-position-embeddings");
+  const auto seq = r.Has("--seq-length") ? r.Int("--seq-length") : r.Int("--encoder-seq-length");
   if (max_pos && seq && *max_pos < *seq) {
     r.Add(Severity::kError, "--max-position-embeddings",
           fmt::format("max_position_embeddings ({}) must be greater than or equal to seq_length "

@@ -8,9 +8,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdint>
 #include <memory>
 #include <set>
+#include <sstream>
 #include <tuple>
 #include <utility>
 
@@ -2133,8 +2135,8 @@ class Interpreter::Expander {
     if (c == '`') return CommandSubstitution(SkipBackquoted(raw_, i_));
     if (c == '$') return Dollar();
     if (c == '~' && TildeAllowed()) return Tilde();
+    Add(c);  // a text that starts with a newline starts on the newline's line
     if (c == '\n') ++at_.line;
-    Add(c);
     ++i_;
   }
 
@@ -2212,26 +2214,108 @@ class Interpreter::Expander {
   }
 
   // $(...) and `...` are never run: the word keeps them as written and is unknown. Only
-  // $(pwd) is known: the builtin prints $PWD.
+  // $(pwd) is known: the builtin prints $PWD; so are the idioms for the script's own folder.
   void CommandSubstitution(size_t end) {
     Flush();
     const std::string_view text = Take(end);
     const Variable* pwd = IsPwd(text) ? sh_.Find("PWD") : nullptr;
     if (pwd != nullptr && pwd->elements.count(0) > 0 && !pwd->elements.at(0).unknown) {
       EmitText(pwd->elements.at(0).text, at_);
+    } else if (auto numbers = Seq(text)) {
+      EmitText(*numbers, at_);
     } else {
       out_.QuotedUnknown(text, at_);
     }
     at_.line += CountNewlines(text);
   }
 
+  // $(seq LAST), $(seq FIRST LAST), $(seq FIRST STEP LAST) with integers known here: what seq
+  // prints (at most 10,000 numbers), one per line; nothing otherwise.
+  std::optional<std::string> Seq(std::string_view text) {
+    if (!text.starts_with("$(") || !text.ends_with(")")) return std::nullopt;
+    std::string_view command = text.substr(2, text.size() - 3);
+    while (!command.empty() && IsBlank(command.front())) command.remove_prefix(1);
+    if (!command.starts_with("seq ")) return std::nullopt;
+    const Field args = sh_.ExpandString(command.substr(4), at_, Mode::kString, Inner(false, false));
+    if (args.unknown) return std::nullopt;
+    std::vector<int64_t> n;
+    std::istringstream words(args.text);
+    for (std::string w; words >> w;) {
+      int64_t v = 0;
+      const auto [ptr, ec] = std::from_chars(w.data(), w.data() + w.size(), v);
+      if (ec != std::errc() || ptr != w.data() + w.size()) return std::nullopt;
+      n.push_back(v);
+    }
+    if (n.empty() || n.size() > 3) return std::nullopt;
+    const int64_t first = n.size() > 1 ? n[0] : 1, last = n.back(), step = n.size() == 3 ? n[1] : 1;
+    if (step == 0) return std::nullopt;
+    std::string out;
+    int count = 0;
+    for (int64_t v = first; step > 0 ? v <= last : v >= last; v += step) {
+      if (++count > 10'000) return std::nullopt;
+      out += (out.empty() ? "" : "\n") + std::to_string(v);
+    }
+    return out;
+  }
+
+  // `pwd`, and the idioms for the script's own folder, which is $PWD here (the script runs
+  // from its folder): $(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd), $(dirname $0),
+  // $(dirname $(realpath $0)), `dirname $0`, ... (quotes, `--` and redirections of the output
+  // to /dev/null aside).
   static bool IsPwd(std::string_view text) {
     const bool backquoted = !text.empty() && text[0] == '`';
     if (text.size() < (backquoted ? 2u : 3u)) return false;
-    std::string_view command = text.substr(backquoted ? 1 : 2, text.size() - (backquoted ? 2 : 3));
-    while (!command.empty() && IsBlank(command.front())) command.remove_prefix(1);
-    while (!command.empty() && IsBlank(command.back())) command.remove_suffix(1);
-    return command == "pwd";
+    const std::string_view written =
+        text.substr(backquoted ? 1 : 2, text.size() - (backquoted ? 2 : 3));
+    std::string command;  // quotes dropped, blanks collapsed
+    for (char c : written) {
+      if (c == '"' || c == '\'') continue;
+      if (IsBlank(c) || c == '\n') {
+        if (!command.empty() && command.back() != ' ') command += ' ';
+        continue;
+      }
+      command += c;
+    }
+    while (!command.empty() && command.back() == ' ') command.pop_back();
+    const auto replace_all = [&](std::string_view from, std::string_view to) {
+      for (size_t at = command.find(from); at != std::string::npos;
+           at = command.find(from, at + to.size())) {
+        command.replace(at, from.size(), to);
+      }
+    };
+    replace_all("$( ", "$(");
+    replace_all(" )", ")");
+    for (std::string_view noise :
+         {" -- ", " >/dev/null 2>&1", " > /dev/null 2>&1", " &>/dev/null", " &> /dev/null",
+          " >/dev/null", " > /dev/null", " 2>/dev/null", " 2> /dev/null"}) {
+      replace_all(noise, noise == " -- " ? " " : "");
+    }
+    for (std::string_view option : {"pwd -LP", "pwd -PL", "pwd -P", "pwd -L"}) {
+      replace_all(option, "pwd");
+    }
+    for (std::string_view script :
+         {"${BASH_SOURCE[0]}", "${BASH_SOURCE}", "$BASH_SOURCE", "${0}", "$0"}) {
+      replace_all(script, "SCRIPT");
+    }
+    for (std::string_view dir :
+         {"$(dirname $(realpath SCRIPT))", "$(dirname $(readlink -f SCRIPT))",
+          "$(realpath $(dirname SCRIPT))", "$(dirname SCRIPT)", "`dirname SCRIPT`"}) {
+      replace_all(dir, "DIR");
+    }
+    static constexpr std::string_view kForms[] = {"pwd",
+                                                  "cd DIR && pwd",
+                                                  "cd DIR; pwd",
+                                                  "cd DIR;pwd",
+                                                  "cd DIR&&pwd",
+                                                  "cd -P DIR && pwd",
+                                                  "dirname SCRIPT",
+                                                  "realpath DIR",
+                                                  "readlink -f DIR",
+                                                  "dirname $(realpath SCRIPT)",
+                                                  "dirname $(readlink -f SCRIPT)",
+                                                  "python3 -c import os; print(os.getcwd())",
+                                                  "python -c import os; print(os.getcwd())"};
+    return std::find(std::begin(kForms), std::end(kForms), command) != std::end(kForms);
   }
 
   void Dollar() {

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <numeric>
+
 namespace ptdp {
 
 bool CheckReport::failed() const { return command.has_errors() || !violations.empty(); }
@@ -69,7 +71,10 @@ CheckReport CheckMegatronCommand(std::string_view text, const std::string& sourc
   } else if (c.world_size) {
     report.gpus = *c.world_size;
   } else {
-    report.gpus = int64_t{c.parallel.tp} * c.parallel.pp * c.parallel.cp;
+    // The fewest GPUs the layout runs on: the dense model's tp x pp x cp and, with experts, the
+    // expert layers' etp x ep x pp (Megatron's two decompositions of the world).
+    const ParallelConfig& p = c.parallel;
+    report.gpus = std::lcm(int64_t{p.tp} * p.pp * p.cp, int64_t{p.expert_tp()} * p.ep * p.pp);
     report.gpus_assumed = true;
   }
   ResolveWorldSize(c, report.gpus);

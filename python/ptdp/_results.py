@@ -346,6 +346,7 @@ class Finding(_Result):
 
     severity: str = ""
     line: int = 0  # in the script; 0 for a pasted command
+    file: str = ""  # the file `line` is in, when not the script itself (a file it sources)
     flag: str = ""
     message: str = ""
     fix: str = ""

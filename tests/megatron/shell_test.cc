@@ -754,6 +754,27 @@ TEST(Shell, SchedulerVariablesUnsetAreUnknownNotEmpty) {
   EXPECT_EQ(Only("cmd $SLURM_NNODES"), (Words{"cmd"}));  // without the option: empty
 }
 
+TEST(Shell, TheScriptsOwnFolderIsPwd) {
+  ShellOptions options;
+  options.environment["PWD"] = "/work/job";
+  for (const char* idiom :
+       {"$(cd \"$(dirname \"${BASH_SOURCE[0]}\")\" && pwd)", "$(dirname $0)",
+        "$( cd -- \"$( dirname -- \"${BASH_SOURCE[0]}\" )\" &> /dev/null && pwd )", "`dirname $0`",
+        "$(dirname $(realpath $0))", "$(cd $(dirname $0); pwd)", "$(pwd)"}) {
+    EXPECT_EQ(Only(std::string("D=") + idiom + "\ncmd $D/env.sh", options),
+              (Words{"cmd", "/work/job/env.sh"}))
+        << idiom;
+  }
+  EXPECT_EQ(Only("D=$(dirname $1)\ncmd $D", options), (Words{"cmd", "$(dirname $1)"}));
+}
+
+TEST(Shell, SeqPrintsItsNumbers) {
+  EXPECT_EQ(Commands(Interpret("N=6\nfor pp in $(seq 2 2 $N); do cmd $((12 / pp)); done\n"
+                               "cmd $(seq 3)")),
+            (std::vector<Words>{{"cmd", "6"}, {"cmd", "3"}, {"cmd", "2"}, {"cmd", "1", "2", "3"}}));
+  EXPECT_EQ(Only("cmd \"$(seq 3 -1 2)\" $(seq $1)"), (Words{"cmd", "3\n2", "$(seq $1)"}));
+}
+
 TEST(Shell, OrdinaryBuiltinsAreListed) {
   EXPECT_EQ(Commands(Interpret("set -ex\ncd /tmp\necho hi\nprintf '%s' x\nmkdir -p d")),
             (std::vector<Words>{{"set", "-ex"},
