@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <map>
 
@@ -160,6 +161,20 @@ Flags Flags::Parse(const std::vector<std::string>& args, const po::options_descr
   } catch (const po::unknown_option& e) {
     // Boost names "--x=1" with its value: the flag is "--x".
     const std::string typed = e.get_option_name().substr(0, e.get_option_name().find('='));
+    if (command == "check" || command == "simulate") {
+      // `ptdp check torchrun ... pretrain_gpt.py --num-layers 24`: the lone -- was forgotten.
+      const bool pasted = std::any_of(own.begin(), own.end(), [](const std::string& w) {
+        const std::string base = w.substr(w.rfind('/') + 1);
+        return (base.size() > 3 && base.ends_with(".py")) || base == "python" ||
+               base == "python3" || base == "torchrun" || base == "deepspeed";
+      });
+      if (pasted) {
+        throw InputError({"", 0, typed}, "unknown flag: it belongs to the Megatron-LM command",
+                         fmt::format("put the command after a lone --: ptdp {} [--cluster C] -- "
+                                     "torchrun ... pretrain_gpt.py ...",
+                                     command));
+      }
+    }
     throw InputError({"", 0, typed}, "unknown flag",
                      UnknownFlagHintFor(typed, own, options, command, unknown_flag_hint));
   } catch (const po::multiple_occurrences& e) {

@@ -88,5 +88,20 @@ TEST(CliCheckScripts, EachScriptReadsAsExpected) {
   EXPECT_GE(scripts, 1);
 }
 
+TEST(CliCheckScripts, ACommandWithoutTheSeparatorIsExplained) {
+  // issue 33: the command pasted without the lone -- before it.
+  std::ostringstream out, err;
+  const int code = cli::Run({"check", "--cluster", "dgx-h100", "torchrun", "--nproc_per_node", "8",
+                             "pretrain_gpt.py", "--num-layers", "24"},
+                            out, err);
+  EXPECT_EQ(code, kExitBadInput);
+  EXPECT_NE(err.str().find("--nproc_per_node: unknown flag: it belongs to the Megatron-LM command"),
+            std::string::npos)
+      << err.str();
+  EXPECT_NE(err.str().find("put the command after a lone --: ptdp check [--cluster C] --"),
+            std::string::npos)
+      << err.str();
+}
+
 }  // namespace
 }  // namespace ptdp::cli
