@@ -374,7 +374,8 @@ std::string Explain(const PlanSearchResult& res) {
     t.AddRow({reason, GroupThousands(count), res.rejected.examples.at(reason)});
   }
   out += t.Render();
-  if (res.closest_out_of_memory) {
+  // Only when nothing fits: beside plans that fit, the closest miss is no news.
+  if (res.closest_out_of_memory && res.fits == 0) {
     out += fmt::format("Closest to fitting ({:.1f}% of the memory available): {}\n",
                        100 * res.closest_out_of_memory->peak_memory_bytes / res.memory_limit_bytes,
                        res.closest_out_of_memory_problem);
@@ -438,9 +439,9 @@ std::vector<OutputFile> PlanFiles(const Flags& flags, const PlanRequest& req,
   return files;
 }
 
-// The best plan Megatron-LM can run, as its flags (BestRunnable).
-void PrintBestRunnable(const PlanRequest& req, const PlanSearchResult& res, std::ostream& out) {
-  const auto [runnable, rank] = BestRunnable(req, res);
+// The flags of `runnable`, ranked `rank` (BestRunnable), saying which plan they are.
+void PrintRunnableFlags(const PlanSearchResult& res, const RankedPlan& runnable, int rank,
+                        std::ostream& out) {
   if (rank == 1) {
     out << "\nBest plan as Megatron-LM flags:\n  " << MegatronArgsLine(runnable.plan) << "\n";
   } else if (rank < 0) {
@@ -457,6 +458,24 @@ void PrintBestRunnable(const PlanRequest& req, const PlanSearchResult& res, std:
                                runnable.plan.parallel.micro_batch_size),
         100 * (runnable.report.step_time_s / res.plans.front().report.step_time_s - 1),
         MegatronArgsLine(runnable.plan));
+  }
+}
+
+// The best plan Megatron-LM can run, as its flags (BestRunnable), with what to know before
+// using them: a checkpoint format other than Megatron's default, little memory to spare.
+void PrintBestRunnable(const PlanRequest& req, const PlanSearchResult& res, std::ostream& out) {
+  const auto [runnable, rank] = BestRunnable(req, res);
+  PrintRunnableFlags(res, runnable, rank, out);
+  if (const std::string note = CheckpointFormatNote(runnable.plan, kDefaultCheckpointFormat,
+                                                    "--fix fsdp=none keeps torch_dist");
+      !note.empty()) {
+    out << NoteText(note);
+  }
+  if (req.memory_headroom == 0) {
+    if (const std::string note = LowHeadroomNote(runnable.plan, runnable.report, req.memory_unit);
+        !note.empty()) {
+      out << NoteText(note);
+    }
   }
 }
 

@@ -20,6 +20,14 @@ bool UnevenSplit(const ParallelConfig& p) {
          p.account_for_loss || !p.layout.empty();
 }
 
+std::string ExpertGridText(const ParallelConfig& p, bool lower) {
+  const int64_t stage = int64_t{p.tp} * p.cp * p.dp;
+  const int64_t grid = int64_t{p.expert_tp()} * p.ep;
+  const std::string edp = grid > 0 && stage % grid == 0 ? std::to_string(stage / grid) : "?";
+  return lower ? fmt::format(" (experts: etp {} x ep {} x edp {})", p.expert_tp(), p.ep, edp)
+               : fmt::format(" (experts: ETP {} x EP {} x EDP {})", p.expert_tp(), p.ep, edp);
+}
+
 std::string RecomputeModulesText(uint8_t modules, char separator) {
   std::string text;
   for (const auto& n : kRecomputeModuleNames) {

@@ -133,6 +133,13 @@ struct ParallelConfig {
   int64_t expert_dp() const { return int64_t{tp} * cp * dp / (int64_t{expert_tp()} * ep); }
 };
 
+// The experts' layout, " (experts: ETP 1 x EP 4 x EDP 16)": the ranks of a pipeline stage
+// (TP x CP x DP) regrouped for the expert layers, so that both products are the stage's ranks
+// and "TP 1 x PP 1 x DP 64 (experts: ETP 1 x EP 4 x EDP 16)" reads as 64 GPUs (EP is a split of
+// them, not a factor beside DP). EDP is "?" where ETP x EP does not divide the stage's ranks (a
+// layout being refused). Lower case ("experts: etp 1 x ep 4 x edp 16") with `lower`.
+std::string ExpertGridText(const ParallelConfig& p, bool lower = false);
+
 // Micro-batches per pipeline per step, m = GBS / (MBS * DP) (Megatron derives it; there is no
 // --num-microbatches). Requires the division to be exact (see CheckParallelConfig).
 int64_t NumMicrobatches(const TrainingSpec& training, const ParallelConfig& parallel);

@@ -22,7 +22,7 @@ std::string LayoutLine(const Plan& plan) {
   std::string text = p.cp > 1 ? fmt::format("TP {} x CP {} ({}) x PP {} x DP {}", p.tp, p.cp,
                                             Name(p.cp_comm), p.pp, p.dp)
                               : fmt::format("TP {} x PP {} x DP {}", p.tp, p.pp, p.dp);
-  if (plan.model.moe()) text += fmt::format(", EP {} (ETP {})", p.ep, p.expert_tp());
+  if (plan.model.moe()) text += ExpertGridText(p);
   // A layout given to be checked may not divide the batch: then it has no m to say.
   const int64_t per_step = int64_t{p.micro_batch_size} * p.dp;
   const bool whole = per_step > 0 && plan.training.global_batch_size % per_step == 0;

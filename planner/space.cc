@@ -85,13 +85,12 @@ int64_t Rejections::total() const {
 }
 
 std::string Describe(const ParallelConfig& p) {
-  std::string text =
-      p.cp > 1 ? fmt::format("tp {} x cp {} {} x pp {} x dp {}, mbs {}, {}", p.tp, p.cp,
-                             Name(p.cp_comm), p.pp, p.dp, p.micro_batch_size, Name(p.schedule))
-               : fmt::format("tp {} x pp {} x dp {}, mbs {}, {}", p.tp, p.pp, p.dp,
-                             p.micro_batch_size, Name(p.schedule));
+  std::string text = p.cp > 1 ? fmt::format("tp {} x cp {} {} x pp {} x dp {}", p.tp, p.cp,
+                                            Name(p.cp_comm), p.pp, p.dp)
+                              : fmt::format("tp {} x pp {} x dp {}", p.tp, p.pp, p.dp);
+  if (p.ep > 1 || p.etp > 0) text += ExpertGridText(p, /*lower=*/true);
+  text += fmt::format(", mbs {}, {}", p.micro_batch_size, Name(p.schedule));
   if (p.schedule == Schedule::kInterleaved) text += fmt::format(" v={}", p.virtual_stages);
-  if (p.ep > 1 || p.etp > 0) text += fmt::format(", ep {} etp {}", p.ep, p.expert_tp());
   if (p.first_stage_layers > 0) text += fmt::format(", first {}", p.first_stage_layers);
   if (p.last_stage_layers > 0) text += fmt::format(", last {}", p.last_stage_layers);
   if (!p.layout.empty()) text += fmt::format(", layout {}", PipelineLayoutText(p.layout, 0));
@@ -115,7 +114,7 @@ std::string SizesText(const ParallelConfig& p) {
   std::string text = p.cp > 1 ? fmt::format("TP {} x CP {} {} x PP {} x DP {}", p.tp, p.cp,
                                             Name(p.cp_comm), p.pp, p.dp)
                               : fmt::format("TP {} x PP {} x DP {}", p.tp, p.pp, p.dp);
-  if (p.ep > 1 || p.etp > 0) text += fmt::format(", EP {} ETP {}", p.ep, p.expert_tp());
+  if (p.ep > 1 || p.etp > 0) text += ExpertGridText(p);
   return text;
 }
 

@@ -82,7 +82,8 @@ int64_t EnumerateConfigs(const ModelSpec& model, const TrainingSpec& training, i
                          const std::function<void(const ParallelConfig&)>& visit,
                          const CostOptions& options = {});
 
-// "TP 2 x PP 4 x DP 1", "TP 8 x CP 2 p2p x PP 8 x DP 8": the sizes, for tables.
+// "TP 2 x PP 4 x DP 1", "TP 8 x CP 2 p2p x PP 8 x DP 8", "TP 1 x PP 1 x DP 64 (experts: ETP 1 x
+// EP 4 x EDP 16)": the sizes, for tables.
 std::string SizesText(const ParallelConfig& p);
 
 // "tp 2 x pp 4 x dp 1, mbs 4, 1f1b, sp, selective recompute, dist-opt": one line for people.

@@ -82,7 +82,9 @@ TEST(Cli, TopLevelHelpListsEveryExitCodeAndVersionSaysNoGpuPlainly) {
     EXPECT_NE(version.find("); no GPU on this machine\n"), std::string::npos) << version;
     EXPECT_EQ(version.find("driver"), std::string::npos) << version;
   }
-  if (!cuda.built) EXPECT_NE(version.find("CUDA: not built in\n"), std::string::npos) << version;
+  if (!cuda.built) {
+    EXPECT_NE(version.find("CUDA: not built in\n"), std::string::npos) << version;
+  }
 }
 
 // Every command's help fits in 100 columns, without trailing blanks, and never splits a word
@@ -243,7 +245,7 @@ TEST(Cli, AHuggingFaceConfigTrainsAtAPretrainingLengthAndSaysSo) {
 
   const Result longer = Cli(with({"--seq-length", "8192"}));
   ASSERT_EQ(longer.code, kExitOk) << longer.err;
-  EXPECT_EQ(longer.out.find("Note:"), std::string::npos) << longer.out;
+  EXPECT_EQ(longer.out.find("Note: sequence length"), std::string::npos) << longer.out;
   EXPECT_NE(longer.out.find(" --seq-length 8192 "), std::string::npos) << longer.out;
 
   const Result simulate =
@@ -673,6 +675,99 @@ double NumberAttr(const std::string& element, const std::string& name) {
 std::string ReadFile(const std::string& path) {
   std::ifstream f(path);
   return std::string((std::istreambuf_iterator<char>(f)), {});
+}
+
+// `text` with the continuation lines of its notes (NoteText) joined back.
+std::string Unwrapped(std::string text) {
+  for (size_t at = text.find("\n      "); at != std::string::npos; at = text.find("\n      ", at)) {
+    text.replace(at, 7, " ");
+  }
+  return text;
+}
+
+// A MoE layout reads as many GPUs as it has (EP splits the stage's ranks; it is no factor beside
+// DP); flags that switch to Megatron-FSDP say that its checkpoint format is another, and a best
+// plan that leaves less memory free than the memory model's error says so; "Closest to fitting"
+// only when nothing fits.
+TEST(CliPlan, MoeLayoutsCheckpointFormatAndHeadroomAreSaid) {
+  const std::vector<std::string> moe = {
+      "plan",   "--model", "qwen3-30b-a3b",  "--cluster", "dgx-h100",
+      "--gpus", "64",      "--global-batch", "512",       "--top",
+      "1",      "--fix",   "ep=4",           "--fix",     "tp=1"};
+  const auto with = [](std::vector<std::string> args, const std::vector<std::string>& more) {
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+  Result r = Cli(with(moe, {"--explain"}));
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_NE(r.out.find("\n1  TP 1 x PP 1 x DP 64 (experts: ETP 1 x EP 4 x EDP 16) "),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("EP 4 ETP"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" --use-megatron-fsdp "), std::string::npos) << r.out;
+  EXPECT_NE(
+      Unwrapped(r.out).find(
+          "\nNote: these flags save checkpoints as fsdp_dtensor (Megatron-FSDP needs it), not "
+          "torch_dist: checkpoints of one format do not load into a run of the other; --fix "
+          "fsdp=none keeps torch_dist\n"),
+      std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("Closest to fitting"), std::string::npos) << r.out;
+  // Kept at torch_dist: nothing to say.
+  r = Cli({"plan", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--gpus", "64",
+           "--global-batch", "512", "--top", "1", "--fix", "fsdp=none"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.out.find("fsdp_dtensor"), std::string::npos) << r.out;
+  // Nothing fits: the closest miss is what --explain can say.
+  r = Cli({"plan", "--model", "gpt3-175b", "--cluster", "dgx-a100-80gb", "--gpus", "8",
+           "--global-batch", "64", "--explain"});
+  EXPECT_EQ(r.code, kExitFailed);
+  EXPECT_NE(r.out.find("Closest to fitting ("), std::string::npos) << r.out;
+
+  // On 8 GPUs the best plan Megatron-LM runs leaves 0.5 GiB of 79.6 GiB.
+  const std::vector<std::string> tight = {
+      "plan", "--model",        "qwen3-30b-a3b", "--cluster", "dgx-h100", "--gpus",
+      "8",    "--global-batch", "512",           "--top",     "2"};
+  r = Cli(tight);
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_NE(Unwrapped(r.out).find(
+                "\nNote: this plan leaves 0.5 GiB of 79.6 GiB free (0.7%), less than the memory "
+                "model's error (peak allocated memory within 5.3% on average out of sample): it "
+                "may not fit; --memory-headroom 6% ranks the plans that keep a margin\n"),
+            std::string::npos)
+      << r.out;
+  r = Cli(with(tight, {"--memory-headroom", "1%"}));  // a margin chosen: none is advised
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.out.find("Note: this plan leaves"), std::string::npos) << r.out;
+}
+
+// check's best plan: the same checkpoint note, against the command's own --ckpt-format.
+TEST(CliCheck, TheBestPlansCheckpointFormatIsComparedWithTheCommands) {
+  const std::string command =
+      "torchrun --nproc-per-node 8 --nnodes 8 pretrain_gpt.py --tensor-model-parallel-size 1 "
+      "--pipeline-model-parallel-size 1 --expert-model-parallel-size 8 "
+      "--expert-tensor-parallel-size 1 --micro-batch-size 1 --global-batch-size 512 "
+      "--use-distributed-optimizer --num-layers 48 --hidden-size 2048 --num-attention-heads 32 "
+      "--group-query-attention --num-query-groups 4 --kv-channels 128 --qk-layernorm "
+      "--ffn-hidden-size 6144 --num-experts 128 --moe-router-topk 8 --moe-ffn-hidden-size 768 "
+      "--seq-length 4096 --max-position-embeddings 4096 --swiglu --normalization RMSNorm "
+      "--position-embedding-type rope --untie-embeddings-and-output-weights --disable-bias-linear "
+      "--vocab-size 151936 --bf16";
+  std::istringstream words(command);
+  std::vector<std::string> args = {"check", "--cluster", "dgx-h100", "--"};
+  for (std::string w; words >> w;) args.push_back(w);
+  Result r = Cli(args);
+  ASSERT_NE(r.out.find(" --use-megatron-fsdp "), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.out.find("\n  note: these flags save checkpoints as fsdp_dtensor (Megatron-FSDP "
+                       "needs it), not torch_dist: checkpoints of one format do not load into a "
+                       "run of the other.\n"),
+            std::string::npos)
+      << r.out;
+  args.push_back("--ckpt-format");
+  args.push_back("torch");
+  r = Cli(args);
+  EXPECT_NE(r.out.find("fsdp_dtensor (Megatron-FSDP needs it), not torch: "), std::string::npos)
+      << r.out;
 }
 
 TEST(CliPlan, TheHtmlReportsLabelsDoNotOverlapAndFlagsWrapBetweenFlags) {
@@ -1633,8 +1728,8 @@ TEST(CliModern, PublishedMoeLayoutsAreRankedAmongThePlans) {
                   "--compare",
                   "tp=1,pp=1,ep=16,etp=1,mbs=1,dist-opt=on"});
   ASSERT_EQ(r.code, kExitOk) << r.err;
-  EXPECT_NE(r.out.find("Your layout, TP 1 x PP 1 x DP 16, EP 16 (ETP 1), micro-batch 1 (m = 64), "
-                       "1f1b, dist-opt: "),
+  EXPECT_NE(r.out.find("Your layout, TP 1 x PP 1 x DP 16 (experts: ETP 1 x EP 16 x EDP 1), "
+                       "micro-batch 1 (m = 64), 1f1b, dist-opt: "),
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("; rank "), std::string::npos) << r.out;
@@ -1669,9 +1764,9 @@ TEST(CliModern, PublishedMoeLayoutsAreRankedAmongThePlans) {
            "tp=2,pp=8,ep=64,etp=1,mbs=1,sp=on,dist-opt=on,layout=Et|(tt|)*30mL,"
            "recompute-modules=mla_up_proj+mlp"});
   ASSERT_EQ(r.code, kExitOk) << r.err;
-  EXPECT_NE(r.out.find("Your layout, TP 2 x PP 8 x DP 64, EP 64 (ETP 1), micro-batch 1 (m = 128), "
-                       "interleaved v=4, layout Et|(tt|)*30mL, SP, selective recompute "
-                       "(mla_up_proj mlp), dist-opt: "),
+  EXPECT_NE(r.out.find("Your layout, TP 2 x PP 8 x DP 64 (experts: ETP 1 x EP 64 x EDP 2), "
+                       "micro-batch 1 (m = 128), interleaved v=4, layout Et|(tt|)*30mL, SP, "
+                       "selective recompute (mla_up_proj mlp), dist-opt: "),
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("; rank "), std::string::npos) << r.out;

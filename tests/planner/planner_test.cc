@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/presets.h"
 #include "core/schedule.h"
+#include "planner/space.h"
 #include "simulator/bounds.h"
 #include "simulator/cost_model.h"
 #include "simulator/memory_model.h"
@@ -159,6 +160,22 @@ TEST(Planner, ExpertParallelismIsSearchedExactly) {
   PlanRequest dense = Request("seed-example", "dgx-a100-80gb", 8, 128);
   EnumerateConfigs(dense.model, dense.training, dense.gpus, dense.constraints, rejected,
                    [&](const ParallelConfig& p) { EXPECT_EQ(p.ep, 1); });
+}
+
+// EP is a split of a stage's ranks, not a factor beside DP: the layout's product is the GPUs
+// (TP 1 x PP 1 x DP 64 on 64), and the experts' own grid, ETP x EP x EDP, is the stage's ranks.
+TEST(Planner, MoeLayoutsMultiplyToTheGpus) {
+  ParallelConfig p{.tp = 1, .pp = 1, .dp = 64, .ep = 4, .etp = 1};
+  EXPECT_EQ(SizesText(p), "TP 1 x PP 1 x DP 64 (experts: ETP 1 x EP 4 x EDP 16)");
+  EXPECT_EQ(Describe(p), "tp 1 x pp 1 x dp 64 (experts: etp 1 x ep 4 x edp 16), mbs 1, 1f1b");
+  // ETP left at 0 is TP (Megatron's default); with CP the stage is TP x CP x DP.
+  p = {.tp = 2, .pp = 4, .dp = 4, .cp = 2, .ep = 8, .etp = 0};
+  EXPECT_EQ(SizesText(p), "TP 2 x CP 2 p2p x PP 4 x DP 4 (experts: ETP 2 x EP 8 x EDP 1)");
+  // A grid that does not divide the stage (a layout being refused) has no EDP to say.
+  p = {.tp = 1, .pp = 1, .dp = 6, .ep = 4, .etp = 1};
+  EXPECT_EQ(SizesText(p), "TP 1 x PP 1 x DP 6 (experts: ETP 1 x EP 4 x EDP ?)");
+  // Dense layouts are unchanged.
+  EXPECT_EQ(SizesText({.tp = 2, .pp = 4, .dp = 1}), "TP 2 x PP 4 x DP 1");
 }
 
 TEST(Planner, HybridModelOnSixteenH100s) {
