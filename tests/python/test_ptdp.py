@@ -556,6 +556,13 @@ def test_check_that_cannot_judge_says_why():
     assert ptdp.check(file=FIXTURES / "seed-example.sh").cannot_judge is None
 
 
+def test_findings_name_the_file_a_flag_was_written_in():
+    # issue 33: a flag from a sourced file is named by that file and its line.
+    result = ptdp.check(file=FIXTURES / "check_scripts" / "flags-from-a-sourced-file.sh")
+    bogus = [f for f in result.errors if f.flag == "--bogus-flag"]
+    assert [(f.file, f.line) for f in bogus] == [("sourced/model-arguments.sh", 5)]
+
+
 def test_check_sees_the_exported_variable():
     script = (
         "export CUDA_DEVICE_MAX_CONNECTIONS=1\n"
