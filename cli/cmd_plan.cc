@@ -305,23 +305,6 @@ std::string PlanJson(const PlanRequest& req, const PlanSearchResult& res, bool e
 
 std::string OnOff(bool b) { return b ? "yes" : "-"; }
 
-// The best plan Megatron-LM can run: the first of the ranking that it runs, or, when a
-// zero-bubble schedule took every place, the best of a search without it. Its 1-based rank in
-// the table (0 when it comes from the second search).
-std::pair<RankedPlan, int> BestRunnable(const PlanRequest& req, const PlanSearchResult& res) {
-  for (size_t i = 0; i < res.plans.size(); ++i) {
-    if (RunsInMegatron(res.plans[i].plan.parallel)) return {res.plans[i], static_cast<int>(i + 1)};
-  }
-  PlanRequest runnable = req;
-  std::erase(runnable.constraints.schedules, Schedule::kZbH1);
-  runnable.top_k = 1;
-  runnable.reference.reset();
-  runnable.progress = {};
-  const PlanSearchResult again = SearchPlans(runnable);
-  if (again.plans.empty()) return {res.plans.front(), -1};
-  return {again.plans.front(), 0};
-}
-
 std::string PlanTable(const PlanRequest& req, const PlanSearchResult& res) {
   Table t({{"#", Table::Align::kRight},
            {"layout"},

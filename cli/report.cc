@@ -7,7 +7,6 @@
 
 #include "core/table.h"
 #include "core/units.h"
-#include "megatron/write_flags.h"
 
 namespace ptdp::cli {
 
@@ -28,38 +27,12 @@ std::string NoteText(std::string_view note) {
   return out + "\n";
 }
 
-std::string CheckpointFormatNote(const Plan& recommended, std::string_view current,
-                                 std::string_view keep) {
-  const std::vector<std::string> args = MegatronArgs(recommended);
-  const auto flag = std::find(args.begin(), args.end(), "--ckpt-format");
-  if (flag == args.end() || flag + 1 == args.end() || *(flag + 1) == current) return "";
-  const std::string& format = *(flag + 1);
-  return fmt::format(
-      "these flags save checkpoints as {}{}, not {}: checkpoints of one format do not load into a "
-      "run of the other{}",
-      format, recommended.parallel.fsdp != Fsdp::kNone ? " (Megatron-FSDP needs it)" : "", current,
-      keep.empty() ? "" : fmt::format("; {}", keep));
-}
-
 std::string GivenCheckpointFormat(const MegatronCommand& command) {
   std::string format(kDefaultCheckpointFormat);
   for (const MegatronCommand::Arg& a : command.args) {
     if (a.flag == "--ckpt-format" && a.valid && a.values.size() == 1) format = a.values.front();
   }
   return format;
-}
-
-std::string LowHeadroomNote(const Plan& recommended, const SimulationReport& report,
-                            MemoryUnit unit) {
-  const double hbm = static_cast<double>(recommended.cluster.gpu.hbm_bytes);
-  const double free = hbm - report.peak_memory_bytes;
-  if (free >= kMemoryModelError * hbm) return "";
-  return fmt::format(
-      "this plan leaves {} of {} free ({:.1f}%), less than the memory model's error (peak "
-      "allocated memory within {:.1f}% on average out of sample): it may not fit; "
-      "--memory-headroom {:.0f}% ranks the plans that keep a margin",
-      Memory(free, unit), Memory(hbm, unit), 100 * free / hbm, 100 * kMemoryModelError,
-      std::ceil(100 * kMemoryModelError));
 }
 
 std::string SimulationText(const Plan& plan, const SimulationReport& r, MemoryUnit unit,

@@ -9,10 +9,12 @@
 #include <optional>
 #include <tuple>
 
+#include "core/error.h"
 #include "core/limits.h"
 #include "core/schedule.h"
 #include "core/text.h"
 #include "megatron/rules.h"
+#include "megatron/write_flags.h"
 #include "simulator/cost_model.h"
 #include "simulator/layer_work.h"
 #include "simulator/memory_model.h"
@@ -301,6 +303,48 @@ std::vector<RankedPlan> BruteForcePlans(const PlanRequest& req) {
   std::sort(all.begin(), all.end(), Better);
   if (static_cast<int>(all.size()) > req.top_k) all.resize(req.top_k);
   return all;
+}
+
+RunnablePlan BestRunnable(const PlanRequest& req, const PlanSearchResult& res) {
+  PTDP_CHECK(!res.plans.empty());
+  for (size_t i = 0; i < res.plans.size(); ++i) {
+    if (RunsInMegatron(res.plans[i].plan.parallel)) return {res.plans[i], static_cast<int>(i + 1)};
+  }
+  PlanRequest runnable = req;
+  std::erase(runnable.constraints.schedules, Schedule::kZbH1);
+  runnable.top_k = 1;
+  runnable.reference.reset();
+  runnable.progress = {};
+  runnable.keep_points = false;
+  const PlanSearchResult again = SearchPlans(runnable);
+  if (again.plans.empty()) return {res.plans.front(), -1};
+  return {again.plans.front(), 0};
+}
+
+std::string CheckpointFormatNote(const Plan& recommended, std::string_view current,
+                                 std::string_view keep) {
+  const std::vector<std::string> args = MegatronArgs(recommended);
+  const auto flag = std::find(args.begin(), args.end(), "--ckpt-format");
+  if (flag == args.end() || flag + 1 == args.end() || *(flag + 1) == current) return "";
+  const std::string& format = *(flag + 1);
+  return fmt::format(
+      "these flags save checkpoints as {}{}, not {}: checkpoints of one format do not load into a "
+      "run of the other{}",
+      format, recommended.parallel.fsdp != Fsdp::kNone ? " (Megatron-FSDP needs it)" : "", current,
+      keep.empty() ? "" : fmt::format("; {}", keep));
+}
+
+std::string LowHeadroomNote(const Plan& recommended, const SimulationReport& report,
+                            MemoryUnit unit) {
+  const double hbm = static_cast<double>(recommended.cluster.gpu.hbm_bytes);
+  const double free = hbm - report.peak_memory_bytes;
+  if (free >= kMemoryModelError * hbm) return "";
+  return fmt::format(
+      "this plan leaves {} of {} free ({:.1f}%), less than the memory model's error (peak "
+      "allocated memory within {:.1f}% on average out of sample): it may not fit; "
+      "--memory-headroom {:.0f}% ranks the plans that keep a margin",
+      Memory(free, unit), Memory(hbm, unit), 100 * free / hbm, 100 * kMemoryModelError,
+      std::ceil(100 * kMemoryModelError));
 }
 
 std::vector<std::string> UnblockHints(const PlanRequest& req, const PlanSearchResult& res) {

@@ -12,6 +12,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/cost_options.h"
@@ -87,6 +88,36 @@ struct PlanSearchResult {
 };
 
 PlanSearchResult SearchPlans(const PlanRequest& request);
+
+// The plan whose Megatron-LM flags a report prints: the best that Megatron-LM runs
+// (RunsInMegatron), the first of the ranking that it runs (`rank`, 1-based), or, when
+// zero-bubble schedules took every place, the best of the same search without them (rank 0);
+// with none of those either, the ranking's first (rank -1). `result` must hold a plan.
+struct RunnablePlan {
+  RankedPlan plan;
+  int rank = 0;
+};
+RunnablePlan BestRunnable(const PlanRequest& request, const PlanSearchResult& result);
+
+// Megatron-LM's default --ckpt-format.
+inline constexpr std::string_view kDefaultCheckpointFormat = "torch_dist";
+
+// When `recommended`'s flags set a --ckpt-format other than `current` (the user's command's, or
+// Megatron-LM's default): that checkpoints of one format do not load into a run of the other
+// (Megatron-FSDP writes fsdp_dtensor); "" otherwise. `keep` says how to keep the format ("" for
+// nothing).
+std::string CheckpointFormatNote(const Plan& recommended, std::string_view current,
+                                 std::string_view keep);
+
+// The peak allocated memory's mean error out of sample (Megatron-LM's functional tests on H100,
+// results/validation/megatron-functional-tests/README.md: 5.3%): a plan that leaves less free
+// may not fit.
+inline constexpr double kMemoryModelError = 0.053;
+
+// When `recommended` leaves less of the GPU's memory free than kMemoryModelError: how much it
+// leaves, and that --memory-headroom keeps a margin; "" otherwise.
+std::string LowHeadroomNote(const Plan& recommended, const SimulationReport& report,
+                            MemoryUnit unit);
 
 // The same ranking by simulating every valid candidate (for tests of SearchPlans; slow).
 std::vector<RankedPlan> BruteForcePlans(const PlanRequest& request);

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <vector>
 
 #include "core/text.h"
 #include "megatron/rules.h"
@@ -330,8 +332,46 @@ std::string HtmlHead(const PlanRequest& req, const PlanSearchResult& res) {
   return html;
 }
 
+// The flags of the best plan Megatron-LM can run (BestRunnable; zero-bubble plans are ranked,
+// not run), and what to know before using them: another checkpoint format, little memory left.
+std::string RunnableFlagsHtml(const PlanRequest& req, const PlanSearchResult& res,
+                              const RunnablePlan& runnable) {
+  const Plan& plan = runnable.plan.plan;
+  std::string html;
+  if (runnable.rank < 0) {
+    html += fmt::format(
+        "<p>Best plan as flags, for a zero-bubble implementation (Megatron-LM cannot run "
+        "zb-h1, and no plan with a schedule it has was found):<br><code>{}</code></p>\n",
+        FlagsHtml(MegatronArgs(plan)));
+  } else {
+    std::string which;
+    if (runnable.rank > 1) {
+      which = fmt::format(" (#{}: the plans above it are zero-bubble)", runnable.rank);
+    } else if (runnable.rank == 0) {
+      which = fmt::format(
+          " ({}, micro-batch {}: the table's plans are all zero-bubble; {:.1f}% slower than #1)",
+          SizesText(plan.parallel), plan.parallel.micro_batch_size,
+          100 * (runnable.plan.report.step_time_s / res.plans.front().report.step_time_s - 1));
+    }
+    html += fmt::format(
+        "<p>Best plan Megatron-LM can run{}, as Megatron-LM flags:<br><code>{}</code></p>\n",
+        XmlEscape(which), FlagsHtml(MegatronArgs(plan)));
+  }
+  std::vector<std::string> notes;
+  notes.push_back(
+      CheckpointFormatNote(plan, kDefaultCheckpointFormat, "--fix fsdp=none keeps torch_dist"));
+  if (req.memory_headroom == 0) {
+    notes.push_back(LowHeadroomNote(plan, runnable.plan.report, req.memory_unit));
+  }
+  for (const std::string& note : notes) {
+    if (!note.empty()) html += "<p class=\"note\">Note: " + XmlEscape(note) + ".</p>\n";
+  }
+  return html;
+}
+
 // The top plans' table, with the best plan Megatron-LM can run as its flags.
-std::string TopPlansHtml(const PlanRequest& req, const PlanSearchResult& res) {
+std::string TopPlansHtml(const PlanRequest& req, const PlanSearchResult& res,
+                         const RunnablePlan& runnable) {
   const MemoryUnit unit = req.memory_unit;
   std::string html =
       "<h2>Top plans</h2>\n<table><tr><th>#</th><th class=\"l\">layout</th><th>mbs</th>"
@@ -363,25 +403,7 @@ std::string TopPlansHtml(const PlanRequest& req, const PlanSearchResult& res) {
         "<p class=\"note\">* not in Megatron-LM (a zero-bubble schedule: ptdp models it, "
         "Megatron-LM cannot run it)</p>\n";
   }
-  // The flags of the best plan Megatron-LM can run (zero-bubble plans are ranked, not run).
-  const auto runnable = std::find_if(res.plans.begin(), res.plans.end(), [](const RankedPlan& r) {
-    return RunsInMegatron(r.plan.parallel);
-  });
-  if (runnable == res.plans.end()) {
-    html += fmt::format(
-        "<p>Best plan as flags, for a zero-bubble implementation (Megatron-LM cannot run "
-        "zb-h1; <code>ptdp plan --schedules 1f1b,interleaved</code> ranks those it runs):<br>"
-        "<code>{}</code></p>\n",
-        FlagsHtml(MegatronArgs(res.plans.front().plan)));
-  } else {
-    html += fmt::format(
-        "<p>Best plan Megatron-LM can run{} as Megatron-LM flags:<br><code>{}</code></p>\n",
-        runnable == res.plans.begin() ? ""
-                                      : fmt::format(" (#{}: the plans above it are zero-bubble)",
-                                                    runnable - res.plans.begin() + 1),
-        FlagsHtml(MegatronArgs(runnable->plan)));
-  }
-  return html;
+  return html + RunnableFlagsHtml(req, res, runnable);
 }
 
 // The layout the user compared (--compare): its rank, or why it is not a plan.
@@ -413,24 +435,77 @@ std::string RejectionsHtml(const PlanSearchResult& res) {
                         XmlEscape(res.rejected.examples.at(reason)));
   }
   html += "</table>\n";
-  if (res.closest_out_of_memory) {
+  // Only when nothing fits: beside plans that fit, the closest miss is no news.
+  if (res.closest_out_of_memory && res.fits == 0) {
     html += fmt::format("<p>Closest to fitting: {}</p>\n",
                         XmlEscape(res.closest_out_of_memory_problem));
   }
   return html;
 }
 
+// Beyond this many operations on a stage a timeline of the whole step is a barcode: the
+// report adds a window of its end.
+constexpr size_t kReadableOps = 48;
+// The operations per stage that window shows.
+constexpr size_t kWindowOps = 24;
+
+// The timeline of the plan whose flags the report prints; with many micro-batches, the whole
+// step and a window of its end (the last operations of every stage, the pipeline's drain, the
+// data-parallel communication and the optimizer) where each operation is readable.
+std::string TimelineHtml(const RunnablePlan& runnable) {
+  const RankedPlan& shown = runnable.plan;
+  const SimulationReport& r = shown.report;
+  const std::string which = runnable.rank > 0    ? fmt::format("#{}", runnable.rank)
+                            : runnable.rank == 0 ? "not in the table"
+                                                 : "#1, zero-bubble";
+  std::string html =
+      fmt::format("<h2>Timeline of the plan whose flags are above ({})</h2>\n", XmlEscape(which));
+  const std::string name = runnable.rank > 0    ? fmt::format("Plan #{}", runnable.rank)
+                           : runnable.rank == 0 ? "Best plan Megatron-LM runs (not in the table)"
+                                                : "Plan #1 (zero-bubble)";
+  TimelineTitle title{fmt::format("{}: {}", name, Describe(shown.plan.parallel)),
+                      fmt::format("step {:.3f} s, bubble {:.1f}%, MFU {:.1f}%", r.step_time_s,
+                                  100 * r.bubble_fraction, 100 * r.mfu)};
+  // Each stage's operations, in time order.
+  std::vector<std::vector<double>> starts(r.schedule.stages);
+  for (const SimulatedOp& o : r.sim.ops) starts[o.stage].push_back(o.start_s);
+  size_t most = 0;
+  for (std::vector<double>& st : starts) {
+    std::sort(st.begin(), st.end());
+    most = std::max(most, st.size());
+  }
+  if (most <= kReadableOps) return html + TimelineSvg(r.schedule, r.sim, title);
+  html += fmt::format(
+      "<p class=\"note\">The whole step: {} micro-batches, {} operations on a stage, too many to "
+      "tell apart; below it, the step's end.</p>\n",
+      NumMicrobatches(shown.plan.training, shown.plan.parallel), most);
+  html += TimelineSvg(r.schedule, r.sim, title);
+  // The window: from the earliest start of a stage's last kWindowOps operations to the end.
+  double from = r.sim.step_time_s;
+  for (const std::vector<double>& st : starts) {
+    if (!st.empty()) from = std::min(from, st[st.size() - std::min(st.size(), kWindowOps)]);
+  }
+  title.window_start_s = from;
+  html += fmt::format(
+      "<p class=\"note\">The step's end: each stage's last {} operations, then the "
+      "data-parallel communication and the optimizer.</p>\n",
+      kWindowOps);
+  return html + TimelineSvg(r.schedule, r.sim, title);
+}
+
 }  // namespace
 
 std::string PlanReportHtml(const PlanRequest& req, const PlanSearchResult& res) {
   std::string html = HtmlHead(req, res);
+  std::optional<RunnablePlan> runnable;  // the plan whose flags the report prints
   if (res.plans.empty()) {
     html += "<h2>No valid plan</h2><ul>";
     for (const std::string& hint : UnblockHints(req, res))
       html += "<li>" + XmlEscape(hint) + "</li>";
     html += "</ul>\n";
   } else {
-    html += TopPlansHtml(req, res);
+    runnable = BestRunnable(req, res);
+    html += TopPlansHtml(req, res, *runnable);
   }
   if (res.reference) html += ReferenceHtml(res, req.memory_unit);
 
@@ -441,15 +516,7 @@ std::string PlanReportHtml(const PlanRequest& req, const PlanSearchResult& res) 
       "bound on tokens per second); the top plans are placed at their simulated figures.</p>\n";
   html += Chart(req, res);
 
-  if (!res.plans.empty()) {
-    const RankedPlan& best = res.plans.front();
-    html += "<h2>Timeline of the best plan</h2>\n";
-    const TimelineTitle title{
-        "Best plan: " + Describe(best.plan.parallel),
-        fmt::format("step {:.3f} s, bubble {:.1f}%, MFU {:.1f}%", best.report.step_time_s,
-                    100 * best.report.bubble_fraction, 100 * best.report.mfu)};
-    html += TimelineSvg(best.report.schedule, best.report.sim, title);
-  }
+  if (runnable) html += TimelineHtml(*runnable);
   html += RejectionsHtml(res);
   html += "<p class=\"note\">Generated by ptdp plan.</p>\n</body></html>\n";
   return html;

@@ -808,6 +808,9 @@ inline void AddFsdpTraffic(const Evaluation& ev, FsdpUnit& last, int layers, boo
   const double exposed_b = std::max(backward, gather + scatter) - backward + last.scatter;
   ch.forward_s += exposed_f;
   ch.backward_weight_s += exposed_b;
+  ch.forward_fsdp_s += gather;
+  ch.backward_fsdp_s += gather;
+  ch.weight_fsdp_s += scatter;
   br.dp_comm_s += 2 * gather + scatter;
   br.dp_exposed_s += exposed_f + exposed_b;
   if (dp.ranks > 1) {

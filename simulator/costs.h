@@ -29,6 +29,11 @@ struct ChunkCosts {
   double forward_cp_s = 0, forward_ep_dispatch_s = 0, forward_ep_combine_s = 0;
   double backward_cp_s = 0, backward_ep_dispatch_s = 0, backward_ep_combine_s = 0;
   double forward_tp_s = 0, backward_tp_s = 0, weight_tp_s = 0;
+  // Megatron-FSDP's per-layer traffic of the chunk, on its own stream beside the kernels (busy;
+  // the durations above hold what they wait for of it): the parameter gathers before F and
+  // before the backward, the gradients' reduce-scatters after it (W's, where the backward is
+  // split).
+  double forward_fsdp_s = 0, backward_fsdp_s = 0, weight_fsdp_s = 0;
 };
 
 // One pipeline stage (all its chunks), once per step.

@@ -98,13 +98,16 @@ bool RunOp(const PipelineSchedule& s, const StepCosts& costs, int r, const Pipel
     done.ep_dispatch_s = c.forward_ep_dispatch_s;
     done.ep_combine_s = c.forward_ep_combine_s;
     done.tp_comm_s = c.forward_tp_s;
+    done.fsdp_comm_s = c.forward_fsdp_s;
   } else if (op.kind == OpKind::kBackward) {
     done.cp_comm_s = c.backward_cp_s;
     done.ep_dispatch_s = c.backward_ep_dispatch_s;
     done.ep_combine_s = c.backward_ep_combine_s;
     done.tp_comm_s = c.backward_tp_s + (s.split_backward ? 0 : c.weight_tp_s);
+    done.fsdp_comm_s = c.backward_fsdp_s + (s.split_backward ? 0 : c.weight_fsdp_s);
   } else {
     done.tp_comm_s = c.weight_tp_s;
+    done.fsdp_comm_s = c.weight_fsdp_s;
   }
   result.stages[r].busy_s += end - start;
   if (op.kind == (s.split_backward ? OpKind::kWeightGrad : OpKind::kBackward)) {

@@ -37,6 +37,9 @@ struct SimulatedOp {
   double ep_dispatch_s = 0;
   double ep_combine_s = 0;
   double tp_comm_s = 0;
+  // Megatron-FSDP's parameter gathers and gradient reduce-scatters for the operation (busy, on
+  // their own stream from its start; pictures and traces only).
+  double fsdp_comm_s = 0;
 };
 
 struct SimulatedTransfer {

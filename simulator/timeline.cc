@@ -190,7 +190,8 @@ Legend MakeLegend(const PipelineSchedule& s, const SimResult& r, const Geometry&
   if (has_kind(OpKind::kBackward)) items.push_back({kBackward, "backward", false});
   if (has_kind(OpKind::kWeightGrad)) items.push_back({kWeightGrad, "weight gradient", false});
   if (sends) items.push_back({kSend, "pipeline send", false});
-  if (has_phase(true)) items.push_back({kDpComm, "data-parallel comm", false});
+  const bool fsdp = has_op(&SimulatedOp::fsdp_comm_s);
+  if (has_phase(true) || fsdp) items.push_back({kDpComm, "data-parallel comm", false});
   if (has_phase(false)) items.push_back({kOptimizer, "optimizer", false});
   if (has_op(&SimulatedOp::tp_comm_s)) items.push_back({kTpComm, "TP comm", false});
   if (has_op(&SimulatedOp::cp_comm_s)) items.push_back({kCpComm, r.cp_comm_label, false});
@@ -201,6 +202,11 @@ Legend MakeLegend(const PipelineSchedule& s, const SimResult& r, const Geometry&
     legend.notes.push_back(
         "thin lane under each stage: the communication inside its operations, summed over "
         "their layers");
+  if (fsdp) {
+    legend.notes.push_back(
+        "Megatron-FSDP's gathers and reduce-scatters: in the lane under each operation, from its "
+        "start");
+  }
   if (s.chunks > 1) legend.notes.push_back("lighter shade = later model chunk");
   return legend;
 }
@@ -328,11 +334,31 @@ void AppendTransfers(std::string& svg, const SimResult& r, const Geometry& g) {
   }
 }
 
+// Megatron-FSDP's traffic of an operation: its own stream from the operation's start, at most
+// to its end.
+double FsdpEnd(const SimulatedOp& o) { return std::min(o.end_s, o.start_s + o.fsdp_comm_s); }
+
+// One box per operation's Megatron-FSDP traffic, in its stage's communication lane.
+void AppendFsdp(std::string& svg, const PipelineSchedule& s, const SimResult& r,
+                const Geometry& g) {
+  for (const SimulatedOp& o : r.ops) {
+    if (o.fsdp_comm_s <= 0 || !g.Visible(o.start_s, FsdpEnd(o))) continue;
+    const double y = g.y(o.stage) + g.row + 1 + g.inner_lane;
+    const double x0 = g.ClipX(o.start_s);
+    svg += fmt::format(
+        "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\">"
+        "<title>stage {} {}: Megatron-FSDP gathers / reduce-scatters {}</title></rect>\n",
+        x0, y, std::max(0.5, g.ClipX(FsdpEnd(o)) - x0), g.lane, Hex(kDpComm), o.stage,
+        OpLabel(s, o.op), FormatTime(o.fsdp_comm_s, o.fsdp_comm_s));
+  }
+}
+
 // How much of each pixel column of one stage's rows what runs there covers, in pixels.
 struct ColumnCover {
   std::vector<double> ops;    // column * kinds + (kind, chunk) category
   std::vector<double> inner;  // column * kInnerKinds + InnerSlice::kind (empty without the lane)
   std::vector<double> sends;  // per column
+  std::vector<double> fsdp;   // per column: Megatron-FSDP's traffic
 };
 
 // Calls add(column, pixels) for each column that [start, end) covers.
@@ -352,11 +378,15 @@ ColumnCover CoverColumns(const PipelineSchedule& s, const SimResult& r, const Ge
   ColumnCover cover;
   cover.ops.assign(static_cast<size_t>(columns) * kinds, 0.0);
   cover.sends.assign(columns, 0.0);
+  cover.fsdp.assign(columns, 0.0);
   cover.inner.assign(g.inner ? static_cast<size_t>(columns) * kInnerKinds : 0, 0.0);
   for (const SimulatedOp& o : r.ops) {
     if (o.stage != st) continue;
     const int k = static_cast<int>(o.op.kind) * s.chunks + o.op.chunk;
     Spread(g, columns, o.start_s, o.end_s, [&](int c, double w) { cover.ops[c * kinds + k] += w; });
+    if (o.fsdp_comm_s > 0) {
+      Spread(g, columns, o.start_s, FsdpEnd(o), [&](int c, double w) { cover.fsdp[c] += w; });
+    }
     if (!g.inner || !HasInner(o, true)) continue;
     for (const InnerSlice& in : InnerSlices(r, o, true)) {
       Spread(g, columns, in.start_s, in.start_s + in.duration_s,
@@ -432,19 +462,21 @@ void AppendRuns(std::string& svg, const Geometry& g, int columns, double y, doub
   }
 }
 
-// One rectangle per run of columns mostly covered by sends, in the communication lane.
-void AppendSendRuns(std::string& svg, const Geometry& g, int columns,
-                    const std::vector<double>& sends, double y) {
-  int send_start = -1;
+// One rectangle per run of columns mostly covered (`cover`: sends, or Megatron-FSDP's traffic),
+// in the communication lane of the stage whose rows start at y.
+void AppendLaneRuns(std::string& svg, const Geometry& g, int columns,
+                    const std::vector<double>& cover, double y, Rgb colour, double opacity) {
+  int run_start = -1;
   for (int c = 0; c <= columns; ++c) {
-    const bool on = c < columns && sends[c] > 0.5;
-    if (on && send_start < 0) send_start = c;
-    if (!on && send_start >= 0) {
+    const bool on = c < columns && cover[c] > 0.5;
+    if (on && run_start < 0) run_start = c;
+    if (!on && run_start >= 0) {
       svg += fmt::format(
           "<rect x=\"{:.1f}\" y=\"{:.2f}\" width=\"{}\" height=\"{:.2f}\" fill=\"{}\" "
-          "opacity=\"0.8\"/>\n",
-          g.left + send_start, y + g.row + 1 + g.inner_lane, c - send_start, g.lane, Hex(kSend));
-      send_start = -1;
+          "opacity=\"{}\"/>\n",
+          g.left + run_start, y + g.row + 1 + g.inner_lane, c - run_start, g.lane, Hex(colour),
+          opacity);
+      run_start = -1;
     }
   }
 }
@@ -463,7 +495,8 @@ void AppendDenseStage(std::string& svg, const PipelineSchedule& s, const SimResu
     AppendRuns(svg, g, columns, y + g.row + 1, g.inner_h,
                [&](int c) { return InnerColumnColour(cover.inner, c); });
   }
-  AppendSendRuns(svg, g, columns, cover.sends, y);
+  AppendLaneRuns(svg, g, columns, cover.fsdp, y, kDpComm, 1);
+  AppendLaneRuns(svg, g, columns, cover.sends, y, kSend, 0.8);
 }
 
 // Phases; a run of a stage's phases of one name closer than a pixel apart (the buckets of an
@@ -573,6 +606,7 @@ std::string TimelineSvg(const PipelineSchedule& s, const SimResult& r, const Tim
   if (ops_drawn <= kDenseOps) {
     AppendOps(svg, s, r, g);
     AppendInnerSlices(svg, s, r, g);
+    AppendFsdp(svg, s, r, g);
     AppendTransfers(svg, r, g);
   } else {
     for (int st = 0; st < s.stages; ++st) AppendDenseStage(svg, s, r, g, st);
@@ -607,6 +641,10 @@ TimelineTrace TimelineTraceEvents(const PipelineSchedule& s, const SimResult& r)
   for (const SimulatedOp& o : r.ops) {
     out.events.push_back({o.stage, OpLabel(s, o.op), Category(o.op.kind), o.start_s,
                           o.end_s - o.start_s, o.op.microbatch, o.op.chunk});
+    if (o.fsdp_comm_s > 0) {
+      out.events.push_back({3 * p + o.stage, "FSDP gather / reduce-scatter", "dp-comm", o.start_s,
+                            FsdpEnd(o) - o.start_s, o.op.microbatch, o.op.chunk});
+    }
     if (!HasInner(o, false)) continue;
     for (const InnerSlice& in : InnerSlices(r, o, false)) {
       out.events.push_back({4 * p + o.stage, in.name, in.category, in.start_s, in.duration_s,

@@ -25,7 +25,8 @@ struct TimelineTitle {
 };
 
 // A self-contained SVG document: one row per stage (compute) with a thin lane below it for
-// point-to-point sends and data-parallel communication; forward, backward, weight-gradient,
+// point-to-point sends and data-parallel communication (Megatron-FSDP's gathers and
+// reduce-scatters each from its operation's start); forward, backward, weight-gradient,
 // communication and optimizer in distinct colours (lighter shades for later model chunks),
 // micro-batch numbers where they fit inside their box at a readable size (none otherwise),
 // idle time hatched, a time axis and a legend with an entry for every colour drawn (later
@@ -37,7 +38,8 @@ std::string TimelineSvg(const PipelineSchedule& schedule, const SimResult& resul
                         const TimelineTitle& title);
 
 // Tracks and events for ChromeTraceJson: per stage, its compute stream (operations, then the
-// optimizer), its forward and backward send links, its data-parallel communication, and where
+// optimizer), its forward and backward send links, its data-parallel communication (with
+// Megatron-FSDP's per operation, "FSDP gather / reduce-scatter"), and where
 // its operations hold any, their CP exchanges (category cp-comm, named as
 // SimResult::cp_comm_label) and MoE "EP dispatch" / "EP combine" (ep-comm), each operation's
 // summed over its layers, from the operation's start, micro-batch and chunk as its own. (The

@@ -872,6 +872,51 @@ TEST(CliPlan, TheHtmlReportsFlagsAreThoseOfTheBestPlanMegatronRuns) {
                           j["plans"][first]["micro_batch"].as<std::string>();
   EXPECT_EQ(html.find(mbs, shown), html.find("<span class=\"flag\">--micro-batch-size", shown));
   EXPECT_NE(html.find(mbs, shown), std::string::npos);
+  // The timeline is that plan's too, not #1's (zero-bubble, which Megatron-LM cannot run).
+  EXPECT_NE(html.find(fmt::format("<h2>Timeline of the plan whose flags are above (#{})</h2>",
+                                  first + 1)),
+            std::string::npos);
+  const size_t title = html.find(fmt::format(">Plan #{}: tp ", first + 1));
+  ASSERT_NE(title, std::string::npos) << html;
+  const std::string drawn = html.substr(title, html.find("</text>", title) - title);
+  EXPECT_EQ(drawn.find("zb-h1"), std::string::npos) << drawn;
+  EXPECT_NE(drawn.find(fmt::format(", mbs {}, ", j["plans"][first]["micro_batch"].as<int>())),
+            std::string::npos)
+      << drawn;
+  // Plans fit: no "closest to fitting".
+  EXPECT_EQ(html.find("Closest to fitting"), std::string::npos);
+}
+
+// 64 micro-batches on one stage: the whole step is a barcode, so a window of its end follows
+// where each operation is readable; Megatron-FSDP's traffic has its lane; the notes on the
+// flags (another checkpoint format) are in the report as in the text.
+TEST(CliPlan, TheHtmlReportsLongTimelineHasAReadableWindowAndAnFsdpLane) {
+  const std::string path = ::testing::TempDir() + "/long-report.html";
+  const Result r = Cli({"plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16",
+                        "--global-batch", "1024", "--top", "1", "--html", path});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  ASSERT_NE(r.out.find("\n1  TP 1 x PP 1 x DP 16    1  1f1b"), std::string::npos) << r.out;
+  std::ifstream in(path);
+  const std::string html((std::istreambuf_iterator<char>(in)), {});
+  const size_t timeline = html.find("<h2>Timeline of the plan whose flags are above (#1)</h2>");
+  ASSERT_NE(timeline, std::string::npos);
+  const std::string rest = html.substr(timeline, html.find("<h2>", timeline + 1) - timeline);
+  size_t svgs = 0;
+  for (size_t at = rest.find("<svg "); at != std::string::npos; at = rest.find("<svg ", at + 1)) {
+    ++svgs;
+  }
+  EXPECT_EQ(svgs, 2u) << rest.substr(0, 2000);
+  EXPECT_NE(rest.find("The whole step: 64 micro-batches, 128 operations on a stage"),
+            std::string::npos);
+  const size_t window = rest.find("The step's end: each stage's last 24 operations");
+  ASSERT_NE(window, std::string::npos);
+  // The window's subtitle says what it shows, and its boxes carry their micro-batch: the last.
+  EXPECT_NE(rest.find("; window ", window), std::string::npos);
+  EXPECT_NE(rest.find(">63</text>", window), std::string::npos);
+  EXPECT_EQ(rest.find(">63</text>"), rest.find(">63</text>", window));  // not in the whole step
+  EXPECT_NE(rest.find(": Megatron-FSDP gathers / reduce-scatters ", window), std::string::npos);
+  EXPECT_NE(html.find("<p class=\"note\">Note: these flags save checkpoints as fsdp_dtensor"),
+            std::string::npos);
 }
 
 TEST(CliPlan, ANothingFitsReportSaysWhyInItsPlot) {

@@ -3,6 +3,7 @@
 // chunk, bucketed data-parallel overlap, tensor-parallel overlap, Megatron-FSDP, dropout 0.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -12,6 +13,7 @@
 #include "simulator/layer_work.h"
 #include "simulator/memory_model.h"
 #include "simulator/simulate.h"
+#include "simulator/timeline.h"
 
 namespace ptdp {
 namespace {
@@ -346,6 +348,35 @@ TEST(Fsdp, ParametersGatheredPerLayerEveryMicroBatch) {
   EXPECT_LT(fsdp.estimate.stages[0].dp_exposed_s, 0.2 * fsdp.estimate.stages[0].dp_comm_s);
   EXPECT_EQ(fsdp.estimate.costs.stages[0].dp_grad_sync_s, 0);
   EXPECT_EQ(fsdp.estimate.costs.stages[0].dp_param_gather_s, 0);
+}
+
+// Megatron-FSDP's per-layer traffic runs on its own stream beside each operation: the timeline
+// and the trace show it in the data-parallel lane, each operation's from its start and within
+// it, adding up to the breakdown's figure per micro-batch.
+TEST(Fsdp, TheTrafficOfEachOperationIsInTheDataParallelLane) {
+  Plan plan = LlamaPlan(8192, 8, 1, 1, 64);
+  plan.parallel.distributed_optimizer = true;
+  for (const SimulatedOp& o : SimulatePlan(plan).sim.ops) EXPECT_EQ(o.fsdp_comm_s, 0);
+  plan.parallel.fsdp = Fsdp::kOptimGradsParams;
+  const SimulationReport r = SimulatePlan(plan);
+  double sum = 0;
+  for (const SimulatedOp& o : r.sim.ops) {
+    EXPECT_GT(o.fsdp_comm_s, 0) << OpLabel(r.schedule, o.op);
+    EXPECT_LE(o.fsdp_comm_s, o.end_s - o.start_s + 1e-12) << OpLabel(r.schedule, o.op);
+    sum += o.fsdp_comm_s;
+  }
+  EXPECT_NEAR(sum, NumMicrobatches(plan.training, plan.parallel) * r.estimate.stages[0].dp_comm_s,
+              1e-9 * sum);
+  const std::string svg = TimelineSvg(r.schedule, r.sim, {});
+  EXPECT_NE(svg.find("<title>stage 0 F0: Megatron-FSDP gathers / reduce-scatters "),
+            std::string::npos);
+  EXPECT_NE(svg.find(">data-parallel comm</text>"), std::string::npos);
+  const TimelineTrace trace = TimelineTraceEvents(r.schedule, r.sim);
+  const auto fsdp_events =
+      std::count_if(trace.events.begin(), trace.events.end(), [](const TraceEvent& e) {
+        return e.name == "FSDP gather / reduce-scatter" && e.category == "dp-comm";
+      });
+  EXPECT_EQ(static_cast<size_t>(fsdp_events), r.sim.ops.size());
 }
 
 TEST(Fsdp, ShardedFp8WeightsDropTheirTransposesUnlessKept) {
