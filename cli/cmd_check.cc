@@ -359,9 +359,11 @@ const Command kCheckCommand{
         "model, GPUs and batch.\n\n"
         "Exit codes: 0 Megatron-LM would accept the command (even when it does not fit, unless\n"
         "--require-fit); 1 Megatron-LM would refuse it; 2 bad input (no command, unreadable "
-        "file);\n4 with --require-fit: accepted, but it does not fit in memory; 5 cannot judge: "
-        "the\nconfiguration is in a --yaml-cfg file, or files the script sources could not be "
-        "read and\nwhat was read would be refused.",
+        "file);\n4 with --require-fit: accepted, but it does not fit in memory; 5 cannot judge, "
+        "saying why:\nanother stack's command (Megatron-DeepSpeed, a fork's own entry point), "
+        "the configuration\nin a --yaml-cfg file, a launch that depends on what only the machine "
+        "knows, or files\nthe script sources that could not be read where what was read would "
+        "be refused.",
     .examples =
         "ptdp check --file train_gpt3_175b_distributed.sh --script-args \"/ckpt /tb /vocab.json "
         "/merges.txt /data\"\n"

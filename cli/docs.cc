@@ -301,7 +301,8 @@ std::string TopHelp() {
       "  3  command not implemented yet\n"
       "  4  check --require-fit: Megatron-LM would accept the command, but it does not fit in "
       "memory\n"
-      "  5  check could not judge the command (a file it needs was not readable)\n\n"
+      "  5  check could not judge the command (another stack's, a --yaml-cfg file, or what only\n"
+      "     the machine running it knows)\n\n"
       "Other flags: --help, --version\n";
   return text;
 }
