@@ -12,7 +12,7 @@ each result's ``command`` is the equivalent command line.
 """
 
 from ._api import check, models, plan, profiles, schedule, simulate
-from ._errors import InputError, NoPlanError, PtdpError
+from ._errors import InputError, NoPlanError, PtdpError, PtdpWarning
 from ._ptdp import __version__
 from ._results import (
     Breakdown,
@@ -43,6 +43,7 @@ __all__ = [
     "Schedule",
     "ScheduleOp",
     "PtdpError",
+    "PtdpWarning",
     "InputError",
     "NoPlanError",
     "__version__",

@@ -22,6 +22,12 @@ class InputError(PtdpError, ValueError):
     wrong, word for word as the command line says it."""
 
 
+class PtdpWarning(UserWarning):
+    """What a command says on its standard error besides its result ("ptdp: note: ..." and
+    "ptdp: warning: ..." lines: the sequence length chosen for a Hugging Face config, a flag of a
+    launch script that is not simulated), issued with Python's ``warnings``."""
+
+
 class NoPlanError(PtdpError):
     """A search found no valid plan; ``hints`` says what would help."""
 

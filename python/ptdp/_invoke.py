@@ -14,12 +14,13 @@ import os
 import re
 import shlex
 import tempfile
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 from . import _ptdp
-from ._errors import InputError, PtdpError
+from ._errors import InputError, PtdpError, PtdpWarning
 
 Source = Union[str, "os.PathLike[str]", Mapping]
 
@@ -157,5 +158,10 @@ def _message(err: str) -> str:
 
 
 def run_json(inv: Invocation, ok: tuple[int, ...] = (0,)) -> tuple[int, Any]:
-    code, out, _ = inv.run(ok)
+    """Runs a command whose result is JSON; its notes and warnings become PtdpWarning."""
+    code, out, err = inv.run(ok)
+    for line in err.replace("\r", "\n").splitlines():
+        for prefix in ("ptdp: note: ", "ptdp: warning: "):
+            if line.startswith(prefix):
+                warnings.warn(line[len(prefix):], PtdpWarning, stacklevel=4)
     return code, json.loads(out)

@@ -563,6 +563,13 @@ def test_findings_name_the_file_a_flag_was_written_in():
     assert [(f.file, f.line) for f in bogus] == [("sourced/model-arguments.sh", 5)]
 
 
+def test_a_commands_notes_are_python_warnings():
+    # issue 33: the sequence length chosen for a Hugging Face config reaches Python users.
+    config = FIXTURES / "tiny-llama" / "config.json"
+    with pytest.warns(ptdp.PtdpWarning, match="sequence length"):
+        ptdp.simulate(model=config, cluster="dgx-h100", gpus=8, global_batch=16, tp=1, pp=1)
+
+
 def test_check_sees_the_exported_variable():
     script = (
         "export CUDA_DEVICE_MAX_CONNECTIONS=1\n"
