@@ -124,6 +124,45 @@ TEST(BridgeCsv, RowsBecomePlansFromTheirColumnsAndNotes) {
 
 // Every run NVIDIA published trained on 80 GB: each simulated row, dense or MoE, fits. The 25.11
 // GPT-OSS row's table is inconsistent (GA x DP x MBS != GBS); it runs its recipe's micro-batch.
+TEST(BridgeReplay, SuspectedRegressionsAndRowsAwayFromTheirRecipeAreNotScored) {
+  // Issue 30's rule: more than 40% below the same model and layout in the adjacent release.
+  BridgeRow a{.release = "25.09",
+              .model = "Qwen3-30B-A3B",
+              .precision = "fp8-cs",
+              .num_gpus = 16,
+              .gbs = 512,
+              .mbs = 2,
+              .seq_length = 4096,
+              .tp = 1,
+              .pp = 2,
+              .vp = 24,
+              .ep = 8,
+              .tokens_per_s_per_gpu = 10494,
+              .notes = "",
+              .flags = ""};
+  BridgeRow b = a, c = a, d = a;
+  b.release = "25.11", b.tokens_per_s_per_gpu = 5275;                // -49.7%
+  c.release = "26.02", c.tokens_per_s_per_gpu = 6500;                // above 25.11's
+  d.release = "26.04", d.gbs = 1024, d.tokens_per_s_per_gpu = 1000;  // another layout
+  const std::vector<BridgeRow> rows = {a, b, c, d};
+  EXPECT_NE(BridgeNotScored(b, rows).find("suspected regression: 5275 against 10494 in 25.09"),
+            std::string::npos);
+  EXPECT_EQ(BridgeNotScored(a, rows), "");
+  EXPECT_EQ(BridgeNotScored(c, rows), "");  // above its neighbours
+  EXPECT_EQ(BridgeNotScored(d, rows), "");  // no row of its layout next to it
+  // Two releases apart is not adjacent.
+  EXPECT_EQ(BridgeNotScored(b, std::vector<BridgeRow>{a, c, b}), "");
+  BridgeRow flagged = a;
+  flagged.flags = "table vs recipe mismatch (vp: table=24 recipe=12)";
+  EXPECT_NE(BridgeNotScored(flagged, rows).find("not yet replayed in the recipe's layout"),
+            std::string::npos);
+  // A row whose table is inconsistent and whose recipe's micro-batch is taken is scored.
+  flagged.flags =
+      "inconsistent: table GA(2) * DP(16) * MBS(4) != GBS(512) || table vs recipe "
+      "mismatch (mbs: table=4 recipe=1)";
+  EXPECT_EQ(BridgeNotScored(flagged, rows), "");
+}
+
 TEST(BridgeReplay, EveryRowFitsInEightyGigabytes) {
   const std::vector<BridgeRow> rows = LoadBridgeCsv(kFile);
   int simulated = 0, from_recipe = 0;
