@@ -40,7 +40,7 @@ bool AddAssignment(std::string_view text, std::map<std::string, std::string>& en
   if (eq == 0 || eq == std::string_view::npos) return false;
   const std::string_view name = text.substr(0, eq);
   const bool valid = std::all_of(name.begin(), name.end(),
-                                 [](char ch) { return std::isalnum(ch) || ch == '_'; }) &&
+                                 [](unsigned char ch) { return std::isalnum(ch) || ch == '_'; }) &&
                      !std::isdigit(static_cast<unsigned char>(name.front()));
   if (!valid) return false;
   env[std::string(name)] = std::string(text.substr(eq + 1));

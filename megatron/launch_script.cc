@@ -98,7 +98,34 @@ std::vector<Token> SbatchDirectives(std::string_view script) {
   return out;
 }
 
-std::optional<int64_t> PositiveNumber(std::string_view text);
+std::optional<int64_t> PositiveNumber(std::string_view text) {
+  int64_t n = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec != std::errc() || ptr != text.data() + text.size() || n <= 0) return std::nullopt;
+  return n;
+}
+
+// Launcher options as they were given: flag (dashes for underscores, without its "=value") ->
+// its last value, as text. A flag takes the next word as its value unless the launchers' table
+// says it is a switch.
+std::map<std::string, std::string> LauncherValues(std::span<const Token> words) {
+  std::map<std::string, std::string> given;
+  for (size_t i = 0; i < words.size(); ++i) {
+    std::string flag = words[i].text, value;
+    if (!flag.starts_with("-")) continue;
+    const size_t eq = flag.find('=');
+    if (eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+    } else if (i + 1 < words.size() && !words[i + 1].text.starts_with("-")) {
+      const KnownFlag* known = FindFlag(LauncherFlags(), flag);
+      if (known == nullptr || known->arity != FlagArity::kSwitch) value = words[++i].text;
+    }
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    if (!value.empty()) given[flag] = value;
+  }
+  return given;
+}
 
 // The variables Slurm sets in a job that sbatch's options `words` (its #SBATCH lines, then its
 // command line) ask for, into `env` where it does not set them already: SLURM_NNODES and
@@ -106,40 +133,34 @@ std::optional<int64_t> PositiveNumber(std::string_view text);
 // nodes x tasks per node), SLURM_GPUS_PER_NODE and SLURM_GPUS_ON_NODE (--gpus-per-node,
 // --gres=gpu:[type:]N). Only plain numbers count ("2-4" nodes says nothing).
 void AddSlurmEnvironment(std::span<const Token> words, std::map<std::string, std::string>& env) {
-  std::map<std::string, int64_t> given;
-  for (size_t i = 0; i < words.size(); ++i) {
-    std::string flag = words[i].text, value;
-    if (!flag.starts_with("-")) continue;
-    if (const size_t eq = flag.find('='); eq != std::string::npos) {
-      value = flag.substr(eq + 1), flag = flag.substr(0, eq);
-    } else if (i + 1 < words.size() && !words[i + 1].text.starts_with("-")) {
-      value = words[i + 1].text;
+  const std::map<std::string, std::string> given = LauncherValues(words);
+  const auto get = [&](std::initializer_list<const char*> names) -> std::optional<int64_t> {
+    for (const char* name : names) {
+      if (const auto it = given.find(name); it != given.end()) return PositiveNumber(it->second);
     }
-    if (flag == "--gres" || flag == "--gpus-per-node") {
-      // gpu:8, gpu:h100:8, h100:8, 8
-      if (flag == "--gres" && !value.starts_with("gpu")) continue;
-      value = value.substr(value.rfind(':') + 1);
-      flag = "--gpus-per-node";
-    }
-    if (auto n = PositiveNumber(value))
-      given[flag == "-N" ? "--nodes" : flag == "-n" ? "--ntasks" : flag] = *n;
+    return std::nullopt;
+  };
+  // --gpus-per-node=[type:]N, else --gres=gpu:[type:]N.
+  std::optional<int64_t> gpus;
+  for (const std::string_view name : {"--gpus-per-node", "--gres"}) {
+    const auto it = given.find(std::string(name));
+    if (it == given.end() || (name == "--gres" && !it->second.starts_with("gpu"))) continue;
+    gpus = PositiveNumber(std::string_view(it->second).substr(it->second.rfind(':') + 1));
+    break;
   }
-  auto set = [&](const char* name, std::optional<int64_t> n) {
+  const std::optional<int64_t> nodes = get({"--nodes", "-N"}),
+                               per_node = get({"--ntasks-per-node"});
+  std::optional<int64_t> tasks = get({"--ntasks", "-n"});
+  if (!tasks && per_node) tasks = *per_node * nodes.value_or(1);
+  const auto set = [&](const char* name, std::optional<int64_t> n) {
     if (n && !env.contains(name)) env[name] = std::to_string(*n);
   };
-  auto get = [&](const char* flag) -> std::optional<int64_t> {
-    const auto it = given.find(flag);
-    return it == given.end() ? std::nullopt : std::optional<int64_t>(it->second);
-  };
-  set("SLURM_NNODES", get("--nodes"));
-  set("SLURM_JOB_NUM_NODES", get("--nodes"));
-  set("SLURM_NTASKS_PER_NODE", get("--ntasks-per-node"));
-  std::optional<int64_t> tasks = get("--ntasks");
-  if (!tasks && get("--ntasks-per-node"))
-    tasks = *get("--ntasks-per-node") * get("--nodes").value_or(1);
+  set("SLURM_NNODES", nodes);
+  set("SLURM_JOB_NUM_NODES", nodes);
+  set("SLURM_NTASKS_PER_NODE", per_node);
   set("SLURM_NTASKS", tasks);
-  set("SLURM_GPUS_PER_NODE", get("--gpus-per-node"));
-  set("SLURM_GPUS_ON_NODE", get("--gpus-per-node"));
+  set("SLURM_GPUS_PER_NODE", gpus);
+  set("SLURM_GPUS_ON_NODE", gpus);
 }
 
 // Plays the launch script as bash would (megatron/shell.h), and the scripts its commands run in
@@ -214,13 +235,6 @@ void AddCommands(std::string_view text, const std::string& source, const std::st
   }
 }
 
-std::optional<int64_t> PositiveNumber(std::string_view text) {
-  int64_t n = 0;
-  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
-  if (ec != std::errc() || ptr != text.data() + text.size() || n <= 0) return std::nullopt;
-  return n;
-}
-
 }  // namespace
 
 Lexed PlayLaunchScript(std::string_view text, const std::string& source,
@@ -248,33 +262,19 @@ Lexed PlayLaunchScript(std::string_view text, const std::string& source,
 }
 
 std::optional<int64_t> LauncherWorldSize(std::span<const Token> words, std::string* unknown) {
-  // flag (dashes, no '=') -> its last value: a positive number, or its text when it is not one
-  std::map<std::string, std::pair<std::optional<int64_t>, std::string>> given;
-  for (size_t i = 0; i < words.size(); ++i) {
-    std::string flag = words[i].text, value;
-    if (!flag.starts_with("-")) continue;
-    const size_t eq = flag.find('=');
-    if (eq != std::string::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-    } else if (i + 1 < words.size() && !words[i + 1].text.starts_with("-")) {
-      const KnownFlag* known = FindFlag(LauncherFlags(), flag);
-      if (known == nullptr || known->arity != FlagArity::kSwitch) value = words[++i].text;
-    }
-    std::replace(flag.begin(), flag.end(), '_', '-');
-    if (!value.empty()) given[flag] = {PositiveNumber(value), value};
-  }
+  const std::map<std::string, std::string> given = LauncherValues(words);
   // The first of `names` given; a value that is not a number makes the world size unknown.
   bool known = true;
   auto get = [&](std::initializer_list<const char*> names) -> std::optional<int64_t> {
     for (const char* name : names) {
       const auto it = given.find(name);
       if (it == given.end()) continue;
-      if (!it->second.first && known) {
+      const std::optional<int64_t> n = PositiveNumber(it->second);
+      if (!n && known) {
         known = false;
-        if (unknown != nullptr) *unknown = fmt::format("{} {}", name, it->second.second);
+        if (unknown != nullptr) *unknown = fmt::format("{} {}", name, it->second);
       }
-      return it->second.first;
+      return n;
     }
     return std::nullopt;
   };

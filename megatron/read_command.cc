@@ -34,46 +34,31 @@ constexpr Mistake kMistakes[] = {
      "Megatron-LM no longer has --overlap-p2p-communication: the interleaved schedule overlaps "
      "its pipeline sends by default (--no-overlap-p2p-communication turns that off)",
      "remove it"},
-    // Flags Megatron-LM renamed or removed, and other stacks' names for its flags.
-    {"--activations-checkpoint-method",
-     "unrecognized arguments: --activations-checkpoint-method (renamed --recompute-method)",
+};
+
+// Flags Megatron-LM renamed or removed, and other stacks' names for its flags: argparse refuses
+// them as unknown, and why they are, with what to write instead.
+constexpr Mistake kRenamed[] = {
+    {"--activations-checkpoint-method", "renamed --recompute-method",
      "write --recompute-granularity full --recompute-method uniform|block"},
-    {"--activations-checkpoint-num-layers",
-     "unrecognized arguments: --activations-checkpoint-num-layers (renamed "
-     "--recompute-num-layers)",
+    {"--activations-checkpoint-num-layers", "renamed --recompute-num-layers",
      "write --recompute-num-layers"},
-    {"--checkpoint-num-layers",
-     "unrecognized arguments: --checkpoint-num-layers (renamed --recompute-num-layers)",
-     "write --recompute-num-layers"},
-    {"--distribute-checkpointed-activations",
-     "unrecognized arguments: --distribute-checkpointed-activations (renamed "
-     "--distribute-saved-activations)",
+    {"--checkpoint-num-layers", "renamed --recompute-num-layers", "write --recompute-num-layers"},
+    {"--distribute-checkpointed-activations", "renamed --distribute-saved-activations",
      "write --distribute-saved-activations"},
     {"--num-key-value-heads",
-     "unrecognized arguments: --num-key-value-heads (Megatron-LM's grouped-query attention is "
-     "--group-query-attention --num-query-groups N)",
+     "Megatron-LM's grouped-query attention is --group-query-attention --num-query-groups N",
      "write --group-query-attention --num-query-groups N"},
-    {"--DDP-impl",
-     "unrecognized arguments: --DDP-impl (Megatron-LM removed it: its own "
-     "DistributedDataParallel always runs)",
+    {"--DDP-impl", "Megatron-LM removed it: its own DistributedDataParallel always runs",
      "remove it"},
-    {"--data-impl",
-     "unrecognized arguments: --data-impl (Megatron-LM removed it: datasets are always "
-     "memory-mapped)",
-     "remove it"},
-    {"--no-async-tensor-model-parallel-allreduce",
-     "unrecognized arguments: --no-async-tensor-model-parallel-allreduce (Megatron-LM removed "
-     "it)",
-     "remove it"},
+    {"--data-impl", "Megatron-LM removed it: datasets are always memory-mapped", "remove it"},
+    {"--no-async-tensor-model-parallel-allreduce", "Megatron-LM removed it", "remove it"},
     {"--no-query-key-layer-scaling",
-     "unrecognized arguments: --no-query-key-layer-scaling (Megatron-LM removed it: no scaling "
-     "is the default; --apply-query-key-layer-scaling turns it on)",
+     "Megatron-LM removed it: no scaling is the default; --apply-query-key-layer-scaling turns it "
+     "on",
      "remove it"},
-    {"--use-flash-attn-v2",
-     "unrecognized arguments: --use-flash-attn-v2 (Megatron-DeepSpeed's flag)",
-     "write --attention-backend flash"},
-    {"--moe-expert-parallel-size",
-     "unrecognized arguments: --moe-expert-parallel-size (Megatron-DeepSpeed's flag)",
+    {"--use-flash-attn-v2", "Megatron-DeepSpeed's flag", "write --attention-backend flash"},
+    {"--moe-expert-parallel-size", "Megatron-DeepSpeed's flag",
      "write --expert-model-parallel-size"},
 };
 
@@ -167,15 +152,14 @@ void DiagnoseStack(const Launch& launch, MegatronCommand& c) {
     }
     if (known) continue;
     if (std::find(std::begin(kDeepSpeedFlags), std::end(kDeepSpeedFlags), a.flag) !=
-        std::end(kDeepSpeedFlags)) {
+            std::end(kDeepSpeedFlags) &&
+        std::find(deepspeed.begin(), deepspeed.end(), a.flag) == deepspeed.end()) {
       deepspeed.push_back(a.flag);
     }
-    // A known slip (--learning-rate for --lr) has its own message; the flags Megatron-LM renamed
-    // or removed, whose messages begin as argparse's, tell of an older Megatron-LM.
-    const bool slip =
-        std::any_of(std::begin(kMistakes), std::end(kMistakes), [&](const Mistake& m) {
-          return m.flag == a.flag && !m.message.starts_with("unrecognized arguments");
-        });
+    // A known slip (--learning-rate for --lr) is no sign of another Megatron-LM; a renamed or
+    // removed flag (kRenamed) is.
+    const bool slip = std::any_of(std::begin(kMistakes), std::end(kMistakes),
+                                  [&](const Mistake& m) { return m.flag == a.flag; });
     if (!slip && std::find(unknown.begin(), unknown.end(), a.flag) == unknown.end()) {
       unknown.push_back(a.flag);
     }
@@ -305,6 +289,9 @@ MegatronFinding UnknownFlag(const MegatronCommand::Arg& arg) {
   std::string fix;
   for (const Mistake& m : kMistakes) {
     if (m.flag == arg.flag) message = std::string(m.message), fix = std::string(m.fix);
+  }
+  for (const Mistake& m : kRenamed) {
+    if (m.flag == arg.flag) message += fmt::format(" ({})", m.message), fix = std::string(m.fix);
   }
   if (fix.empty()) {
     const std::string suggestion = SuggestFlag(arg.flag);
