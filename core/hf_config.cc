@@ -17,6 +17,9 @@ namespace {
 
 constexpr std::string_view kMoeFamilies = "mixtral, qwen3_moe, deepseek_v2, deepseek_v3, gpt_oss";
 
+// Every size is bounded as the model YAML reader bounds the field it fills (core/limits.h): a
+// layer count by kMaxLayers, every width, count and length by kMaxModelDimension. A deeper model
+// than that once planned with negative times and memory (per-stage layer counts overflowed).
 int Positive(const YamlMap& map, std::string_view key, int64_t max = kMaxModelDimension) {
   const int64_t value = map.PositiveInt(key);
   if (value > max) map.Fail(key, fmt::format("at most {}, got {}", max, value));
@@ -24,13 +27,12 @@ int Positive(const YamlMap& map, std::string_view key, int64_t max = kMaxModelDi
 }
 
 // A count that may be zero; absent or null: `default_value`.
-int Count(const YamlMap& map, std::string_view key, int default_value) {
+int Count(const YamlMap& map, std::string_view key, int default_value,
+          int64_t max = kMaxModelDimension) {
   if (!map.Has(key)) return default_value;
   const int64_t value = map.Int(key);
   if (value < 0) map.Fail(key, fmt::format("must not be negative, got {}", value));
-  if (value > kMaxModelDimension) {
-    map.Fail(key, fmt::format("at most {}, got {}", kMaxModelDimension, value));
-  }
+  if (value > max) map.Fail(key, fmt::format("at most {}, got {}", max, value));
   return static_cast<int>(value);
 }
 
@@ -194,6 +196,21 @@ ModelSpec ReadQwen3Moe(const YamlMap& map) {
   return m;
 }
 
+// Group-limited routing: n_group groups of experts, topk_group of them chosen per token
+// (Megatron-Bridge maps them to moe_router_num_groups and moe_router_group_topk); one group, or
+// all chosen, is no limit.
+void ReadRouterGroups(const YamlMap& map, ModelSpec& m) {
+  const int groups = Count(map, "n_group", 1), chosen = Count(map, "topk_group", groups);
+  if (groups <= 1 || chosen >= groups) return;
+  if (m.num_experts % groups != 0) {
+    map.Fail("n_group", fmt::format("n_routed_experts ({}) is not divisible by n_group ({})",
+                                    m.num_experts, groups));
+  }
+  if (chosen < 1) map.Fail("topk_group", "must be at least 1");
+  m.moe_router_num_groups = groups;
+  m.moe_router_group_topk = chosen;
+}
+
 // Multi-head latent attention and fine-grained experts with shared ones (HF's
 // DeepseekV3DecoderLayer: layer i is MoE when i >= first_k_dense_replace and
 // i % moe_layer_freq == 0, Megatron's rule).
@@ -222,19 +239,21 @@ ModelSpec ReadDeepSeek(const YamlMap& map, const YAML::Node& root) {
   m.moe_router_topk = ReadTopk(map, "num_experts_per_tok", m, "n_routed_experts");
   m.moe_ffn_hidden_size = Positive(map, "moe_intermediate_size");
   // The shared experts are one MLP n_shared_experts * moe_intermediate_size wide.
+  // Bounded as the YAML reader's moe_shared_expert_intermediate_size.
   const int64_t shared = int64_t{Count(map, "n_shared_experts", 0)} * m.moe_ffn_hidden_size;
-  if (shared > 1'000'000'000) {
-    map.Fail("n_shared_experts",
-             fmt::format("{} shared experts of {} are implausibly wide",
-                         shared / m.moe_ffn_hidden_size, m.moe_ffn_hidden_size));
+  if (shared > kMaxModelDimension) {
+    map.Fail("n_shared_experts", fmt::format("{} shared experts of {} are {} wide, at most {}",
+                                             shared / m.moe_ffn_hidden_size, m.moe_ffn_hidden_size,
+                                             shared, kMaxModelDimension));
   }
   m.moe_shared_expert_intermediate_size = static_cast<int>(shared);
-  m.moe_first_dense_layers = Count(map, "first_k_dense_replace", 0);
+  m.moe_first_dense_layers = Count(map, "first_k_dense_replace", 0, kMaxLayers);
   m.moe_layer_freq = map.Has("moe_layer_freq") ? Positive(map, "moe_layer_freq") : 1;
   CheckSomeMoeLayer(map, "first_k_dense_replace", m);
   // DeepSeek's configuration code defaults seq_aux to true (a per-sequence balance loss).
   m.moe_router_load_balancing_type =
       map.Bool("seq_aux", true) ? MoeLoadBalancing::kSeqAuxLoss : MoeLoadBalancing::kAuxLoss;
+  ReadRouterGroups(map, m);
   return m;
 }
 
@@ -312,7 +331,7 @@ ModelSpec ReadNemotronH(const YamlMap& map) {
   m.mamba_conv_kernel = map.Has("conv_kernel")    ? Positive(map, "conv_kernel")
                         : map.Has("mamba_d_conv") ? Positive(map, "mamba_d_conv")
                                                   : 4;
-  if (Count(map, "num_nextn_predict_layers", 0) > 0) {
+  if (Count(map, "num_nextn_predict_layers", 0, kMaxLayers) > 0) {
     map.Fail("num_nextn_predict_layers",
              "multi-token prediction in a hybrid model is not modelled");
   }
@@ -322,8 +341,10 @@ ModelSpec ReadNemotronH(const YamlMap& map) {
     m.moe_ffn_hidden_size = Positive(map, "moe_intermediate_size");
     const int64_t shared = int64_t{Count(map, "moe_shared_expert_intermediate_size", 0)} *
                            Count(map, "n_shared_experts", 1);
-    if (shared > 1'000'000'000) {
-      map.Fail("moe_shared_expert_intermediate_size", "implausibly wide shared experts");
+    if (shared > kMaxModelDimension) {
+      map.Fail(
+          "moe_shared_expert_intermediate_size",
+          fmt::format("shared experts {} wide in all, at most {}", shared, kMaxModelDimension));
     }
     m.moe_shared_expert_intermediate_size = static_cast<int>(shared);
     // NemotronHBridge: a sigmoid router with expert bias and a per-sequence balance loss.
@@ -340,7 +361,7 @@ ModelSpec ReadNemotronH(const YamlMap& map) {
 ModelSpec ReadGpt2(const YamlMap& map) {
   ModelSpec m;
   m.name = NameOf(map);
-  m.num_layers = Positive(map, "n_layer");
+  m.num_layers = Positive(map, "n_layer", kMaxLayers);
   m.hidden_size = Positive(map, "n_embd");
   m.num_attention_heads = Positive(map, "n_head");
   CheckDivisible(map, "n_embd", m.hidden_size, "n_head", m.num_attention_heads);

@@ -121,6 +121,12 @@ struct ModelSpec {
   int moe_shared_expert_intermediate_size = 0;
   int moe_layer_freq = 1;
   int moe_first_dense_layers = 0;
+  // Group-limited routing (--moe-router-num-groups, --moe-router-group-topk; DeepSeek-V3's
+  // n_group 8, topk_group 4): the experts in moe_router_num_groups equal groups of consecutive
+  // experts, each token choosing its moe_router_topk experts inside moe_router_group_topk groups.
+  // 0, 0: no limit. Megatron-Core's node-limited routing sets the groups to the nodes.
+  int moe_router_num_groups = 0;
+  int moe_router_group_topk = 0;
   MoeLoadBalancing moe_router_load_balancing_type = MoeLoadBalancing::kAuxLoss;
   // --moe-expert-capacity-factor: each expert takes at most this times its even share of the
   // tokens (the rest dropped); 0: dropless (Megatron's default, None).

@@ -46,11 +46,33 @@ double Rate(const YamlMap& map, std::string_view key) {
   return value;
 }
 
-// A number in (0, 1].
-double Fraction(const YamlMap& map, std::string_view key) {
+// An efficiency (achieved over peak): in [1e-4, 1]. The floor keeps every time finite and
+// refuses subnormals (an efficiency of 1e-320 once printed `inf s` and `-nan%`); measured ones
+// are far above it (the shipped profiles' smallest GEMMs: 0.002).
+double Efficiency(const YamlMap& map, std::string_view key) {
+  constexpr double kLowest = 1e-4;
   const double value = map.PositiveNumber(key);
-  if (value > 1) map.Fail(key, fmt::format("must be at most 1, got {}", YamlNumber(value)));
+  if (value < kLowest || value > 1) {
+    map.Fail(key, fmt::format("expected an efficiency between {:g} and 1, got {}", kLowest,
+                              YamlNumber(value)));
+  }
   return value;
+}
+
+// A latency or a host overhead in microseconds: 0 or more, at most 1e7 (ten seconds), so that
+// a step's sum of them stays finite.
+double Microseconds(const YamlMap& map, std::string_view key) {
+  constexpr double kHighest = 1e7;
+  const double value = map.NonNegativeNumber(key);
+  if (value > kHighest) {
+    map.Fail(key, fmt::format("expected at most {:g} microseconds, got {}", kHighest,
+                              YamlNumber(value)));
+  }
+  return value * units::kMicrosecond;
+}
+
+double Microseconds(const YamlMap& map, std::string_view key, double default_value) {
+  return map.Has(key) ? Microseconds(map, key) : default_value;
 }
 
 // The GEMM efficiency table: a list of {m, n, k, efficiency} whose points cover every
@@ -62,7 +84,7 @@ std::vector<GemmEfficiencyPoint> ReadGemmTable(const YamlMap& gpu, std::string_v
   std::set<std::tuple<int64_t, int64_t, int64_t>> seen;
   for (const YamlMap& row : gpu.MapList(key)) {
     GemmEfficiencyPoint p{row.PositiveInt("m"), row.PositiveInt("n"), row.PositiveInt("k"),
-                          Fraction(row, "efficiency")};
+                          Efficiency(row, "efficiency")};
     row.RejectUnknownKeys();
     if (!seen.emplace(p.m, p.n, p.k).second) {
       row.Fail("m", fmt::format("shape {}x{}x{} appears twice", p.m, p.n, p.k));
@@ -102,8 +124,8 @@ std::vector<AttentionEfficiencyPoint> ReadAttentionTable(const YamlMap& gpu, std
   std::vector<AttentionEfficiencyPoint> points;
   std::set<int64_t> seen;
   for (const YamlMap& row : gpu.MapList(key)) {
-    AttentionEfficiencyPoint p{row.PositiveInt("seq_length"), Fraction(row, "forward"),
-                               Fraction(row, "backward")};
+    AttentionEfficiencyPoint p{row.PositiveInt("seq_length"), Efficiency(row, "forward"),
+                               Efficiency(row, "backward")};
     row.RejectUnknownKeys();
     if (!seen.insert(p.seq_length).second) {
       row.Fail("seq_length", fmt::format("sequence length {} appears twice", p.seq_length));
@@ -164,6 +186,10 @@ void WriteModel(YamlWriter& w, const ModelSpec& m) {
            std::to_string(m.moe_shared_expert_intermediate_size), "all shared experts; 0: none");
     w.Line("moe_layer_freq", std::to_string(m.moe_layer_freq));
     w.Line("moe_first_dense_layers", std::to_string(m.moe_first_dense_layers));
+    if (m.moe_router_num_groups > 0) {
+      w.Line("moe_router_num_groups", std::to_string(m.moe_router_num_groups));
+      w.Line("moe_router_group_topk", std::to_string(m.moe_router_group_topk));
+    }
     w.Line("moe_router_load_balancing_type", Name(m.moe_router_load_balancing_type));
     w.Line("moe_expert_capacity_factor", YamlNumber(m.moe_expert_capacity_factor), "0: dropless");
   }
@@ -392,11 +418,37 @@ CostOptions ReadOptions(const YamlMap& map) {
 }
 
 // A non-negative int key, `fallback` when absent.
-int CountOr(const YamlMap& map, std::string_view key, int fallback) {
+int CountOr(const YamlMap& map, std::string_view key, int fallback,
+            int64_t max = kMaxModelDimension) {
   if (!map.Has(key)) return fallback;
   const int64_t n = map.Int(key);
   if (n < 0) map.Fail(key, fmt::format("must be 0 or more, got {}", n));
-  return ToInt(map, key, n);
+  return ToInt(map, key, n, max);
+}
+
+// Group-limited routing, with Megatron-Core's rules (TransformerConfig.__post_init__): both
+// keys or neither, the groups dividing the experts, the chosen groups among them.
+void ReadRouterGroups(const YamlMap& map, ModelSpec& m) {
+  if (!map.Has("moe_router_num_groups") && !map.Has("moe_router_group_topk")) return;
+  for (const char* key : {"moe_router_num_groups", "moe_router_group_topk"}) {
+    if (!map.Has(key)) {
+      map.Fail(map.Has("moe_router_num_groups") ? "moe_router_num_groups" : "moe_router_group_topk",
+               fmt::format("group-limited routing needs {} too", key));
+    }
+  }
+  m.moe_router_num_groups = PositiveInt32(map, "moe_router_num_groups");
+  m.moe_router_group_topk = PositiveInt32(map, "moe_router_group_topk");
+  if (m.num_experts % m.moe_router_num_groups != 0) {
+    map.Fail("moe_router_num_groups",
+             fmt::format("num_experts ({}) should be divisible by moe_router_num_groups ({})",
+                         m.num_experts, m.moe_router_num_groups));
+  }
+  if (m.moe_router_group_topk > m.moe_router_num_groups) {
+    map.Fail("moe_router_group_topk",
+             fmt::format("moe_router_group_topk ({}) should be smaller than moe_router_num_groups "
+                         "({})",
+                         m.moe_router_group_topk, m.moe_router_num_groups));
+  }
 }
 
 void ReadMoe(const YamlMap& map, ModelSpec& m) {
@@ -404,7 +456,8 @@ void ReadMoe(const YamlMap& map, ModelSpec& m) {
   if (m.num_experts == 0) {
     for (const char* key :
          {"moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
-          "moe_layer_freq", "moe_first_dense_layers", "moe_router_load_balancing_type",
+          "moe_layer_freq", "moe_first_dense_layers", "moe_router_num_groups",
+          "moe_router_group_topk", "moe_router_load_balancing_type",
           "moe_expert_capacity_factor"}) {
       if (map.Has(key))
         map.Fail(key, "applies to mixture-of-experts models only (num_experts > 0)");
@@ -426,6 +479,7 @@ void ReadMoe(const YamlMap& map, ModelSpec& m) {
     map.Fail("moe_first_dense_layers",
              fmt::format("leaves no MoE layer among the {} layers", m.num_layers));
   }
+  ReadRouterGroups(map, m);
   m.moe_router_load_balancing_type = map.Enum("moe_router_load_balancing_type",
                                               kMoeLoadBalancingNames, MoeLoadBalancing::kAuxLoss);
   m.moe_expert_capacity_factor = map.NonNegativeNumber("moe_expert_capacity_factor", 0);
@@ -542,7 +596,7 @@ ModelSpec ReadModel(const YamlMap& map, std::string_view default_name) {
     if (*field >= 1) map.Fail(key, fmt::format("must be below 1, got {}", YamlNumber(*field)));
   }
   m.qk_layernorm = map.Bool("qk_layernorm", false);
-  m.mtp_num_layers = CountOr(map, "mtp_num_layers", 0);
+  m.mtp_num_layers = CountOr(map, "mtp_num_layers", 0, kMaxLayers);
   ReadMoe(map, m);
   ReadMla(map, m);
   ReadHybrid(map, m);
@@ -572,7 +626,7 @@ ClusterSpec ReadCluster(const YamlMap& map) {
     c.gpu.peak_fp32_flops = Rate(gpu, "peak_fp32_tflops") * units::kTflops;
     c.gpu.hbm_bytes = gpu.PositiveInt("hbm_bytes");
     c.gpu.hbm_bandwidth_bytes_per_s = Rate(gpu, "hbm_bandwidth_gb_per_s") * units::kGBPerS;
-    c.gpu.memory_efficiency = Fraction(gpu, "memory_efficiency");
+    c.gpu.memory_efficiency = Efficiency(gpu, "memory_efficiency");
     if (gpu.Has("compute_capability")) {
       c.gpu.compute_capability = gpu.PositiveNumber("compute_capability");
     }
@@ -613,8 +667,7 @@ ClusterSpec ReadCluster(const YamlMap& map) {
     c.gpus_per_node = PositiveInt32(node, "gpus_per_node");
     c.nvlink_bytes_per_s = Rate(node, "nvlink_gb_per_s") * units::kGBPerS;
     c.nvlink_busbw_bytes_per_s = Rate(node, "nvlink_busbw_gb_per_s") * units::kGBPerS;
-    c.nvlink_step_latency_s =
-        node.NonNegativeNumber("nvlink_step_latency_us") * units::kMicrosecond;
+    c.nvlink_step_latency_s = Microseconds(node, "nvlink_step_latency_us");
     node.RejectUnknownKeys();
   }
   {
@@ -628,19 +681,17 @@ ClusterSpec ReadCluster(const YamlMap& map) {
                            YamlScaled(c.nic_busbw_bytes_per_s, units::kGBPerS),
                            YamlScaled(c.nic_bytes_per_s, units::kGBPerS)));
     }
-    c.nic_step_latency_s = net.NonNegativeNumber("nic_step_latency_us") * units::kMicrosecond;
-    c.collective_base_latency_s =
-        net.NonNegativeNumber("collective_base_latency_us") * units::kMicrosecond;
+    c.nic_step_latency_s = Microseconds(net, "nic_step_latency_us");
+    c.collective_base_latency_s = Microseconds(net, "collective_base_latency_us");
     net.RejectUnknownKeys();
   }
   if (map.Has("host")) {
     // Optional: profiles without it leave host overheads unmodelled (zero).
     const YamlMap host = map.Map("host");
-    c.host.kernel_launch_s = host.NonNegativeNumber("kernel_launch_us") * units::kMicrosecond;
-    c.host.microbatch_overhead_s =
-        host.NonNegativeNumber("microbatch_overhead_us") * units::kMicrosecond;
-    c.host.optimizer_step_s = host.NonNegativeNumber("optimizer_step_us", 0) * units::kMicrosecond;
-    c.host.moe_layer_s = host.NonNegativeNumber("moe_layer_us", 0) * units::kMicrosecond;
+    c.host.kernel_launch_s = Microseconds(host, "kernel_launch_us");
+    c.host.microbatch_overhead_s = Microseconds(host, "microbatch_overhead_us");
+    c.host.optimizer_step_s = Microseconds(host, "optimizer_step_us", 0);
+    c.host.moe_layer_s = Microseconds(host, "moe_layer_us", 0);
     host.RejectUnknownKeys();
   }
   map.RejectUnknownKeys();

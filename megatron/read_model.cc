@@ -123,6 +123,38 @@ void ReadMoeLayerFreq(Reader& r, ModelSpec& m, const std::string& freq) {
 
 // The MoE flags (arguments.py's moe group; the rest of the MoE options in
 // megatron/training/config).
+
+// Group-limited routing as Megatron-Core takes it (TransformerConfig.__post_init__): on with
+// --moe-router-group-topk, which needs --moe-router-num-groups dividing the experts and at least
+// as many groups as are chosen; --moe-router-num-groups alone routes without a limit.
+void ReadRouterGroups(Reader& r, ModelSpec& m) {
+  const auto groups = r.Int("--moe-router-num-groups");
+  const auto topk = r.Int("--moe-router-group-topk");
+  if (!topk || *topk == 0) return;
+  if (!groups || *groups == 0) {
+    r.Add(Severity::kError, "--moe-router-group-topk",
+          "When using group limited routing, moe_router_num_groups must be specified.",
+          "add --moe-router-num-groups");
+    return;
+  }
+  if (*groups < 0 || m.num_experts % *groups != 0) {
+    r.Add(Severity::kError, "--moe-router-num-groups",
+          fmt::format("num_moe_experts ({}) should be divisible by moe_router_num_groups ({}).",
+                      m.num_experts, *groups),
+          "");
+    return;
+  }
+  if (*topk < 0 || *topk > *groups) {
+    r.Add(Severity::kError, "--moe-router-group-topk",
+          fmt::format("moe_router_group_topk ({}) should be smaller than moe_router_num_groups "
+                      "({}).",
+                      *topk, *groups),
+          "");
+    return;
+  }
+  m.moe_router_num_groups = ToInt(*groups);
+  m.moe_router_group_topk = ToInt(*topk);
+}
 void ReadExperts(Reader& r, ModelSpec& m) {
   const auto experts = r.Int("--num-experts");
   if (!experts || *experts == 0) {
@@ -176,6 +208,7 @@ void ReadExperts(Reader& r, ModelSpec& m) {
   if (auto cf = r.Number("--moe-expert-capacity-factor")) {
     m.moe_expert_capacity_factor = std::max(0.0, *cf);
   }
+  ReadRouterGroups(r, m);
 }
 
 // The hybrid layer pattern as given: --hybrid-layer-pattern, or its deprecated alias

@@ -180,6 +180,10 @@ void WriteExperts(const Plan& plan, Flags& f) {
   if (m.moe_shared_expert_intermediate_size > 0) {
     f.Add("--moe-shared-expert-intermediate-size", m.moe_shared_expert_intermediate_size);
   }
+  if (m.moe_router_num_groups > 0) {
+    f.Add("--moe-router-num-groups", m.moe_router_num_groups);
+    f.Add("--moe-router-group-topk", m.moe_router_group_topk);
+  }
   if (m.moe_first_dense_layers > 0) {
     // The list form, quoted for the shell: the dense layers, then every layer or the pattern.
     std::string rest;

@@ -1,6 +1,7 @@
 #include "simulator/collectives.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "core/error.h"
@@ -240,6 +241,61 @@ double CollectiveTime(const ClusterSpec& c, Collective collective, double bytes,
   }
   return latency +
          BusBandwidthFactor(collective, group.ranks) * bytes / GroupBusBandwidth(c, group);
+}
+
+namespace {
+
+// C(a - b, k) / C(a, k): no one of k draws (without replacement) from a items hits b marked ones.
+double MissAll(double a, double b, int k) {
+  double p = 1;
+  for (int i = 0; i < k && p > 0; ++i) p *= std::max(0.0, (a - b - i) / (a - i));
+  return p;
+}
+
+double Choose(int n, int r) {
+  if (r < 0 || r > n) return 0;
+  return std::exp(std::lgamma(n + 1.0) - std::lgamma(r + 1.0) - std::lgamma(n - r + 1.0));
+}
+
+}  // namespace
+
+double ExpectedHoldersTouched(const ExpertSpread& spread, int64_t holders) {
+  PTDP_CHECK(spread.experts >= 1 && spread.top_k >= 1 && holders >= 1);
+  const double E = spread.experts, H = static_cast<double>(holders);
+  const int k = std::min(spread.top_k, spread.experts);
+  const int G = spread.groups, g = spread.group_topk;
+  const bool grouped = G > 1 && g >= 1 && g < G && spread.experts % G == 0 &&
+                       static_cast<int64_t>(g) * (spread.experts / G) >= k;
+  if (grouped && G % holders == 0) {
+    const int q = static_cast<int>(G / holders);
+    const double s = E / G, all = Choose(G, g);
+    double touched = 0;
+    for (int x = 1; x <= std::min(q, g); ++x) {
+      touched += Choose(q, x) * Choose(G - q, g - x) / all * (1 - MissAll(g * s, x * s, k));
+    }
+    return H * touched;
+  }
+  if (grouped && holders % G == 0) {
+    const double s = E / G;
+    return H * g / G * (1 - MissAll(g * s, E / H, k));
+  }
+  return H * (1 - MissAll(E, E / H, k));
+}
+
+double FlexDispatchTime(const ClusterSpec& c, double token_bytes, const ExpertSpread& spread,
+                        const GroupPlacement& ep) {
+  if (ep.ranks <= 1 || token_bytes <= 0) return 0;
+  const double nodes = static_cast<double>(ep.nodes),
+               local = static_cast<double>(ep.ranks_per_node);
+  const double latency = c.collective_base_latency_s +
+                         static_cast<double>(ep.ranks - ep.nodes) * c.nvlink_step_latency_s +
+                         static_cast<double>(ep.nodes - 1) * c.nic_step_latency_s;
+  const double gpus = ExpectedHoldersTouched(spread, ep.ranks);
+  const double nvlink = token_bytes * gpus * (local - 1) / local / c.nvlink_busbw_bytes_per_s;
+  if (!ep.crosses_nodes()) return latency + nvlink;
+  const double remote = ExpectedHoldersTouched(spread, ep.nodes) * (nodes - 1) / nodes;
+  const double nic_share = c.nics_per_node * c.nic_busbw_bytes_per_s / c.gpus_per_node;
+  return latency + std::max(token_bytes * remote / nic_share, nvlink);
 }
 
 }  // namespace ptdp

@@ -76,6 +76,37 @@ GroupPlacement PipelineGroup(const ParallelConfig& parallel, int gpus_per_node);
 // First and last pipeline stage: the tied-embedding gradient group.
 GroupPlacement EmbeddingGroup(const ParallelConfig& parallel, int gpus_per_node);
 
+// How one token's copies spread in a mixture-of-experts dispatch: num_experts experts laid out
+// in order over the expert-parallel ranks (and so over their nodes), top_k chosen per token, with
+// group-limited routing when groups > 0 (group_topk of `groups` consecutive groups). 0 experts:
+// not a MoE dispatch.
+struct ExpertSpread {
+  int experts = 0, top_k = 0, groups = 0, group_topk = 0;
+};
+
+// The expected number of holders (the group's nodes, or its ranks) one token's top_k experts
+// touch, `holders` holding the experts in equal consecutive blocks, the router's choice taken as
+// uniform (a balanced router; Megatron-Core's group-limited routing chooses the groups first,
+// megatron/core/transformer/moe/moe_utils.py group_limited_topk). Without groups:
+//   D = H (1 - C(E - E/H, k) / C(E, k)).
+// With G groups of s = E/G experts, g chosen: when the groups nest in the holders (q = G/H per
+// holder) the chosen groups on one holder are hypergeometric, X ~ HG(G, q, g), and
+//   D = H sum_x P(X = x) (1 - C(gs - xs, k) / C(gs, k));
+// when a group spans r = H/G holders, D = H (g/G) (1 - C(gs - E/H, k) / C(gs, k)); other shapes
+// (the blocks straddling groups) are taken as ungrouped.
+double ExpectedHoldersTouched(const ExpertSpread& spread, int64_t holders);
+
+// The flex dispatcher's dispatch (or combine) over the expert-parallel group `ep` (DeepEP's and
+// HybridEP's normal kernels, Megatron-Core's --moe-token-dispatcher-type flex): each token goes
+// once to every remote node holding one of its experts, through the NIC (de-duplicated per
+// node, as DeepEP's tests count the bytes: deepseek-ai/DeepEP tests/test_internode.py), and on
+// over NVLink to each of its GPUs there (to its own node's GPUs directly), the two pipelined:
+//   time = latency + max(bytes D_remote / NIC share, bytes D_gpus (L-1)/L / NVLink busbw),
+// bytes = one copy of the rank's tokens, D_remote = D_nodes (nodes-1)/nodes, D_gpus the ranks
+// touched, L the group's ranks per node. Inside one node only the NVLink term is left.
+double FlexDispatchTime(const ClusterSpec& c, double token_bytes, const ExpertSpread& spread,
+                        const GroupPlacement& ep);
+
 // Where every group of a layout sits: the cost model's placements, worked out once per layout
 // (they depend on its sizes and the node alone).
 struct LayoutPlacements {

@@ -39,6 +39,7 @@ struct Dims {
   double q_lora, kv_lora, qk, rope_d, v_d;
   int ep, etp;
   MoeDispatcher dispatcher;
+  ExpertSpread spread;  // the router's choice, for the flex dispatcher's de-duplicated copies
 };
 
 Dims MakeDims(const ModelSpec& m, const ParallelConfig& p, Precision precision,
@@ -107,6 +108,7 @@ Dims MakeDims(const ModelSpec& m, const ParallelConfig& p, Precision precision,
     d.f_s = static_cast<double>(m.moe_shared_expert_intermediate_size) / p.tp;
     d.fc1_s = d.swiglu ? 2 * d.f_s : d.f_s;
     d.dispatcher = options.moe_token_dispatcher;
+    d.spread = {m.num_experts, m.moe_router_topk, m.moe_router_num_groups, m.moe_router_group_topk};
   }
   return d;
 }
@@ -457,6 +459,18 @@ struct ExpertRoute {
   const char* shuffle;     // the sort by expert (to) or its undoing (back)
 };
 
+// The exchange over EP: the all-to-all dispatcher sends each of a token's k copies (the busiest
+// rank receiving `imbalance` times the mean); the flex dispatcher one copy per node and GPU its
+// experts touch.
+CommWork EpExchange(const char* name, const Dims& d) {
+  if (d.dispatcher == MoeDispatcher::kFlex) {
+    CommWork w{name, Collective::kAllToAll, d.Tn * d.h * d.e * d.imbalance, CommGroup::kEp};
+    w.spread = d.spread;
+    return w;
+  }
+  return {name, Collective::kAllToAll, d.Tn * d.k * d.h * d.e * d.imbalance, CommGroup::kEp};
+}
+
 // To the experts' ranks: every token of the EP x ETP group to every rank with the all-gather
 // dispatcher; else each rank's k copies all-to-all over EP, gathered over ETP and sorted by
 // expert.
@@ -467,8 +481,7 @@ void AddToExperts(PassWork& p, const Dims& d, const ExpertRoute& n) {
     return;
   }
   const double tok = d.Tn * d.k;
-  p.Add(
-      CommWork{n.all_to_all, Collective::kAllToAll, tok * d.h * d.e * d.imbalance, CommGroup::kEp});
+  p.Add(EpExchange(n.all_to_all, d));
   if (d.etp > 1) {
     p.Add(CommWork{n.etp, Collective::kAllGather, tok * d.etp * d.h * d.e * d.imbalance,
                    CommGroup::kEtp});
@@ -489,8 +502,7 @@ void AddFromExperts(PassWork& p, const Dims& d, const ExpertRoute& n) {
     p.Add(CommWork{n.etp, Collective::kReduceScatter, tok * d.etp * d.h * d.e * d.imbalance,
                    CommGroup::kEtp});
   }
-  p.Add(
-      CommWork{n.all_to_all, Collective::kAllToAll, tok * d.h * d.e * d.imbalance, CommGroup::kEp});
+  p.Add(EpExchange(n.all_to_all, d));
 }
 
 // A MoE layer's routed experts (Megatron's MoELayer with the token dispatcher of
@@ -1451,6 +1463,9 @@ double PassComputeTime(const KernelTimer& timer, const PassWork& pass) {
 }
 
 double CommTime(const ClusterSpec& cluster, const CommWork& comm, const GroupPlacements& groups) {
+  if (comm.spread.experts > 0) {
+    return comm.repeat * FlexDispatchTime(cluster, comm.bytes, comm.spread, groups[comm.group]);
+  }
   return comm.repeat * CollectiveTime(cluster, comm.collective, comm.bytes, groups[comm.group]);
 }
 

@@ -139,6 +139,9 @@ struct CommWork {
   double bytes;
   CommGroup group = CommGroup::kTp;
   int repeat = 1;
+  // The flex dispatcher's dispatch or combine (experts > 0): bytes is then one copy of the
+  // rank's tokens, sent once per node and GPU its experts touch (FlexDispatchTime).
+  ExpertSpread spread{};
 };
 
 // How a collective runs beside the GEMM it is paired with (PassWork::overlap_with). kPaired: the

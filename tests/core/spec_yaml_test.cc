@@ -116,6 +116,26 @@ TEST(BadInput, ImpossibleModels) {
             "seq_length (32)");
 }
 
+TEST(BadInput, RouterGroups) {
+  const std::string moe = kTinyModel + "num_experts: 8\nmoe_router_topk: 2\n";
+  EXPECT_EQ(ModelError(moe + "moe_router_group_topk: 2\n"),
+            "m.yaml:8: moe_router_group_topk: group-limited routing needs moe_router_num_groups "
+            "too");
+  EXPECT_EQ(ModelError(moe + "moe_router_num_groups: 3\nmoe_router_group_topk: 2\n"),
+            "m.yaml:8: moe_router_num_groups: num_experts (8) should be divisible by "
+            "moe_router_num_groups (3)");
+  EXPECT_EQ(ModelError(moe + "moe_router_num_groups: 4\nmoe_router_group_topk: 5\n"),
+            "m.yaml:9: moe_router_group_topk: moe_router_group_topk (5) should be smaller than "
+            "moe_router_num_groups (4)");
+  EXPECT_EQ(ModelError(kTinyModel + "moe_router_num_groups: 4\n"),
+            "m.yaml:6: moe_router_num_groups: applies to mixture-of-experts models only "
+            "(num_experts > 0)");
+  const ModelSpec m = ModelPreset("deepseek-v3");
+  EXPECT_EQ(m.moe_router_num_groups, 8);
+  EXPECT_EQ(m.moe_router_group_topk, 4);
+  EXPECT_EQ(ParseModelYaml(WriteModelYaml(m), "m.yaml"), m);
+}
+
 TEST(BadInput, ClusterProfiles) {
   const std::string text = WriteClusterYaml(ClusterPreset("dgx-h100"));
   // A subnormal rate once made every time infinite (and the output "inf s", exit 0).

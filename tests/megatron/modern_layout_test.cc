@@ -453,6 +453,8 @@ TEST(MoeFlags, ExpertModelsReadBackToTheSamePlan) {
     return p;
   }());
   EXPECT_NE(ds.find("--moe-layer-freq '([0]*3+[1]*58)'"), std::string::npos) << ds;
+  EXPECT_NE(ds.find("--moe-router-num-groups 8 --moe-router-group-topk 4"), std::string::npos)
+      << ds;
   EXPECT_NE(ds.find("--multi-latent-attention --q-lora-rank 1536 --kv-lora-rank 512"),
             std::string::npos);
 }
@@ -491,6 +493,21 @@ TEST(MoeFlags, RefusalsAndLayerPatterns) {
                           }));
   EXPECT_EQ(first_error("--moe-router-topk 9"),
             "--moe-router-topk: moe_router_topk (9) must be between 1 and num_experts (8)");
+  // Group-limited routing, with Megatron-Core's checks (TransformerConfig.__post_init__).
+  EXPECT_EQ(first_error("--moe-router-group-topk 2"),
+            "--moe-router-group-topk: When using group limited routing, moe_router_num_groups "
+            "must be specified.");
+  EXPECT_EQ(first_error("--moe-router-num-groups 3 --moe-router-group-topk 2"),
+            "--moe-router-num-groups: num_moe_experts (8) should be divisible by "
+            "moe_router_num_groups (3).");
+  EXPECT_EQ(first_error("--moe-router-num-groups 4 --moe-router-group-topk 5"),
+            "--moe-router-group-topk: moe_router_group_topk (5) should be smaller than "
+            "moe_router_num_groups (4).");
+  const MegatronCommand grouped = read("--moe-router-num-groups 4 --moe-router-group-topk 2");
+  EXPECT_EQ(grouped.model.moe_router_num_groups, 4);
+  EXPECT_EQ(grouped.model.moe_router_group_topk, 2);
+  // The number of groups alone does not limit the routing.
+  EXPECT_EQ(read("--moe-router-num-groups 4").model.moe_router_num_groups, 0);
   EXPECT_EQ(first_error("--moe-token-dispatcher-type a2a"),
             "--moe-token-dispatcher-type: argument --moe-token-dispatcher-type: invalid choice: "
             "'a2a' (choose from 'allgather', 'alltoall', 'flex')");
