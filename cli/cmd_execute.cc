@@ -7,6 +7,7 @@
 #include "cli/cmd_execute.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,9 +20,12 @@
 #include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "cli/cli.h"
 #include "cli/commands.h"
@@ -41,6 +45,7 @@
 #include "executor/launch/env.h"
 #include "executor/launch/launch.h"
 #include "executor/launch/tcp_store.h"
+#include "executor/train/checkpoint.h"
 #include "executor/train/trainer.h"
 #include "megatron/plan_file.h"
 #include "simulator/simulate.h"
@@ -64,9 +69,48 @@ void AddExecuteOptions(po::options_description& o) {
   o.add_options()("save", po::value<std::string>()->value_name("DIR"), "checkpoint directory")(
       "save-interval", po::value<std::string>()->value_name("K"),
       "checkpoint every K steps (and after the last)")(
-      "load", po::value<std::string>()->value_name("DIR"), "resume from a checkpoint")(
+      "load", po::value<std::string>()->value_name("DIR"),
+      "resume from a checkpoint (the same run: saves go on under its run id)")(
+      "save-overwrite", po::bool_switch(),
+      "save into a --save folder that holds another run's checkpoints (refused without it, so "
+      "that two runs' checkpoints never mix): this run's saves replace that run's of the same "
+      "steps, and `latest` moves to this run's")(
       "eval-interval", po::value<std::string>()->value_name("K"),
       "validation loss (held-out 10% of the data) every K steps; always after the last");
+}
+
+// The file's device and inode ({0, 0} when there is none).
+std::pair<dev_t, ino_t> FileId(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return {0, 0};
+  return {st.st_dev, st.st_ino};
+}
+
+// PTDP_TEST_FAULT's killpartial: at step `step`'s save, SIGKILL in the middle of writing this
+// rank's file once every lower rank's file of that save is in place. A file of an earlier save
+// may stand where a lower rank writes; that rank's rename replaces it with another inode.
+std::function<void(int64_t, std::string_view)> KillAfterLowerRanksFiles(int64_t step, int rank,
+                                                                        std::string dir) {
+  auto before = std::make_shared<std::vector<std::pair<dev_t, ino_t>>>();
+  return [step, rank, dir, before](int64_t now, std::string_view phase) {
+    if (now != step) return;
+    if (phase == "save begun") {  // before any rank writes
+      before->clear();
+      for (int r = 0; r < rank; ++r) before->push_back(FileId(CheckpointRankFilePath(dir, now, r)));
+      return;
+    }
+    if (phase != "rank file half written") return;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    for (int r = 0; r < rank && std::chrono::steady_clock::now() < deadline;) {
+      const auto id = FileId(CheckpointRankFilePath(dir, now, r));
+      if (id.second != 0 && id != (*before)[static_cast<size_t>(r)]) {
+        ++r;
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    }
+    ::raise(SIGKILL);
+  };
 }
 
 // PTDP_TEST_FAULT="RANK:STEP[:MODE]": world rank RANK fails in step STEP. MODE throw: it
@@ -74,8 +118,11 @@ void AddExecuteOptions(po::options_description& o) {
 // (with messages in flight); exit: exits at once without MPI_Finalize (a crashed process);
 // stop: stops itself (SIGSTOP) before the step, a hung process the others wait on;
 // kill: SIGKILL after its second pipeline operation; killsave: SIGKILL in the middle of writing
-// its file of step STEP's checkpoint; killcommit: SIGKILL when every rank's file of that save is
-// written, before the manifest. For tests.
+// its file of step STEP's checkpoint; killpartial: the same, once the file of every lower rank
+// of that save is in place (deterministic: ranks 0..RANK-1's files written, RANK's not; with
+// RANK the last rank, exactly RANK files); killcommit: SIGKILL when every rank's file of that
+// save is written, before the manifest. For tests only: nothing reads PTDP_TEST_FAULT but this
+// function, and it changes nothing when unset.
 void InstallFaultHooks(int world_rank, ExecuteOptions* options) {
   const char* spec = std::getenv("PTDP_TEST_FAULT");
   if (spec == nullptr || *spec == '\0') return;
@@ -88,11 +135,16 @@ void InstallFaultHooks(int world_rank, ExecuteOptions* options) {
   }
   if (rank != world_rank) return;
   const std::string how = mode;
-  constexpr std::string_view kModes[] = {"throw", "midstep",  "exit",      "stop",
-                                         "kill",  "killsave", "killcommit"};
+  constexpr std::string_view kModes[] = {"throw", "midstep",  "exit",        "stop",
+                                         "kill",  "killsave", "killpartial", "killcommit"};
   if (std::find(std::begin(kModes), std::end(kModes), how) == std::end(kModes)) {
-    throw InputError({"", 0, "PTDP_TEST_FAULT"},
-                     "mode must be throw, midstep, exit, stop, kill, killsave or killcommit");
+    throw InputError(
+        {"", 0, "PTDP_TEST_FAULT"},
+        "mode must be throw, midstep, exit, stop, kill, killsave, killpartial or killcommit");
+  }
+  if (how == "killpartial") {
+    options->on_save = KillAfterLowerRanksFiles(step, rank, options->save_dir);
+    return;
   }
   options->on_step_begin = [step, how, rank](int64_t now) {
     if (now != step || how != "throw") {
@@ -204,6 +256,16 @@ class Watchdog {
   std::thread thread_;
 };
 
+// --save DIR holding another run's checkpoints is refused before anything runs: the run's id
+// is the --load checkpoint's (resuming is the same run) or new (checkpoint.h).
+void CheckSaveTarget(const ExecuteOptions& options) {
+  if (options.save_dir.empty()) return;
+  const bool resumes_here = ResumesFromFolder(options.load_dir, options.save_dir);
+  if (options.save_overwrite || resumes_here) return;
+  const std::string run_id = options.load_dir.empty() ? "" : CheckpointRunId(options.load_dir);
+  CheckSaveFolder(options.save_dir, run_id, /*replace_other_runs=*/false);
+}
+
 int RunExecute(const Flags& flags, std::ostream& out, std::ostream& err) {
   // Before MPI: every rank reads and checks the same plan; only rank 0 (or a lone process)
   // reports a problem, the others exit with the same code.
@@ -213,11 +275,14 @@ int RunExecute(const Flags& flags, std::ostream& out, std::ostream& err) {
     const Plan plan = LoadExecutablePlan(flags, options);
     if (const int rc = CheckCudaRequest(flags, plan, "execute", err); rc != kExitOk) return rc;
     if (!flags.Has("results")) CheckOutputPath("execute-results.json", "--results");
+    CheckSaveTarget(options);
     if (flags.Switch("launch")) {
       // One process per GPU with --backend cuda: srun places the plan's GPUs per node.
       const int per_node = IsCudaRequest(flags) ? plan.cluster.gpus_per_node : 0;
+      std::vector<std::string> switches;
+      if (options.save_overwrite) switches.push_back("--save-overwrite");
       const LaunchCommand command =
-          LaunchSelf("execute", plan.parallel.world_size(), flags, kForwarded, {}, per_node);
+          LaunchSelf("execute", plan.parallel.world_size(), flags, kForwarded, switches, per_node);
       out << "launching: " << DescribeLaunch(command) << "\n";
       out.flush();
       return RunLaunchCommand(command);
@@ -316,6 +381,10 @@ ExecuteOptions ReadExecuteOptions(const Flags& flags) {
     flags.Fail("save-interval", "needs --save DIR");
   }
   options.load_dir = flags.OptionalString("load").value_or("");
+  options.save_overwrite = flags.Switch("save-overwrite");
+  if (options.save_overwrite && options.save_dir.empty()) {
+    flags.Fail("save-overwrite", "needs --save DIR");
+  }
   options.eval_interval = flags.OptionalPositiveInt("eval-interval").value_or(0);
   options.keep_trace = flags.Has("trace");
   // fp32 unless asked: the plan's precision (bf16 in Megatron's recipes) is the GPU's; the run
@@ -328,7 +397,8 @@ ExecuteOptions ReadExecuteOptions(const Flags& flags) {
       flags.Fail("profile-rank", fmt::format("expected a rank, 0 or more, got \"{}\"", *rank));
     options.profile_rank = std::stoi(*rank);
     for (const std::string& given : flags.Given()) {
-      if (given == "launch" || given == "save" || given == "load" || given == "save-interval") {
+      if (given == "launch" || given == "save" || given == "load" || given == "save-interval" ||
+          given == "save-overwrite") {
         flags.Fail("profile-rank", fmt::format("runs one rank alone without mpirun or "
                                                "checkpoints: drop --{}",
                                                given));
@@ -809,7 +879,8 @@ const Command kExecuteCommand{
     .usage =
         "mpirun -np N ptdp execute --plan plan.yaml [--steps S] [--backend cpu|cuda]\n"
         "                     [--dtype fp32|bf16|fp16|fp64]\n"
-        "                     [--data FILE|synthetic] [--save DIR [--save-interval K]]\n"
+        "                     [--data FILE|synthetic]\n"
+        "                     [--save DIR [--save-interval K] [--save-overwrite]]\n"
         "                     [--load DIR] [--trace out.json] [--results out.json]\n"
         "       ptdp execute --plan plan.yaml --launch [--launcher mpirun|srun|torchrun] [flags]\n"
         "                    [-- launcher flags]",
@@ -841,7 +912,13 @@ const Command kExecuteCommand{
         "backward completes its layers, beside the rest of it (NCCL: on a stream of their\n"
         "own), and each bucket's updated weights gathered behind the next forward. With\n"
         "async_tensor_parallel_allreduce (Megatron's default) the input gradients of QKV and\n"
-        "fc1 are reduced over TP beside those linears' weight-gradient GEMMs.",
+        "fc1 are reduced over TP beside those linears' weight-gradient GEMMs.\n"
+        "Checkpoints (--save DIR) carry the run's id, made when it starts; --load continues\n"
+        "the checkpoint's run and id. A --save folder holding another run's checkpoints is\n"
+        "refused before training (exit 2) unless the run resumes from it or --save-overwrite\n"
+        "is given; a save takes DIR/.ptdp-save.lock, so a second job saving there at the same\n"
+        "time fails naming the holder; a load refuses a step folder whose rank files are of\n"
+        "another run than its manifest.",
     .examples =
         "mpirun -np 8 ptdp execute --plan plan.yaml --steps 20\n"
         "ptdp execute --plan plan.yaml --launch --steps 20 --trace measured.json\n"

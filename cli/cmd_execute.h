@@ -24,8 +24,9 @@ namespace ptdp::cli {
 void AddRunOptions(boost::program_options::options_description& options);
 
 // The executor's options from whichever of execute's flags `flags` declares (--steps, --data,
-// --save, --save-interval, --load, --eval-interval, --trace, --dtype). --backend is cpu or cuda
-// (IsCudaRequest: whether it is cuda; a value other than cpu or cuda is an InputError).
+// --save, --save-interval, --save-overwrite, --load, --eval-interval, --trace, --dtype). --backend
+// is cpu or cuda (IsCudaRequest: whether it is cuda; a value other than cpu or cuda is an
+// InputError).
 ExecuteOptions ReadExecuteOptions(const Flags& flags);
 bool IsCudaRequest(const Flags& flags);
 // Whether the ranks talk over NCCL: --backend cuda and --comm nccl (its default there); --comm

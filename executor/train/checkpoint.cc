@@ -1,14 +1,20 @@
 #include "executor/train/checkpoint.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <cerrno>
 #include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <optional>
+#include <random>
 #include <sstream>
 #include <system_error>
 
@@ -23,6 +29,8 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr char kMagic[8] = {'P', 'T', 'D', 'P', 'C', 'K', 'P', '1'};
+constexpr char kLockName[] = ".ptdp-save.lock";
+constexpr int kManifestVersion = 2;  // 1: without run ids
 
 std::string StepDirName(int64_t step) { return fmt::format("step-{:08d}", step); }
 std::string RankFileName(int rank) { return fmt::format("rank-{:05d}.bin", rank); }
@@ -34,26 +42,6 @@ InputError LoadError(const std::string& path, const std::string& message,
 
 constexpr char kSameLayout[] = "checkpoints load into the layout that saved them";
 
-// Writes `data` to `path` through a temporary file beside it, flushed to disk, then renamed
-// (core/atomic_file.h); a failed write leaves no temporary file behind (a full disk is not
-// filled further by retries). `on_half` (tests) runs when half of the bytes are written.
-void WriteAtomically(const fs::path& path, const std::string& data,
-                     const std::function<void()>& on_half = {}) {
-  std::string tmp;
-  try {
-    tmp = WriteTemporaryBeside(path.string(), data, /*sync=*/true, on_half);
-  } catch (const std::system_error& e) {
-    throw InputError({path.string(), 0, "--save"},
-                     fmt::format("cannot write the file: {}", e.code().message()));
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    throw InputError({path.string(), 0, "--save"}, "cannot rename into place: " + ec.message());
-  }
-}
-
 std::string ReadFile(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw LoadError(path.string(), "cannot read the file");
@@ -62,17 +50,160 @@ std::string ReadFile(const fs::path& path) {
   return text.str();
 }
 
+std::string ThisHost() {
+  std::array<char, 256> host{};
+  if (::gethostname(host.data(), host.size() - 1) != 0) return "unknown";
+  return host.data();
+}
+
+// A save lock's holder, as its file says.
+struct LockHolder {
+  std::string text;  // the whole file
+  int64_t pid = -1;
+  std::string host, run_id;
+};
+
+// The value of the line "key=value" in `text`, if it has one.
+std::optional<std::string_view> FindField(std::string_view text, std::string_view key);
+
+// The lock file's holder; nullopt when there is no lock file.
+std::optional<LockHolder> ReadLock(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::ostringstream text;
+  text << in.rdbuf();
+  LockHolder h;
+  h.text = text.str();
+  const auto pid = FindField(h.text, "pid");
+  if (pid) (void)std::from_chars(pid->data(), pid->data() + pid->size(), h.pid);
+  h.host = std::string(FindField(h.text, "host").value_or("?"));
+  h.run_id = std::string(FindField(h.text, "run").value_or("?"));
+  return h;
+}
+
+std::string Describe(const LockHolder& h) {
+  return fmt::format("pid {} on host {} (run {})", h.pid, h.host, h.run_id);
+}
+
+// A lock left by a process of this host that no longer runs (kill(pid, 0): no such process).
+bool IsStale(const LockHolder& h) {
+  return h.pid > 0 && h.host == ThisHost() && ::kill(static_cast<pid_t>(h.pid), 0) != 0 &&
+         errno == ESRCH;
+}
+
+constexpr char kLockHint[] =
+    "two jobs saving into one folder would mix their checkpoints: wait for that job or save "
+    "elsewhere; if no such job runs any more, remove the lock file";
+
+// World rank 0's save lock on a save folder (checkpoint.h): held from construction, removed on
+// destruction when the file is still this lock's.
+class SaveLock {
+ public:
+  SaveLock(const fs::path& dir, const std::string& run_id) : file_(dir / kLockName) {
+    text_ = fmt::format("pid={}\nhost={}\nrun={}\n", ::getpid(), ThisHost(), run_id);
+    // A few tries: the holder may remove its lock between our open and our read, and a stale
+    // lock is removed once before trying again.
+    for (int attempt = 0; attempt < 4; ++attempt) {
+      const int fd = ::open(file_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      if (fd >= 0) {
+        const bool written =
+            ::write(fd, text_.data(), text_.size()) == static_cast<ssize_t>(text_.size());
+        const int error = errno;
+        ::close(fd);
+        if (!written) {
+          ::unlink(file_.c_str());
+          throw InputError({file_.string(), 0, "--save"},
+                           "cannot write the save lock: " + std::generic_category().message(error));
+        }
+        return;
+      }
+      if (errno != EEXIST) {
+        throw InputError({file_.string(), 0, "--save"},
+                         "cannot create the save lock: " + std::generic_category().message(errno));
+      }
+      const std::optional<LockHolder> holder = ReadLock(file_);
+      if (!holder) continue;  // released meanwhile
+      if (attempt == 0 && IsStale(*holder)) {
+        ::unlink(file_.c_str());  // its process is gone: a save killed in the middle
+        continue;
+      }
+      throw InputError({file_.string(), 0, "--save"},
+                       fmt::format("another job is writing checkpoints here: {} holds this lock",
+                                   Describe(*holder)),
+                       kLockHint);
+    }
+    throw InputError({file_.string(), 0, "--save"},
+                     "cannot take the save lock: other jobs keep taking it", kLockHint);
+  }
+  ~SaveLock() {
+    const std::optional<LockHolder> holder = ReadLock(file_);
+    if (holder && holder->text == text_) ::unlink(file_.c_str());
+  }
+  SaveLock(const SaveLock&) = delete;
+  SaveLock& operator=(const SaveLock&) = delete;
+  const std::string& text() const { return text_; }
+
+ private:
+  fs::path file_;
+  std::string text_;
+};
+
+// Where a save writes: its folder and the text of the lock this save holds (read by every rank
+// once world rank 0 has taken it).
+struct SaveSite {
+  fs::path dir;
+  std::string lock_text;
+};
+
+// Why a write into the save folder may have failed: another job writing there (its save removes
+// a step folder without a manifest, this save's), as the lock says; "" when the lock is this
+// save's.
+std::string OtherWriter(const SaveSite& site) {
+  const fs::path file = site.dir / kLockName;
+  const std::optional<LockHolder> holder = ReadLock(file);
+  if (!holder) {
+    return fmt::format("; this save's lock {} is gone: another job may be writing here",
+                       file.string());
+  }
+  if (holder->text == site.lock_text) return "";
+  return fmt::format("; another job is writing checkpoints here: {} holds {}", Describe(*holder),
+                     file.string());
+}
+
+// Writes `data` to `path` through a temporary file beside it, flushed to disk, then renamed
+// (core/atomic_file.h); a failed write leaves no temporary file behind (a full disk is not
+// filled further by retries). `on_half` (tests) runs when half of the bytes are written.
+void WriteAtomically(const fs::path& path, const std::string& data, const SaveSite& site,
+                     const std::function<void()>& on_half = {}) {
+  std::string tmp;
+  try {
+    tmp = WriteTemporaryBeside(path.string(), data, /*sync=*/true, on_half);
+  } catch (const std::system_error& e) {
+    throw InputError(
+        {path.string(), 0, "--save"},
+        fmt::format("cannot write the file: {}{}", e.code().message(), OtherWriter(site)));
+  }
+  std::error_code rename_error;
+  fs::rename(tmp, path, rename_error);
+  if (rename_error) {
+    std::error_code ignored;  // the rename's error is the one to report
+    fs::remove(tmp, ignored);
+    throw InputError(
+        {path.string(), 0, "--save"},
+        fmt::format("cannot rename into place: {}{}", rename_error.message(), OtherWriter(site)));
+  }
+}
+
 // Header lines "key=value\n", then an empty line, then the tensors, then an FNV-1a checksum.
 std::string Header(const CheckpointState& s, const std::string& layout, int rank,
                    const std::vector<int64_t>& sizes) {
-  std::string h = fmt::format("step={}\nsequences_consumed={}\nseed={}\nrank={}\n", s.step,
-                              s.sequences_consumed, s.seed, rank);
+  std::string h = fmt::format("step={}\nsequences_consumed={}\nseed={}\nrank={}\nrun={}\n", s.step,
+                              s.sequences_consumed, s.seed, rank, s.run_id);
   for (size_t i = 0; i < sizes.size(); ++i) h += fmt::format("tensor{}_bytes={}\n", i, sizes[i]);
   h += "layout=" + layout + "\n\n";
   return h;
 }
 
-// The value of the header's line "key=value", if it has one.
 std::optional<std::string_view> FindField(std::string_view header, std::string_view key) {
   size_t at = 0;
   while (at < header.size()) {
@@ -134,7 +265,125 @@ void RemoveIncompleteSaves(const std::string& dir) {
   }
 }
 
+// The run id in a manifest; nullopt when it does not read.
+std::optional<std::string> ManifestRunId(const fs::path& manifest) {
+  try {
+    return ParseCheckpointManifest(ReadFile(manifest), manifest.string()).state.run_id;
+  } catch (const InputError&) {
+    return std::nullopt;
+  }
+}
+
+// Who saved a checkpoint, for messages.
+std::string RunName(const std::optional<std::string>& run_id) {
+  if (!run_id) return "a run whose manifest does not read";
+  if (run_id->empty()) return "a run of checkpoint format version 1 (no run id)";
+  return "run " + *run_id;
+}
+
+// A checkpoint in a save folder that is not this run's: whose, and where.
+struct OtherRun {
+  std::string who;    // "run 0123...", or what is known of it
+  std::string where;  // what in the folder is that run's
+};
+
+// The first checkpoint in `dir` that is not `run_id`'s ("": every one is another run's):
+// `latest`'s, then the step folders' in order, then a save lock's whose holder may still run.
+std::optional<OtherRun> FindOtherRun(const fs::path& dir, const std::string& run_id) {
+  auto other = [&run_id](const std::optional<std::string>& id) {
+    return run_id.empty() || !id || *id != run_id;
+  };
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return std::nullopt;
+  if (fs::exists(dir / "latest", ec)) {
+    std::string name;
+    try {
+      name = ReadFile(dir / "latest");
+    } catch (const InputError&) {
+    }
+    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+    const fs::path manifest = dir / name / "manifest.yaml";
+    if (name.empty() || !fs::exists(manifest, ec)) {
+      if (!run_id.empty()) return OtherRun{"an unknown run", "`latest`, naming no checkpoint"};
+      return OtherRun{"an unknown run", "a `latest` file"};
+    }
+    const std::optional<std::string> id = ManifestRunId(manifest);
+    if (other(id)) return OtherRun{RunName(id), name + ", which `latest` names"};
+  }
+  std::vector<std::string> steps;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step-", 0) == 0 && fs::exists(entry.path() / "manifest.yaml", ec)) {
+      steps.push_back(name);
+    }
+  }
+  std::sort(steps.begin(), steps.end());
+  for (const std::string& name : steps) {
+    const std::optional<std::string> id = ManifestRunId(dir / name / "manifest.yaml");
+    if (other(id)) return OtherRun{RunName(id), name};
+  }
+  const std::optional<LockHolder> lock = ReadLock(dir / kLockName);
+  if (lock && !IsStale(*lock) && (run_id.empty() || lock->run_id != run_id)) {
+    return OtherRun{RunName(lock->run_id),
+                    fmt::format("a save under way: {} holds {}", Describe(*lock), kLockName)};
+  }
+  return std::nullopt;
+}
+
+// `path` made absolute and normal, without a trailing separator.
+fs::path Normal(const std::string& path) {
+  std::error_code ec;
+  fs::path p = fs::weakly_canonical(fs::absolute(path), ec);
+  if (ec) p = fs::absolute(path);
+  p = p.lexically_normal();
+  if (!p.has_filename() && p.has_parent_path()) p = p.parent_path();
+  return p;
+}
+
 }  // namespace
+
+std::string NewRunId() {
+  std::random_device random;
+  std::string id;
+  for (int i = 0; i < 4; ++i) id += fmt::format("{:08x}", static_cast<uint32_t>(random()));
+  return id;
+}
+
+bool IsRunId(std::string_view text) {
+  return text.size() == 32 && std::all_of(text.begin(), text.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
+
+std::string CheckpointRankFilePath(const std::string& dir, int64_t step, int rank) {
+  return (fs::path(dir) / StepDirName(step) / RankFileName(rank)).string();
+}
+
+void CheckSaveFolder(const std::string& save_dir, const std::string& run_id,
+                     bool replace_other_runs) {
+  if (replace_other_runs) return;
+  const std::optional<OtherRun> other = FindOtherRun(save_dir, run_id);
+  if (!other) return;
+  throw InputError(
+      {save_dir, 0, "--save"},
+      fmt::format("holds the checkpoints of {} ({}), and this run is {}: two runs saving into "
+                  "one folder would mix their checkpoints",
+                  other->who, other->where, run_id.empty() ? "a new one" : "run " + run_id),
+      fmt::format("resume that run with --load {} (the same run, saving on), or give "
+                  "--save-overwrite to save this run over it",
+                  save_dir));
+}
+
+bool ResumesFromFolder(const std::string& load_dir, const std::string& save_dir) {
+  if (load_dir.empty() || save_dir.empty()) return false;
+  const fs::path load = Normal(load_dir), save = Normal(save_dir);
+  return load == save || load.parent_path() == save;
+}
+
+std::string CheckpointRunId(const std::string& dir) {
+  const std::string manifest = (ResolveStepDir(dir) / "manifest.yaml").string();
+  return ParseCheckpointManifest(ReadFile(manifest), manifest).state.run_id;
+}
 
 std::string CheckpointLayout(const Plan& plan, DType dtype) {
   const ParallelConfig& p = plan.parallel;
@@ -170,15 +419,27 @@ std::string CheckpointLayout(const Plan& plan, DType dtype) {
 
 void SaveCheckpoint(const std::string& dir, const CheckpointState& state, const std::string& layout,
                     Span params, const std::vector<Span>& optimizer_state, ProcessGroups& groups,
-                    Backend& backend, const SaveFaultHook& fault_hook) {
+                    Backend& backend, const SaveOptions& options) {
+  PTDP_CHECK(IsRunId(state.run_id));
+  const SaveFaultHook& fault_hook = options.fault_hook;
+  if (fault_hook) fault_hook("save begun");
   const fs::path step_dir = fs::path(dir) / StepDirName(state.step);
-  if (groups.world->rank() == 0) {
-    RemoveIncompleteSaves(dir);
+  const bool root = groups.world->rank() == 0;
+  std::optional<SaveLock> lock;
+  if (root) {
     std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) throw InputError({dir, 0, "--save"}, "cannot create: " + ec.message());
+    lock.emplace(dir, state.run_id);
+    // Checked at start-up too; another run may have saved here since.
+    CheckSaveFolder(dir, state.run_id, options.replace_other_runs);
+    RemoveIncompleteSaves(dir);
     fs::create_directories(step_dir, ec);
     if (ec) throw InputError({step_dir.string(), 0, "--save"}, "cannot create: " + ec.message());
   }
   groups.world->Barrier();
+  const std::optional<LockHolder> holder = ReadLock(fs::path(dir) / kLockName);
+  const SaveSite site{dir, root ? lock->text() : holder ? holder->text : ""};
 
   std::vector<Span> tensors{params};
   tensors.insert(tensors.end(), optimizer_state.begin(), optimizer_state.end());
@@ -195,19 +456,20 @@ void SaveCheckpoint(const std::string& dir, const CheckpointState& state, const 
   blob.append(reinterpret_cast<const char*>(&sum), sizeof(sum));
   std::function<void()> on_half;
   if (fault_hook) on_half = [&fault_hook] { fault_hook("rank file half written"); };
-  WriteAtomically(step_dir / RankFileName(groups.world->rank()), blob, on_half);
+  WriteAtomically(step_dir / RankFileName(groups.world->rank()), blob, site, on_half);
   groups.world->Barrier();  // every rank's file is in place
 
   if (fault_hook) fault_hook("rank files written");
-  if (groups.world->rank() == 0) {
+  if (root) {
     std::string manifest = fmt::format(
         "# ptdp checkpoint: one rank-NNNNN.bin per rank (ptdp execute --load {})\n"
-        "format: ptdp-checkpoint\nversion: 1\nstep: {}\nsequences_consumed: {}\nseed: {}\n"
-        "world_size: {}\nlayout: {}\n",
-        dir, state.step, state.sequences_consumed, state.seed, groups.world->size(),
-        YamlQuote(layout));
-    WriteAtomically(step_dir / "manifest.yaml", manifest);
-    WriteAtomically(fs::path(dir) / "latest", StepDirName(state.step) + "\n");
+        "format: ptdp-checkpoint\nversion: {}\nrun: {}\nstep: {}\nsequences_consumed: {}\n"
+        "seed: {}\nworld_size: {}\nlayout: {}\n",
+        dir, kManifestVersion, state.run_id, state.step, state.sequences_consumed, state.seed,
+        groups.world->size(), YamlQuote(layout));
+    WriteAtomically(step_dir / "manifest.yaml", manifest, site);
+    WriteAtomically(fs::path(dir) / "latest", StepDirName(state.step) + "\n", site);
+    lock.reset();
   }
   groups.world->Barrier();  // committed before anyone moves on
 }
@@ -233,6 +495,14 @@ CheckpointRankFile ParseCheckpointRankFile(std::string_view blob, const std::str
   f.state.sequences_consumed = Count(header, "sequences_consumed", file);
   f.state.seed = Count(header, "seed", file);
   f.rank = Count(header, "rank", file);
+  if (const auto run = FindField(header, "run")) {  // none in format version 1
+    if (!IsRunId(*run)) {
+      throw LoadError(file, fmt::format("the header's run is not a run id (32 lowercase hex "
+                                        "digits): \"{}\"",
+                                        *run));
+    }
+    f.state.run_id = std::string(*run);
+  }
   f.layout = std::string(Field(header, "layout", file));
   size_t at = header_end + 2;
   for (int i = 0; FindField(header, fmt::format("tensor{}_bytes", i)); ++i) {
@@ -253,8 +523,13 @@ CheckpointRankFile ParseCheckpointRankFile(std::string_view blob, const std::str
 CheckpointManifest ParseCheckpointManifest(std::string_view text, const std::string& file) {
   const YAML::Node root = ParseYamlDocument(text, file);
   const YamlMap map(root, file, "", 1);
-  if (map.String("format") != "ptdp-checkpoint" || map.Int("version") != 1) {
-    throw LoadError(file, "not a ptdp checkpoint manifest (format ptdp-checkpoint, version 1)");
+  if (map.String("format") != "ptdp-checkpoint") {
+    throw LoadError(file, "not a ptdp checkpoint manifest (format ptdp-checkpoint)");
+  }
+  const int64_t version = map.Int("version");
+  if (version < 1 || version > kManifestVersion) {
+    map.Fail("version", fmt::format("this ptdp reads checkpoint format versions 1 and {}, got {}",
+                                    kManifestVersion, version));
   }
   auto count = [&map](std::string_view key) {
     const int64_t value = map.Int(key);
@@ -262,6 +537,13 @@ CheckpointManifest ParseCheckpointManifest(std::string_view text, const std::str
     return value;
   };
   CheckpointManifest m;
+  if (version >= 2) {
+    m.state.run_id = map.String("run");
+    if (!IsRunId(m.state.run_id)) {
+      map.Fail("run", fmt::format("expected a run id (32 lowercase hex digits), got \"{}\"",
+                                  m.state.run_id));
+    }
+  }
   m.state.step = count("step");
   m.state.sequences_consumed = count("sequences_consumed");
   m.state.seed = count("seed");
@@ -301,6 +583,19 @@ CheckpointState LoadCheckpoint(const std::string& dir, const std::string& layout
     throw LoadError(file, fmt::format("holds rank {}'s state, not rank {}'s (renamed or swapped "
                                       "files?)",
                                       f.rank, rank));
+  }
+  // A save by another run into the same step folder, interrupted: its files beside this
+  // manifest's would pass every other check when the runs share the layout and seed.
+  if (f.state.run_id != manifest.state.run_id) {
+    throw LoadError(
+        file,
+        fmt::format("written by {}, the manifest {}: two runs saved into this folder",
+                    RunName(f.state.run_id),
+                    manifest.state.run_id.empty()
+                        ? std::string("is of checkpoint format version 1 (no run id)")
+                        : "is run " + manifest.state.run_id + "'s"),
+        "another run's save into this step folder was interrupted; load a step folder one run "
+        "saved whole");
   }
   if (f.state.step != manifest.state.step ||
       f.state.sequences_consumed != manifest.state.sequences_consumed ||

@@ -175,11 +175,12 @@ struct Run {
   TrainingOptimizer& optimizer;
   const std::string& layout;  // the checkpoint layout (CheckpointLayout)
   TimedBackend* timed;        // `backend` when it times kernels by class, else nullptr
+  std::string run_id = {};    // the run's identity (checkpoint.h), set once it is known
 };
 
 // Loads the checkpoint in options.load_dir into the parameters and optimizer state, checking
-// that it continues this run (same seed, consistent data position); returns its step.
-int64_t LoadResumeCheckpoint(const Run& run) {
+// that it continues this run (same seed, consistent data position); returns its state.
+CheckpointState LoadResumeCheckpoint(const Run& run) {
   const ExecuteOptions& options = run.options;
   const TrainingSpec& training = run.plan.training;
   const CheckpointState s = LoadCheckpoint(options.load_dir, run.layout, run.params.values(),
@@ -192,7 +193,48 @@ int64_t LoadResumeCheckpoint(const Run& run) {
   if (s.sequences_consumed != s.step * training.global_batch_size) {
     throw InputError({options.load_dir, 0, ""}, "inconsistent data position in the checkpoint");
   }
-  return s.step;
+  return s;
+}
+
+// A new run's identity, made by world rank 0 and sent to every rank: four 32-bit words, each
+// exact in the double of a host all-reduce (a sum with 0 from the other ranks).
+std::string AgreeOnNewRunId(Comm& world) {
+  const std::string mine = world.rank() == 0 ? NewRunId() : std::string(32, '0');
+  std::string id;
+  for (size_t i = 0; i < 4; ++i) {
+    const uint32_t word = static_cast<uint32_t>(std::stoul(mine.substr(8 * i, 8), nullptr, 16));
+    const double sum = world.AllReduceHost(world.rank() == 0 ? word : 0.0, ReduceOp::kSum);
+    id += fmt::format("{:08x}", static_cast<uint32_t>(sum));
+  }
+  PTDP_CHECK(IsRunId(id));
+  return id;
+}
+
+// The run's identity and its first line on `progress` when it saves or loads checkpoints:
+// resuming continues the checkpoint's run (a format-1 checkpoint has none: the run gets a new
+// one); a run from the initialisation gets a new one.
+std::string DecideRunId(const Run& run, const CheckpointState* loaded, std::ostream* progress) {
+  const ExecuteOptions& options = run.options;
+  if (loaded != nullptr && !loaded->run_id.empty()) {
+    if (progress != nullptr) {
+      *progress << fmt::format("run {}: resumed from {} at step {}\n", loaded->run_id,
+                               options.load_dir, loaded->step);
+    }
+    return loaded->run_id;
+  }
+  // A rank run alone (--profile-rank) has stand-in groups: no other rank to agree with.
+  const std::string id =
+      options.profile_rank >= 0 ? NewRunId() : AgreeOnNewRunId(*run.groups.world);
+  if (progress == nullptr) return id;
+  if (loaded != nullptr) {
+    *progress << fmt::format(
+        "run {}: resumed from {} at step {}, a checkpoint of format version 1 (no run id): a "
+        "new run id from here on\n",
+        id, options.load_dir, loaded->step);
+  } else if (!options.save_dir.empty()) {
+    *progress << fmt::format("run {}: a new run, saving into {}\n", id, options.save_dir);
+  }
+  return id;
 }
 
 // A micro-batch from `fill(j, tokens)`, which writes the S + 1 tokens of its sequence j;
@@ -332,15 +374,16 @@ void PrintProgress(std::ostream& out, const ExecuteOptions& options, const Execu
 void SaveStepCheckpoint(const Run& run, int64_t step, std::ostream* progress) {
   const TrainingSpec& training = run.plan.training;
   const double ts = run.recorder.Now();
-  SaveFaultHook on_save;
-  if (run.options.on_save) {
-    on_save = [&options = run.options, step](std::string_view phase) {
-      options.on_save(step, phase);
-    };
+  const ExecuteOptions& options = run.options;
+  SaveOptions save;
+  save.replace_other_runs =
+      options.save_overwrite || ResumesFromFolder(options.load_dir, options.save_dir);
+  if (options.on_save) {
+    save.fault_hook = [&options, step](std::string_view phase) { options.on_save(step, phase); };
   }
-  SaveCheckpoint(run.options.save_dir, {step, step * training.global_batch_size, training.seed},
-                 run.layout, run.params.values(), run.optimizer.state(), run.groups, run.backend,
-                 on_save);
+  SaveCheckpoint(options.save_dir,
+                 {step, step * training.global_batch_size, training.seed, run.run_id}, run.layout,
+                 run.params.values(), run.optimizer.state(), run.groups, run.backend, save);
   run.recorder.Add("checkpoint", "other", ts, run.recorder.Now());
   if (progress != nullptr) {
     *progress << fmt::format("saved checkpoint of step {} in {}\n", step, run.options.save_dir);
@@ -666,24 +709,30 @@ ExecuteResult Execute(const Plan& plan, const ExecuteOptions& options, ProcessGr
                               recorder, options.loss_scaler, Overlap(plan));
   runner.set_listener(&optimizer);
   const std::string layout = CheckpointLayout(plan, options.dtype);
-  const Run run{plan,
-                options,
-                groups,
-                backend,
-                data,
-                recorder,
-                params,
-                runner,
-                optimizer,
-                layout,
-                timed ? &*timed : nullptr};
+  Run run{plan,
+          options,
+          groups,
+          backend,
+          data,
+          recorder,
+          params,
+          runner,
+          optimizer,
+          layout,
+          timed ? &*timed : nullptr,
+          ""};
 
   ExecuteResult result;
   result.backend = std::string(backend.name());
   result.profile_rank = options.profile_rank;
   result.data_description = data.description();
   result.tokens_per_step = training.global_batch_size * model_spec.seq_length;
-  const int64_t done = options.load_dir.empty() ? 0 : LoadResumeCheckpoint(run);
+  std::optional<CheckpointState> loaded;
+  if (!options.load_dir.empty()) loaded = LoadResumeCheckpoint(run);
+  const int64_t done = loaded ? loaded->step : 0;
+  const bool reports = groups.world->rank() == 0 && options.profile_rank < 0;
+  run.run_id = DecideRunId(run, loaded ? &*loaded : nullptr, reports ? progress : nullptr);
+  result.run_id = run.run_id;
   result.first_step = done + 1;
   const int64_t val_count = data.validation_sequences(model_spec.seq_length);
   const double run_start = recorder.Now();
@@ -724,6 +773,7 @@ std::string ResultsJson(const Plan& plan, const ExecuteOptions& options, const E
       "{},\n  \"tokens_per_step\": {},\n",
       JsonString(r.backend), JsonString(Name(options.dtype)), JsonString(r.data_description),
       plan.training.global_batch_size, r.tokens_per_step);
+  out += fmt::format("  \"run_id\": {},\n", JsonString(r.run_id));
   out += fmt::format("  \"first_step\": {},\n  \"steps_run\": {},\n", r.first_step, r.steps.size());
   std::string losses, times, norms, bubbles, validation;
   double time_sum = 0;

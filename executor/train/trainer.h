@@ -46,7 +46,10 @@ struct ExecuteOptions {
   std::string save_dir = {};  // "" = no checkpoints
   int64_t save_interval = 0;  // save every K steps (and after the last); 0 = after the last only
   std::string load_dir = {};  // "" = start from the initialisation
-  bool keep_trace = false;    // keep every operation's interval for a Chrome trace
+  // Save over other runs' checkpoints in save_dir (--save-overwrite); otherwise each save
+  // refuses a folder holding another run's (checkpoint.h), unless the run resumed from it.
+  bool save_overwrite = false;
+  bool keep_trace = false;         // keep every operation's interval for a Chrome trace
   bool gather_parameters = false;  // assemble the final full model on world rank 0
   // Validation loss (forward only, on one global batch of held-out sequences: the same ones
   // every time) every K steps and after the last; 0 = after the last only.
@@ -109,6 +112,8 @@ struct ExecuteResult {
   std::string backend = "cpu";  // Backend::name() of the run
   int profile_rank = -1;        // ExecuteOptions::profile_rank: the figures are that rank's alone
   int64_t first_step = 1;       // the first step this run executed (after a resume: saved step + 1)
+  // The run's identity (checkpoint.h): the resumed checkpoint's, else new.
+  std::string run_id;
   std::vector<StepLog> steps;
   std::string data_description;
   int64_t tokens_per_step = 0;

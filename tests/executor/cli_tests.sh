@@ -9,6 +9,14 @@
 #            the uninterrupted run's exactly, and the next save removes what the killed one left;
 #            swapped rank files, a rank file of another save, a
 #            truncated file and another model are each refused naming the file
+#   runs     two runs, one folder: run A saves steps 2 and 4 (its run id in the manifests and
+#            rank files); run B (same plan and seed, other data) is refused at start-up (exit 2,
+#            naming the folder, A's id and the two ways out), with --launch too; B with
+#            --save-overwrite killed after rank 0's file of its step-2 save: `latest` still
+#            names A's step 4, which resumes with A's losses, and the mixed step-2 folder is
+#            refused naming the file and both ids; B killed the same way in its step-4 save:
+#            resuming from the folder is refused; A's save beside a live job's lock fails naming
+#            the holder
 #   fault    one rank raises before step 3; one raises in the middle of step 3 with messages
 #            in flight (pipeline 2); one exits; one stops (SIGSTOP) and the other's watchdog
 #            (--watchdog 5) ends the job: each job ends non-zero within 60 s, with the failing
@@ -114,6 +122,78 @@ checkpoint)
   cp -p r1 $d/rank-00001.bin
   run 2 "$ptdp" execute --plan plan.yaml --steps 9 --load ckpt >load.log 2>&1 \
     || { cat load.log; fail "the restored checkpoint does not load"; }
+  ;;
+runs)
+  "$tool" plan plan.yaml pp=2 || fail "plan"
+  run 2 "$ptdp" execute --plan plan.yaml --steps 6 --results straight.json >straight.log 2>&1 \
+    || { cat straight.log; fail "A straight"; }
+  run 2 "$ptdp" execute --plan plan.yaml --steps 4 --save ckpt --save-interval 2 >a.log 2>&1 \
+    || { cat a.log; fail "A"; }
+  runid() { grep -ao 'run=[0-9a-f]\{32\}' "$1" | head -1 | cut -c5-; }
+  a=$(sed -n 's/^run: //p' ckpt/step-00000004/manifest.yaml)
+  [ ${#a} -eq 32 ] || fail "no run id in the manifest"
+  grep -q "^run $a: a new run, saving into ckpt" a.log || { cat a.log; fail "no run line"; }
+  for f in ckpt/step-0000000[24]/rank-0000[01].bin; do
+    [ "$(runid "$f")" = "$a" ] || fail "$f: run $(runid "$f"), not $a"
+  done
+  [ -e ckpt/.ptdp-save.lock ] && fail "the save lock stayed"
+  # B: the same plan and seed on other data, so only the run id tells the two apart.
+  b_run() { run 2 "$ptdp" execute --plan plan.yaml --data synthetic --save ckpt "$@"; }
+  refused_at_start() {  # refused_at_start LOG: exit 2, one message naming A's checkpoints
+    [ "$(grep -c "ptdp: error: ckpt: --save: holds the checkpoints of run $a (step-00000004, which \`latest\` names), and this run is a new one" "$1")" = 1 ] \
+      || { cat "$1"; fail "no refusal naming run A"; }
+    grep -q -- "(hint: resume that run with --load ckpt .*, or give --save-overwrite" "$1" \
+      || fail "the two ways out are not named"
+  }
+  b_run --steps 2 >b.log 2>b.err; rc=$?
+  [ $rc -eq 2 ] || { cat b.log b.err; fail "B without --save-overwrite: exit $rc, not 2"; }
+  refused_at_start b.err
+  grep -q "^step" b.log && fail "B trained"
+  "$ptdp" execute --plan plan.yaml --save ckpt --launch >l.log 2>l.err; rc=$?
+  [ $rc -eq 2 ] || { cat l.log l.err; fail "--launch: exit $rc, not 2"; }
+  refused_at_start l.err
+  grep -q "^launching" l.log && fail "--launch started the ranks"
+  echo "B refused at start: $(grep -m1 'ptdp: error' b.err)"
+  # A resumed into its folder beside the lock of a job that runs (this script): its save fails
+  # naming the holder, and `latest` stays.
+  printf 'pid=%s\nhost=%s\nrun=%s\n' $$ "$(uname -n)" 0123456789abcdef0123456789abcdef \
+    >ckpt/.ptdp-save.lock
+  run 2 "$ptdp" execute --plan plan.yaml --steps 5 --load ckpt --save ckpt >lock.log 2>&1 \
+    && fail "saved beside a live lock"
+  grep -q "ckpt/.ptdp-save.lock: --save: another job is writing checkpoints here: pid $$ on host $(uname -n) (run 0123456789abcdef0123456789abcdef) holds this lock" \
+    lock.log || { cat lock.log; fail "the lock's holder is not named"; }
+  [ "$(cat ckpt/latest)" = step-00000004 ] && [ ! -e ckpt/step-00000005 ] || fail "a save happened"
+  rm ckpt/.ptdp-save.lock
+  # B with --save-overwrite, killed in its save of step 2 once rank 0's file is written.
+  PTDP_TEST_FAULT=1:2:killpartial b_run --steps 2 --save-overwrite >b.log 2>&1 \
+    && fail "the killed B succeeded"
+  b=$(runid ckpt/step-00000002/rank-00000.bin)
+  [ ${#b} -eq 32 ] && [ "$b" != "$a" ] || fail "rank 0's step-2 file is not B's: $b"
+  [ "$(runid ckpt/step-00000002/rank-00001.bin)" = "$a" ] || fail "rank 1's step-2 file is not A's"
+  [ "$(cat ckpt/latest)" = step-00000004 ] || fail "latest is $(cat ckpt/latest)"
+  grep -q "run=$b" ckpt/.ptdp-save.lock || fail "B's lock is not left behind"
+  run 2 "$ptdp" execute --plan plan.yaml --steps 6 --load ckpt --results resumed.json \
+    >resumed.log 2>&1 || { cat resumed.log; fail "A's resume"; }
+  grep -q "^run $a: resumed from ckpt at step 4" resumed.log || fail "not resumed as run A"
+  grep -q '"first_step": 5' resumed.json || fail "not resumed at step 5"
+  grep -q "\"run_id\": \"$a\"" resumed.json || fail "no run id in the results"
+  "$tool" same-losses straight.json resumed.json || fail "A's losses differ after the resume"
+  echo "B killed in its step-2 save: resumed A's step 4 with A's losses"
+  refused() {  # refused LOAD STEP-FILE: the load is refused naming the file and both ids
+    run 2 "$ptdp" execute --plan plan.yaml --steps 6 --load "$1" >load.log 2>&1 \
+      && fail "$1: loaded two runs' files"
+    grep -q "$2: written by run $b, the manifest is run $a's: two runs saved into this folder" \
+      load.log || { cat load.log; fail "$1: no refusal naming $2"; }
+    echo "$1: refused: $(grep -m1 -o "$2: written by.*folder" load.log)"
+  }
+  refused ckpt/step-00000002 ckpt/step-00000002/rank-00000.bin
+  # Killed the same way in its save of step 4, the one `latest` names (its lock, left by a
+  # process that is gone, is taken over).
+  PTDP_TEST_FAULT=1:4:killpartial b_run --steps 4 --save-overwrite >b.log 2>&1 \
+    && fail "the second killed B succeeded"
+  b=$(runid ckpt/step-00000004/rank-00000.bin)
+  [ "$(cat ckpt/latest)" = step-00000004 ] || fail "latest is $(cat ckpt/latest)"
+  refused ckpt ckpt/step-00000004/rank-00000.bin
   ;;
 fault)
   "$tool" plan plan.yaml tp=2 || fail "plan"
