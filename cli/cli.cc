@@ -7,6 +7,8 @@
 #include "cli/commands.h"
 #include "cli/docs.h"
 #include "cli/output.h"
+#include "cli/printable.h"
+#include "cli/progress.h"
 #include "core/error.h"
 #include "core/text.h"
 #include "executor/backend/device.h"
@@ -62,7 +64,12 @@ int RunCommand(const Command& command, const std::vector<std::string>& args, std
 
 }  // namespace
 
-int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+int Run(const std::vector<std::string>& args, std::ostream& raw_out, std::ostream& raw_err,
+        const RunOptions& options) {
+  const StopRequestScope stop(options.should_stop);
+  // Whatever a command prints, a launch script's words in it cannot reach the terminal as
+  // control characters, nor a caller as bytes that are not UTF-8 (cli/printable.h).
+  PrintableStream out(raw_out), err(raw_err);
   try {
     if (args.empty()) {
       err << TopHelp() << "\nptdp: error: no command given\n";
@@ -98,8 +105,12 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
                        : fmt::format("did you mean {}? `ptdp --help` lists the commands", near));
     }
     return RunCommand(*command, {args.begin() + 1, args.end()}, out, err);
+  } catch (const Interrupted&) {
+    err << "ptdp: interrupted\n";
+    return kExitInterrupted;
   } catch (const InputError& e) {
-    err << "ptdp: error: " << e.what() << "\n";
+    // A word of the input it quotes is bounded however long it was (core/text.h).
+    err << "ptdp: error: " << ShortenLongWords(e.what()) << "\n";
     return kExitBadInput;
   } catch (const InternalError& e) {
     err << "ptdp: internal error (a bug in ptdp; please report it): " << e.what() << "\n";

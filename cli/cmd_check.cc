@@ -47,7 +47,9 @@ std::string Where(const MegatronFinding& f, bool show_lines) {
   } else if (!f.file.empty()) {
     where = f.file;
   }
-  if (!f.flag.empty()) where += (where.empty() ? "" : " ") + f.flag;
+  // A long flag the message names (an unknown one, quoted by its start) is said once.
+  const bool said = f.flag.size() > kShortWordBytes && f.message.find(f.flag) != std::string::npos;
+  if (!f.flag.empty() && !said) where += (where.empty() ? "" : " ") + f.flag;
   return where.empty() ? "" : where + ": ";
 }
 
@@ -81,11 +83,13 @@ std::string CannotJudge(const CheckReport& report) {
   }
   if (!c.unread_files.empty() && report.failed()) {
     const bool one = c.unread_files.size() == 1;
+    std::vector<std::string> files;
+    for (const std::string& f : c.unread_files) files.push_back(QuotedWord(f));
     return fmt::format(
         "{} file{} the script sources could not be read ({}); the errors below may be what {} "
-        "would set: check the script on a machine that has {}, or give {} variables with --env "
-        "or --env-file",
-        c.unread_files.size(), one ? "" : "s", fmt::join(c.unread_files, ", "), one ? "it" : "they",
+        "would set: check the script on a machine that has {} (--allow-source DIR for a folder "
+        "outside the script's), or give {} variables with --env or --env-file",
+        c.unread_files.size(), one ? "" : "s", fmt::join(files, ", "), one ? "it" : "they",
         one ? "it" : "them", one ? "its" : "their");
   }
   return "";
@@ -346,7 +350,7 @@ const Command kCheckCommand{
     .summary = "check a Megatron-LM command line against Megatron's rules and the best plan",
     .usage =
         "ptdp check [--gpus N] [--cluster C] -- <Megatron-LM command line>\n"
-        "       ptdp check [--gpus N] [--cluster C] --file cmd.sh",
+        "       ptdp check [--gpus N] [--cluster C] --file cmd.sh [--allow-source DIR]",
     .description =
         "Reads a Megatron-LM launch as written: a pasted command, or a launch script played as "
         "bash\nwould play it (arrays, ${VAR:-x}, $((...)), if/case/for, functions, `source`, "
@@ -357,6 +361,13 @@ const Command kCheckCommand{
         "--version says which), warns once for every flag that changes\nthe run but is not "
         "simulated, then simulates the layout and compares it with the best plan\nfor the same "
         "model, GPUs and batch.\n\n"
+        "What it reads: the script (--file: a regular file of at most 1 MiB, or `-`), and the "
+        "files it\nsources or submits to sbatch only in the script's own folder and below, or "
+        "in a folder\n--allow-source names (a script from standard input or the command line "
+        "has no folder: only\nthose, relative paths taken from the current folder); never "
+        "/proc, /sys, /dev or anything\nbut a regular file. A file not read is named in a "
+        "warning and what it would set stays\nunknown. It runs nothing, and prints the "
+        "script's words with control characters escaped.\n\n"
         "Exit codes: 0 Megatron-LM would accept the command (even when it does not fit, unless\n"
         "--require-fit); 1 Megatron-LM would refuse it; 2 bad input (no command, unreadable "
         "file);\n4 with --require-fit: accepted, but it does not fit in memory; 5 cannot judge, "

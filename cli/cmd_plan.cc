@@ -398,6 +398,8 @@ PlanSearchResult TimedSearch(PlanRequest& req, std::ostream& err, double& second
     };
     res = SearchPlans(req);
   }
+  // The line is gone; a later search of the same request (BestRunnable's) can still be stopped.
+  req.progress = [](int64_t, int64_t) { ThrowIfStopRequested(); };
   seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return res;
 }

@@ -263,9 +263,9 @@ std::string_view MegatronFlagFor(std::string_view key) {
 // What may go with a Megatron-LM command: the hardware, the GPU count when the launcher does
 // not say it, and the outputs. Everything else is the command's to say.
 constexpr std::string_view kWithMegatron[] = {
-    "megatron",  "file",    "script-args", "env",         "env-file", "vocab-size",
-    "cluster",   "gpus",    "format",      "trace",       "svg",      "svg-from",
-    "svg-until", "explain", "timeline",    "memory-unit", "help"};
+    "megatron",   "file",      "script-args", "env",      "env-file",    "allow-source",
+    "vocab-size", "cluster",   "gpus",        "format",   "trace",       "svg",
+    "svg-from",   "svg-until", "explain",     "timeline", "memory-unit", "help"};
 
 bool MegatronGiven(const Flags& flags) {
   return flags.Has("megatron") || flags.Has("file") || !flags.passthrough().empty();
@@ -321,11 +321,16 @@ Plan PlanFromMegatron(const Flags& flags, std::ostream& err) {
   }
   for (const MegatronFinding& f : c.findings) {
     if (f.severity != MegatronFinding::Severity::kError) continue;
+    std::vector<std::string> files;
+    for (const std::string& file : c.unread_files) files.push_back(QuotedWord(file));
     const std::string unread =
-        c.unread_files.empty() ? ""
-                               : fmt::format(" (the script sources {}, which could not be read)",
-                                             fmt::join(c.unread_files, ", "));
-    throw InputError({in.source, line_of(f.line), f.flag},
+        files.empty() ? ""
+                      : fmt::format(" (the script sources {}, which could not be read)",
+                                    fmt::join(files, ", "));
+    // A long flag the message names (an unknown one, quoted by its start) is said once.
+    const bool said =
+        f.flag.size() > kShortWordBytes && f.message.find(f.flag) != std::string::npos;
+    throw InputError({in.source, line_of(f.line), said ? "" : f.flag},
                      fmt::format("Megatron-LM would refuse this command{}: {}", unread, f.message),
                      (f.fix.empty() ? "" : f.fix + "; ") +
                          (errors > 1 ? fmt::format("{} errors in all; ", errors) : "") +
@@ -367,6 +372,17 @@ Plan PlanFromMegatron(const Flags& flags, std::ostream& err) {
   plan.training = c.training;
   plan.parallel = c.parallel;
   plan.options = c.options;
+  if (const std::string problem =
+          ScheduleSizeProblem(plan.parallel.pp, NumMicrobatches(plan.training, plan.parallel),
+                              plan.parallel.virtual_stages);
+      !problem.empty()) {
+    int line = 0;
+    for (const MegatronCommand::Arg& a : c.args) {
+      if (a.flag == "--global-batch-size") line = a.line;
+    }
+    throw InputError({in.source, line_of(line), "--global-batch-size"}, problem,
+                     "a smaller --global-batch-size, or a larger --micro-batch-size");
+  }
   return plan;
 }
 
@@ -389,6 +405,18 @@ int RunSimulate(const Flags& flags, std::ostream& out, std::ostream& err) {
     flags.Fail(
         v.front().rule == Rule::kContextParallel ? "attention-backend" : FlagFor(v.front().key),
         v.front().message, v.front().hint);
+  }
+  // The schedule is built operation by operation: its length bounded (a plan file's own is
+  // checked where it is read, a Megatron command's in PlanFromMegatron; here what flags set).
+  if (const std::string problem =
+          ScheduleSizeProblem(plan.parallel.pp, NumMicrobatches(plan.training, plan.parallel),
+                              plan.parallel.virtual_stages);
+      !problem.empty()) {
+    const char* flag = !path                      ? "global-batch"
+                       : flags.Has("micro-batch") ? "micro-batch"
+                       : flags.Has("pp")          ? "pp"
+                                                  : "virtual-stages";
+    flags.Fail(flag, problem, "a smaller global batch, or a larger micro-batch");
   }
   const SvgWindow window = ReadSvgWindow(flags);
   const SimulationReport report = SimulatePlan(plan);
@@ -461,8 +489,9 @@ const Command kSimulateCommand{
         "                     [--svg-from S] [--svg-until S]\n"
         "       ptdp simulate --cluster C [--gpus N] (--megatron \"<Megatron-LM command>\" | "
         "--file cmd.sh)\n"
-        "                     [--format table|json] [--trace out.json] [--svg out.svg] "
-        "[--explain]",
+        "                     [--allow-source DIR] [--format table|json] [--trace out.json] "
+        "[--svg out.svg]\n"
+        "                     [--explain]",
     .description =
         "Plays one configuration's pipeline schedule (the operation lists of `ptdp schedule`) "
         "with\ndurations from the cost model: step time, bubbles, memory per stage, "

@@ -19,13 +19,21 @@ struct MegatronInput {
   MegatronReadOptions read;  // the script's arguments (--script-args), its sourced files
 };
 
-// --script-args, --env and --env-file: what a launch script runs with (for check and simulate).
+// --script-args, --env, --env-file and --allow-source: what a launch script runs with and may
+// read (for check and simulate).
 void AddScriptEnvironmentOptions(boost::program_options::options_description& o);
 
 // The command from --file, from `text_flag` (a flag holding the whole command; "" for none) or
-// from the words after --: exactly one of them, else an InputError naming the flags. A script
-// read from a file runs from its own folder ($PWD, the files it sources). With none, the error
-// reads "no command to <verb>" with `usage_hint`.
+// from the words after --: exactly one of them, else an InputError naming the flags. --file is a
+// regular file, or `-` (standard input), of at most 1 MiB (kMaxShellTextBytes), else an
+// InputError naming it; nothing larger is read into memory and a FIFO is never opened. A script
+// read from a file runs from its own folder ($PWD). The files it sources or sbatch submits are
+// read (MegatronReadOptions::read_file) only in its folder and below, or in a folder
+// --allow-source names, after links and `..` are resolved; never in /proc, /sys or /dev, and
+// only regular files: any other is left unread with a note saying why (issue 35). A script
+// from standard input or the command line has no folder: only --allow-source's, a relative
+// path from the current folder. With no command, the error reads "no command to <verb>" with
+// `usage_hint`.
 MegatronInput ReadMegatronInput(const Flags& flags, std::string_view text_flag,
                                 std::string_view verb, std::string_view usage_hint);
 

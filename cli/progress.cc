@@ -6,8 +6,13 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "cli/printable.h"
+
 namespace ptdp::cli {
 namespace {
+
+// The should_stop of the command running on this thread (StopRequestScope), or null.
+thread_local const std::function<bool()>* t_should_stop = nullptr;
 
 bool ForcedByEnvironment() {
   const char* value = std::getenv("PTDP_PROGRESS");
@@ -15,6 +20,17 @@ bool ForcedByEnvironment() {
 }
 
 }  // namespace
+
+StopRequestScope::StopRequestScope(const std::function<bool()>& should_stop)
+    : saved_(t_should_stop) {
+  t_should_stop = &should_stop;
+}
+
+StopRequestScope::~StopRequestScope() { t_should_stop = saved_; }
+
+void ThrowIfStopRequested() {
+  if (t_should_stop != nullptr && *t_should_stop && (*t_should_stop)()) throw Interrupted();
+}
 
 ProgressLine::ProgressLine(std::ostream& err, std::string what)
     : ProgressLine(err, std::move(what), false) {}
@@ -32,13 +48,14 @@ ProgressLine::~ProgressLine() { Clear(); }
 
 void ProgressLine::Clear() {
   if (mode_ == Mode::kTerminal && shown_ > 0) {
-    err_ << '\r' << std::string(shown_, ' ') << '\r';
+    WriteRaw(err_, "\r" + std::string(shown_, ' ') + "\r");
     err_.flush();
     shown_ = 0;
   }
 }
 
 void ProgressLine::Update(const std::string& status) {
+  ThrowIfStopRequested();  // whether the line is shown or not
   if (mode_ == Mode::kOff) return;
   const auto now = std::chrono::steady_clock::now();
   const double elapsed = std::chrono::duration<double>(now - start_).count();
@@ -52,7 +69,8 @@ void ProgressLine::Update(const std::string& status) {
   if (mode_ == Mode::kLines) {
     err_ << line << '\n';
   } else {
-    err_ << '\r' << line << std::string(shown_ > line.size() ? shown_ - line.size() : 0, ' ');
+    WriteRaw(err_, "\r");  // ptdp's own carriage return; `line` is escaped as all text is
+    err_ << line << std::string(shown_ > line.size() ? shown_ - line.size() : 0, ' ');
     shown_ = line.size();
   }
   err_.flush();

@@ -4,12 +4,22 @@
 
 #include <cmath>
 
+#include "core/text.h"
+
 namespace ptdp {
 
 std::string JsonString(std::string_view text) {
   std::string out = "\"";
-  for (char c : text) {
-    switch (c) {
+  for (size_t i = 0; i < text.size();) {
+    const Utf8Char c = DecodeUtf8(text.substr(i));
+    if (c.length == 0) {
+      // Not UTF-8, which JSON text must be: the byte as the text `\xNN` (as PrintableText
+      // writes it), so that the document stays valid and says what was there.
+      out += fmt::format("\\\\x{:02x}", static_cast<unsigned char>(text[i]));
+      ++i;
+      continue;
+    }
+    switch (c.code) {
       case '"':
         out += "\\\"";
         break;
@@ -26,12 +36,15 @@ std::string JsonString(std::string_view text) {
         out += "\\t";
         break;
       default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += fmt::format("\\u{:04x}", static_cast<unsigned char>(c));
+        // Control characters as \u escapes: C0 (JSON requires it), DEL and C1 too, so that
+        // the JSON printed on a terminal never carries one raw.
+        if (c.code < 0x20 || IsControlCharacter(c.code)) {
+          out += fmt::format("\\u{:04x}", static_cast<unsigned>(c.code));
         } else {
-          out += c;
+          out.append(text.substr(i, c.length));
         }
     }
+    i += c.length;
   }
   return out + "\"";
 }

@@ -14,6 +14,11 @@ inline constexpr int64_t kMaxGlobalBatch = int64_t{1} << 20;  // sequences per s
 // experts...): 4 x the largest still fits an int, and products of two fit an int64.
 inline constexpr int64_t kMaxModelDimension = int64_t{1} << 24;  // 16,777,216
 inline constexpr int64_t kMaxLayers = int64_t{1} << 14;          // 16,384 layers
+// A step's pipeline schedule is built and simulated operation by operation: stages x
+// micro-batches x model chunks at most this, 524,288 (some 330 MB and 2 s to simulate, 1 GB
+// with a Chrome trace; `plan` keeps its top ten so, about 1.2 GB). A planner search meeting
+// 2^26 of them once took 21 GB before it was killed.
+inline constexpr int64_t kMaxPipelineOps = int64_t{1} << 19;
 // `execute --watchdog`: a week.
 inline constexpr int64_t kMaxWatchdogSeconds = 7 * 24 * 3600;
 

@@ -7,11 +7,18 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/limits.h"
 
 namespace ptdp {
 
 ModelSpec ClassicGpt(std::string name, int num_layers, int hidden_size, int num_attention_heads,
                      int vocab_size, int seq_length) {
+  // The callers' readers bound the sizes (core/limits.h): a hidden size of 10^9 from a vTrain
+  // file once overflowed 4 x hidden below.
+  PTDP_CHECK(num_layers >= 1 && num_layers <= kMaxLayers && hidden_size >= 1 &&
+             hidden_size <= kMaxModelDimension && num_attention_heads >= 1 &&
+             num_attention_heads <= kMaxModelDimension && seq_length >= 1 &&
+             seq_length <= kMaxModelDimension);
   ModelSpec m;
   m.name = std::move(name);
   m.num_layers = num_layers;

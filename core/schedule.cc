@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/limits.h"
 
 namespace ptdp {
 namespace {
@@ -111,8 +112,20 @@ std::string ScheduleProblem(Schedule kind, int p, int m, int v) {
   return "";
 }
 
+std::string ScheduleSizeProblem(int64_t p, int64_t m, int64_t v) {
+  // Each factor is at most an int: the product of three fits a double exactly enough to compare.
+  const double ops = static_cast<double>(p) * static_cast<double>(m) * static_cast<double>(v);
+  if (ops <= static_cast<double>(kMaxPipelineOps)) return "";
+  return fmt::format(
+      "{} pipeline stage{} x {} micro-batch{}{} = {:.0f} forward passes per step; ptdp builds "
+      "schedules of at most {}",
+      p, p == 1 ? "" : "s", m, m == 1 ? "" : "es",
+      v > 1 ? fmt::format(" x {} model chunks", v) : "", ops, kMaxPipelineOps);
+}
+
 PipelineSchedule MakeSchedule(Schedule kind, int p, int m, int v) {
-  const std::string problem = ScheduleProblem(kind, p, m, v);
+  std::string problem = ScheduleProblem(kind, p, m, v);
+  if (problem.empty()) problem = ScheduleSizeProblem(p, m, v);
   if (!problem.empty()) throw InternalError("MakeSchedule: " + problem);
   PipelineSchedule s;
   s.kind = kind;

@@ -58,6 +58,11 @@ struct PipelineSchedule {
 //    N = p, which needs m >= p and m % N == 0).
 std::string ScheduleProblem(Schedule kind, int stages, int microbatches, int chunks);
 
+// Why a step of `stages` x `microbatches` x `chunks` forward passes is too long to build and
+// simulate (more than kMaxPipelineOps, core/limits.h), or "". The callers name what sets the
+// micro-batches (a global batch, a micro-batch size).
+std::string ScheduleSizeProblem(int64_t stages, int64_t microbatches, int64_t chunks);
+
 // The operations of every stage. Orders:
 //  - gpipe: all forwards, then all backwards, in micro-batch order.
 //  - 1f1b (PipeDream-Flush, Megatron's forward_backward_pipelining_without_interleaving):
@@ -72,7 +77,7 @@ std::string ScheduleProblem(Schedule kind, int stages, int microbatches, int chu
 //    forwards, then for each micro-batch k: B_k, W_{k - r} (stage r defers r weight gradients),
 //    the next forward; the deferred W's close the stage. At most p micro-batches are held on
 //    any stage (forwarded, weight gradient not yet done), 1F1B's peak.
-// Throws InternalError when ScheduleProblem is not empty.
+// Throws InternalError when ScheduleProblem or ScheduleSizeProblem is not empty.
 PipelineSchedule MakeSchedule(Schedule kind, int stages, int microbatches, int chunks);
 
 // Micro-batch chunks whose activations stage r holds, at most, during the step: forwarded and

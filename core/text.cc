@@ -105,6 +105,105 @@ std::string XmlEscape(std::string_view text) {
         out += c;
     }
   }
+  // XML 1.0 allows no C0 control but tab and newline, and only UTF-8 text.
+  return PrintableText(out);
+}
+
+Utf8Char DecodeUtf8(std::string_view text) {
+  if (text.empty()) return {};
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned char first = byte(0);
+  if (first < 0x80) return {1, first, false};
+  size_t length = 0;
+  char32_t code = 0, least = 0;
+  if (first >= 0xC2 && first <= 0xDF) {
+    length = 2, code = first & 0x1F, least = 0x80;
+  } else if (first >= 0xE0 && first <= 0xEF) {
+    length = 3, code = first & 0x0F, least = 0x800;
+  } else if (first >= 0xF0 && first <= 0xF4) {
+    length = 4, code = first & 0x07, least = 0x10000;
+  } else {
+    return {};  // a continuation byte, 0xC0/0xC1 (always overlong) or 0xF5-0xFF
+  }
+  for (size_t i = 1; i < length; ++i) {
+    if (i >= text.size()) return {0, 0, true};
+    if ((byte(i) & 0xC0) != 0x80) return {};
+    code = (code << 6) | (byte(i) & 0x3F);
+    // Overlong forms, surrogates and code points past U+10FFFF show in the second byte: refuse
+    // them there, so that a truncated prefix is never one that cannot become valid.
+    if (i == 1 && length > 2) {
+      const char32_t top = code << (6 * (length - 2));
+      if (top < least || (top >= 0xD800 && top <= 0xDFFF) || top > 0x10FFFF) return {};
+    }
+  }
+  return {length, code, false};
+}
+
+bool IsControlCharacter(char32_t code) {
+  return (code < 0x20 && code != '\n' && code != '\t') || (code >= 0x7F && code <= 0x9F);
+}
+
+std::string PrintableText(std::string_view text, bool one_line) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    const Utf8Char c = DecodeUtf8(text.substr(i));
+    if (c.length == 0) {
+      out += fmt::format("\\x{:02x}", static_cast<unsigned char>(text[i]));
+      ++i;
+      continue;
+    }
+    if (one_line && c.code == '\n') {
+      out += "\\n";
+    } else if (one_line && c.code == '\t') {
+      out += "\\t";
+    } else if (IsControlCharacter(c.code)) {
+      out += c.code < 0x80 ? fmt::format("\\x{:02x}", static_cast<unsigned>(c.code))
+                           : fmt::format("\\u{:04x}", static_cast<unsigned>(c.code));
+    } else {
+      out.append(text.substr(i, c.length));
+    }
+    i += c.length;
+  }
+  return out;
+}
+
+std::string ShortWord(std::string_view word) {
+  if (word.size() <= kLongWordBytes) return std::string(word);
+  size_t cut = kShortWordBytes;
+  // Not inside a character: back up over continuation bytes (at most 3).
+  for (int k = 0; k < 3 && cut > 0 && (static_cast<unsigned char>(word[cut]) & 0xC0) == 0x80; ++k) {
+    --cut;
+  }
+  return fmt::format("{}... ({} bytes)", word.substr(0, cut), word.size());
+}
+
+std::string QuotedWord(std::string_view word) { return PrintableText(ShortWord(word), true); }
+
+std::string ShortenLongWords(std::string_view text) {
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    const size_t end = std::min(text.find_first_of(" \t\n", i), text.size());
+    if (end == i) {
+      out += text[i++];
+      continue;
+    }
+    // Punctuation after a long word ("(--xxx...):") stays after its shortened form.
+    std::string_view word = text.substr(i, end - i);
+    size_t tail = 0;
+    while (tail < 3 && word.size() > tail &&
+           std::string_view(")]}>:;,.'\"").find(word[word.size() - 1 - tail]) !=
+               std::string_view::npos) {
+      ++tail;
+    }
+    if (word.size() > kLongWordBytes) {
+      out += ShortWord(word.substr(0, word.size() - tail));
+      out.append(word.substr(word.size() - tail));
+    } else {
+      out.append(word);
+    }
+    i = end;
+  }
   return out;
 }
 

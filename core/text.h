@@ -26,8 +26,45 @@ std::string ClosestName(std::string_view word, const std::vector<std::string>& n
 // alone on its line).
 std::string WrapWords(std::string_view text, size_t width);
 
-// Text safe inside XML/HTML (SVG and the HTML report): & < > " escaped.
+// Text safe inside XML/HTML (SVG and the HTML report): & < > " escaped; a control character
+// XML does not allow, or a byte that is not UTF-8, as PrintableText writes it.
 std::string XmlEscape(std::string_view text);
+
+// The UTF-8 character `text` starts with: its length in bytes (1 to 4) and code point. The
+// length is 0 when the first byte starts no valid character (a lone continuation byte, an
+// overlong form, a surrogate, a code point past U+10FFFF), and `truncated` is set when `text`
+// ends inside a character that may yet be valid (a stream cut mid-character).
+struct Utf8Char {
+  size_t length = 0;
+  char32_t code = 0;
+  bool truncated = false;
+};
+Utf8Char DecodeUtf8(std::string_view text);
+
+// Whether a character must not reach a terminal raw: C0 controls (all but `\n` and `\t`, which
+// are layout), DEL and the C1 controls U+0080-U+009F (ESC and CSI start terminal commands).
+bool IsControlCharacter(char32_t code);
+
+// Text safe to print on a terminal (issue 35: a script's words must not retitle or clear it):
+// control characters (IsControlCharacter) as \xNN, C1 controls as \u0080-\u009f, and a byte
+// that is not UTF-8 as \xNN; the rest, other languages' letters included, as is. With
+// `one_line`, newlines and tabs are escaped too (\n, \t), so that a word stays on its line.
+std::string PrintableText(std::string_view text, bool one_line = false);
+
+// Words from the user's input in messages are bounded (issue 35: a megabyte-long flag must not
+// fill the terminal, twice): one up to kLongWordBytes stands whole (a long path), a longer one
+// as its first kShortWordBytes bytes (never cutting a character) and "... (N bytes)".
+inline constexpr size_t kLongWordBytes = 200;
+inline constexpr size_t kShortWordBytes = 60;
+std::string ShortWord(std::string_view word);
+
+// A word from the input quoted in a message: ShortWord, then PrintableText on one line.
+std::string QuotedWord(std::string_view word);
+
+// `text` with every word in it (a run of characters between blanks and newlines) longer than
+// kLongWordBytes shortened as ShortWord does: messages that quote what they were given stay
+// short, whichever word is long. Nothing is escaped.
+std::string ShortenLongWords(std::string_view text);
 
 // Text safe inside a Markdown table cell: every '|' escaped.
 std::string MarkdownCell(std::string text);

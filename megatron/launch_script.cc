@@ -6,6 +6,7 @@
 #include <charconv>
 
 #include "core/error.h"
+#include "core/text.h"
 #include "megatron/option_table.h"
 #include "megatron/shell.h"
 
@@ -59,23 +60,47 @@ bool IsSbatch(const ShellCommand& command) {
   return !command.words.empty() && command.words.front().text.ends_with("sbatch");
 }
 
+bool LooksLikeJobScript(std::string_view word) {
+  return word.ends_with(".sh") || word.ends_with(".slurm") || word.ends_with(".sbatch");
+}
+
+// A job script sbatch names that the reader refused to read (FileText::refused), with where
+// sbatch's word was written.
+struct RefusedFile {
+  const ShellWord* word = nullptr;
+  FileText file;
+};
+
 // The script a command runs in another shell: `sh -c "..."`, a here-document fed to a shell or
 // to sbatch (Megatron-LM's examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh: `sbatch <<EOF ...
 // srun ... EOF`), or sbatch's job script file, read as a sourced file is (its options may take
-// values, so the words are tried from the end).
-std::optional<InnerText> InnerScript(const ShellCommand& command, const ShellOptions& options) {
+// values, so the words are tried from the end). When no file is read and the reader refused
+// the word that names the job script (the last `*.sh` word, else the last word), `refused`
+// says why.
+std::optional<InnerText> InnerScript(const ShellCommand& command, const ShellOptions& options,
+                                     std::optional<RefusedFile>& refused) {
   if (auto script = ShellScriptOf(command)) return script;
   if (command.words.empty()) return std::nullopt;
   if (command.input && (IsShell(command.words.front().text) || IsSbatch(command))) {
     return InnerText{command.input->text, "", std::max(1, command.input->line)};
   }
   if (!IsSbatch(command) || !options.read_file) return std::nullopt;
+  std::optional<RefusedFile> last, job;
+  bool seen_last = false, seen_job = false;
   for (size_t i = command.words.size(); i-- > 1;) {
-    if (command.words[i].text.starts_with("-")) continue;
-    if (auto text = options.read_file(command.words[i].text)) {
-      return InnerText{*text, command.words[i].text, 1};
+    const ShellWord& word = command.words[i];
+    if (word.text.starts_with("-")) continue;
+    FileText file = options.read_file(word.text);
+    if (file.text) return InnerText{std::move(*file.text), word.text, 1};
+    const bool is_job = LooksLikeJobScript(word.text);
+    if (!file.refused.empty()) {
+      if (!seen_last) last = RefusedFile{&word, file};
+      if (is_job && !seen_job) job = RefusedFile{&word, std::move(file)};
     }
+    seen_last = true;
+    seen_job = seen_job || is_job;
   }
+  refused = seen_job ? job : last;
   return std::nullopt;
 }
 
@@ -213,7 +238,20 @@ void AddCommands(std::string_view text, const std::string& source, const std::st
     if (const auto at = ScriptWord(words)) {
       out.launches.push_back({words, *at, command.environment, outer});
     }
-    const std::optional<InnerText> inner = InnerScript(command, options);
+    std::optional<RefusedFile> refused;
+    const std::optional<InnerText> inner = InnerScript(command, options, refused);
+    if (refused) {
+      // As a sourced file the reader refused is noted (megatron/shell.cc: RunSource).
+      const auto [line, in] = place(refused->word->source, refused->word->line);
+      out.findings.push_back({Severity::kWarning, "", line,
+                              fmt::format("{} was not read: {}", QuotedWord(refused->word->text),
+                                          refused->file.refused),
+                              refused->file.fix, in});
+      if (std::find(out.unread_files.begin(), out.unread_files.end(), refused->word->text) ==
+          out.unread_files.end()) {
+        out.unread_files.push_back(refused->word->text);
+      }
+    }
     if (!inner || depth >= 4) continue;
     ShellOptions nested = options;
     nested.environment = command.environment;

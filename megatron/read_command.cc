@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/text.h"
 #include "megatron/launch_script.h"
 #include "megatron/option_table.h"
 #include "megatron/reader.h"
@@ -390,6 +391,21 @@ void ReadArgs(const std::vector<Token>& words, size_t script_at, MegatronCommand
   }
 }
 
+// Every word of what is said about the command bounded (core/text.h: ShortenLongWords): a flag,
+// a value or a path of a megabyte is quoted by its start and its size (issue 35).
+void BoundWords(MegatronCommand& c) {
+  for (MegatronFinding& f : c.findings) {
+    f.message = ShortenLongWords(f.message);
+    f.fix = ShortenLongWords(f.fix);
+    f.flag = ShortWord(f.flag);
+    f.file = ShortWord(f.file);
+  }
+  for (std::string* text :
+       {&c.script, &c.other_stack, &c.unplayable, &c.world_size_unknown, &c.yaml_config}) {
+    *text = ShortenLongWords(*text);
+  }
+}
+
 }  // namespace
 }  // namespace reading
 
@@ -407,6 +423,7 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
   c.findings = std::move(lexed.findings);
   c.unread_files = std::move(lexed.unread_files);
   if (lexed.launches.empty()) {
+    BoundWords(c);
     NoTrainingCommand(lexed, source, c);
     return c;
   }
@@ -418,7 +435,10 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
     // file's, and validate_yaml checks them instead of validate_args.
     if (a.flag == "--yaml-cfg" && a.valid && !a.values.empty()) c.yaml_config = a.values.front();
   }
-  if (!c.yaml_config.empty()) return c;
+  if (!c.yaml_config.empty()) {
+    BoundWords(c);
+    return c;
+  }
   Reader r(c);
   const std::vector<int> hybrid_segments = ReadModel(r, c);
   ReadLayout(r, c, hybrid_segments);
@@ -434,6 +454,7 @@ MegatronCommand ReadMegatronCommand(std::string_view text, const std::string& so
       if (a.flag == f.flag && a.line == f.line && !a.file.empty()) f.file = a.file;
     }
   }
+  BoundWords(c);
   return c;
 }
 

@@ -19,6 +19,7 @@
 #include "core/parallel_config.h"
 #include "core/training_spec.h"
 #include "megatron/option_table.h"
+#include "megatron/shell.h"
 
 namespace ptdp {
 
@@ -87,8 +88,9 @@ struct MegatronReadOptions {
   // may set it (`check` says what Megatron needs rather than that it is missing).
   std::map<std::string, std::string> environment;
   bool environment_complete = false;
-  // Reads a file the script sources (`source env.sh`); may be empty (sourced files not read).
-  std::function<std::optional<std::string>(const std::string& path)> read_file;
+  // Reads a file the script sources (`source env.sh`) or submits (`sbatch job.sh`), or says why
+  // it will not (megatron/shell.h: FileText); may be empty (such files are not read).
+  FileReader read_file;
 };
 
 // Reads a pasted command line or launch script: it is played as bash would (megatron/shell.h) and

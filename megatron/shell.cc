@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/text.h"
 
 namespace ptdp {
 namespace {
@@ -33,6 +34,7 @@ constexpr int kMaxLoopIterations = 1000;             // `for` iterations in all 
 constexpr int kMaxCallDepth = 16;                    // nested function calls
 constexpr int kMaxSourceDepth = 8;                   // nested `source` and `eval`
 constexpr size_t kMaxParsedBytes = size_t{1} << 20;  // the script, sourced files, eval, in all
+static_assert(kMaxParsedBytes == kMaxShellTextBytes);
 constexpr int kMaxNesting = 100;  // nested constructs in the text and expressions
 
 // ---- Scanning: where a quoted string or an expansion ends -------------------------------------
@@ -1215,8 +1217,12 @@ class Arithmetic {
     try {
       result.value = Whole();
     } catch (const Error& e) {
+      // As bash says it; a long expression is quoted once, by its start (issue 35).
       result.error =
-          fmt::format("{}: {} (error token is \"{}\")", e.expression, e.message, e.token);
+          e.expression.size() <= kLongWordBytes
+              ? fmt::format("{}: {} (error token is \"{}\")", e.expression, e.message, e.token)
+              : fmt::format("{}: {} (at byte {})", QuotedWord(e.expression), e.message,
+                            e.expression.size() - e.token.size() + 1);
     }
     result.unknown = unknown_;
     return result;
@@ -3734,35 +3740,46 @@ Flow Interpreter::RunSource(const std::vector<Field>& fields) {
   const Field& path = fields[1];
   const std::string fix = "write the file's lines in the script in place of the source command";
   if (path.unknown) {
-    Note(true, line_, fmt::format("{} was not read: its path is not known", path.text), fix);
+    Note(true, line_, fmt::format("{} was not read: its path is not known", QuotedWord(path.text)),
+         fix);
     result_.unread_files.push_back(path.text);
     return Flow::kNormal;
   }
   if (!options_.read_file) {
     Note(true, line_,
-         fmt::format("{} was not read: ptdp reads only the script it is given", path.text), fix);
+         fmt::format("{} was not read: ptdp reads only the script it is given",
+                     QuotedWord(path.text)),
+         fix);
     result_.unread_files.push_back(path.text);
     return Flow::kNormal;
   }
   if (source_depth_ >= kMaxSourceDepth) {
     Note(true, line_,
-         fmt::format("{} was not read: sourced files nest more than {} deep", path.text,
+         fmt::format("{} was not read: sourced files nest more than {} deep", QuotedWord(path.text),
                      kMaxSourceDepth));
     return Flow::kNormal;
   }
-  const std::optional<std::string> text = options_.read_file(path.text);
-  if (!text) {
-    Note(true, line_, fmt::format("{} could not be read", path.text), fix);
+  const FileText file = options_.read_file(path.text);
+  if (!file.text) {
+    // A refusal says why (outside the folders ptdp may read, not a regular file); a failure
+    // only that it failed, whatever the system said (issue 35).
+    if (file.refused.empty()) {
+      Note(true, line_, fmt::format("{} could not be read", QuotedWord(path.text)), fix);
+    } else {
+      Note(true, line_, fmt::format("{} was not read: {}", QuotedWord(path.text), file.refused),
+           file.fix.empty() ? fix : file.fix);
+    }
     result_.unread_files.push_back(path.text);
     return Flow::kNormal;
   }
+  const std::optional<std::string>& text = file.text;
   const int caller_line = line_;
   const Sequence* program = nullptr;
   try {
     program = &Parse(*text, path.text, 1);
   } catch (const InputError& e) {
     // As bash does, a sourced file with a syntax error is abandoned and the script goes on.
-    Note(true, caller_line, fmt::format("{} was not run: {}", path.text, e.what()));
+    Note(true, caller_line, fmt::format("{} was not run: {}", QuotedWord(path.text), e.what()));
     return Flow::kNormal;
   }
   std::vector<Field> args(fields.begin() + 2, fields.end());

@@ -30,11 +30,13 @@
 // commands inside $(...) (they are not listed).
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <map>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace ptdp {
@@ -79,6 +81,32 @@ struct ShellNote {
   std::string source;  // the file `line` is in
 };
 
+// The most text InterpretShell parses: the script, the files it sources and the text it evals,
+// in all. Readers of a script need read no more than this (and a byte, to tell it was more).
+inline constexpr size_t kMaxShellTextBytes = size_t{1} << 20;  // 1 MiB
+
+// What ShellOptions::read_file answers for a path: the file's text, or nothing, and then why
+// when the reader refused it (rather than failing to read it).
+struct FileText {
+  std::optional<std::string> text;
+  // Why the file was not read, said after "<path> was not read: " ("it lies outside the
+  // script's folder (/a/b)"); "" when it could not be read (missing, unreadable): the note then
+  // says only that, whatever the reason.
+  std::string refused;
+  std::string fix;  // what to do to have it read ("pass --allow-source DIR"); may be empty
+
+  FileText() = default;
+  // A reader that answers with the text or nullopt (tests, fuzz targets) converts implicitly.
+  FileText(std::optional<std::string> t) : text(std::move(t)) {}  // NOLINT(runtime/explicit)
+  static FileText Refused(std::string why, std::string fix = "") {
+    FileText f;
+    f.refused = std::move(why);
+    f.fix = std::move(fix);
+    return f;
+  }
+};
+using FileReader = std::function<FileText(const std::string& path)>;
+
 struct ShellOptions {
   std::vector<std::string> positional;  // $1, $2, ...; $0 is the source name
   // The starting environment; its variables are exported. Nothing else is inherited: $HOME,
@@ -88,8 +116,9 @@ struct ShellOptions {
   // sets: one of them unset here reads as unknown ("$SLURM_NNODES"), not empty.
   std::vector<std::string> unknown_when_unset;
   // Reads the file that `source FILE` or `. FILE` names (the path as written after expansion);
-  // nullopt when it cannot. When empty, sourced files are not read (a note says so).
-  std::function<std::optional<std::string>(const std::string& path)> read_file;
+  // no text when it cannot or will not (a note says which, FileText). When empty, sourced files
+  // are not read (a note says so).
+  FileReader read_file;
 };
 
 struct ShellResult {

@@ -148,14 +148,24 @@ std::vector<CandidatePoint> ScreenCandidates(const PlanRequest& req, double limi
   int64_t out_of_memory = 0;
   std::string out_of_memory_example;
   MemoryLowerBound lower_bound;
+  // Layouts whose step is too long a schedule to simulate (core/limits.h kMaxPipelineOps).
+  int64_t too_long = 0;
+  std::string too_long_example;
 
   res.examined = EnumerateConfigs(
       req.model, req.training, req.gpus, req.constraints, res.rejected,
       [&](const ParallelConfig& p) {
-        if ((++res.valid & 0xffff) == 0 && req.progress) req.progress(res.valid, 0);
+        if ((++res.valid & 0x3fff) == 0 && req.progress) req.progress(res.valid, 0);
         const CostOptions options = PlanOptions(req, p);
         // Memory first: most candidates of a large search do not fit, and they need no time.
         const int64_t m = NumMicrobatches(req.training, p);
+        if (int64_t{p.pp} * m * p.virtual_stages > kMaxPipelineOps) {
+          if (too_long++ == 0) {
+            too_long_example =
+                fmt::format("{}: {}", Describe(p), ScheduleSizeProblem(p.pp, m, p.virtual_stages));
+          }
+          return;
+        }
         const std::vector<int>& held = in_flight.Get(p.schedule, p.pp, m, p.virtual_stages);
         // A layout that cannot fit by its parameters alone needs no estimate, unless it is the
         // first out of memory (its example), could be the closest to fitting, or every point is
@@ -199,6 +209,10 @@ std::vector<CandidatePoint> ScreenCandidates(const PlanRequest& req, double limi
     res.rejected.Add(
         "out-of-memory", [&] { return out_of_memory_example; }, out_of_memory);
   }
+  if (too_long > 0) {
+    res.rejected.Add(
+        "schedule-too-long", [&] { return too_long_example; }, too_long);
+  }
   return fitting;
 }
 
@@ -211,8 +225,15 @@ double SimulateReference(const PlanRequest& req, double limit, PlanSearchResult&
   const std::vector<Violation> v =
       CheckParallelConfig(req.model, req.training, *req.reference, req.gpus,
                           req.reference_options ? *req.reference_options : req.options);
+  const std::string too_long =
+      v.empty()
+          ? ScheduleSizeProblem(req.reference->pp, NumMicrobatches(req.training, *req.reference),
+                                req.reference->virtual_stages)
+          : "";
   if (!v.empty()) {
     ref.problem = v.front().message;
+  } else if (!too_long.empty()) {
+    ref.problem = too_long;
   } else {
     RankedPlan r{MakePlan(req, *req.reference), {}};
     if (req.reference_options) r.plan.options = *req.reference_options;
@@ -314,7 +335,6 @@ RunnablePlan BestRunnable(const PlanRequest& req, const PlanSearchResult& res) {
   std::erase(runnable.constraints.schedules, Schedule::kZbH1);
   runnable.top_k = 1;
   runnable.reference.reset();
-  runnable.progress = {};
   runnable.keep_points = false;
   const PlanSearchResult again = SearchPlans(runnable);
   if (again.plans.empty()) return {res.plans.front(), -1};

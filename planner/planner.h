@@ -43,9 +43,10 @@ struct PlanRequest {
   // distributed optimizer --overlap-param-gather (Megatron-Core's recipes do; they only hide
   // communication). Off: exactly `options`.
   bool recommend_overlap = true;
-  // Called now and then during the search (every 65,536 valid candidates, then once per
-  // simulation of the ranking phase) with the candidates that passed the rules so far and the
-  // simulations run, for a progress line; the search does not depend on it.
+  // Called now and then during the search (every 16,384 valid candidates, some 20 ms of work,
+  // then once per simulation of the ranking phase) with the candidates that passed the rules so
+  // far and the simulations run, for a progress line and for the caller to stop the search by
+  // throwing (cli::Interrupted); the search does not depend on it.
   std::function<void(int64_t valid, int64_t simulated)> progress = {};
   // The unit the messages (out-of-memory reasons) state memory in; the search does not depend
   // on it.
@@ -78,7 +79,9 @@ struct PlanSearchResult {
   int64_t valid = 0;              // passed Megatron's rules
   int64_t fits = 0;               // and fit in memory: the plans ranked
   int64_t simulated = 0;          // event simulations run
-  Rejections rejected;            // per rule, and "out-of-memory"
+  // Per rule; and of the valid, "out-of-memory" and "schedule-too-long" (a step of more than
+  // kMaxPipelineOps stages x micro-batches x chunks, core/limits.h, too long to simulate).
+  Rejections rejected;
   // The candidate rejected for memory that came closest to fitting.
   std::optional<CandidatePoint> closest_out_of_memory;
   std::string closest_out_of_memory_problem;
@@ -91,8 +94,9 @@ PlanSearchResult SearchPlans(const PlanRequest& request);
 
 // The plan whose Megatron-LM flags a report prints: the best that Megatron-LM runs
 // (RunsInMegatron), the first of the ranking that it runs (`rank`, 1-based), or, when
-// zero-bubble schedules took every place, the best of the same search without them (rank 0);
-// with none of those either, the ranking's first (rank -1). `result` must hold a plan.
+// zero-bubble schedules took every place, the best of the same search without them (rank 0;
+// that search calls `request.progress`); with none of those either, the ranking's first (rank
+// -1). `result` must hold a plan.
 struct RunnablePlan {
   RankedPlan plan;
   int rank = 0;

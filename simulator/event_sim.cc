@@ -191,7 +191,9 @@ void PipelineFigures(const PipelineSchedule& s, const StepCosts& costs, const Pi
   result.pipeline_end_s = *std::max_element(pl.clock.begin(), pl.clock.end());
   for (int r = 0; r < p; ++r) {
     StageResult& st = result.stages[r];
-    st.idle_s = result.pipeline_end_s - st.busy_s;
+    // A stage busy all along sums its operations in another order than its clock: the
+    // difference can be an ulp below zero, which is none.
+    st.idle_s = std::max(0.0, result.pipeline_end_s - st.busy_s);
     st.bubble_fraction = result.pipeline_end_s > 0 ? st.idle_s / result.pipeline_end_s : 0;
     result.bubble_fraction += st.bubble_fraction / p;
     result.bubble_s += st.idle_s / p;

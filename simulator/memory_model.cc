@@ -438,6 +438,7 @@ class LayerFigures {
 // stage's are alike.
 struct StageChunks {
   double layers = 0, dense = 0, experts = 0, fp8_weights = 0, largest = 0, transient = 0;
+  double fp8_experts = 0;  // of fp8_weights, the experts' (sharded over expert data parallel)
   double largest_layer = 0;
   std::vector<double> bytes;  // each chunk's activations (kept when the chunks differ)
 };
@@ -466,7 +467,10 @@ inline void FillStageChunks(const StageMemoryModel& mm, LayerFigures& layers,
           s.transient = std::max(s.transient, layers.transient(e, f, rc));
           s.dense += n * lp.dense;
           s.experts += n * lp.experts;
-          if (f == 1) s.fp8_weights += n * lp.linear_weights;
+          if (f == 1) {
+            s.fp8_weights += n * lp.linear_weights;
+            s.fp8_experts += n * lp.experts;
+          }
         }
       }
     }
@@ -504,13 +508,21 @@ inline StageMemory StaticMemory(const StageMemoryModel& mm, LayerFigures& layers
     // release_module_parameters; the gathered unit's are in the FSDP buffers), unless
     // --keep-fp8-transpose-cache keeps them all: "number of parameter x 1 Byte" (Megatron-FSDP
     // README, keep_fp8_transpose_cache).
-    double fp8_bytes = 2;
-    if (mm.training.fp8_param_gather) {
-      if (p.fsdp == Fsdp::kOptimGradsParams)
-        fp8_bytes = per_param.weights / 2 + (mm.training.keep_fp8_transpose_cache ? 1 : 0);
-      fp8_bytes -= per_param.weights;
-    }
-    st.weights_bytes += k.fp8_weights * fp8_bytes;
+    // The experts' primary weights are sharded over the expert data-parallel group, the rest
+    // over data parallel (as cost_model.cc's parameter gather counts them): each replaces its
+    // own 16-bit bytes (once the experts' took the dense shard's, and a MoE model's weights
+    // came out negative).
+    const auto fp8_bytes = [&](const BytesPerParameter& b) {
+      double bytes = 2;
+      if (mm.training.fp8_param_gather) {
+        if (p.fsdp == Fsdp::kOptimGradsParams)
+          bytes = b.weights / 2 + (mm.training.keep_fp8_transpose_cache ? 1 : 0);
+        bytes -= b.weights;
+      }
+      return bytes;
+    };
+    st.weights_bytes += (k.fp8_weights - k.fp8_experts) * fp8_bytes(per_param) +
+                        k.fp8_experts * fp8_bytes(expert_per_param);
   }
   st.gradients_bytes = dense * per_param.gradients + experts * expert_per_param.gradients;
   st.optimizer_bytes = dense * per_param.optimizer + experts * expert_per_param.optimizer;

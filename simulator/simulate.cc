@@ -3,13 +3,60 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
+#include "core/error.h"
 #include "core/json.h"
 #include "simulator/flops.h"
 #include "simulator/op_time.h"
 #include "simulator/timeline.h"
 
 namespace ptdp {
+namespace {
+
+// A time, a rate or a size that is negative or not finite is a bug (an overflow, a reader
+// missing a bound), never an answer: an InternalError naming the figure rather than a printed
+// `-6.7e+07 us` or `inf s`. Once per simulation, O(stages).
+void CheckFigures(const SimulationReport& r) {
+  const auto check = [](std::string_view name, double x, int stage = -1) {
+    if (std::isfinite(x) && x >= 0) return;
+    throw InternalError(fmt::format("SimulatePlan: {}{} is {}, not a finite non-negative figure",
+                                    name, stage >= 0 ? fmt::format(" of stage {}", stage) : "", x));
+  };
+  check("step_time_s", r.step_time_s);
+  check("tokens_per_s", r.tokens_per_s);
+  check("model_tflops_per_gpu", r.model_tflops_per_gpu);
+  check("hardware_tflops_per_gpu", r.hardware_tflops_per_gpu);
+  check("mfu", r.mfu);
+  check("bubble_fraction", r.bubble_fraction);
+  check("peak_memory_bytes", r.peak_memory_bytes);
+  for (size_t s = 0; s < r.memory.stages.size(); ++s) {
+    const StageMemory& st = r.memory.stages[s];
+    const int i = static_cast<int>(s);
+    check("parameters", st.parameters, i);
+    check("weights_bytes", st.weights_bytes, i);
+    check("gradients_bytes", st.gradients_bytes, i);
+    check("optimizer_bytes", st.optimizer_bytes, i);
+    check("activations_bytes", st.activations_bytes, i);
+    check("peak_bytes", st.peak_bytes, i);
+  }
+  for (size_t s = 0; s < r.sim.stages.size(); ++s) {
+    check("busy_s", r.sim.stages[s].busy_s, static_cast<int>(s));
+  }
+  const StepBreakdown& b = r.breakdown;
+  for (const auto& [name, x] : {std::pair{"compute_s", b.compute_s},
+                                {"tp_comm_s", b.tp_comm_s},
+                                {"cp_comm_s", b.cp_comm_s},
+                                {"ep_comm_s", b.ep_comm_s},
+                                {"pp_comm_s", b.pp_comm_s},
+                                {"dp_comm_s", b.dp_comm_s},
+                                {"optimizer_s", b.optimizer_s},
+                                {"bubble_s", b.bubble_s}}) {
+    check(name, x);
+  }
+}
+
+}  // namespace
 
 SimulationReport SimulatePlan(const Plan& plan) {
   const ParallelConfig& p = plan.parallel;
@@ -68,6 +115,14 @@ SimulationReport SimulatePlan(const Plan& plan) {
     b.optimizer_s = std::max(b.optimizer_s, st.optimizer_s);
   }
   b.bubble_s = r.sim.bubble_s;
+  // The exposed parts are totals less their other parts: where one is zero it can come out an
+  // ulp or so below (-2e-19 s), which is zero, not a negative time.
+  for (double* x : {&b.compute_s, &b.tp_comm_s, &b.cp_comm_s, &b.ep_comm_s, &b.etp_comm_s,
+                    &b.pp_comm_s, &b.dp_comm_s, &b.dp_exposed_s, &b.edp_comm_s, &b.embedding_comm_s,
+                    &b.optimizer_s, &b.bubble_s}) {
+    if (*x < 0 && *x >= -1e-9 * r.step_time_s) *x = 0;
+  }
+  CheckFigures(r);
   return r;
 }
 

@@ -6,9 +6,12 @@
 #include <array>
 #include <charconv>
 #include <cmath>
+#include <limits>
 
 #include "core/error.h"
+#include "core/limits.h"
 #include "core/presets.h"
+#include "core/schedule.h"
 #include "core/text.h"
 #include "core/yaml_io.h"
 #include "megatron/rules.h"
@@ -75,16 +78,29 @@ class Fields {
   Fields(const std::string& source, int line, const std::vector<std::string>& f)
       : source_(source), line_(line), f_(f) {}
   const std::string& Text(int column) const { return f_[column]; }
-  // A non-negative integer; "" and "n/a" read as 0.
-  int Int(int column) const {
+  // A non-negative integer at most `max` (the bound of the field it fills, core/limits.h); ""
+  // and "n/a" read as 0.
+  int Int(int column, int64_t max) const {
     const std::string& t = f_[column];
     if (t.empty() || t == "n/a") return 0;
     int64_t value = -1;
     const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), value);
-    if (ec != std::errc() || end != t.data() + t.size() || value < 0 || value > 1'000'000'000) {
+    if (ec != std::errc() || end != t.data() + t.size() || value < 0) {
       Fail(column, fmt::format("expected a non-negative integer or n/a, got \"{}\"", t));
     }
+    if (value > max) Fail(column, fmt::format("at most {}, got {}", max, value));
     return static_cast<int>(value);
+  }
+  // A measured rate: empty or 0 (not measured), or a normal number from 0.001 to 10^9 (a
+  // subnormal one once made the row's error, and the mean, `+inf%`).
+  double Measured(int column) const {
+    constexpr double kLowest = 1e-3, kHighest = 1e9;
+    const double value = Number(column);
+    if (value != 0 && (value < kLowest || value > kHighest)) {
+      Fail(column, fmt::format("expected 0 (not measured) or a number from {} to {}, got \"{}\"",
+                               kLowest, kHighest, f_[column]));
+    }
+    return value;
   }
   double Number(int column) const {
     const std::string& t = f_[column];
@@ -180,24 +196,24 @@ std::vector<BridgeRow> ParseBridgeCsv(std::string_view text, const std::string& 
     row.line = line;
     row.release = r.Text(0);
     row.model = r.Text(1);
-    row.num_gpus = r.Int(2);
+    row.num_gpus = r.Int(2, kMaxGpus);
     row.precision = r.Text(3);
-    row.gbs = r.Int(4);
-    row.mbs = r.Int(5);
-    row.seq_length = r.Int(6);
-    row.tp = r.Int(7);
-    row.pp = r.Int(8);
-    row.cp = r.Int(9);
-    row.vp = r.Int(10);
-    row.ep = r.Int(11);
-    row.etp = r.Int(12);
-    row.fsdp = r.Int(13);
-    row.tokens_per_s_per_gpu = r.Number(14);
-    row.model_tflops_per_gpu = r.Number(15);
+    row.gbs = r.Int(4, kMaxGlobalBatch);
+    row.mbs = r.Int(5, kMaxGlobalBatch);
+    row.seq_length = r.Int(6, kMaxModelDimension);
+    row.tp = r.Int(7, kMaxGpus);
+    row.pp = r.Int(8, kMaxGpus);
+    row.cp = r.Int(9, kMaxGpus);
+    row.vp = r.Int(10, kMaxGpus);
+    row.ep = r.Int(11, kMaxGpus);
+    row.etp = r.Int(12, kMaxGpus);
+    row.fsdp = r.Int(13, kMaxGpus);
+    row.tokens_per_s_per_gpu = r.Measured(14);
+    row.model_tflops_per_gpu = r.Measured(15);
     row.notes = r.Text(16);
     row.flags = r.Text(17);
     for (int c : {2, 4, 5, 6, 7, 8}) {
-      if (r.Int(c) <= 0) r.Fail(c, "must be positive");
+      if (r.Int(c, std::numeric_limits<int>::max()) <= 0) r.Fail(c, "must be positive");
     }
     rows.push_back(std::move(row));
   }
@@ -435,6 +451,10 @@ BridgeSetup BridgePlan(const BridgeRow& row, const ClusterSpec& cluster,
   const std::vector<Violation> v =
       CheckParallelConfig(plan.model, plan.training, p, plan.num_gpus, plan.options);
   if (!v.empty()) s.unexpressible = "Megatron's rules as ptdp reads them: " + v.front().message;
+  if (s.unexpressible.empty()) {
+    s.unexpressible =
+        ScheduleSizeProblem(p.pp, NumMicrobatches(plan.training, p), p.virtual_stages);
+  }
   return s;
 }
 

@@ -9,7 +9,9 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/limits.h"
 #include "core/plan.h"
+#include "core/schedule.h"
 #include "core/text.h"
 #include "planner/check.h"
 #include "simulator/simulate.h"
@@ -41,11 +43,23 @@ double Number(std::string_view text, const std::string& source, int line, std::s
   if (text.empty() && may_be_empty) return 0;
   double v = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || end != text.data() + text.size() || !(v >= 0)) {
+  if (ec != std::errc() || end != text.data() + text.size() || !(v >= 0) || !std::isfinite(v)) {
     throw InputError({source, line, std::string(column)},
                      fmt::format("expected a non-negative number, got \"{}\"", text));
   }
   return v;
+}
+
+// A number within [lowest, highest] (0 too when `zero_ok`: not measured): counts in range for
+// their integer fields, measurements normal numbers (a subnormal time or size once made an
+// error infinite).
+double Bounded(std::string_view text, const std::string& source, int line, std::string_view column,
+               double lowest, double highest, bool zero_ok = false) {
+  const double v = Number(text, source, line, column, zero_ok);
+  if ((v == 0 && zero_ok) || (v >= lowest && v <= highest)) return v;
+  throw InputError({source, line, std::string(column)},
+                   fmt::format("expected {}a number from {} to {}, got \"{}\"",
+                               zero_ok ? "0 (not measured) or " : "", lowest, highest, text));
 }
 
 }  // namespace
@@ -89,17 +103,14 @@ std::vector<FunctionalTestRow> ParseFunctionalTestsTsv(std::string_view text,
       throw InputError({source, line_no, "gpu"},
                        fmt::format("expected h100 or a100, got \"{}\"", f[2]));
     }
-    r.gpus = static_cast<int64_t>(Number(f[3], source, line_no, "gpus"));
-    if (r.gpus < 1) throw InputError({source, line_no, "gpus"}, "must be at least 1");
-    r.allocated_bytes = Number(f[4], source, line_no, "allocated_bytes");
-    r.max_allocated_bytes = Number(f[5], source, line_no, "max_allocated_bytes");
-    if (r.allocated_bytes <= 0 || r.max_allocated_bytes <= 0) {
-      throw InputError(
-          {source, line_no, r.allocated_bytes <= 0 ? "allocated_bytes" : "max_allocated_bytes"},
-          "must be positive");
-    }
-    r.iteration_time_s = Number(f[6], source, line_no, "iteration_time_s", true);
-    r.steps = static_cast<int>(Number(f[7], source, line_no, "steps"));
+    r.gpus = static_cast<int64_t>(
+        Bounded(f[3], source, line_no, "gpus", 1, static_cast<double>(kMaxGpus)));
+    // Bytes: from one to an exabyte; seconds: from a microsecond to a year.
+    r.allocated_bytes = Bounded(f[4], source, line_no, "allocated_bytes", 1, 1e18);
+    r.max_allocated_bytes = Bounded(f[5], source, line_no, "max_allocated_bytes", 1, 1e18);
+    r.iteration_time_s =
+        Bounded(f[6], source, line_no, "iteration_time_s", 1e-6, 365 * 24 * 3600.0, true);
+    r.steps = static_cast<int>(Bounded(f[7], source, line_no, "steps", 0, 1e9));
     r.gpus_from = f[8];
     if (f[9] != "fit" && f[9] != "test") {
       throw InputError({source, line_no, "half"},
@@ -141,8 +152,13 @@ FunctionalTestCase ReadFunctionalTest(const FunctionalTestRow& row, std::string_
     out.not_simulated = "the global batch does not divide into micro-batches";
   }
   if (!out.not_simulated.empty()) return out;
+  out.not_simulated = ScheduleSizeProblem(c.parallel.pp, NumMicrobatches(c.training, c.parallel),
+                                          c.parallel.virtual_stages);
+  if (!out.not_simulated.empty()) return out;
+  // The GPU count too: the report's per-GPU rates divide by it.
   out.plan = Plan{.model = c.model,
                   .cluster = {},
+                  .num_gpus = report.gpus,
                   .training = c.training,
                   .parallel = c.parallel,
                   .options = c.options};

@@ -8,7 +8,9 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/limits.h"
 #include "core/plan.h"
+#include "core/schedule.h"
 #include "core/text.h"
 #include "core/yaml_io.h"
 #include "megatron/rules.h"
@@ -40,16 +42,29 @@ class RowReader {
             int offset)
       : source_(source), line_(line), fields_(fields), offset_(offset) {}
 
-  // Field of column `index` (0-based, in kColumns) as a positive integer.
-  int PositiveInt(int index) const {
+  // Field of column `index` (0-based, in kColumns) as a positive integer, at most `max` (the
+  // bound of the model, batch or GPU field it fills, core/limits.h).
+  int PositiveInt(int index, int64_t max) const {
     const std::string_view text = fields_[index + offset_];
     int64_t value = 0;
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (ec != std::errc() || end != text.data() + text.size() || value <= 0 ||
-        value > 1'000'000'000) {
+    if (ec != std::errc() || end != text.data() + text.size() || value <= 0) {
       Fail(index + offset_, fmt::format("expected a positive integer, got \"{}\"", text));
     }
+    if (value > max) Fail(index + offset_, fmt::format("at most {}, got {}", max, value));
     return static_cast<int>(value);
+  }
+
+  // A measured time in milliseconds: a normal number from a microsecond to a year (a subnormal
+  // one once made the error of every row infinite).
+  double Milliseconds(int column) const {
+    constexpr double kLowest = 1e-3, kHighest = 365 * 24 * 3600e3;
+    const double value = PositiveNumber(column);
+    if (value < kLowest || value > kHighest) {
+      Fail(column, fmt::format("expected a time between {:g} and {:g} ms, got \"{}\"", kLowest,
+                               kHighest, fields_[column]));
+    }
+    return value;
   }
 
   double PositiveNumber(int column) const {
@@ -128,17 +143,17 @@ std::vector<VtrainRow> ParseVtrainCsv(std::string_view text, const std::string& 
     VtrainRow row;
     row.line = line;
     if (offset == 1) row.params_billion = r.PositiveNumber(0);
-    row.gpus = r.PositiveInt(0);
-    row.global_batch = r.PositiveInt(1);
-    row.micro_batch = r.PositiveInt(2);
-    row.hidden = r.PositiveInt(3);
-    row.heads = r.PositiveInt(4);
-    row.layers = r.PositiveInt(5);
-    row.seq = r.PositiveInt(6);
-    row.tp = r.PositiveInt(7);
-    row.dp = r.PositiveInt(8);
-    row.pp = r.PositiveInt(9);
-    row.measured_s = r.PositiveNumber(10 + offset) / 1000;
+    row.gpus = r.PositiveInt(0, kMaxGpus);
+    row.global_batch = r.PositiveInt(1, kMaxGlobalBatch);
+    row.micro_batch = r.PositiveInt(2, kMaxGlobalBatch);
+    row.hidden = r.PositiveInt(3, kMaxModelDimension);
+    row.heads = r.PositiveInt(4, kMaxModelDimension);
+    row.layers = r.PositiveInt(5, kMaxLayers);
+    row.seq = r.PositiveInt(6, kMaxModelDimension);
+    row.tp = r.PositiveInt(7, kMaxGpus);
+    row.dp = r.PositiveInt(8, kMaxGpus);
+    row.pp = r.PositiveInt(9, kMaxGpus);
+    row.measured_s = r.Milliseconds(10 + offset) / 1000;
     if (int64_t{row.tp} * row.dp * row.pp != row.gpus) {
       r.Fail(offset,
              fmt::format("{} GPUs, but tensor x data x pipeline parallelism is {} x {} x {} "
@@ -148,6 +163,12 @@ std::vector<VtrainRow> ParseVtrainCsv(std::string_view text, const std::string& 
     if (row.hidden % row.heads != 0) {
       r.Fail(3 + offset, fmt::format("hidden size {} is not a multiple of the {} attention heads",
                                      row.hidden, row.heads));
+    }
+    // The step's schedule is built to be simulated: pipeline stages x micro-batches bounded.
+    const int64_t microbatches = row.global_batch / (int64_t{row.micro_batch} * row.dp);
+    if (const std::string problem = ScheduleSizeProblem(row.pp, microbatches, 1);
+        !problem.empty()) {
+      r.Fail(1 + offset, problem);
     }
     rows.push_back(row);
   }

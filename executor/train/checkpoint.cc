@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -85,10 +86,22 @@ std::string Describe(const LockHolder& h) {
   return fmt::format("pid {} on host {} (run {})", h.pid, h.host, h.run_id);
 }
 
-// A lock left by a process of this host that no longer runs (kill(pid, 0): no such process).
+// Whether process `pid` has exited but not been reaped (a zombie: state Z in /proc/PID/stat, the
+// field after the parenthesised command name). A killed job's ranks stay so where their parent
+// (a container's first process, say) does not reap them, and they run nothing.
+bool IsZombie(int64_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t close = text.rfind(')');
+  return close != std::string::npos && close + 2 < text.size() && text[close + 2] == 'Z';
+}
+
+// A lock left by a process of this host that no longer runs (kill(pid, 0): no such process; or
+// a zombie).
 bool IsStale(const LockHolder& h) {
-  return h.pid > 0 && h.host == ThisHost() && ::kill(static_cast<pid_t>(h.pid), 0) != 0 &&
-         errno == ESRCH;
+  if (h.pid <= 0 || h.host != ThisHost()) return false;
+  if (::kill(static_cast<pid_t>(h.pid), 0) != 0) return errno == ESRCH;
+  return IsZombie(h.pid);
 }
 
 constexpr char kLockHint[] =

@@ -6,7 +6,12 @@ from . import _ptdp
 
 
 def main() -> int:
-    return _ptdp.main(sys.argv[1:])
+    try:
+        return _ptdp.main(sys.argv[1:])
+    except KeyboardInterrupt:
+        # Ctrl-C: the command stopped ("ptdp: interrupted" on stderr); exit as a shell reports a
+        # command that SIGINT ended, without Python's traceback.
+        return 130
 
 
 if __name__ == "__main__":

@@ -143,7 +143,10 @@ def check(
     """Reads a Megatron-LM launch as written and says what Megatron-LM would refuse and how far
     the layout is from the best plan (`ptdp check`): ``command`` is the text of a pasted
     command line or of a whole launch script; or ``file="train.sh"`` reads a script's file, as
-    `ptdp check --file train.sh` does (messages name its lines).
+    `ptdp check --file train.sh` does (messages name its lines). The files a script sources or
+    submits are read only in its own folder (and below) or in the folders ``allow_source``
+    names (``allow_source=["/shared/env"]``: `--allow-source`); a command given as text has no
+    folder, so only those.
 
     A command Megatron-LM would refuse is an answer (``accepted`` False, the reasons in
     ``errors``: its flag errors and the layout rules it breaks), not an exception.

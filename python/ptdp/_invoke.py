@@ -65,7 +65,14 @@ def flags(options: Mapping[str, Any]) -> list[str]:
     """Keyword arguments -> flags: ``micro_batch=2`` -> ``--micro-batch 2``; True -> the switch;
     False and None -> nothing; a list repeats the flag; a dict gives KEY=VALUE words
     (``fix={"tp": 8}`` -> ``--fix tp=8``). Megatron-LM's names work as on the command line
-    (``tensor_model_parallel_size=2``)."""
+    (``tensor_model_parallel_size=2``). A keyword that is no Python identifier
+    (``**{"out=x.yaml": True}``, which would be the flag ``--out=x.yaml``) is a TypeError."""
+    for key in options:
+        if not isinstance(key, str) or not key.isidentifier():
+            raise TypeError(
+                f"{key!r} is no keyword argument: not a Python identifier (a flag's keyword is "
+                "its name with _ for -, such as micro_batch)"
+            )
     args: list[str] = []
     for key, value in options.items():
         if value is None or value is False:

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -22,6 +23,7 @@
 #include "core/spec_yaml.h"
 #include "executor/backend/device.h"
 #include "megatron/plan_file.h"
+#include "tests/support/figures.h"
 
 namespace ptdp::cli {
 namespace {
@@ -600,6 +602,33 @@ TEST(CliProgress, NothingInTheFirstSecondThenALineASecond) {
   EXPECT_EQ(err.str(), "ptdp plan: 2 layouts (1 s)\n");
 }
 
+// An in-process caller (the Python package on Ctrl-C) stops a long command where it reports
+// progress: exit 130, "ptdp: interrupted", no output file written. One that never asks to stop
+// changes nothing.
+TEST(CliInterrupt, ShouldStopEndsASearchWhereItReportsProgress) {
+  const std::string plan_file = testing::TempDir() + "cli_interrupt_plan.yaml";
+  std::filesystem::remove(plan_file);
+  const std::vector<std::string> args = {
+      "plan",           "--model", "gpt3-13b", "--cluster", "dgx-a100-80gb", "--gpus", "64",
+      "--global-batch", "512",     "--top",    "1",         "--out",         plan_file};
+  int asked = 0;
+  std::ostringstream out, err;
+  RunOptions stop_at_third{.should_stop = [&asked] { return ++asked == 3; }};
+  EXPECT_EQ(cli::Run(args, out, err, stop_at_third), kExitInterrupted);
+  EXPECT_EQ(asked, 3);
+  EXPECT_TRUE(err.str().ends_with("ptdp: interrupted\n")) << err.str();
+  EXPECT_EQ(out.str(), "");
+  EXPECT_FALSE(std::filesystem::exists(plan_file));
+
+  asked = 0;
+  std::ostringstream out_again, err_again;
+  RunOptions never{.should_stop = [&asked] { return ++asked < 0; }};
+  EXPECT_EQ(cli::Run(args, out_again, err_again, never), kExitOk) << err_again.str();
+  EXPECT_GT(asked, 3);  // 65,241 layouts pass the rules: asked every 16,384, then per simulation
+  EXPECT_TRUE(std::filesystem::exists(plan_file));
+  std::filesystem::remove(plan_file);
+}
+
 // "-" is standard input for a model, a cluster or a plan, and standard output for an output
 // file (the report then goes to stderr): plans flow through pipes.
 TEST(CliPipes, DashIsStandardInputAndOutput) {
@@ -692,7 +721,8 @@ TEST(CliPlan, MoeLayoutsCheckpointFormatAndHeadroomAreSaid) {
   const std::vector<std::string> moe = {
       "plan",   "--model", "qwen3-30b-a3b",  "--cluster", "dgx-h100",
       "--gpus", "64",      "--global-batch", "512",       "--top",
-      "1",      "--fix",   "ep=4",           "--fix",     "tp=1"};
+      "1",      "--fix",   "ep=4",           "--fix",     "tp=1",
+      "--fix",  "fsdp=optim_grads_params"};
   const auto with = [](std::vector<std::string> args, const std::vector<std::string>& more) {
     args.insert(args.end(), more.begin(), more.end());
     return args;
@@ -2267,6 +2297,126 @@ TEST(CliDocs, ManPageAndCompletionsFromTheFlagTables) {
   const Result zsh = Cli({"--completion", "zsh"});
   EXPECT_EQ(zsh.out.rfind("#compdef ptdp\n", 0), 0u);
   EXPECT_EQ(Cli({"--completion", "fish"}).code, kExitBadInput);
+}
+
+// Absurd sizes (issue 35): a refusal naming the file, key or flag, or figures that are all finite
+// and non-negative (tests/support/figures.h), never exit 0 with a wrong answer.
+class CliBounds : public ::testing::Test {
+ protected:
+  std::string Write(const std::string& name, const std::string& text) {
+    const std::filesystem::path path = std::filesystem::path(::testing::TempDir()) / name;
+    std::filesystem::create_directories(path.parent_path());
+    std::ofstream(path, std::ios::binary) << text;
+    return path.string();
+  }
+  static std::string Gpt2(int layers) {
+    return fmt::format(
+        R"({{"model_type": "gpt2", "n_layer": {}, "n_embd": 768, "n_head": 12,
+             "vocab_size": 50257, "n_positions": 1024}})",
+        layers);
+  }
+  // Every figure of a command's JSON and text output sane.
+  static void ExpectSaneFigures(std::vector<std::string> args) {
+    const Result text = Cli(args);
+    EXPECT_EQ(text.code, kExitOk) << text.err;
+    EXPECT_EQ(BadTextFigures(text.out), std::vector<std::string>{}) << text.out;
+    args.insert(args.end(), {"--format", "json"});
+    const Result json = Cli(args);
+    EXPECT_EQ(json.code, kExitOk) << json.err;
+    EXPECT_EQ(BadJsonFigures(json.out), std::vector<std::string>{}) << json.out;
+  }
+};
+
+// What the checks report: the figures the bugs above printed, not flags, ranges or exponents.
+TEST_F(CliBounds, FigureChecksFindNegativeAndNonFiniteFigures) {
+  EXPECT_EQ(BadJsonFigures(R"({"step_time_s": -118.4, "mfu": null, "lr": 1e-05, "n": "-3",)"
+                           R"( "stages": [{"peak_bytes": -2.2e+11}], "ok": true})"),
+            (std::vector<std::string>{"step_time_s: -118.4", "mfu: null", "peak_bytes: -2.2e+11"}));
+  EXPECT_EQ(BadTextFigures("step -6.71e+07 us, MFU -nan% (inf s) --pp 2 2-8 [-92.4%] 1e-05 Inf"),
+            (std::vector<std::string>{"-6.71e+07", "-nan%", "inf", "-92.4%", "Inf"}));
+}
+
+TEST_F(CliBounds, HuggingFaceLayersHaveTheLayerBound) {
+  // 100,000 layers once planned at -6.71e+07 us, -2082.9 GiB, exit 0.
+  const std::string deep = Write("deep-gpt2/config.json", Gpt2(100000));
+  const Result r = Cli({"plan", "--model", deep, "--cluster", "dgx-a100-80gb", "--gpus", "16",
+                        "--global-batch", "64"});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_EQ(r.err, "ptdp: error: " + deep + ":1: n_layer: at most 16384, got 100000\n");
+  EXPECT_EQ(r.out, "");
+  // The deepest accepted, on GPUs with memory enough that plans fit.
+  ClusterSpec roomy = ClusterPreset("dgx-a100-80gb");
+  roomy.gpu.hbm_bytes = int64_t{1} << 50;
+  const std::string cluster = Write("roomy.yaml", WriteClusterYaml(roomy));
+  const std::string deepest = Write("deepest-gpt2/config.json", Gpt2(16384));
+  ExpectSaneFigures(
+      {"plan", "--model", deepest, "--cluster", cluster, "--gpus", "16", "--global-batch", "64"});
+  ExpectSaneFigures({"simulate", "--model", deepest, "--cluster", cluster, "--gpus", "16",
+                     "--global-batch", "64", "--tp", "2", "--pp", "2"});
+}
+
+TEST_F(CliBounds, ProfileEfficienciesHaveAFloor) {
+  // A subnormal GEMM efficiency once printed `inf s` and `-nan%`, exit 0.
+  ClusterSpec slow = ClusterPreset("dgx-a100-80gb");
+  slow.gpu.gemm_efficiency[0].efficiency = 1e-320;
+  const std::string cluster = Write("subnormal.yaml", WriteClusterYaml(slow));
+  const Result r = Cli({"simulate", "--model", "gpt3-1.3b", "--cluster", cluster, "--gpus", "16",
+                        "--global-batch", "64", "--tp", "1", "--pp", "1"});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_NE(r.err.find(": gpu.gemm_efficiency[0].efficiency: expected an efficiency between "
+                       "0.0001 and 1, got 1e-320\n"),
+            std::string::npos)
+      << r.err;
+  // At the floor every figure is finite.
+  slow.gpu.gemm_efficiency[0].efficiency = 1e-4;
+  slow.gpu.memory_efficiency = 1e-4;
+  ExpectSaneFigures({"simulate", "--model", "gpt3-1.3b", "--cluster",
+                     Write("floor.yaml", WriteClusterYaml(slow)), "--gpus", "16", "--global-batch",
+                     "64", "--tp", "1", "--pp", "1"});
+}
+
+TEST_F(CliBounds, ScheduleLengthIsBounded) {
+  // pp 256 x 100,000 micro-batches once took 4.6 GB and ended in bad_alloc.
+  Result r = Cli({"schedule", "--pp", "256", "--microbatches", "100000"});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_EQ(r.err,
+            "ptdp: error: --microbatches: 256 pipeline stages x 100000 micro-batches = 25600000 "
+            "forward passes per step; ptdp builds schedules of at most 524288 (hint: fewer "
+            "--microbatches or --pp)\n");
+  r = Cli({"simulate", "--model", "gpt3-175b", "--cluster", "dgx-a100-80gb", "--gpus", "64", "--tp",
+           "1", "--pp", "32", "--micro-batch", "1", "--global-batch", "1048576"});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_EQ(r.err,
+            "ptdp: error: --global-batch: 32 pipeline stages x 524288 micro-batches = 16777216 "
+            "forward passes per step; ptdp builds schedules of at most 524288 (hint: a smaller "
+            "global batch, or a larger micro-batch)\n");
+  // A plan file: the key and its line.
+  Plan plan;
+  plan.model = ModelPreset("gpt3-1.3b");
+  plan.cluster = ClusterPreset("dgx-a100-80gb");
+  plan.num_gpus = 8;
+  plan.training.global_batch_size = 1 << 20;
+  plan.parallel.pp = 8;
+  plan.parallel.micro_batch_size = 1;
+  const std::string plan_text = WritePlanYaml(plan);
+  const std::string plan_file = Write("long-plan.yaml", plan_text);
+  r = Cli({"simulate", "--plan", plan_file});
+  EXPECT_EQ(r.code, kExitBadInput);
+  const size_t key = plan_text.find("  global_batch_size:");
+  ASSERT_NE(key, std::string::npos);
+  const auto line = 1 + std::count(plan_text.begin(), plan_text.begin() + key, '\n');
+  EXPECT_EQ(r.err, fmt::format("ptdp: error: {}:{}: training.global_batch_size: 8 pipeline "
+                               "stages x 1048576 micro-batches = 8388608 forward passes per "
+                               "step; ptdp builds schedules of at most 524288 (hint: a smaller "
+                               "global batch, or a larger micro_batch_size)\n",
+                               plan_file, line));
+  // The planner leaves such layouts out, counted, and ranks the rest (the search once took
+  // 21 GB before it was killed, for 175B on 64 GPUs).
+  r = Cli({"plan", "--model", "gpt3-1.3b", "--cluster", "dgx-a100-80gb", "--gpus", "8",
+           "--global-batch", "1048576", "--format", "json"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_NE(r.out.find("\"schedule-too-long\": "), std::string::npos);
+  EXPECT_EQ(BadJsonFigures(r.out), std::vector<std::string>{});
 }
 
 }  // namespace

@@ -122,6 +122,62 @@ expect "plan tp 2^63" "parallel.tp" simulate --plan "$(plan tp $big)"
 expect "plan tp NaN" "parallel.tp" simulate --plan "$(plan tp .nan)"
 expect "plan micro-batch 10^9" "parallel" simulate --plan "$(plan micro_batch_size 1000000000)"
 
+# issue 35: what check reads. --file is a regular file of at most 1 MiB (never a device or a
+# FIFO, which would block); a script sources files only in its own folder (else --allow-source);
+# a megabyte-long word is quoted by its start and size.
+mkdir -p reads/project reads/outside && rm -f reads/fifo.sh && mkfifo reads/fifo.sh
+echo "SECRET=issue35-marker-3f9a" >reads/outside/secret.env
+complete_command="torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32 --micro-batch-size 1 --global-batch-size 8 --vocab-size 1000 --bf16"
+printf 'source /proc/self/environ\n%s\n' "$complete_command" >reads/project/proc.sh
+printf 'source ../outside/secret.env\n%s\n' "$complete_command" >reads/project/outside.sh
+{ printf '%s --' "$complete_command"; head -c 1000000 /dev/zero | tr '\0' x; echo; } >reads/big-flag.sh
+# said: the output holds TEXT and not NOT (after the case just run).
+said() {
+  if ! grep -qF -- "$1" out.txt || { [ -n "${2:-}" ] && grep -qF -- "$2" out.txt err.txt; }; then
+    failures=$((failures + 1))
+    echo "FAIL: expected \"$1\"${2:+ and no \"$2\"} in the output"
+  fi
+}
+expect "check --file /dev/zero" "--file: /dev/zero is not a regular file" check --file /dev/zero
+expect "check --file a FIFO" "--file: reads/fifo.sh is not a regular file" check --file reads/fifo.sh
+expect "source /proc/self/environ" ok check --file reads/project/proc.sh
+said "/proc/self/environ was not read: ptdp never reads /proc, /sys or /dev"
+expect "source ../outside" ok check --file reads/project/outside.sh
+said "../outside/secret.env was not read: it lies outside the script's folder" issue35-marker-3f9a
+expect "a 1 MB flag in a launch script" "unrecognized arguments: --xxxxxxxx" simulate --cluster dgx-h100 --file reads/big-flag.sh
+[ "$(wc -c <err.txt)" -lt 2000 ] && grep -qF "... (1000002 bytes)" err.txt \
+  || { failures=$((failures + 1)); echo "FAIL: the 1 MB flag is not quoted short ($(wc -c <err.txt) bytes)"; }
+
+# issue 35: bounds. Every size a Hugging Face config gives has its model-YAML bound; vTrain CSV
+# rows are bounded as model files and their times are normal numbers; efficiencies have a floor;
+# a schedule is at most 2^19 forward passes (schedule, simulate, plan); a YAML map is read in
+# linear time; CR-only line ends are line breaks.
+mkdir -p bounds/deep-gpt2
+echo '{"model_type": "gpt2", "n_layer": 100000, "n_embd": 768, "n_head": 12, "vocab_size": 50257, "n_positions": 1024}' \
+  >bounds/deep-gpt2/config.json
+expect "HF GPT-2 n_layer 100000" "n_layer: at most 16384, got 100000" plan --model bounds/deep-gpt2/config.json --cluster dgx-a100-80gb --gpus 16 --global-batch 64
+vtrain_header=$(head -n 1 "$root/results/validation/vtrain/ground_truth_single.csv")
+printf '%s\n2,16,8,1000000000,16,24,1024,1,1,2,372.160408\n' "$vtrain_header" >bounds/vtrain-hidden.csv
+expect "vTrain hidden 10^9" "vtrain-hidden.csv:2: column 4 (hidden size): at most 16777216" replay --dataset bounds/vtrain-hidden.csv
+printf '%s\n2,16,8,1024,16,24,1024,1,1,2,1e-320\n' "$vtrain_header" >bounds/vtrain-time.csv
+expect "vTrain time 1e-320 ms" "vtrain-time.csv:2: column 11 (iteration time (ms)): expected a time between" replay --dataset bounds/vtrain-time.csv
+awk '!done && /efficiency: [0-9.]+\}/ { sub(/efficiency: [0-9.]+\}/, "efficiency: 1e-320}"); done = 1 } { print }' \
+  "$root/hwprofiles/dgx-a100-80gb.yaml" >bounds/gemm-1e-320.yaml
+expect "GEMM efficiency 1e-320" "gpu.gemm_efficiency[0].efficiency: expected an efficiency between 0.0001 and 1, got 1e-320" plan --model gpt3-1.3b --cluster bounds/gemm-1e-320.yaml --gpus 16 --global-batch 64
+expect "memory efficiency 1e-320" "gpu.memory_efficiency: expected an efficiency between" plan --model gpt3-1.3b --cluster "$(profile memory_efficiency 1e-320)" --gpus 16 --global-batch 64
+expect "schedule pp 256 x 10^5 micro-batches" "--microbatches: 256 pipeline stages x 100000 micro-batches" schedule --pp 256 --microbatches 100000
+expect "schedule at the bound (2^19)" ok schedule --pp 512 --microbatches 1024 --format json
+expect "simulate pp 32 x 2^19 micro-batches" "--global-batch: 32 pipeline stages x 524288 micro-batches" simulate --model gpt3-175b --cluster dgx-a100-80gb --gpus 64 --tp 1 --pp 32 --micro-batch 1 --global-batch 1048576
+expect "175B on 64 GPUs, batch 2^20" ok plan --model gpt3-175b --cluster dgx-a100-80gb --gpus 64 --global-batch 1048576
+{ cat "$root/models/gpt3-1.3b.yaml"; seq 0 199999 | sed 's/^/k/; s/$/: 1/'; } >bounds/200k-keys.yaml
+expect "model YAML with 200,000 keys" "k0: unknown key" plan --model bounds/200k-keys.yaml --cluster dgx-a100-80gb --gpus 16 --global-batch 64
+{ cat "$root/models/gpt3-1.3b.yaml"; echo "k1: 1"; seq 2 199999 | sed 's/^/k/; s/$/: 1/'; echo "k1: 2"; } >bounds/200k-keys-duplicate.yaml
+expect "model YAML with 200,000 keys, one twice" "k1: duplicate key (first at line" plan --model bounds/200k-keys-duplicate.yaml --cluster dgx-a100-80gb --gpus 16 --global-batch 64
+tr '\n' '\r' <"$root/models/gpt3-1.3b.yaml" >bounds/cr-only.yaml
+expect "model YAML with CR-only line ends" ok plan --model bounds/cr-only.yaml --cluster dgx-a100-80gb --gpus 16 --global-batch 64
+sed 's/^hidden_size: .*/hidden_size: 0/' "$root/models/gpt3-1.3b.yaml" | tr '\n' '\r' >bounds/cr-only-bad.yaml
+expect "CR-only YAML, an error's line" "cr-only-bad.yaml:$(grep -n '^hidden_size:' "$root/models/gpt3-1.3b.yaml" | cut -d: -f1): hidden_size: must be positive" plan --model bounds/cr-only-bad.yaml --cluster dgx-a100-80gb --gpus 16 --global-batch 64
+
 if [ -n "$markdown" ]; then
   {
     echo "| case | command | exit | answer (first line) | seconds | peak MB |"

@@ -3,11 +3,16 @@
 // Hugging Face hub) against the presets, and bad input.
 #include "core/hf_config.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <regex>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
+#include "core/limits.h"
 #include "core/presets.h"
 #include "core/spec_yaml.h"
 
@@ -517,6 +522,55 @@ TEST(HfConfig, BadMoeInputNamesTheKey) {
             "(hint: ptdp models biases on all linear layers or on none)");
   EXPECT_EQ(HfError(Edit(kGptOss120b, "\"head_dim\": 64,", "")),
             "config.json:1: head_dim: missing required key");
+}
+
+// Every size a config gives has the bound of the model YAML field it fills (core/limits.h): a
+// layer count kMaxLayers, every width, count and length kMaxModelDimension. GPT-2's n_layer
+// once had the width's bound, and 100,000 layers planned with negative times and memory.
+TEST(HfConfig, EverySizeHasTheModelYamlBound) {
+  const std::string gpt2 =
+      R"({"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12, "n_inner": 3072,
+          "vocab_size": 50257, "n_positions": 1024})";
+  struct Case {
+    std::string config;
+    std::vector<std::string> keys;
+  };
+  const std::vector<Case> cases = {
+      {gpt2, {"n_layer", "n_embd", "n_head", "n_inner", "vocab_size", "n_positions"}},
+      {kDeepSeekV3,
+       {"num_hidden_layers", "first_k_dense_replace", "hidden_size", "intermediate_size",
+        "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+        "max_position_embeddings", "moe_intermediate_size", "n_routed_experts",
+        "num_attention_heads", "num_experts_per_tok", "moe_layer_freq", "vocab_size"}},
+      {kQwen3_30bA3b,
+       {"num_experts", "moe_intermediate_size", "decoder_sparse_step", "head_dim",
+        "num_key_value_heads"}},
+      {kMixtral8x7b, {"num_local_experts"}},
+      {kGptOss120b, {"experts_per_token"}},
+  };
+  const std::set<std::string> layer_keys = {"n_layer", "num_hidden_layers",
+                                            "first_k_dense_replace"};
+  for (const Case& c : cases) {
+    for (const std::string& key : c.keys) {
+      const int64_t bound = layer_keys.count(key) ? kMaxLayers : kMaxModelDimension;
+      const std::regex value("\"" + key + "\": [0-9]+");
+      ASSERT_TRUE(std::regex_search(c.config, value)) << key;
+      const std::string over =
+          std::regex_replace(c.config, value, fmt::format("\"{}\": {}", key, bound + 1),
+                             std::regex_constants::format_first_only);
+      EXPECT_NE(HfError(over).find(fmt::format("{}: at most {}, got {}", key, bound, bound + 1)),
+                std::string::npos)
+          << key << ": " << HfError(over);
+    }
+  }
+  EXPECT_EQ(HfError(Edit(gpt2, "\"n_layer\": 12", "\"n_layer\": 100000")),
+            "config.json:1: n_layer: at most 16384, got 100000");
+  // The deepest model accepted is read whole.
+  EXPECT_EQ(ParseHfConfig(Edit(gpt2, "\"n_layer\": 12", "\"n_layer\": 16384")).num_layers, 16384);
+  // Shared experts: the width of all of them, as the YAML's moe_shared_expert_intermediate_size.
+  EXPECT_EQ(HfError(Edit(kDeepSeekV3, "\"n_shared_experts\": 1", "\"n_shared_experts\": 8193")),
+            "config.json:28: n_shared_experts: 8193 shared experts of 2048 are 16779264 wide, at "
+            "most 16777216");
 }
 
 }  // namespace

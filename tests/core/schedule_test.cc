@@ -8,6 +8,9 @@
 #include <random>
 #include <set>
 
+#include "core/error.h"
+#include "core/limits.h"
+
 namespace ptdp {
 namespace {
 
@@ -124,6 +127,23 @@ TEST(Schedule, ProblemsAreExplained) {
             "interleaved needs at least 2 model chunks per stage, got 1");
   EXPECT_EQ(ScheduleProblem(Schedule::kGpipe, 2, 0, 1),
             "the step needs at least one micro-batch, got 0");
+}
+
+// A schedule is built operation by operation: stages x micro-batches x chunks at most
+// kMaxPipelineOps (pp 256 x 100,000 micro-batches once ended in bad_alloc after 4.6 GB).
+TEST(Schedule, SizeIsBounded) {
+  EXPECT_EQ(kMaxPipelineOps, 524288);
+  EXPECT_EQ(ScheduleSizeProblem(512, 1024, 1), "");
+  EXPECT_EQ(ScheduleSizeProblem(256, 100000, 1),
+            "256 pipeline stages x 100000 micro-batches = 25600000 forward passes per step; ptdp "
+            "builds schedules of at most 524288");
+  EXPECT_EQ(ScheduleSizeProblem(4, 65536, 4),
+            "4 pipeline stages x 65536 micro-batches x 4 model chunks = 1048576 forward passes per "
+            "step; ptdp builds schedules of at most 524288");
+  // No overflow at the largest sizes the readers let through.
+  EXPECT_NE(ScheduleSizeProblem(int64_t{1} << 31, int64_t{1} << 31, int64_t{1} << 31), "");
+  // MakeSchedule's callers check first: beyond the bound is a bug, not a 4 GB allocation.
+  EXPECT_THROW(MakeSchedule(Schedule::k1F1B, 256, 100000, 1), InternalError);
 }
 
 // Every (micro-batch, chunk) runs F, B (and W) exactly once on the stage that holds the chunk,

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <random>
 
 #include "core/error.h"
@@ -163,7 +164,22 @@ TEST(BadInput, ClusterEfficiencyTablesAndAllowances) {
   const std::string row = "    - {m: 1024, n: 1024, k: 1024, efficiency: 0.5}";
   const std::string line = std::to_string(LineOf(text, row));
   EXPECT_EQ(ErrorOf(ParseClusterYaml, Replace(text, "efficiency: 0.5}", "efficiency: 1.5}")),
-            "m.yaml:" + line + ": gpu.gemm_efficiency[0].efficiency: must be at most 1, got 1.5");
+            "m.yaml:" + line +
+                ": gpu.gemm_efficiency[0].efficiency: expected an efficiency between 0.0001 and 1, "
+                "got 1.5");
+  // A subnormal efficiency once printed `inf s` and `-nan%` with exit 0; the floor is 1e-4.
+  EXPECT_EQ(ErrorOf(ParseClusterYaml, Replace(text, "efficiency: 0.5}", "efficiency: 1e-320}")),
+            "m.yaml:" + line +
+                ": gpu.gemm_efficiency[0].efficiency: expected an efficiency between 0.0001 and 1, "
+                "got 1e-320");
+  EXPECT_EQ(ParseClusterYaml(Replace(text, "efficiency: 0.5}", "efficiency: 0.0001}"))
+                .gpu.gemm_efficiency[0]
+                .efficiency,
+            1e-4);
+  EXPECT_EQ(ErrorOf(ParseClusterYaml,
+                    Replace(text, "  memory_efficiency: 0.5", "  memory_efficiency: 5e-5")),
+            "m.yaml:" + std::to_string(LineOf(text, "  memory_efficiency")) +
+                ": gpu.memory_efficiency: expected an efficiency between 0.0001 and 1, got 5e-05");
   // Points at m = 2048 (k = 1024 and 64) need their m = 1024 partners: 1024x1024x64 is missing.
   EXPECT_EQ(ErrorOf(ParseClusterYaml,
                     Replace(text, row,
@@ -191,6 +207,52 @@ TEST(BadInput, ClusterEfficiencyTablesAndAllowances) {
   EXPECT_EQ(ErrorOf(ParseClusterYaml, Replace(text, "  fragmentation: 0.1", "  fragmentation: 1")),
             "m.yaml:" + std::to_string(LineOf(text, "  fragmentation")) +
                 ": gpu.fragmentation: must be below 1, got 1");
+}
+
+// Latencies and host overheads: at most ten seconds each, so that a step's sum stays finite.
+TEST(BadInput, ClusterLatenciesAreBounded) {
+  const std::string text = WriteClusterYaml(ClusterPreset("dgx-h100"));
+  const std::string latency = text.substr(text.find("  nic_step_latency_us:"));
+  EXPECT_EQ(ErrorOf(ParseClusterYaml, Replace(text, latency.substr(0, latency.find('\n')),
+                                              "  nic_step_latency_us: 1e300")),
+            "m.yaml:" + std::to_string(LineOf(text, "  nic_step_latency_us")) +
+                ": network.nic_step_latency_us: expected at most 1e+07 microseconds, got 1e+300");
+  const std::string launch = text.substr(text.find("  kernel_launch_us:"));
+  EXPECT_EQ(ErrorOf(ParseClusterYaml, Replace(text, launch.substr(0, launch.find('\n')),
+                                              "  kernel_launch_us: 10000001")),
+            "m.yaml:" + std::to_string(LineOf(text, "  kernel_launch_us")) +
+                ": host.kernel_launch_us: expected at most 1e+07 microseconds, got 10000001");
+}
+
+// Old Mac line ends (CR alone) read as line breaks, numbered as such; CRLF as one break.
+TEST(Yaml, CarriageReturnLineEnds) {
+  const ModelSpec lf = ParseModelYaml(kTinyModel, "m.yaml");
+  std::string cr = kTinyModel, crlf;
+  std::replace(cr.begin(), cr.end(), '\n', '\r');
+  for (char c : kTinyModel) crlf += c == '\n' ? std::string("\r\n") : std::string(1, c);
+  EXPECT_EQ(ParseModelYaml("# a comment\r" + cr, "m.yaml"), lf);
+  EXPECT_EQ(ParseModelYaml(crlf, "m.yaml"), lf);
+  EXPECT_EQ(ModelError(Replace(cr, "hidden_size: 64", "hidden_size: 0")),
+            "m.yaml:2: hidden_size: must be positive, got 0");
+  EXPECT_EQ(ModelError("# a\r\r\n" + Replace(cr, "seq_length: 32", "seq_length: x")),
+            "m.yaml:7: seq_length: expected an integer, got \"x\"");
+}
+
+// The duplicate-key check is linear: 200,000 keys once took 49 s (each compared with all the
+// keys before it). Now well under a second; the bound leaves room for a sanitizer build.
+TEST(Yaml, ManyKeysAreReadInLinearTime) {
+  std::string text = kTinyModel;
+  for (int i = 0; i < 200'000; ++i) text += "k" + std::to_string(i) + ": 1\n";
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(ModelError(text).starts_with("m.yaml:6: k0: unknown key (hint: known keys: "));
+  EXPECT_EQ(ModelError(text + "k7: 2\n"), "m.yaml:200006: k7: duplicate key (first at line 13)");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 20);
+}
+
+// A multi-token prediction block is layers: the layer bound (core/limits.h).
+TEST(BadInput, MtpLayersHaveTheLayerBound) {
+  EXPECT_EQ(ModelError(kTinyModel + "mtp_num_layers: 16385\n"),
+            "m.yaml:6: mtp_num_layers: at most 16384, got 16385");
 }
 
 TEST(RoundTrip, GemmTablesAreSortedOnReading) {

@@ -224,9 +224,15 @@ TEST(MegatronArgs, AMegabyteLongFlagIsReportedWithoutComparingItToEveryFlag) {
       "--seq-length 32 --max-position-embeddings 32 --micro-batch-size 1 " +
           huge,
       "cmd");
-  const MegatronFinding* f = FindingFor(c, huge);
+  // issue 35: the finding quotes the flag by its first 60 bytes and its size, not whole.
+  const std::string quoted = "--" + std::string(58, 'x') + "... (1000002 bytes)";
+  const MegatronFinding* f = FindingFor(c, quoted);
   ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->message, "unrecognized arguments: " + quoted);
   EXPECT_EQ(f->fix, "");
+  for (const MegatronFinding& finding : c.findings) {
+    EXPECT_LT(finding.message.size(), 400u) << finding.message.substr(0, 100);
+  }
 }
 
 TEST(MegatronArgs, InterleavingFromEitherFlag) {

@@ -547,6 +547,41 @@ def test_check_reads_a_file_as_the_command_does():
         ptdp.check(file=FIXTURES / "nothing-here.sh")
 
 
+def test_check_reads_sourced_files_only_where_allowed(tmp_path):
+    # issue 35: a script sources files in its own folder, or in the folders allow_source names
+    # (--allow-source); a script given as text has no folder; words print escaped.
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "model.env").write_text("EXTRA=--issue35-outside-flag\n")
+    project = tmp_path / "project"
+    project.mkdir()
+    script = project / "train.sh"
+    command = "torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 2 $EXTRA\n"
+    script.write_text("source ../outside/model.env\n" + command)
+    refused = ptdp.check(file=script)
+    assert "issue35-outside-flag" not in json.dumps(refused.to_dict())
+    assert any(
+        "../outside/model.env was not read: it lies outside the script's folder" in f.message
+        for f in refused.findings
+    ), refused.findings
+    allowed = ptdp.check(file=script, allow_source=[outside])
+    assert any(f.flag == "--issue35-outside-flag" for f in allowed.errors), allowed.findings
+    assert allowed.command == f"ptdp check --allow-source {outside} --file {script}"
+    text = f"source {outside}/model.env\n" + command
+    assert not any(f.flag == "--issue35-outside-flag" for f in ptdp.check(text).errors)
+    read = ptdp.check(text, allow_source=[str(outside)])
+    assert any(f.flag == "--issue35-outside-flag" for f in read.errors)
+    # Control characters and bytes that are not UTF-8 come back escaped, as valid text.
+    (project / "nasty.sh").write_bytes(
+        b"torchrun pretrain_gpt.py --num-layers 2 '--\x1b]0;TITLE\x07-\xff'\n"
+    )
+    nasty = ptdp.check(file=project / "nasty.sh")
+    flags = [f.flag for f in nasty.errors]
+    assert "--\u001b]0;TITLE\u0007-\\xff" in flags, flags
+    code, out, err = cli("check", "--file", str(project / "nasty.sh"))
+    assert "--\\x1b]0;TITLE\\x07-\\xff" in out and "\x1b" not in out + err
+
+
 def test_check_that_cannot_judge_says_why():
     # issue 33: --yaml-cfg holds the configuration: no verdict (exit 5), not an exception.
     result = ptdp.check("torchrun --nproc_per_node 8 pretrain_gpt.py --yaml-cfg /configs/gpt.yaml")

@@ -51,6 +51,20 @@ TEST(BridgeCsv, ReadsQuotedNotesAndRefusesWhatItCannotRead) {
             "b.csv:2: column 6 (mbs): must be positive");
   EXPECT_EQ(Error(kHeader + "25.09,Llama3-70B,64,fp8-cs,128,1,8192,4,8,1,5,1,,0,1,1,\"open,,,\n"),
             "b.csv:2: unclosed quote");
+  // Sizes have the bounds of the fields they fill, measured rates are normal numbers (a
+  // subnormal tokens/s once made the mean error `+inf%`), and a step too long a schedule to
+  // simulate is a row ptdp cannot express, not a 4 GB allocation.
+  EXPECT_EQ(Error(kHeader + "25.09,Llama3-70B,64,fp8-cs,1000000000,1,8192,4,8,1,5,1,,0,1,1,,,,\n"),
+            "b.csv:2: column 5 (gbs): at most 1048576, got 1000000000");
+  EXPECT_EQ(Error(kHeader + "25.09,Llama3-70B,64,fp8-cs,128,1,8192,4,8,1,5,1,,0,1e-320,1,,,,\n"),
+            "b.csv:2: column 15 (tokens_per_s_per_gpu): expected 0 (not measured) or a number "
+            "from 0.001 to 1000000000, got \"1e-320\"");
+  const std::vector<BridgeRow> long_step = ParseBridgeCsv(
+      kHeader + "25.09,Llama3-70B,64,bf16,1048576,1,8192,4,8,1,5,1,,0,1619,1,,,,\n", "b.csv");
+  EXPECT_EQ(
+      BridgePlan(long_step[0], ClusterPreset("dgx-h100"), AttentionBackend::kFused).unexpressible,
+      "8 pipeline stages x 524288 micro-batches x 5 model chunks = 20971520 forward passes "
+      "per step; ptdp builds schedules of at most 524288");
 }
 
 TEST(BridgeCsv, RowsBecomePlansFromTheirColumnsAndNotes) {

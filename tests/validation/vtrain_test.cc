@@ -105,6 +105,36 @@ TEST(VtrainCsv, ErrorsNameFileLineAndColumn) {
             "x.csv:2: column 12 (iteration time (ms)): expected a positive number, got \"1e400\"");
 }
 
+// Each size has the bound of the field it fills (core/limits.h): a hidden size of 10^9 once
+// overflowed the model's arithmetic (UBSan: an internal error). A subnormal time made the
+// error of its row, and the MAPE, `inf%`. The schedule of a row is bounded as every other.
+TEST(VtrainCsv, SizesTimesAndSchedulesAreBounded) {
+  const std::string h = kSingleHeader;
+  EXPECT_EQ(ParseError(h + "2,16,8,1000000000,16,24,1024,1,1,2,372.1\n"),
+            "x.csv:2: column 4 (hidden size): at most 16777216, got 1000000000");
+  EXPECT_EQ(ParseError(h + "2,16,8,1024,16,16385,1024,1,1,2,372.1\n"),
+            "x.csv:2: column 6 (# layers): at most 16384, got 16385");
+  EXPECT_EQ(ParseError(h + "2,2097152,8,1024,16,24,1024,1,1,2,372.1\n"),
+            "x.csv:2: column 2 (global batch): at most 1048576, got 2097152");
+  EXPECT_EQ(ParseError(h + "2,16,8,1024,16,24,1024,1,1,2,1e-320\n"),
+            "x.csv:2: column 11 (iteration time (ms)): expected a time between 0.001 and "
+            "3.1536e+10 ms, got \"1e-320\"");
+  EXPECT_EQ(ParseError(h + "2,16,8,1024,16,24,1024,1,1,2,1e300\n"),
+            "x.csv:2: column 11 (iteration time (ms)): expected a time between 0.001 and "
+            "3.1536e+10 ms, got \"1e300\"");
+  EXPECT_EQ(ParseError(h + "1024,1048576,1,1024,16,24,1024,1,1,1024,372.1\n"),
+            "x.csv:2: column 2 (global batch): 1024 pipeline stages x 1048576 micro-batches = "
+            "1073741824 forward passes per step; ptdp builds schedules of at most 524288");
+  // The largest sizes accepted replay to finite, non-negative figures or a refusal.
+  const std::vector<VtrainRow> rows =
+      ParseVtrainCsv(h + "1,8,8,16777216,131072,16384,4096,1,1,1,372.1\n", "x.csv");
+  for (const VtrainResult& r : ReplayVtrain(ClusterPreset("vtrain-a100"), rows)) {
+    if (!r.rejected.empty()) continue;
+    EXPECT_TRUE(std::isfinite(r.simulated_s) && r.simulated_s > 0) << r.simulated_s;
+    EXPECT_TRUE(std::isfinite(r.error())) << r.error();
+  }
+}
+
 TEST(VtrainCsv, LoadsTheRepositoryCopies) {
   const std::vector<VtrainRow> single = LoadVtrainCsv(kSingle);
   const std::vector<VtrainRow> multi = LoadVtrainCsv(kMulti);

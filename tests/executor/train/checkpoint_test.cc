@@ -361,6 +361,22 @@ TEST_F(CheckpointTest, ASaveLockOfALiveJobIsRefusedAndADeadOnesTakenOver) {
   SaveCheckpoint(dir_, {2, 16, 1, kRunA}, "L", params.span(), {}, groups_, *backend_);
   EXPECT_FALSE(std::filesystem::exists(lock));
   EXPECT_EQ(CheckpointRunId(dir_), kRunA);
+  // One that has exited but is not reaped yet (a killed job's rank whose parent does not reap
+  // it): a zombie runs nothing, taken over too.
+  const pid_t zombie = ::fork();
+  if (zombie == 0) ::_exit(0);
+  ASSERT_GT(zombie, 0);
+  siginfo_t exited{};
+  for (int i = 0; i < 500 && exited.si_pid != zombie; ++i) {
+    ASSERT_EQ(::waitid(P_PID, static_cast<id_t>(zombie), &exited, WEXITED | WNOWAIT | WNOHANG), 0);
+    if (exited.si_pid != zombie) ::usleep(10'000);
+  }
+  ASSERT_EQ(exited.si_pid, zombie);
+  std::ofstream(lock, std::ios::trunc)
+      << fmt::format("pid={}\nhost={}\nrun={}\n", zombie, ThisHost(), kRunB);
+  SaveCheckpoint(dir_, {4, 32, 1, kRunA}, "L", params.span(), {}, groups_, *backend_);
+  EXPECT_FALSE(std::filesystem::exists(lock));
+  ::waitpid(zombie, nullptr, 0);
 }
 
 // Another job that removes this save's step folder (as its save removes a folder without a
