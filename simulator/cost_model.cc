@@ -569,7 +569,7 @@ struct FsdpTraffic {
 };
 // One layer's gather and reduce-scatter, for the last unit size met (most chunks share it).
 struct FsdpUnit {
-  double params = -1, gather = 0, scatter = 0;
+  double params = -1, experts = -1, gather = 0, scatter = 0;
 };
 
 // An MTP layer (CountParameters): the last layer's kind, and its projection and norms.
@@ -577,6 +577,7 @@ struct MtpLayer {
   int kind = 0, fp8 = 0;
   double extra = 0;   // the projection and norms
   double params = 0;  // with the layer's (the projection and norms alone without MTP layers)
+  double experts = 0;  // of params, the layer's experts
 };
 
 // One cost per layer slot [kind][fp8][recompute], computed when a chunk first has such
@@ -685,6 +686,7 @@ struct Evaluation {
     mtp.fp8 = training.precision == Precision::kFp8 && training.fp8_bf16_layers_at_end == 0 ? 1 : 0;
     mtp.extra = 2.0 * m.hidden_size * m.hidden_size / p.tp + 3.0 * m.hidden_size;
     mtp.params = m.mtp_num_layers > 0 ? params(mtp.kind).total() + mtp.extra : mtp.extra;
+    mtp.experts = m.mtp_num_layers > 0 ? params(mtp.kind).experts : 0;
   }
 
   const ModelSpec& m;
@@ -712,7 +714,7 @@ struct Evaluation {
 struct LayerSums {
   ChunkLayers kinds;
   LayerCost sum = {};
-  double params = 0;
+  double params = 0, expert_params = 0;  // of params, the experts'
   ChunkCosts chunk = {};
   StageBreakdown breakdown = {};
 };
@@ -754,6 +756,7 @@ inline void SumLayers(const Evaluation& ev, const ChunkLayers& k, LayerSums& sum
       s.w_tp += n * l.w_tp;
       for (int g = 0; g < kCommGroups; ++g) s.comm_bytes[g] += n * l.comm_bytes[g];
       sums.params += n * ev.params(e).total();
+      sums.expert_params += n * ev.params(e).experts;
     }
   }
   const LayerCost& s = sums.sum;
@@ -783,24 +786,31 @@ inline void AddEndPart(const PassTimes& pf, const PassTimes& pb, const PassTimes
 // Megatron-FSDP's per-micro-batch data-parallel traffic of one layer (Megatron-FSDP v1,
 // megatron/core/distributed/fsdp): sharded gradients are reduce-scattered after each layer's
 // backward in every micro-batch; sharded parameters are all-gathered before each layer's
-// forward and again before its backward. A separate stream runs them while neighbouring
+// forward and again before its backward. The experts are sharded over the expert data-parallel
+// group, as the distributed optimizer shards them (megatron/core/distributed/fsdp/
+// mcore_fsdp_adapter.py passes Megatron-FSDP the expert data-parallel group for them): their
+// gathers and reduce-scatters run over it, the rest over data parallel. A separate stream runs them while neighbouring
 // layers compute (prefetch); the first gather and the last reduce-scatter of a pass are
 // exposed. Here a chunk's, of `layers` layers and `chunk_params` parameters (with the
 // embedding or output part, `has_end`), added to its costs and its stage's breakdown; `last`
 // is the unit met before.
 inline void AddFsdpTraffic(const Evaluation& ev, FsdpUnit& last, int layers, bool has_end,
-                           double chunk_params, ChunkCosts& ch, StageBreakdown& br) {
+                           double chunk_params, double chunk_experts, ChunkCosts& ch,
+                           StageBreakdown& br) {
   const FsdpTraffic& fsdp = ev.fsdp;
-  const GroupPlacement& dp = ev.prepared.placed.dp;
+  const GroupPlacement &dp = ev.prepared.placed.dp, &edp = ev.prepared.placed.edp;
   // Per layer, as Megatron-FSDP's units; the embedding and output parts as one more.
   const double units = std::max(1, layers) + (has_end ? 1 : 0);
-  const double unit = chunk_params / units;
-  if (unit != last.params) {
+  const double unit = (chunk_params - chunk_experts) / units, experts = chunk_experts / units;
+  if (unit != last.params || experts != last.experts) {
     last.params = unit;
-    last.gather =
-        fsdp.params ? CollectiveTime(ev.c, Collective::kAllGather, unit * ev.ebytes, dp) : 0.0;
-    last.scatter =
-        fsdp.grads ? CollectiveTime(ev.c, Collective::kReduceScatter, unit * ev.gbytes, dp) : 0.0;
+    last.experts = experts;
+    const auto both = [&](Collective collective, double bytes) {
+      return CollectiveTime(ev.c, collective, unit * bytes, dp) +
+             (experts > 0 ? CollectiveTime(ev.c, collective, experts * bytes, edp) : 0.0);
+    };
+    last.gather = fsdp.params ? both(Collective::kAllGather, ev.ebytes) : 0.0;
+    last.scatter = fsdp.grads ? both(Collective::kReduceScatter, ev.gbytes) : 0.0;
   }
   const double gather = units * last.gather, scatter = units * last.scatter;
   const double forward = ch.forward_s, backward = ch.backward_input_s + ch.backward_weight_s;
@@ -829,7 +839,7 @@ inline void AddChunkParts(const Evaluation& ev, FsdpUnit& fsdp_unit, const Layer
   const ClusterSpec& c = ev.c;
   const int pp = ev.pp;
   const EndParts& ends = ev.ends;
-  double chunk_params = sums.params;
+  double chunk_params = sums.params, chunk_experts = sums.expert_params;
   ch.send_forward_s = last ? 0 : ev.sends(r);
   ch.send_backward_s = first ? 0 : ev.sends(r == 0 ? pp - 1 : r - 1);
   br.pp_comm_s += ch.send_forward_s + ch.send_backward_s;
@@ -862,10 +872,12 @@ inline void AddChunkParts(const Evaluation& ev, FsdpUnit& fsdp_unit, const Layer
       ch.weight_grad_activation_bytes += l.weight_grad_activation_bytes;
       AddEndPart(ends.of, ends.ob, ends.ow, ends.out_act, ch, br);
       chunk_params += ev.mtp.params;
+      chunk_experts += ev.mtp.experts;
     }
   }
   if (ev.fsdp.grads && chunk_params > 0) {
-    AddFsdpTraffic(ev, fsdp_unit, sums.kinds.total(), first || last, chunk_params, ch, br);
+    AddFsdpTraffic(ev, fsdp_unit, sums.kinds.total(), first || last, chunk_params, chunk_experts,
+                   ch, br);
   }
   if (!ev.options.overlap_p2p_communication) {
     ch.forward_s += ch.send_forward_s;
