@@ -125,5 +125,21 @@ TEST(FlexDispatch, AgainstHybridEpOnH100) {
   }
 }
 
+// NCCL's all-to-all across nodes against a user's nccl-tests run (NVIDIA/nccl issue 1138: 2 nodes
+// x 8 A100, 4 x 200 Gb/s NICs per node, 4 GB: busbw 19.83 GB/s; busbw = S / time x (n - 1) / n,
+// nccl-tests src/alltoall.cu): the dgx-a100-80gb profile with that node's 4 NICs.
+TEST(AllToAll, AgainstNcclTestsOnTwoA100Nodes) {
+  ClusterSpec c = ClusterPreset("dgx-a100-80gb");
+  c.nics_per_node = 4;
+  const double bytes = 4e9;
+  const double time = CollectiveTime(c, Collective::kAllToAll, bytes, PlaceGroup(0, 1, 16, 8));
+  const double busbw = bytes / time * 15 / 16 / 1e9;
+  std::printf(
+      "nccl-tests all-to-all, 2 x 8 A100, 4 NICs per node: predicted busbw %.2f GB/s, "
+      "reported 19.83 (%+.1f%%)\n",
+      busbw, 100 * (busbw / 19.83 - 1));
+  EXPECT_NEAR(busbw / 19.83, 1.0, 0.2);
+}
+
 }  // namespace
 }  // namespace ptdp
