@@ -41,6 +41,13 @@ class Reader {
     return found;
   }
   bool Has(std::string_view flag) const { return Last(flag) != nullptr; }
+  // Whether the command gives `flag`, for one of Megatron's rules about it only: unlike Has,
+  // not counted as read, so that a flag the simulation ignores is still said to be "not
+  // simulated".
+  bool Given(std::string_view flag) const {
+    return std::any_of(c_.args.begin(), c_.args.end(),
+                       [flag](const MegatronCommand::Arg& a) { return a.flag == flag && a.valid; });
+  }
 
   std::optional<int64_t> Int(std::string_view flag) {
     const auto* a = Last(flag);

@@ -575,8 +575,8 @@ struct FsdpUnit {
 // An MTP layer (CountParameters): the last layer's kind, and its projection and norms.
 struct MtpLayer {
   int kind = 0, fp8 = 0;
-  double extra = 0;   // the projection and norms
-  double params = 0;  // with the layer's (the projection and norms alone without MTP layers)
+  double extra = 0;    // the projection and norms
+  double params = 0;   // with the layer's (the projection and norms alone without MTP layers)
   double experts = 0;  // of params, the layer's experts
 };
 
@@ -783,34 +783,50 @@ inline void AddEndPart(const PassTimes& pf, const PassTimes& pb, const PassTimes
   for (const PassTimes* t : {&pf, &pb, &pw}) AddCommBytes(t->comm_bytes, br);
 }
 
+// One collective over data parallel (the dense bytes) and one over expert data parallel (the
+// experts' bytes; none without experts), one after the other (Megatron keeps the experts'
+// buffers apart): their times.
+struct DenseAndExpertTimes {
+  double dense, expert;
+  double total() const { return dense + expert; }
+};
+inline DenseAndExpertTimes DataParallelTimes(const Evaluation& ev, Collective collective,
+                                             double dense_bytes, double expert_bytes) {
+  const LayoutPlacements& placed = ev.prepared.placed;
+  return {CollectiveTime(ev.c, collective, dense_bytes, placed.dp),
+          CollectiveTime(ev.c, collective, expert_bytes, placed.edp)};
+}
+
 // Megatron-FSDP's per-micro-batch data-parallel traffic of one layer (Megatron-FSDP v1,
 // megatron/core/distributed/fsdp): sharded gradients are reduce-scattered after each layer's
 // backward in every micro-batch; sharded parameters are all-gathered before each layer's
 // forward and again before its backward. The experts are sharded over the expert data-parallel
 // group, as the distributed optimizer shards them (megatron/core/distributed/fsdp/
 // mcore_fsdp_adapter.py passes Megatron-FSDP the expert data-parallel group for them): their
-// gathers and reduce-scatters run over it, the rest over data parallel. A separate stream runs them while neighbouring
-// layers compute (prefetch); the first gather and the last reduce-scatter of a pass are
-// exposed. Here a chunk's, of `layers` layers and `chunk_params` parameters (with the
+// gathers and reduce-scatters run over it, the rest over data parallel. A separate stream runs them
+// while neighbouring layers compute (prefetch); the first gather and the last reduce-scatter of a
+// pass are exposed. Here a chunk's, of `layers` layers and `chunk_params` parameters (with the
 // embedding or output part, `has_end`), added to its costs and its stage's breakdown; `last`
 // is the unit met before.
 inline void AddFsdpTraffic(const Evaluation& ev, FsdpUnit& last, int layers, bool has_end,
                            double chunk_params, double chunk_experts, ChunkCosts& ch,
                            StageBreakdown& br) {
   const FsdpTraffic& fsdp = ev.fsdp;
-  const GroupPlacement &dp = ev.prepared.placed.dp, &edp = ev.prepared.placed.edp;
+  const GroupPlacement& dp = ev.prepared.placed.dp;
   // Per layer, as Megatron-FSDP's units; the embedding and output parts as one more.
   const double units = std::max(1, layers) + (has_end ? 1 : 0);
   const double unit = (chunk_params - chunk_experts) / units, experts = chunk_experts / units;
   if (unit != last.params || experts != last.experts) {
     last.params = unit;
     last.experts = experts;
-    const auto both = [&](Collective collective, double bytes) {
-      return CollectiveTime(ev.c, collective, unit * bytes, dp) +
-             (experts > 0 ? CollectiveTime(ev.c, collective, experts * bytes, edp) : 0.0);
-    };
-    last.gather = fsdp.params ? both(Collective::kAllGather, ev.ebytes) : 0.0;
-    last.scatter = fsdp.grads ? both(Collective::kReduceScatter, ev.gbytes) : 0.0;
+    last.gather = fsdp.params ? DataParallelTimes(ev, Collective::kAllGather, unit * ev.ebytes,
+                                                  experts * ev.ebytes)
+                                    .total()
+                              : 0.0;
+    last.scatter = fsdp.grads ? DataParallelTimes(ev, Collective::kReduceScatter, unit * ev.gbytes,
+                                                  experts * ev.gbytes)
+                                    .total()
+                              : 0.0;
   }
   const double gather = units * last.gather, scatter = units * last.scatter;
   const double forward = ch.forward_s, backward = ch.backward_input_s + ch.backward_weight_s;
@@ -1051,15 +1067,15 @@ inline double DataParallelCollective(const Evaluation& ev, const StageParams& sp
                                      Collective collective, double dense_bytes, double expert_bytes,
                                      StageCosts& st) {
   const LayoutPlacements& placed = ev.prepared.placed;
-  const double expert =
-      sp.experts > 0 ? CollectiveTime(ev.c, collective, expert_bytes, placed.edp) : 0.0;
-  st.expert_dp_comm_s += expert;
+  const DenseAndExpertTimes t =
+      DataParallelTimes(ev, collective, dense_bytes, sp.experts > 0 ? expert_bytes : 0.0);
+  st.expert_dp_comm_s += t.expert;
   if (placed.dp.ranks > 1) st.dp_comm_bytes += dense_bytes;
   if (sp.experts > 0 && placed.edp.ranks > 1) {
     st.dp_comm_bytes += expert_bytes;
     st.expert_dp_comm_bytes += expert_bytes;
   }
-  return CollectiveTime(ev.c, collective, dense_bytes, placed.dp) + expert;
+  return t.total();
 }
 
 // The stage's gradient reduction and parameter gather once per step, by its sharding.

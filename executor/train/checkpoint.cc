@@ -13,7 +13,6 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <iterator>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -43,12 +42,19 @@ InputError LoadError(const std::string& path, const std::string& message,
 
 constexpr char kSameLayout[] = "checkpoints load into the layout that saved them";
 
-std::string ReadFile(const fs::path& path) {
+// The whole of a file; nothing when it cannot be opened.
+std::optional<std::string> ReadIfThere(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw LoadError(path.string(), "cannot read the file");
+  if (!in) return std::nullopt;
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+std::string ReadFile(const fs::path& path) {
+  std::optional<std::string> text = ReadIfThere(path);
+  if (!text) throw LoadError(path.string(), "cannot read the file");
+  return std::move(*text);
 }
 
 std::string ThisHost() {
@@ -69,12 +75,10 @@ std::optional<std::string_view> FindField(std::string_view text, std::string_vie
 
 // The lock file's holder; nullopt when there is no lock file.
 std::optional<LockHolder> ReadLock(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::ostringstream text;
-  text << in.rdbuf();
+  std::optional<std::string> text = ReadIfThere(file);
+  if (!text) return std::nullopt;
   LockHolder h;
-  h.text = text.str();
+  h.text = std::move(*text);
   const auto pid = FindField(h.text, "pid");
   if (pid) (void)std::from_chars(pid->data(), pid->data() + pid->size(), h.pid);
   h.host = std::string(FindField(h.text, "host").value_or("?"));
@@ -90,8 +94,7 @@ std::string Describe(const LockHolder& h) {
 // field after the parenthesised command name). A killed job's ranks stay so where their parent
 // (a container's first process, say) does not reap them, and they run nothing.
 bool IsZombie(int64_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const std::string text = ReadIfThere("/proc/" + std::to_string(pid) + "/stat").value_or("");
   const size_t close = text.rfind(')');
   return close != std::string::npos && close + 2 < text.size() && text[close + 2] == 'Z';
 }

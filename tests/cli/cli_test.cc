@@ -718,11 +718,23 @@ std::string Unwrapped(std::string text) {
 // plan that leaves less memory free than the memory model's error says so; "Closest to fitting"
 // only when nothing fits.
 TEST(CliPlan, MoeLayoutsCheckpointFormatAndHeadroomAreSaid) {
-  const std::vector<std::string> moe = {
-      "plan",   "--model", "qwen3-30b-a3b",  "--cluster", "dgx-h100",
-      "--gpus", "64",      "--global-batch", "512",       "--top",
-      "1",      "--fix",   "ep=4",           "--fix",     "tp=1",
-      "--fix",  "fsdp=optim_grads_params"};
+  const std::vector<std::string> moe = {"plan",
+                                        "--model",
+                                        "qwen3-30b-a3b",
+                                        "--cluster",
+                                        "dgx-h100",
+                                        "--gpus",
+                                        "64",
+                                        "--global-batch",
+                                        "512",
+                                        "--top",
+                                        "1",
+                                        "--fix",
+                                        "ep=4",
+                                        "--fix",
+                                        "tp=1",
+                                        "--fix",
+                                        "fsdp=optim_grads_params"};
   const auto with = [](std::vector<std::string> args, const std::vector<std::string>& more) {
     args.insert(args.end(), more.begin(), more.end());
     return args;
