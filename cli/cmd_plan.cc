@@ -12,7 +12,9 @@
 #include "cli/output.h"
 #include "cli/progress.h"
 #include "cli/report.h"
+#include "cli/search_flags.h"
 #include "cli/workload.h"
+#include "core/cluster_override.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "core/spec_yaml.h"
@@ -46,35 +48,15 @@ void AddPlanOptions(po::options_description& o) {
       "write a self-contained HTML report (table, chart, timeline, rejections)")(
       "explain", po::bool_switch(),
       "count the rejections per rule, with an example each, and show the best plan's "
-      "communication groups (size, nodes, link, bandwidth, what travels, time and bytes)")(
-      "fix", po::value<std::vector<std::string>>()->composing()->value_name("KEY=VALUE"),
-      "fix a knob (repeatable): tp, cp, cp-comm (p2p | a2a | allgather), ep, etp, pp, dp, mbs, v, "
-      "schedule, sp, recompute, recompute-modules (Megatron's names joined by +, e.g. "
-      "moe_act+layernorm), dist-opt, fsdp (none | optim | optim_grads | optim_grads_params), "
-      "uneven (on | off), layout (Megatron's --pipeline-model-parallel-layout string)")(
-      "num-layers-per-virtual-pipeline-stage", po::value<std::string>()->value_name("N"),
-      "Megatron's way to ask for interleaving; needs --fix pp=P: fixes v = layers / (P x N)")(
-      "max-tp", po::value<std::string>()->value_name("T"), "largest tensor-parallel size")(
-      "max-pp", po::value<std::string>()->value_name("P"), "largest pipeline-parallel size")(
-      "max-cp", po::value<std::string>()->value_name("C"), "largest context-parallel size")(
-      "max-ep", po::value<std::string>()->value_name("E"), "largest expert-parallel size")(
-      "max-micro-batch", po::value<std::string>()->value_name("b"), "largest micro-batch size")(
-      "memory-headroom", po::value<std::string>()->value_name("X"),
-      "memory each plan must leave free: a fraction (0.1) or a percentage (10%)")(
-      "no-recompute", po::bool_switch(), "only plans without activation recompute")(
-      "no-sequence-parallel", po::bool_switch(), "only plans without sequence parallelism")(
-      "no-distributed-optimizer", po::bool_switch(),
-      "only plans without the distributed optimizer (and without Megatron-FSDP)")(
-      "no-overlap", po::bool_switch(),
-      "do not turn on --overlap-grad-reduce and --overlap-param-gather (the planner does for "
-      "Megatron-Core)")(
-      "schedules", po::value<std::string>()->value_name("LIST"),
-      "schedules to consider, comma-separated (default 1f1b,interleaved,zb-h1; gpipe too)")(
+      "communication groups (size, nodes, link, bandwidth, what travels, time and bytes)");
+  AddSearchConstraintOptions(o);
+  o.add_options()(
       "compare", po::value<std::string>()->value_name("LAYOUT"),
       "place a layout in the ranking, e.g. tp=2,pp=4,mbs=4 (keys as --fix); default for the "
       "example: the founding document's TP 2 x PP 4");
   AddCostOptions(o);
   AddMemoryUnitOption(o);
+  AddThreadsOption(o);
 }
 
 // `plan --tp 3` (or Megatron's --tensor-model-parallel-size 3): plan searches what simulate
@@ -113,24 +95,6 @@ std::string FixHint(std::string_view name, std::string_view value) {
                        value.empty() ? k.placeholder : value);
   }
   return "";
-}
-
-double ReadHeadroom(const Flags& flags) {
-  const auto text = flags.OptionalString("memory-headroom");
-  if (!text) return 0;
-  std::string number = *text;
-  const bool percent = !number.empty() && number.back() == '%';
-  if (percent) number.pop_back();
-  double value = -1;
-  const auto [ptr, ec] = std::from_chars(number.data(), number.data() + number.size(), value);
-  if (ec != std::errc() || ptr != number.data() + number.size()) value = -1;
-  if (percent) value /= 100;
-  if (!(value >= 0 && value < 1)) {
-    flags.Fail(
-        "memory-headroom",
-        fmt::format("expected a fraction below 1 or a percentage below 100%, got \"{}\"", *text));
-  }
-  return value;
 }
 
 // "tp=2,pp=4,mbs=4" -> a full layout (unset knobs at Megatron's defaults, dp from the GPUs).
@@ -189,49 +153,13 @@ PlanRequest ReadRequest(const Flags& flags, std::string& reference_label,
   const Workload w = ReadWorkload(flags);
   notes = w.notes;
   PlanRequest req{.model = w.model, .cluster = w.cluster, .training = w.training, .gpus = w.gpus};
-  for (const std::string& fix : flags.Strings("fix")) ApplyFix(fix, req.constraints);
-  if (flags.Has("num-layers-per-virtual-pipeline-stage")) {
-    SearchConstraints& c = req.constraints;
-    if (!c.pp) {
-      flags.Fail("num-layers-per-virtual-pipeline-stage", "needs the pipeline size",
-                 "add --fix pp=P: the virtual stages are num_layers / (P x N)");
-    }
-    if (c.virtual_stages || c.layout) {
-      flags.Fail("num-layers-per-virtual-pipeline-stage",
-                 fmt::format("cannot be combined with --fix {}", c.layout ? "layout" : "v"),
-                 "keep one");
-    }
-    const int v =
-        *VirtualStagesFromLayers(flags, req.model.num_layers, ParallelConfig{.pp = *c.pp});
-    c.virtual_stages = v;
-    c.uneven = false;  // Megatron refuses it with uneven first / last stages
-  }
-  req.constraints.max_tp = static_cast<int>(flags.OptionalPositiveInt("max-tp").value_or(0));
-  req.constraints.max_pp = static_cast<int>(flags.OptionalPositiveInt("max-pp").value_or(0));
-  req.constraints.max_cp = static_cast<int>(flags.OptionalPositiveInt("max-cp").value_or(0));
-  req.constraints.max_ep = static_cast<int>(flags.OptionalPositiveInt("max-ep").value_or(0));
-  req.constraints.max_micro_batch_size =
-      static_cast<int>(flags.OptionalPositiveInt("max-micro-batch").value_or(0));
-  if (flags.Switch("no-recompute")) req.constraints.recomputes = {Recompute::kNone};
-  if (flags.Switch("no-sequence-parallel")) req.constraints.sequence_parallel = false;
-  if (flags.Switch("no-distributed-optimizer")) req.constraints.distributed_optimizer = false;
-  if (auto list = flags.OptionalString("schedules")) {
-    req.constraints.schedules.clear();
-    size_t start = 0;
-    while (start <= list->size()) {
-      const size_t comma = std::min(list->find(',', start), list->size());
-      const std::string name = list->substr(start, comma - start);
-      const auto s = ValueOf<Schedule>(kScheduleNames, name);
-      if (!s) flags.Fail("schedules", UnknownValueMessage<Schedule>(kScheduleNames, name));
-      req.constraints.schedules.push_back(*s);
-      start = comma + 1;
-    }
-  }
+  req.constraints = ReadSearchConstraints(flags, req.model);
   req.top_k = static_cast<int>(flags.PositiveInt("top"));
   req.memory_headroom = ReadHeadroom(flags);
   req.options = ReadCostOptions(flags);
   req.recommend_overlap = !flags.Switch("no-overlap");
   req.memory_unit = ReadMemoryUnit(flags);
+  req.threads = ReadThreads(flags);
   if (auto layout = flags.OptionalString("compare")) {
     req.reference = ReadLayout(flags, *layout, req.gpus);
     reference_label = "Your layout";
@@ -284,6 +212,7 @@ std::string PlanJson(const PlanRequest& req, const PlanSearchResult& res, bool e
   }
   out += fmt::format("}},\n \"evaluated\": {}, \"valid\": {}, \"fits\": {}, \"simulated\": {}",
                      res.examined, res.valid, res.fits, res.simulated);
+  out += ClusterOverridesJsonMember(req.cluster);
   if (res.reference) {
     out += fmt::format(", \"reference\": {{\"rank\": {}, \"problem\": {}", res.reference->rank,
                        JsonString(res.reference->problem));
@@ -519,6 +448,9 @@ int RunPlan(const Flags& flags, std::ostream& out, std::ostream& err) {
                      req.gpus, req.cluster.name, req.training.global_batch_size,
                      GroupThousands(req.training.global_batch_size * req.model.seq_length),
                      Name(req.training.precision));
+  if (const std::string changed = ClusterOverridesLine(req.cluster); !changed.empty()) {
+    out << changed << "\n";
+  }
   for (const std::string& note : notes) out << NoteText(note);
   out << fmt::format(
       "Searched {} configurations in {:.2f} s: {} pass Megatron-LM's rules, {} fit in {} per "
@@ -579,7 +511,9 @@ const Command kPlanCommand{
         "ptdp plan --model llama3-70b --cluster hgx-h200 --gpus 64 --global-batch 512 "
         "--fix tp=8 --memory-headroom 10% --out plan.yaml\n"
         "ptdp plan --model path/to/config.json --cluster dgx-h100 --gpus 32 "
-        "--global-batch 256 --seq-length 4096 --html report.html",
+        "--global-batch 256 --seq-length 4096 --html report.html\n"
+        "ptdp plan --model gpt3-175b --cluster dgx-h100 --gpus 1024 --global-batch 1536 "
+        "--cluster-set nic_gb_per_s=x2 --cluster-set hbm_bytes=+50%",
     .implemented = true,
     .tracked_in = "",
     .add_options = AddPlanOptions,

@@ -201,6 +201,7 @@ Plan PlanFromFile(const Flags& flags, const std::string& path) {
     }
   }
   Plan plan = LoadPlanFile(path);
+  ApplyClusterSets(flags, plan.cluster);
   const char* blamed = flags.Has("tp") ? "tp" : flags.Has("pp") ? "pp" : "cp";
   ApplyLayoutFlags(flags, plan.model.num_layers, plan.num_gpus, blamed, plan.parallel);
   return plan;
@@ -263,9 +264,9 @@ std::string_view MegatronFlagFor(std::string_view key) {
 // What may go with a Megatron-LM command: the hardware, the GPU count when the launcher does
 // not say it, and the outputs. Everything else is the command's to say.
 constexpr std::string_view kWithMegatron[] = {
-    "megatron",   "file",      "script-args", "env",      "env-file",    "allow-source",
-    "vocab-size", "cluster",   "gpus",        "format",   "trace",       "svg",
-    "svg-from",   "svg-until", "explain",     "timeline", "memory-unit", "help"};
+    "megatron", "file",     "script-args", "env",   "env-file",   "allow-source", "vocab-size",
+    "cluster",  "gpus",     "format",      "trace", "svg",        "svg-from",     "svg-until",
+    "explain",  "timeline", "memory-unit", "help",  "cluster-set"};
 
 bool MegatronGiven(const Flags& flags) {
   return flags.Has("megatron") || flags.Has("file") || !flags.passthrough().empty();
@@ -297,6 +298,7 @@ Plan PlanFromMegatron(const Flags& flags, std::ostream& err) {
       "--cluster C --file cmd.sh");
   Plan plan;
   plan.cluster = ResolveCluster(flags.String("cluster"));
+  ApplyClusterSets(flags, plan.cluster);
   const CheckReport report =
       CheckMegatronInput(flags, in, flags.OptionalPositiveInt("gpus", kMaxGpus));
   const MegatronCommand& c = report.command;
@@ -447,12 +449,9 @@ int RunSimulate(const Flags& flags, std::ostream& out, std::ostream& err) {
   WriteOutputFiles(files);
   const bool explain = flags.Switch("explain");
   if (format == Format::kJson) {
-    if (explain) {
-      out << "{" << SimulationJsonMembers(report)
-          << ",\n \"groups\": " << CommGroupsJson(CommGroupRows(plan, report), 1) << "}\n";
-    } else {
-      out << SimulationJson(report) << "\n";
-    }
+    out << "{" << SimulationJsonMembers(report) << ClusterOverridesJsonMember(plan.cluster);
+    if (explain) out << ",\n \"groups\": " << CommGroupsJson(CommGroupRows(plan, report), 1);
+    out << "}\n";
   } else {
     out << SimulationText(plan, report, unit, notes);
     if (explain) out << "\n" << CommGroupsText(CommGroupRows(plan, report));
@@ -516,6 +515,7 @@ const Command kSimulateCommand{
         "ptdp simulate --plan plan.yaml --svg timeline.svg --trace timeline.json\n"
         "ptdp simulate --plan plan.yaml --svg window.svg --svg-from 0.5 --svg-until 0.8\n"
         "ptdp simulate --plan plan.yaml --micro-batch 2 --recompute full\n"
+        "ptdp simulate --plan plan.yaml --cluster-set nvlink_gb_per_s=x2\n"
         "ptdp simulate --cluster dgx-h100 --file train_gpt.sh --svg timeline.svg\n"
         "ptdp simulate --model qwen3-30b-a3b --cluster dgx-h100 --gpus 16 --global-batch 256 "
         "--tp 1 --pp 2 --ep 8 --etp 1 --moe-token-dispatcher alltoall --explain\n"

@@ -4,8 +4,9 @@ namespace ptdp::cli {
 
 std::span<const Command> AllCommands() {
   static const Command* const kAll[] = {
-      &kPlanCommand,      &kSimulateCommand, &kCheckCommand,  &kExecuteCommand, &kValidateCommand,
-      &kCalibrateCommand, &kScheduleCommand, &kReplayCommand, &kModelsCommand,  &kProfilesCommand,
+      &kPlanCommand,    &kSweepCommand,    &kSimulateCommand,  &kCheckCommand,
+      &kExecuteCommand, &kValidateCommand, &kCalibrateCommand, &kScheduleCommand,
+      &kReplayCommand,  &kModelsCommand,   &kProfilesCommand,
   };
   static const std::vector<Command> commands = [] {
     std::vector<Command> v;

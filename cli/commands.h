@@ -31,6 +31,7 @@ std::span<const Command> AllCommands();
 
 // Defined in the cmd_*.cc files.
 extern const Command kPlanCommand;
+extern const Command kSweepCommand;
 extern const Command kSimulateCommand;
 extern const Command kCheckCommand;
 extern const Command kScheduleCommand;

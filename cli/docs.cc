@@ -35,9 +35,10 @@ std::map<std::string, std::vector<std::string>> FlagValues(std::string_view comm
   std::vector<std::string> models, clusters;
   for (const PresetFile& f : ModelPresetFiles()) models.emplace_back(f.name);
   for (const PresetFile& f : ClusterPresetFiles()) clusters.emplace_back(f.name);
-  const std::vector<std::string> formats = command == "schedule"
-                                               ? std::vector<std::string>{"text", "json"}
-                                               : std::vector<std::string>{"table", "json"};
+  const std::vector<std::string> formats =
+      command == "schedule" ? std::vector<std::string>{"text", "json"}
+      : command == "sweep"  ? std::vector<std::string>{"table", "json", "csv"}
+                            : std::vector<std::string>{"table", "json"};
   return {{"model", models},
           {"cluster", clusters},
           {"format", formats},

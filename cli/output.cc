@@ -59,7 +59,8 @@ void CheckFolder(const fs::path& folder, std::string_view flag, const std::strin
   ::unlink(probe.c_str());
 }
 
-std::ostream* standard_output = nullptr;  // SetStandardOutput
+// SetStandardOutput's, per thread: commands run at once on several threads from Python.
+thread_local std::ostream* standard_output = nullptr;
 
 bool IsOutputFlag(std::string_view flag) {
   return std::find(std::begin(kOutputFileFlags), std::end(kOutputFileFlags), flag) !=

@@ -5,19 +5,31 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/cluster_override.h"
+#include "core/json.h"
 #include "core/table.h"
 #include "core/units.h"
 
 namespace ptdp::cli {
 
 TimelineTitle SimulationTitle(const Plan& plan, const SimulationReport& r, MemoryUnit unit) {
-  return {fmt::format("{} on {} x {}: {}", plan.model.name, plan.num_gpus, plan.cluster.name,
+  std::vector<std::string> changes;
+  for (const std::string& o : plan.cluster.overrides) changes.push_back(QuotedWord(o));
+  return {fmt::format("{} on {} x {}{}: {}", plan.model.name, plan.num_gpus, plan.cluster.name,
+                      changes.empty() ? "" : fmt::format(" with {}", fmt::join(changes, ", ")),
                       LayoutLine(plan)),
           fmt::format("step {}, bubble {:.1f}%, MFU {:.1f}%, peak memory {} of {}{}",
                       Seconds(r.step_time_s), 100 * r.bubble_fraction, 100 * r.mfu,
                       Memory(r.peak_memory_bytes, unit),
                       Memory(static_cast<double>(plan.cluster.gpu.hbm_bytes), unit),
                       r.memory_problem.empty() ? "" : " - DOES NOT FIT")};
+}
+
+std::string ClusterOverridesJsonMember(const ClusterSpec& cluster) {
+  if (cluster.overrides.empty()) return "";
+  std::vector<std::string> items;
+  for (const std::string& o : cluster.overrides) items.push_back(JsonString(o));
+  return fmt::format(", \"cluster_overrides\": [{}]", fmt::join(items, ", "));
 }
 
 std::string NoteText(std::string_view note) {
@@ -41,6 +53,9 @@ std::string SimulationText(const Plan& plan, const SimulationReport& r, MemoryUn
       fmt::format("ptdp simulate: {} on {} x {}, global batch {}, {}\n{}\n", plan.model.name,
                   plan.num_gpus, plan.cluster.name, plan.training.global_batch_size,
                   Name(plan.training.precision), LayoutLine(plan));
+  if (const std::string changed = ClusterOverridesLine(plan.cluster); !changed.empty()) {
+    out += changed + "\n";
+  }
   for (const std::string& note : notes) out += NoteText(note);
   out += "\n";
   out += fmt::format("step time     {}   ({} tokens/s)\n", Seconds(r.step_time_s),

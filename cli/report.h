@@ -19,6 +19,10 @@ namespace ptdp::cli {
 // Memory in `unit` (--memory-unit).
 TimelineTitle SimulationTitle(const Plan& plan, const SimulationReport& report, MemoryUnit unit);
 
+// `, "cluster_overrides": ["nic_gb_per_s=x2", ...]` (`--cluster-set`, ClusterSpec::overrides)
+// to append to a JSON object's members; "" when the cluster has none.
+std::string ClusterOverridesJsonMember(const ClusterSpec& cluster);
+
 // "Note: <note>" wrapped at 100 columns between words, later lines indented under the text.
 std::string NoteText(std::string_view note);
 

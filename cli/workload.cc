@@ -1,9 +1,12 @@
 #include "cli/workload.h"
 
 #include <fmt/format.h>
+#include <sched.h>
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <thread>
 
 #include "core/hf_config.h"
 #include "core/limits.h"
@@ -50,6 +53,70 @@ void AddWorkloadOptions(po::options_description& o, bool example_defaults) {
       "keep-fp8-transpose-cache", po::bool_switch(),
       "with --precision fp8 and --fsdp optim_grads_params: keep every FP8 weight's transpose "
       "(1 byte per weight) instead of making it again in each backward");
+  AddClusterSetOption(o);
+}
+
+void AddClusterSetOption(po::options_description& o, bool several_clusters) {
+  // The keys by section: gpu.{peak_bf16_tflops, ...}, node.{...}.
+  std::string keys, section;
+  for (const std::string& key : ClusterOverrideKeys()) {
+    const size_t dot = key.find('.');
+    if (key.substr(0, dot) != section) {
+      keys += (section.empty() ? "" : "}, ") + key.substr(0, dot) + ".{";
+      section = key.substr(0, dot);
+    } else {
+      keys += ", ";
+    }
+    keys += key.substr(dot + 1);
+  }
+  o.add_options()(
+      "cluster-set",
+      po::value<std::vector<std::string>>()->composing()->value_name(
+          several_clusters ? "[CLUSTER:]KEY=VALUE" : "KEY=VALUE"),
+      fmt::format(
+          "what-if hardware (repeatable): change a number of the profile{}. KEY: the profile's, "
+          "dotted or its last part alone: {}}}; VALUE in the key's unit (96e9), or relative: x2, "
+          "*2, +50%, -25%. A link's rate moves its achieved rate (nic_gb_per_s: "
+          "nic_busbw_gb_per_s; nvlink_gb_per_s: nvlink_busbw_gb_per_s), peak_bf16_tflops moves "
+          "peak_fp16_tflops and gpus_per_node moves nics_per_node, unless those are set too",
+          several_clusters ? " (CLUSTER:KEY=VALUE: of that cluster only)" : "", keys)
+          .c_str());
+}
+
+std::vector<ClusterOverride> ReadClusterSets(const Flags& flags) {
+  std::vector<ClusterOverride> overrides;
+  for (const std::string& text : flags.Strings("cluster-set")) {
+    overrides.push_back(ParseClusterOverride(text));
+  }
+  return overrides;
+}
+
+void ApplyClusterSets(const Flags& flags, ClusterSpec& cluster) {
+  const std::vector<ClusterOverride> overrides = ReadClusterSets(flags);
+  CheckOverrideClusters(overrides, {cluster.name});
+  ApplyClusterOverrides(overrides, cluster);
+}
+
+void AddThreadsOption(po::options_description& o) {
+  o.add_options()("threads", po::value<std::string>()->value_name("N"),
+                  fmt::format("threads the search runs on (default: the cores available, now {}); "
+                              "the result is the same with any number",
+                              DefaultThreads())
+                      .c_str());
+}
+
+int DefaultThreads() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int cores = 0;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) cores = CPU_COUNT(&set);
+  if (cores <= 0) cores = static_cast<int>(std::thread::hardware_concurrency());
+  return std::clamp(cores, 1, kMaxThreads);
+}
+
+int ReadThreads(const Flags& flags) {
+  const std::optional<int64_t> n = flags.OptionalPositiveInt("threads", kMaxThreads);
+  return n ? static_cast<int>(*n) : DefaultThreads();
 }
 
 namespace {
@@ -76,6 +143,7 @@ Workload ReadWorkload(const Flags& flags) {
   const ResolvedModel model = ResolveModelAndSource(flags.String("model"));
   w.model = model.model;
   w.cluster = ResolveCluster(flags.String("cluster"));
+  ApplyClusterSets(flags, w.cluster);
   w.gpus = flags.PositiveInt("gpus", kMaxGpus);
   w.training.global_batch_size = flags.PositiveInt("global-batch", kMaxGlobalBatch);
   w.training.precision = flags.Enum("precision", kPrecisionNames, Precision::kBf16);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/flags.h"
+#include "core/cluster_override.h"
 #include "core/cluster_spec.h"
 #include "core/cost_options.h"
 #include "core/model_spec.h"
@@ -31,12 +32,31 @@ struct Workload {
 // founding document's example fills what is not given (seed-example, dgx-a100-80gb, 8, 128).
 void AddWorkloadOptions(boost::program_options::options_description& options,
                         bool example_defaults);
+// ReadWorkload applies --cluster-set to the cluster (ApplyClusterSets).
 Workload ReadWorkload(const Flags& flags);
+
+// --cluster-set [CLUSTER:]KEY=VALUE, repeatable (core/cluster_override.h): what-if changes to
+// the hardware profile. AddClusterSetOption declares it (AddWorkloadOptions does, for plan and
+// simulate), with `several_clusters` wording the help for a command of several clusters;
+// ReadClusterSets reads every one given, in order (errors name the flag and the key);
+// ApplyClusterSets applies them to a command's one cluster, refusing a CLUSTER: prefix that
+// names another.
+void AddClusterSetOption(boost::program_options::options_description& options,
+                         bool several_clusters = false);
+std::vector<ClusterOverride> ReadClusterSets(const Flags& flags);
+void ApplyClusterSets(const Flags& flags, ClusterSpec& cluster);
 
 // --fp8-recipe --num-layers-at-start-in-bf16 --num-layers-at-end-in-bf16 --fp8-param-gather
 // into `training` (refused unless its precision is fp8); fp8 on a GPU without FP8 units is
 // refused, naming --precision.
 void ReadFp8Flags(const Flags& flags, TrainingSpec& training, const ClusterSpec& cluster);
+
+// --threads N: the threads a search runs on (planner.h PlanRequest::threads); by default the
+// cores this process may run on (sched_getaffinity), at most kMaxThreads.
+inline constexpr int kMaxThreads = 256;
+void AddThreadsOption(boost::program_options::options_description& options);
+int ReadThreads(const Flags& flags);
+int DefaultThreads();
 
 // --memory-unit GiB | GB: how memory is shown (GiB, 2^30 bytes, by default, as PyTorch and
 // Megatron-LM report it; GB = 1e9 on request). JSON keeps bytes.

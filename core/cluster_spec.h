@@ -115,6 +115,10 @@ struct ClusterSpec {
   // What the host side (Python framework, PyTorch dispatch, CUDA launch) costs; zeros when a
   // profile does not model it (the YAML's optional `host` section).
   HostSpec host;
+  // What-if changes made to the profile for this run (`--cluster-set`, core/cluster_override.h),
+  // as typed (KEY=VALUE), in order; the fields above already hold them. Empty for a profile
+  // as read.
+  std::vector<std::string> overrides;
 
   bool operator==(const ClusterSpec&) const = default;
 };

@@ -216,6 +216,12 @@ void WriteModel(YamlWriter& w, const ModelSpec& m) {
 void WriteCluster(YamlWriter& w, const ClusterSpec& c) {
   w.Line("name", YamlQuote(c.name));
   w.Line("description", YamlQuote(c.description));
+  if (!c.overrides.empty()) {
+    w.Comment("changed from the profile (--cluster-set); the values below hold the changes");
+    w.Begin("overrides");
+    for (const std::string& o : c.overrides) w.Item(YamlQuote(o));
+    w.End();
+  }
   w.Begin("gpu");
   w.Line("name", YamlQuote(c.gpu.name));
   w.Line("peak_bf16_tflops", YamlScaled(c.gpu.peak_bf16_flops, units::kTflops));
@@ -618,6 +624,8 @@ ClusterSpec ReadCluster(const YamlMap& map) {
   ClusterSpec c;
   c.name = map.String("name");
   c.description = map.OptionalString("description").value_or("");
+  // What --cluster-set changed (a record: the values below already hold the changes).
+  if (map.Has("overrides")) c.overrides = map.StringList("overrides");
   {
     const YamlMap gpu = map.Map("gpu");
     c.gpu.name = gpu.String("name");

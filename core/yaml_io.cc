@@ -233,6 +233,23 @@ std::vector<int64_t> YamlMap::IntList(std::string_view key) const {
   return values;
 }
 
+std::vector<std::string> YamlMap::StringList(std::string_view key) const {
+  const Entry& e = Require(key);
+  if (!e.value.IsSequence()) Fail(key, fmt::format("expected a list, got {}", Describe(e.value)));
+  std::vector<std::string> values;
+  values.reserve(e.value.size());
+  for (size_t i = 0; i < e.value.size(); ++i) {
+    const YAML::Node item = e.value[i];
+    if (!item.IsScalar()) {
+      throw InputError({source_, item.Mark().line >= 0 ? item.Mark().line + 1 : e.line,
+                        fmt::format("{}[{}]", PathOf(key), i)},
+                       fmt::format("expected a string, got {}", Describe(item)));
+    }
+    values.push_back(item.Scalar());
+  }
+  return values;
+}
+
 std::optional<int64_t> YamlMap::OptionalPositiveInt(std::string_view key) const {
   if (!Has(key)) return std::nullopt;
   return PositiveInt(key);

@@ -48,6 +48,8 @@ class YamlMap {
   std::vector<YamlMap> MapList(std::string_view key) const;
   // A list of integers, possibly empty; a bad element is reported as "key[i]" at its own line.
   std::vector<int64_t> IntList(std::string_view key) const;
+  // A list of strings (scalars), possibly empty; a bad element is reported as "key[i]".
+  std::vector<std::string> StringList(std::string_view key) const;
 
   // Enumerations: the value must be one of the names; absent -> `default_value`.
   template <typename E, size_t N>

@@ -3,10 +3,19 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <iterator>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <optional>
+#include <system_error>
+#include <thread>
 #include <tuple>
 
 #include "core/error.h"
@@ -133,78 +142,241 @@ Plan MakePlan(const PlanRequest& request, const ParallelConfig& parallel) {
 
 namespace {
 
-// The valid candidates (EnumerateConfigs) screened by memory, the search's counts into `res`:
-// each candidate's largest stage (one that does not fit is counted out of memory, the closest
-// miss kept); for those that fit, or with keep_points for all, the step time's lower bound.
-// Returns those that fit.
-std::vector<CandidatePoint> ScreenCandidates(const PlanRequest& req, double limit,
-                                             PlanSearchResult& res) {
-  InFlightCache in_flight;
-  LayerCostCache layer_costs;
-  std::optional<std::pair<ParallelConfig, MemoryPeak>> last_memory;
+// What screening one part of the space (ConfigSpace) found; the parts' findings are merged in
+// their order, so that the result does not depend on which thread screened which part.
+struct PartScreen {
+  int64_t examined = 0;
+  int64_t valid = 0;
+  RuleTally broken;
   std::vector<CandidatePoint> fitting;
-  double closest_ratio = std::numeric_limits<double>::infinity();
-  // Counted here and added once (the first example met), not per candidate.
+  std::vector<CandidatePoint> points;  // with keep_points
+  // Out of memory: how many, the first met, and the closest to fitting.
   int64_t out_of_memory = 0;
   std::string out_of_memory_example;
-  MemoryLowerBound lower_bound;
+  double closest_ratio = std::numeric_limits<double>::infinity();
+  std::optional<CandidatePoint> closest;
+  std::string closest_problem;
   // Layouts whose step is too long a schedule to simulate (core/limits.h kMaxPipelineOps).
   int64_t too_long = 0;
   std::string too_long_example;
+};
 
-  res.examined = EnumerateConfigs(
-      req.model, req.training, req.gpus, req.constraints, res.rejected,
-      [&](const ParallelConfig& p) {
-        if ((++res.valid & 0x3fff) == 0 && req.progress) req.progress(res.valid, 0);
-        const CostOptions options = PlanOptions(req, p);
-        // Memory first: most candidates of a large search do not fit, and they need no time.
-        const int64_t m = NumMicrobatches(req.training, p);
-        if (int64_t{p.pp} * m * p.virtual_stages > kMaxPipelineOps) {
-          if (too_long++ == 0) {
-            too_long_example =
-                fmt::format("{}: {}", Describe(p), ScheduleSizeProblem(p.pp, m, p.virtual_stages));
+// One thread's screening, with its caches (none is thread-safe; their answers do not depend on
+// what they saw before).
+class Screener {
+ public:
+  Screener(const PlanRequest& req, double limit) : req_(req), limit_(limit) {}
+
+  // Screens part `part` of `space` into `out`; `tick` is called after every valid candidate.
+  void Screen(const ConfigSpace& space, size_t part, PartScreen& out,
+              const std::function<void()>& tick) {
+    out.examined = space.Walk(part, out.broken, [&](const ParallelConfig& p) {
+      ++out.valid;
+      Visit(p, out);
+      tick();
+    });
+  }
+
+ private:
+  // Each candidate's largest stage (one that does not fit is counted out of memory, the closest
+  // miss kept); for those that fit, or with keep_points for all, the step time's lower bound.
+  void Visit(const ParallelConfig& p, PartScreen& out) {
+    const PlanRequest& req = req_;
+    const CostOptions options = PlanOptions(req, p);
+    // Memory first: most candidates of a large search do not fit, and they need no time.
+    const int64_t m = NumMicrobatches(req.training, p);
+    if (int64_t{p.pp} * m * p.virtual_stages > kMaxPipelineOps) {
+      if (out.too_long++ == 0) {
+        out.too_long_example =
+            fmt::format("{}: {}", Describe(p), ScheduleSizeProblem(p.pp, m, p.virtual_stages));
+      }
+      return;
+    }
+    const std::vector<int>& held = in_flight_.Get(p.schedule, p.pp, m, p.virtual_stages);
+    // A layout that cannot fit by its parameters alone needs no estimate, unless it is the
+    // part's first out of memory (its example), could be the closest to fitting, or every point
+    // is kept: it is counted as out of memory all the same.
+    if (!req.keep_points && out.out_of_memory > 0) {
+      const double bound = lower_bound_(req.model, req.cluster, req.training, p, options);
+      if (bound > limit_ && bound / limit_ >= out.closest_ratio) {
+        ++out.out_of_memory;
+        return;
+      }
+    }
+    // The exchange of context parallelism changes no memory: the layouts that differ in it
+    // alone (enumerated one after the other) share one estimate.
+    ParallelConfig memory_key = p;
+    memory_key.cp_comm = CpComm::kP2p;
+    if (!last_memory_ || last_memory_->first != memory_key) {
+      last_memory_.emplace(
+          memory_key, EstimatePeakMemory(req.model, req.cluster, req.training, p, held, options));
+    }
+    const MemoryPeak& mem = last_memory_->second;
+    CandidatePoint point{p, 0, mem.peak_bytes(), mem.peak_bytes() <= limit_};
+    if (point.fits || req.keep_points) {
+      point.step_lower_bound_s =
+          EstimateStepLowerBound(req.model, req.cluster, req.training, p, options, layer_costs_);
+    }
+    if (req.keep_points) out.points.push_back(point);
+    if (point.fits) {
+      out.fitting.push_back(point);
+      return;
+    }
+    if (out.out_of_memory++ == 0) {
+      out.out_of_memory_example = OutOfMemory(point, mem, limit_, req.memory_unit);
+    }
+    if (point.peak_memory_bytes / limit_ < out.closest_ratio) {
+      out.closest_ratio = point.peak_memory_bytes / limit_;
+      out.closest = point;
+      out.closest_problem = OutOfMemory(point, mem, limit_, req.memory_unit);
+    }
+  }
+
+  const PlanRequest& req_;
+  double limit_;
+  InFlightCache in_flight_;
+  LayerCostCache layer_costs_;
+  MemoryLowerBound lower_bound_;
+  std::optional<std::pair<ParallelConfig, MemoryPeak>> last_memory_;
+};
+
+// Thrown inside a walk to leave it when another thread failed or the caller stopped.
+struct StopScreening {};
+
+// Screens every part of `space` on req.threads threads (the calling thread one of them), into
+// `parts` (by index). The calling thread alone calls req.progress: when the valid candidates
+// (counted over all threads, in batches of 1,024) pass a multiple of 16,384 (on one thread: at
+// each multiple), and every 50 ms once it has no part left to take. The first exception (the
+// progress callback's, else the one of the lowest part) is rethrown once every thread has stopped.
+void ScreenParts(const PlanRequest& req, double limit, const ConfigSpace& space,
+                 std::vector<PartScreen>& parts) {
+  parts.assign(space.parts(), PartScreen{});
+  const int threads = std::clamp(req.threads, 1, std::max(1, static_cast<int>(parts.size())));
+  std::atomic<size_t> next_part{0};
+  std::atomic<int64_t> valid{0};
+  std::atomic<bool> stop{false};
+  std::mutex mutex;  // guards what follows
+  std::condition_variable finished;
+  int running = 1;  // threads screening
+  std::exception_ptr failure;
+  size_t failure_rank = std::numeric_limits<size_t>::max();
+  // Keeps the exception being handled if it ranks first (0: the progress callback's; part + 1).
+  auto fail = [&](size_t rank) {
+    const std::lock_guard lock(mutex);
+    if (rank < failure_rank) failure = std::current_exception(), failure_rank = rank;
+    stop = true;
+  };
+  auto progress = [&](int64_t total) {
+    try {
+      req.progress(total, 0);
+    } catch (...) {
+      fail(0);
+      throw StopScreening{};
+    }
+  };
+  constexpr int64_t kBatch = 0x400, kProgressEvery = 0x4000;
+  // Takes parts until none is left; `caller` reports progress.
+  auto work = [&](bool caller) {
+    Screener screener(req, limit);
+    int64_t batch = 0, reported = 0;  // progress said at reported x kProgressEvery
+    size_t part = 0;
+    try {
+      while (!stop.load(std::memory_order_relaxed) && (part = next_part++) < parts.size()) {
+        screener.Screen(space, part, parts[part], [&] {
+          if (++batch < kBatch) return;
+          if (stop.load(std::memory_order_relaxed)) throw StopScreening{};
+          const int64_t total = valid += batch;
+          batch = 0;
+          if (caller && req.progress && total / kProgressEvery > reported) {
+            reported = total / kProgressEvery;
+            progress(total);
           }
-          return;
-        }
-        const std::vector<int>& held = in_flight.Get(p.schedule, p.pp, m, p.virtual_stages);
-        // A layout that cannot fit by its parameters alone needs no estimate, unless it is the
-        // first out of memory (its example), could be the closest to fitting, or every point is
-        // kept: it is counted as out of memory all the same.
-        if (!req.keep_points && out_of_memory > 0) {
-          const double bound = lower_bound(req.model, req.cluster, req.training, p, options);
-          if (bound > limit && bound / limit >= closest_ratio) {
-            ++out_of_memory;
-            return;
-          }
-        }
-        // The exchange of context parallelism changes no memory: the layouts that differ in it
-        // alone (enumerated one after the other) share one estimate.
-        ParallelConfig memory_key = p;
-        memory_key.cp_comm = CpComm::kP2p;
-        if (!last_memory || last_memory->first != memory_key) {
-          last_memory.emplace(memory_key, EstimatePeakMemory(req.model, req.cluster, req.training,
-                                                             p, held, options));
-        }
-        const MemoryPeak& mem = last_memory->second;
-        CandidatePoint point{p, 0, mem.peak_bytes(), mem.peak_bytes() <= limit};
-        if (point.fits || req.keep_points) {
-          point.step_lower_bound_s =
-              EstimateStepLowerBound(req.model, req.cluster, req.training, p, options, layer_costs);
-        }
-        if (req.keep_points) res.points.push_back(point);
-        if (point.fits) {
-          fitting.push_back(point);
-          return;
-        }
-        if (out_of_memory++ == 0)
-          out_of_memory_example = OutOfMemory(point, mem, limit, req.memory_unit);
-        if (point.peak_memory_bytes / limit < closest_ratio) {
-          closest_ratio = point.peak_memory_bytes / limit;
-          res.closest_out_of_memory = point;
-          res.closest_out_of_memory_problem = OutOfMemory(point, mem, limit, req.memory_unit);
-        }
-      },
-      req.options);
+        });
+      }
+    } catch (const StopScreening&) {
+    } catch (...) {
+      fail(part + 1);
+    }
+    valid += batch;
+    {
+      const std::lock_guard lock(mutex);
+      --running;
+    }
+    finished.notify_all();
+  };
+  std::vector<std::thread> others;
+  others.reserve(threads - 1);
+  for (int t = 1; t < threads; ++t) {
+    {
+      const std::lock_guard lock(mutex);
+      ++running;
+    }
+    try {
+      others.emplace_back(work, false);
+    } catch (const std::system_error&) {  // no more threads: the ones there do the work
+      const std::lock_guard lock(mutex);
+      --running;
+      break;
+    }
+  }
+  work(true);
+  {
+    std::unique_lock lock(mutex);
+    while (!finished.wait_for(lock, std::chrono::milliseconds(50), [&] { return running == 0; })) {
+      if (!req.progress || stop) continue;
+      lock.unlock();
+      try {
+        progress(valid.load());
+      } catch (const StopScreening&) {
+      }
+      lock.lock();
+    }
+  }
+  for (std::thread& t : others) t.join();
+  if (failure) std::rethrow_exception(failure);
+}
+
+// The valid candidates (ConfigSpace) screened by memory, on req.threads threads, the search's
+// counts into `res`. Returns those that fit, in the space's order.
+std::vector<CandidatePoint> ScreenCandidates(const PlanRequest& req, double limit,
+                                             PlanSearchResult& res) {
+  const ConfigSpace space(req.model, req.training, req.gpus, req.constraints, req.options);
+  std::vector<PartScreen> parts;
+  ScreenParts(req, limit, space, parts);
+  // Merged in the parts' order: counts summed, the first example and the closest miss (the
+  // first of equals) kept, as one thread screening every part in order finds them.
+  RuleTally broken;
+  std::vector<CandidatePoint> fitting;
+  size_t fitting_size = 0, points_size = 0;
+  for (const PartScreen& part : parts) {
+    fitting_size += part.fitting.size();
+    points_size += part.points.size();
+  }
+  fitting.reserve(fitting_size);
+  res.points.reserve(points_size);
+  int64_t out_of_memory = 0, too_long = 0;
+  std::string out_of_memory_example, too_long_example;
+  double closest_ratio = std::numeric_limits<double>::infinity();
+  for (PartScreen& part : parts) {
+    res.examined += part.examined;
+    res.valid += part.valid;
+    broken.Add(part.broken);
+    fitting.insert(fitting.end(), std::make_move_iterator(part.fitting.begin()),
+                   std::make_move_iterator(part.fitting.end()));
+    res.points.insert(res.points.end(), std::make_move_iterator(part.points.begin()),
+                      std::make_move_iterator(part.points.end()));
+    if (out_of_memory == 0) out_of_memory_example = std::move(part.out_of_memory_example);
+    out_of_memory += part.out_of_memory;
+    if (too_long == 0) too_long_example = std::move(part.too_long_example);
+    too_long += part.too_long;
+    if (part.closest && part.closest_ratio < closest_ratio) {
+      closest_ratio = part.closest_ratio;
+      res.closest_out_of_memory = std::move(part.closest);
+      res.closest_out_of_memory_problem = std::move(part.closest_problem);
+    }
+    part = PartScreen{};  // its memory back
+  }
+  broken.AddTo(res.rejected);
   if (out_of_memory > 0) {
     res.rejected.Add(
         "out-of-memory", [&] { return out_of_memory_example; }, out_of_memory);
@@ -256,40 +428,89 @@ double SimulateReference(const PlanRequest& req, double limit, PlanSearchResult&
   return reference_time;
 }
 
-// Branch and bound: simulate the fitting candidates in order of the bound; stop when nothing
-// later can enter the top K (or beat the reference, at `reference_time`, whose rank must be
-// exact). The ranked plans and the reference's rank into `res`.
-void RankPlans(const PlanRequest& req, std::vector<CandidatePoint> fitting, double reference_time,
-               PlanSearchResult& res) {
-  std::sort(fitting.begin(), fitting.end(), [](const CandidatePoint& a, const CandidatePoint& b) {
-    return a.step_lower_bound_s < b.step_lower_bound_s;
-  });
-  std::vector<RankedPlan> top;
-  int64_t faster_than_reference = 0;
-  for (const CandidatePoint& c : fitting) {
-    const double kth = static_cast<int>(top.size()) < req.top_k
-                           ? std::numeric_limits<double>::infinity()
-                           : top.back().report.step_time_s;
-    // The bound equals the simulation for uniform stages up to rounding (it can exceed it by an
-    // ulp or so): stop only clearly above, so that a tie is still simulated and ranked.
-    constexpr double kRounding = 1e-9;
-    if (c.step_lower_bound_s > kth * (1 + kRounding) &&
-        c.step_lower_bound_s > reference_time * (1 + kRounding)) {
-      break;
-    }
-    RankedPlan r{MakePlan(req, c.parallel), {}};
-    r.report = SimulatePlan(r.plan);
-    ++res.simulated;
-    if (req.progress) req.progress(res.valid, res.simulated);
-    if (res.reference && res.reference->simulated && reference_time >= 0) {
-      if (ConfigKey(c.parallel) != ConfigKey(*req.reference) &&
-          Better(r, *res.reference->simulated)) {
-        ++faster_than_reference;
+// Simulates `plans` (made from the candidates) on up to `threads` threads, the calling thread
+// one of them; a simulation's exception is kept in `failures` at its index.
+void SimulateAll(std::vector<RankedPlan>& plans, std::vector<std::exception_ptr>& failures,
+                 int threads) {
+  failures.assign(plans.size(), nullptr);
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next++) < plans.size();) {
+      try {
+        plans[i].report = SimulatePlan(plans[i].plan);
+      } catch (...) {
+        failures[i] = std::current_exception();
       }
     }
-    if (r.report.step_time_s <= kth) {
-      top.insert(std::upper_bound(top.begin(), top.end(), r, Better), std::move(r));
-      if (static_cast<int>(top.size()) > req.top_k) top.pop_back();
+  };
+  std::vector<std::thread> others;
+  for (int t = 1; t < std::min<int>(threads, static_cast<int>(plans.size())); ++t) {
+    try {
+      others.emplace_back(work);
+    } catch (const std::system_error&) {
+      break;
+    }
+  }
+  work();
+  for (std::thread& t : others) t.join();
+}
+
+// Branch and bound: simulate the fitting candidates in order of the bound; stop when nothing
+// later can enter the top K (or beat the reference, at `reference_time`, whose rank must be
+// exact). The ranked plans and the reference's rank into `res`. With several threads the next
+// few candidates are simulated at once; those past the stop are dropped and not counted, so
+// that the result and the counts are those of one thread.
+void RankPlans(const PlanRequest& req, std::vector<CandidatePoint> fitting, double reference_time,
+               PlanSearchResult& res) {
+  // A heap of (bound, index), the least on top: the search pops a few of the candidates only,
+  // in order of the bound, equal bounds in the space's order.
+  std::vector<std::pair<double, size_t>> order(fitting.size());
+  for (size_t i = 0; i < fitting.size(); ++i) order[i] = {fitting[i].step_lower_bound_s, i};
+  std::make_heap(order.begin(), order.end(), std::greater<>());
+  std::vector<RankedPlan> top;
+  int64_t faster_than_reference = 0;
+  const int threads = std::max(1, req.threads);
+  std::vector<CandidatePoint> batch;
+  std::vector<RankedPlan> simulated;
+  std::vector<std::exception_ptr> failures;
+  for (bool stop = false; !stop && !order.empty();) {
+    batch.clear();
+    while (static_cast<int>(batch.size()) < threads && !order.empty()) {
+      std::pop_heap(order.begin(), order.end(), std::greater<>());
+      batch.push_back(std::move(fitting[order.back().second]));
+      order.pop_back();
+    }
+    simulated.clear();
+    for (const CandidatePoint& c : batch)
+      simulated.push_back(RankedPlan{MakePlan(req, c.parallel), {}});
+    SimulateAll(simulated, failures, threads);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const CandidatePoint& c = batch[i];
+      const double kth = static_cast<int>(top.size()) < req.top_k
+                             ? std::numeric_limits<double>::infinity()
+                             : top.back().report.step_time_s;
+      // The bound equals the simulation for uniform stages up to rounding (it can exceed it by
+      // an ulp or so): stop only clearly above, so that a tie is still simulated and ranked.
+      constexpr double kRounding = 1e-9;
+      if (c.step_lower_bound_s > kth * (1 + kRounding) &&
+          c.step_lower_bound_s > reference_time * (1 + kRounding)) {
+        stop = true;
+        break;
+      }
+      if (failures[i]) std::rethrow_exception(failures[i]);
+      RankedPlan& r = simulated[i];
+      ++res.simulated;
+      if (req.progress) req.progress(res.valid, res.simulated);
+      if (res.reference && res.reference->simulated && reference_time >= 0) {
+        if (ConfigKey(c.parallel) != ConfigKey(*req.reference) &&
+            Better(r, *res.reference->simulated)) {
+          ++faster_than_reference;
+        }
+      }
+      if (r.report.step_time_s <= kth) {
+        top.insert(std::upper_bound(top.begin(), top.end(), r, Better), std::move(r));
+        if (static_cast<int>(top.size()) > req.top_k) top.pop_back();
+      }
     }
   }
   if (res.reference && reference_time >= 0) res.reference->rank = faster_than_reference + 1;

@@ -51,6 +51,9 @@ struct PlanRequest {
   // The unit the messages (out-of-memory reasons) state memory in; the search does not depend
   // on it.
   MemoryUnit memory_unit = MemoryUnit::kGiB;
+  // Threads the search runs on (>= 1). The result does not depend on it: the same plans, in the
+  // same order, with the same counts and examples, bit for bit.
+  int threads = 1;
 };
 
 struct RankedPlan {

@@ -7,6 +7,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/cluster_override.h"
 #include "core/text.h"
 #include "megatron/rules.h"
 #include "megatron/write_flags.h"
@@ -329,6 +330,9 @@ std::string HtmlHead(const PlanRequest& req, const PlanSearchResult& res) {
       req.training.global_batch_size, Name(req.training.precision), GroupThousands(res.examined),
       GroupThousands(res.valid), GroupThousands(res.fits),
       Memory(res.memory_limit_bytes, req.memory_unit), GroupThousands(res.simulated));
+  if (const std::string changed = ClusterOverridesLine(req.cluster); !changed.empty()) {
+    html += "<p><b>What-if hardware:</b> " + XmlEscape(changed) + "</p>\n";
+  }
   return html;
 }
 

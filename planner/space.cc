@@ -4,6 +4,7 @@
 
 #include <array>
 #include <charconv>
+#include <memory>
 #include <numeric>
 #include <set>
 
@@ -233,8 +234,7 @@ bool ShardingAllowed(const SearchConstraints& c, const Sharding& sh, int64_t dp)
 // (WalkSize); per such layout the knobs below, each candidate checked against Megatron's rules
 // (WalkKnobs).
 
-// What the walk reads, and the candidates broken per rule with the first example met of each
-// (counted here and added to the rejections once at the end, not per candidate).
+// What the walk reads, and where it counts the candidates broken per rule (RuleTally).
 struct ConfigWalk {
   const ModelSpec& model;
   const TrainingSpec& training;
@@ -242,8 +242,7 @@ struct ConfigWalk {
   const SearchConstraints& c;
   const std::function<void(const ParallelConfig&)>& visit;
   const CostOptions& options;
-  std::array<int64_t, kNumRules> broken{};
-  std::array<std::string, kNumRules> examples{};
+  RuleTally& tally;
 };
 
 // One tensor x pipeline x context x data-parallel size of the GPUs, with what its candidates
@@ -252,6 +251,7 @@ struct LayoutSize {
   int64_t tp, pp, cp, dp;
   std::vector<CpComm> comms;
   std::vector<std::pair<int, int>> experts;  // (ep, etp), ExpertLayouts
+  std::vector<ParallelConfig> splits;        // LayerSplits
 };
 
 // The layer splits for `pp` pipeline stages; with none possible, the even split carries the
@@ -345,8 +345,8 @@ int64_t WalkKnobs(ConfigWalk& walk, const LayoutSize& size, int64_t mbs,
                                               walk.options)) {
               // Counted per rule here, in the map at the end; the first example met.
               const int r = static_cast<int>(*rule);
-              if (walk.broken[r]++ == 0) {
-                walk.examples[r] = fmt::format(
+              if (walk.tally.broken[r]++ == 0) {
+                walk.tally.examples[r] = fmt::format(
                     "{}: {}", Describe(p),
                     CheckParallelConfig(walk.model, walk.training, p, walk.num_gpus, walk.options)
                         .front()
@@ -363,42 +363,33 @@ int64_t WalkKnobs(ConfigWalk& walk, const LayoutSize& size, int64_t mbs,
   return examined;
 }
 
-// Every candidate of one size: its micro-batch sizes, layer splits, schedules and model chunks,
-// each layout's knobs by WalkKnobs. Returns the number examined.
-int64_t WalkSize(ConfigWalk& walk, const LayoutSize& size) {
+// Every candidate of one size and micro-batch size: its layer splits (`splits`), schedules
+// and model chunks, each layout's knobs by WalkKnobs. Returns the number examined.
+int64_t WalkSize(ConfigWalk& walk, const LayoutSize& size,
+                 const std::vector<ParallelConfig>& splits, int64_t mbs) {
   const SearchConstraints& c = walk.c;
-  const int64_t pp = size.pp, gbs = walk.training.global_batch_size;
-  // Micro-batch sizes: divisors of GBS / dp; if dp does not divide GBS, none can work, and
-  // one candidate (mbs 1) carries the rejection.
-  const std::vector<int64_t> mbs_list =
-      gbs % size.dp == 0 ? Divisors(gbs / size.dp) : std::vector<int64_t>{1};
-  const std::vector<ParallelConfig> splits = LayerSplits(walk, pp);
+  const int64_t pp = size.pp;
   int64_t examined = 0;
-  for (int64_t mbs : mbs_list) {
-    if (!Allowed(c.micro_batch_size, mbs)) continue;
-    if (c.max_micro_batch_size > 0 && mbs > c.max_micro_batch_size) continue;
-    // A leading rule broken here is the first broken rule of every candidate below (most
-    // of a large space's rejections: heads not divisible by tp): checked once.
-    const std::optional<Rule> leading =
-        FirstBrokenLeadingRule(walk.model, walk.training,
-                               ParallelConfig{.tp = static_cast<int>(size.tp),
-                                              .pp = static_cast<int>(pp),
-                                              .dp = static_cast<int>(size.dp),
-                                              .cp = static_cast<int>(size.cp),
-                                              .micro_batch_size = static_cast<int>(mbs)},
-                               walk.num_gpus);
-    for (const ParallelConfig& split : splits) {
-      // Each candidate below: the split with every other field set (copied once here).
-      ParallelConfig p = split;
-      const std::vector<int64_t> v_list =
-          split.layout.empty()
-              ? ChunkCounts(walk.model.num_layers, static_cast<int>(pp), split)
-              : std::vector<int64_t>{static_cast<int64_t>(split.layout.size()) / pp};
-      for (Schedule schedule : c.schedules) {
-        for (int64_t v : ScheduleChunks(walk, pp, split, v_list, schedule)) {
-          if (!Allowed(c.virtual_stages, v)) continue;
-          examined += WalkKnobs(walk, size, mbs, leading, split, schedule, v, p);
-        }
+  // A leading rule broken here is the first broken rule of every candidate below (most
+  // of a large space's rejections: heads not divisible by tp): checked once.
+  const std::optional<Rule> leading =
+      FirstBrokenLeadingRule(walk.model, walk.training,
+                             ParallelConfig{.tp = static_cast<int>(size.tp),
+                                            .pp = static_cast<int>(pp),
+                                            .dp = static_cast<int>(size.dp),
+                                            .cp = static_cast<int>(size.cp),
+                                            .micro_batch_size = static_cast<int>(mbs)},
+                             walk.num_gpus);
+  for (const ParallelConfig& split : splits) {
+    // Each candidate below: the split with every other field set (copied once here).
+    ParallelConfig p = split;
+    const std::vector<int64_t> v_list =
+        split.layout.empty() ? ChunkCounts(walk.model.num_layers, static_cast<int>(pp), split)
+                             : std::vector<int64_t>{static_cast<int64_t>(split.layout.size()) / pp};
+    for (Schedule schedule : c.schedules) {
+      for (int64_t v : ScheduleChunks(walk, pp, split, v_list, schedule)) {
+        if (!Allowed(c.virtual_stages, v)) continue;
+        examined += WalkKnobs(walk, size, mbs, leading, split, schedule, v, p);
       }
     }
   }
@@ -407,12 +398,38 @@ int64_t WalkSize(ConfigWalk& walk, const LayoutSize& size) {
 
 }  // namespace
 
-int64_t EnumerateConfigs(const ModelSpec& model, const TrainingSpec& training, int64_t num_gpus,
-                         const SearchConstraints& c, Rejections& rejected,
-                         const std::function<void(const ParallelConfig&)>& visit,
-                         const CostOptions& options) {
-  ConfigWalk walk{model, training, num_gpus, c, visit, options};
-  int64_t examined = 0;
+void RuleTally::Add(const RuleTally& later) {
+  for (int r = 0; r < kNumRules; ++r) {
+    if (broken[r] == 0) examples[r] = later.examples[r];
+    broken[r] += later.broken[r];
+  }
+}
+
+void RuleTally::AddTo(Rejections& rejected) const {
+  for (int r = 0; r < kNumRules; ++r) {
+    if (broken[r] > 0) {
+      rejected.Add(
+          std::string(RuleId(static_cast<Rule>(r))), [&] { return examples[r]; }, broken[r]);
+    }
+  }
+}
+
+struct ConfigSpace::Part {
+  std::shared_ptr<const LayoutSize> size;  // shared by the size's micro-batch sizes
+  int64_t mbs;
+};
+
+ConfigSpace::~ConfigSpace() = default;
+
+size_t ConfigSpace::parts() const { return parts_.size(); }
+
+ConfigSpace::ConfigSpace(const ModelSpec& model, const TrainingSpec& training, int64_t num_gpus,
+                         const SearchConstraints& c, const CostOptions& options)
+    : model_(model), training_(training), num_gpus_(num_gpus), c_(c), options_(options) {
+  // A walk to find the parts; it visits nothing (LayerSplits reads the walk's inputs alone).
+  RuleTally unused;
+  const std::function<void(const ParallelConfig&)> none;
+  ConfigWalk walk{model, training, num_gpus, c, none, options, unused};
   for (int64_t tp : Divisors(num_gpus)) {
     if (!Allowed(c.tp, tp) || (c.max_tp > 0 && tp > c.max_tp)) continue;
     for (int64_t pp : Divisors(num_gpus / tp)) {
@@ -425,19 +442,40 @@ int64_t EnumerateConfigs(const ModelSpec& model, const TrainingSpec& training, i
         const int64_t dp = num_gpus / (tp * pp * cp);
         if (!Allowed(c.dp, dp)) continue;
         // The exchanges of context parallelism; one (unused) without it.
-        examined += WalkSize(
-            walk, {tp, pp, cp, dp, cp > 1 ? c.cp_comms : std::vector<CpComm>{CpComm::kP2p},
-                   ExpertLayouts(model, num_gpus, static_cast<int>(tp), static_cast<int>(pp), c)});
+        auto size = std::make_shared<const LayoutSize>(LayoutSize{
+            tp, pp, cp, dp, cp > 1 ? c.cp_comms : std::vector<CpComm>{CpComm::kP2p},
+            ExpertLayouts(model, num_gpus, static_cast<int>(tp), static_cast<int>(pp), c),
+            LayerSplits(walk, pp)});
+        // Micro-batch sizes: divisors of GBS / dp; if dp does not divide GBS, none can work,
+        // and one candidate (mbs 1) carries the rejection.
+        const int64_t gbs = training.global_batch_size;
+        for (int64_t mbs : gbs % dp == 0 ? Divisors(gbs / dp) : std::vector<int64_t>{1}) {
+          if (!Allowed(c.micro_batch_size, mbs)) continue;
+          if (c.max_micro_batch_size > 0 && mbs > c.max_micro_batch_size) continue;
+          parts_.push_back(Part{size, mbs});
+        }
       }
     }
   }
-  for (int r = 0; r < kNumRules; ++r) {
-    if (walk.broken[r] > 0) {
-      rejected.Add(
-          std::string(RuleId(static_cast<Rule>(r))), [&] { return walk.examples[r]; },
-          walk.broken[r]);
-    }
-  }
+}
+
+int64_t ConfigSpace::Walk(size_t part, RuleTally& tally,
+                          const std::function<void(const ParallelConfig&)>& visit) const {
+  PTDP_CHECK(part < parts_.size());
+  ConfigWalk walk{model_, training_, num_gpus_, c_, visit, options_, tally};
+  const Part& at = parts_[part];
+  return WalkSize(walk, *at.size, at.size->splits, at.mbs);
+}
+
+int64_t EnumerateConfigs(const ModelSpec& model, const TrainingSpec& training, int64_t num_gpus,
+                         const SearchConstraints& c, Rejections& rejected,
+                         const std::function<void(const ParallelConfig&)>& visit,
+                         const CostOptions& options) {
+  const ConfigSpace space(model, training, num_gpus, c, options);
+  RuleTally tally;
+  int64_t examined = 0;
+  for (size_t i = 0; i < space.parts(); ++i) examined += space.Walk(i, tally, visit);
+  tally.AddTo(rejected);
   return examined;
 }
 

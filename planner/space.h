@@ -18,6 +18,7 @@
 // rule are counted under the first rule they break, in Megatron's order.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -29,6 +30,7 @@
 #include "core/parallel_config.h"
 #include "core/plan.h"
 #include "core/training_spec.h"
+#include "megatron/rules.h"
 
 namespace ptdp {
 
@@ -81,6 +83,44 @@ int64_t EnumerateConfigs(const ModelSpec& model, const TrainingSpec& training, i
                          const SearchConstraints& constraints, Rejections& rejected,
                          const std::function<void(const ParallelConfig&)>& visit,
                          const CostOptions& options = {});
+
+// Candidates broken per Megatron rule, with the first example met of each (the walk counts here
+// and adds to a Rejections once, not per candidate).
+struct RuleTally {
+  std::array<int64_t, kNumRules> broken{};
+  std::array<std::string, kNumRules> examples{};
+
+  void Add(const RuleTally& later);  // a tally of candidates met after these
+  void AddTo(Rejections& rejected) const;
+};
+
+// EnumerateConfigs' space in parts (one tensor x pipeline x context x data-parallel size and
+// micro-batch size each) that can be walked independently, on several threads at once: walking
+// every part in order visits, counts and exemplifies exactly what EnumerateConfigs does.
+// Refers to its arguments: keep them alive while it is used.
+class ConfigSpace {
+ public:
+  ConfigSpace(const ModelSpec& model, const TrainingSpec& training, int64_t num_gpus,
+              const SearchConstraints& constraints, const CostOptions& options = {});
+  ~ConfigSpace();
+  ConfigSpace(const ConfigSpace&) = delete;
+  ConfigSpace& operator=(const ConfigSpace&) = delete;
+
+  size_t parts() const;
+  // Calls `visit` with part `part`'s valid candidates, in EnumerateConfigs' order, and counts
+  // the others into `tally`. Returns the number examined. Const and thread-safe.
+  int64_t Walk(size_t part, RuleTally& tally,
+               const std::function<void(const ParallelConfig&)>& visit) const;
+
+ private:
+  struct Part;
+  const ModelSpec& model_;
+  const TrainingSpec& training_;
+  int64_t num_gpus_;
+  const SearchConstraints& c_;
+  const CostOptions& options_;
+  std::vector<Part> parts_;
+};
 
 // "TP 2 x PP 4 x DP 1", "TP 8 x CP 2 p2p x PP 8 x DP 8", "TP 1 x PP 1 x DP 64 (experts: ETP 1 x
 // EP 4 x EDP 16)": the sizes, for tables.

@@ -9,12 +9,15 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -70,9 +73,23 @@ class SignalCheck {
   std::optional<nb::python_error> raised_;
 };
 
-// One command at a time: the command layer has process-wide state (std::cin, where an output
-// written to "-" goes). Held without the GIL.
-std::timed_mutex command_mutex;
+// Commands that read only files and write only their own streams (no standard input, no "-")
+// run at once on several Python threads (a sweep fanned out over threads); the others, which
+// swap std::cin or may read the process's standard input, or run MPI or CUDA, one at a time.
+// Held without the GIL.
+std::shared_timed_mutex command_mutex;
+
+bool RunsBesideOthers(const std::vector<std::string>& args,
+                      const std::optional<std::string>& stdin_text) {
+  static constexpr std::string_view kConcurrent[] = {"plan",     "simulate", "sweep",   "check",
+                                                     "schedule", "models",   "profiles"};
+  if (stdin_text || args.empty()) return false;
+  if (std::find(std::begin(kConcurrent), std::end(kConcurrent), args.front()) ==
+      std::end(kConcurrent)) {
+    return false;
+  }
+  return std::none_of(args.begin(), args.end(), [](const std::string& a) { return a == "-"; });
+}
 
 // Runs one command without the GIL, so that other Python threads go on meanwhile. The command
 // asks should_stop where it reports progress (at least every ~0.1 s of long work), which runs
@@ -88,12 +105,20 @@ int RunWithoutGil(const std::vector<std::string>& args,
   int code = ptdp::cli::kExitInterrupted;
   {
     const nb::gil_scoped_release no_gil;
-    std::unique_lock lock(command_mutex, std::defer_lock);
-    while (!lock.try_lock_for(SignalCheck::kInterval) && !signals.HandlerRaised()) {
-    }
-    if (lock.owns_lock()) {
-      const StandardInputFrom input(stdin_text);
-      code = ptdp::cli::Run(args, out, err, options);
+    auto run = [&](auto& lock) {
+      while (!lock.try_lock_for(SignalCheck::kInterval) && !signals.HandlerRaised()) {
+      }
+      if (lock.owns_lock()) {
+        const StandardInputFrom input(stdin_text);
+        code = ptdp::cli::Run(args, out, err, options);
+      }
+    };
+    if (RunsBesideOthers(args, stdin_text)) {
+      std::shared_lock lock(command_mutex, std::defer_lock);
+      run(lock);
+    } else {
+      std::unique_lock lock(command_mutex, std::defer_lock);
+      run(lock);
     }
   }
   signals.RethrowIfRaised();

@@ -11,7 +11,7 @@ links ptdp's C++ libraries), so the rules, figures and error messages are the co
 each result's ``command`` is the equivalent command line.
 """
 
-from ._api import check, models, plan, profiles, schedule, simulate
+from ._api import check, models, plan, profiles, schedule, simulate, sweep
 from ._errors import InputError, NoPlanError, PtdpError, PtdpWarning
 from ._ptdp import __version__
 from ._results import (
@@ -28,6 +28,7 @@ from ._results import (
 
 __all__ = [
     "plan",
+    "sweep",
     "simulate",
     "check",
     "schedule",

@@ -92,6 +92,81 @@ def plan(
     return PlanList(data, plans, inv)
 
 
+def _listed(value: Any) -> str:
+    """A list flag's value: "a,b" from a list or tuple, the text as given otherwise."""
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def sweep(
+    model: Source,
+    clusters: Union[Source, list, tuple],
+    gpus: Union[str, int, list, tuple, range],
+    global_batch: Union[int, str, list, tuple],
+    *,
+    tokens: Union[int, float, str, None] = None,
+    price: Optional[dict] = None,
+    precision: Union[str, list, tuple, None] = None,
+    cluster_set: Union[dict, list, None] = None,
+    **options: Any,
+):
+    """The exact search at every point of a grid (`ptdp sweep`); a pandas DataFrame, one row per
+    point.
+
+    clusters: one profile (name, YAML file or dict) or a list of them. gpus: a list of counts or
+    a range "512:16384:x2" (or "S:E:+N"). global_batch: a size, a list of sizes, or "B@G" (B
+    sequences at G GPUs, scaled with the GPU count). tokens: the budget to train ("15T", 1.5e13)
+    for the time, GPU-hours and cost columns. price: {cluster name: USD per GPU-hour}. precision:
+    "bf16", "fp8" or a list. cluster_set: what-if hardware, {"nic_gb_per_s": "x2"} or a list of
+    "[CLUSTER:]KEY=VALUE". Other keyword arguments are `ptdp sweep`'s flags with `_` for `-`
+    (``threads=4``, ``fix={"pp": 1}``, ``memory_headroom="10%"``).
+
+    Columns: cluster, precision, gpus, global_batch, the best plan's layout (tp, cp, pp, dp, ep,
+    etp, micro_batch, schedule, ...), step_time_s, tokens_per_s, tokens_per_s_per_gpu, mfu,
+    peak_memory_bytes, headroom, time_to_train_s, gpu_hours, cost_usd, scaling_efficiency,
+    pareto, megatron_args, problem (why a point has no plan) and batch_note. ``df.attrs`` holds
+    the model, tokens, clusters and the command. The search runs without the GIL: sweeps on
+    several Python threads run at once.
+    """
+    import pandas as pd
+
+    words: list[Word] = ["sweep", "--model", source(model, "model")]
+    listed = clusters if isinstance(clusters, (list, tuple)) else [clusters]
+    named = [source(c, "cluster") for c in listed]
+    if any(not isinstance(n, str) for n in named):
+        # A dict is a file the command reads: one flag per cluster is not how sweep takes them.
+        raise TypeError("sweep(): clusters must be names or YAML file paths (a dict: save it "
+                        "to a file first)")
+    words += ["--cluster", ",".join(named)]
+    words += ["--gpus", _listed(list(gpus) if isinstance(gpus, range) else gpus)]
+    words += ["--global-batch", _listed(global_batch)]
+    if tokens is not None:
+        words += ["--tokens", str(tokens) if isinstance(tokens, str) else f"{tokens:g}"]
+    for cluster, usd in (price or {}).items():
+        words += ["--price", f"{cluster}={usd}"]
+    if precision is not None:
+        words += ["--precision", _listed(precision)]
+    if isinstance(cluster_set, dict):
+        cluster_set = [f"{k}={v}" for k, v in cluster_set.items()]
+    for assignment in cluster_set or []:
+        words += ["--cluster-set", str(assignment)]
+    words += _options(options, "sweep")
+    inv = Invocation.of(words)
+    data = _run(inv.with_flags("--format", "json"), sweep, options, ok=(0, 1))
+    rows = []
+    for point in data["points"]:
+        row = {k: v for k, v in point.items() if k != "plan"}
+        plan_fields = point.get("plan") or {}
+        for key, value in plan_fields.items():
+            row[key] = value
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    frame.attrs.update({k: v for k, v in data.items() if k != "points"})
+    frame.attrs["command"] = inv.command_line()
+    return frame
+
+
 def simulate(
     plan: Union[Plan, str, "os.PathLike[str]", None] = None,
     *,

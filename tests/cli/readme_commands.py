@@ -10,6 +10,9 @@ skipped; the list of what ran and what was skipped is printed. Each runs with ba
 which has the repository's data folders (results/, tests/, models/, hwprofiles/) linked in and
 `scripts/ptdp` (and `ptdp` on the PATH) standing for the built binary (scripts/ptdp's set-up and build steps are what
 scripts/test has just done).
+
+Every `ptdp plan` search among them (one command, no output files) runs twice more, with
+`--format json` on 1 and on 3 threads: the answers must be the same, byte for byte.
 """
 
 import os
@@ -26,6 +29,16 @@ NOT_HERE = {
     "ptdp execute --plan plan.yaml --launch": "trains on a cluster: mpirun/srun with the plan's "
     "GPU count (tests/executor runs the executor)",
 }
+
+
+def search_only(command: str) -> bool:
+    """A plain search: `scripts/ptdp plan` alone on its line, printing only to standard output
+    (shell operators inside quotes do not count)."""
+    bare = re.sub(r"'[^']*'|\"[^\"]*\"", "''", command)
+    return bare.startswith("scripts/ptdp plan") and not re.search(
+        r"\||&&|;|>|--format|--out|--html|--help", bare)
+
+
 PLACEHOLDER = re.compile(r"\bARGS\b|\bFILE\b|\.\.\.|\[|<|\bNAME\b|\bCMD\b")
 
 
@@ -63,7 +76,7 @@ def main() -> int:
         f.write(f'#!/usr/bin/env bash\nexec "{os.path.abspath(binary)}" "$@"\n')
     os.chmod(wrapper, 0o755)
 
-    failed, ran, skipped = [], 0, []
+    failed, ran, skipped, threads_checked = [], 0, [], 0
     for command in commands(readme):
         if PLACEHOLDER.search(command):
             skipped.append((command, "placeholders"))
@@ -87,9 +100,25 @@ def main() -> int:
         if run.returncode != expected:
             failed.append(command)
             print((run.stderr or run.stdout)[-2000:])
+        elif search_only(command):
+            answers = [
+                subprocess.run(["bash", "-c", f"{command} --format json --threads {n}"], cwd=work,
+                               stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                               timeout=600, env=dict(os.environ, PTDP_PROGRESS="0",
+                                                     PATH=os.path.join(work, "scripts")
+                                                     + os.pathsep + os.environ["PATH"]))
+                for n in (1, 3)
+            ]
+            same = answers[0].stdout == answers[1].stdout and answers[0].stdout and (
+                answers[0].returncode == answers[1].returncode)
+            threads_checked += 1
+            print(f"{'same' if same else 'DIFFERENT':>18}            on 1 and 3 threads")
+            if not same:
+                failed.append(command + " (--threads 1 and 3 differ)")
     for command, why in skipped:
         print(f"{'skipped':>18}            {command}  ({why})")
-    print(f"{ran} README commands run, {len(failed)} failed, {len(skipped)} skipped")
+    print(f"{ran} README commands run, {len(failed)} failed, {len(skipped)} skipped; "
+          f"{threads_checked} searches the same on 1 and 3 threads")
     if ran == 0:
         print("no command found: has the README's format changed?")
         return 1
