@@ -70,10 +70,16 @@ class InFlightCache {
   std::map<std::tuple<int, int, int64_t, int>, std::vector<int>> cache_;
 };
 
-std::string OutOfMemory(const CandidatePoint& c, const MemoryPeak& mem, double limit,
-                        MemoryUnit unit) {
-  return fmt::format("{}: stage {} needs {}, {} available", Describe(c.parallel), mem.stage,
-                     Memory(mem.peak_bytes(), unit), Memory(limit, unit));
+// A layout out of memory, and its largest stage: what a message about it needs (formatted only
+// for the one a search reports).
+struct OutOfMemoryCase {
+  CandidatePoint point;
+  int stage = 0;
+};
+
+std::string OutOfMemory(const OutOfMemoryCase& c, double limit, MemoryUnit unit) {
+  return fmt::format("{}: stage {} needs {}, {} available", Describe(c.point.parallel), c.stage,
+                     Memory(c.point.peak_memory_bytes, unit), Memory(limit, unit));
 }
 
 // A lower bound on a layout's peak memory per GPU from its parameters alone, for transformers
@@ -150,26 +156,53 @@ struct PartScreen {
   RuleTally broken;
   std::vector<CandidatePoint> fitting;
   std::vector<CandidatePoint> points;  // with keep_points
-  // Out of memory: how many, the first met, and the closest to fitting.
+  // Out of memory: how many, the first met (unless an earlier part had one), and the closest to
+  // fitting.
   int64_t out_of_memory = 0;
-  std::string out_of_memory_example;
+  std::optional<OutOfMemoryCase> first_out_of_memory;
   double closest_ratio = std::numeric_limits<double>::infinity();
-  std::optional<CandidatePoint> closest;
-  std::string closest_problem;
+  std::optional<OutOfMemoryCase> closest;
   // Layouts whose step is too long a schedule to simulate (core/limits.h kMaxPipelineOps).
   int64_t too_long = 0;
   std::string too_long_example;
+};
+
+// What the threads screening parts tell each other, to skip estimates no result needs: the part
+// with the lowest index known to hold a layout out of memory (a later part's first example is
+// not needed), and the least memory-over-limit ratio met in any part (a layout whose lower bound
+// is above it cannot be the closest miss).
+class ScreenHints {
+ public:
+  bool EarlierPartHasAnExample(size_t part) const { return first_out_of_memory_ < part; }
+  bool CannotBeClosest(double bound_ratio) const { return bound_ratio > closest_ratio_; }
+
+  void OutOfMemory(size_t part) {
+    for (size_t at = first_out_of_memory_; part < at;) {
+      if (first_out_of_memory_.compare_exchange_weak(at, part)) break;
+    }
+  }
+  void Ratio(double ratio) {
+    for (double at = closest_ratio_; ratio < at;) {
+      if (closest_ratio_.compare_exchange_weak(at, ratio)) break;
+    }
+  }
+
+ private:
+  std::atomic<size_t> first_out_of_memory_{std::numeric_limits<size_t>::max()};
+  std::atomic<double> closest_ratio_{std::numeric_limits<double>::infinity()};
 };
 
 // One thread's screening, with its caches (none is thread-safe; their answers do not depend on
 // what they saw before).
 class Screener {
  public:
-  Screener(const PlanRequest& req, double limit) : req_(req), limit_(limit) {}
+  Screener(const PlanRequest& req, double limit, ScreenHints& hints)
+      : req_(req), limit_(limit), hints_(hints) {}
 
   // Screens part `part` of `space` into `out`; `tick` is called after every valid candidate.
   void Screen(const ConfigSpace& space, size_t part, PartScreen& out,
               const std::function<void()>& tick) {
+    part_ = part;
     out.examined = space.Walk(part, out.broken, [&](const ParallelConfig& p) {
       ++out.valid;
       Visit(p, out);
@@ -193,13 +226,16 @@ class Screener {
       return;
     }
     const std::vector<int>& held = in_flight_.Get(p.schedule, p.pp, m, p.virtual_stages);
-    // A layout that cannot fit by its parameters alone needs no estimate, unless it is the
-    // part's first out of memory (its example), could be the closest to fitting, or every point
-    // is kept: it is counted as out of memory all the same.
-    if (!req.keep_points && out.out_of_memory > 0) {
+    // A layout that cannot fit by its parameters alone needs no estimate, unless it could be
+    // the first out of memory (its example: the part's first, with no earlier part holding
+    // one), could be the closest to fitting (of its part, and of every part: above another
+    // part's closest it cannot be), or every point is kept: it is counted as out of memory all
+    // the same.
+    if (!req.keep_points && (out.out_of_memory > 0 || hints_.EarlierPartHasAnExample(part_))) {
       const double bound = lower_bound_(req.model, req.cluster, req.training, p, options);
-      if (bound > limit_ && bound / limit_ >= out.closest_ratio) {
-        ++out.out_of_memory;
+      if (bound > limit_ &&
+          (bound / limit_ >= out.closest_ratio || hints_.CannotBeClosest(bound / limit_))) {
+        if (out.out_of_memory++ == 0) hints_.OutOfMemory(part_);
         return;
       }
     }
@@ -222,18 +258,21 @@ class Screener {
       out.fitting.push_back(point);
       return;
     }
-    if (out.out_of_memory++ == 0) {
-      out.out_of_memory_example = OutOfMemory(point, mem, limit_, req.memory_unit);
+    if (out.out_of_memory++ == 0 && !hints_.EarlierPartHasAnExample(part_)) {
+      out.first_out_of_memory = OutOfMemoryCase{point, mem.stage};
+      hints_.OutOfMemory(part_);
     }
     if (point.peak_memory_bytes / limit_ < out.closest_ratio) {
       out.closest_ratio = point.peak_memory_bytes / limit_;
-      out.closest = point;
-      out.closest_problem = OutOfMemory(point, mem, limit_, req.memory_unit);
+      hints_.Ratio(out.closest_ratio);
+      out.closest = OutOfMemoryCase{point, mem.stage};
     }
   }
 
   const PlanRequest& req_;
   double limit_;
+  ScreenHints& hints_;
+  size_t part_ = 0;
   InFlightCache in_flight_;
   LayerCostCache layer_costs_;
   MemoryLowerBound lower_bound_;
@@ -255,6 +294,7 @@ void ScreenParts(const PlanRequest& req, double limit, const ConfigSpace& space,
   std::atomic<size_t> next_part{0};
   std::atomic<int64_t> valid{0};
   std::atomic<bool> stop{false};
+  ScreenHints hints;
   std::mutex mutex;  // guards what follows
   std::condition_variable finished;
   int running = 1;  // threads screening
@@ -277,7 +317,7 @@ void ScreenParts(const PlanRequest& req, double limit, const ConfigSpace& space,
   constexpr int64_t kBatch = 0x400, kProgressEvery = 0x4000;
   // Takes parts until none is left; `caller` reports progress.
   auto work = [&](bool caller) {
-    Screener screener(req, limit);
+    Screener screener(req, limit, hints);
     int64_t batch = 0, reported = 0;  // progress said at reported x kProgressEvery
     size_t part = 0;
     try {
@@ -356,6 +396,7 @@ std::vector<CandidatePoint> ScreenCandidates(const PlanRequest& req, double limi
   res.points.reserve(points_size);
   int64_t out_of_memory = 0, too_long = 0;
   std::string out_of_memory_example, too_long_example;
+  const OutOfMemoryCase* closest = nullptr;
   double closest_ratio = std::numeric_limits<double>::infinity();
   for (PartScreen& part : parts) {
     res.examined += part.examined;
@@ -365,16 +406,24 @@ std::vector<CandidatePoint> ScreenCandidates(const PlanRequest& req, double limi
                    std::make_move_iterator(part.fitting.end()));
     res.points.insert(res.points.end(), std::make_move_iterator(part.points.begin()),
                       std::make_move_iterator(part.points.end()));
-    if (out_of_memory == 0) out_of_memory_example = std::move(part.out_of_memory_example);
+    if (out_of_memory == 0 && part.out_of_memory > 0) {
+      // The first part out of memory holds its first case: no earlier part had one.
+      PTDP_CHECK(part.first_out_of_memory.has_value());
+      out_of_memory_example = OutOfMemory(*part.first_out_of_memory, limit, req.memory_unit);
+    }
     out_of_memory += part.out_of_memory;
     if (too_long == 0) too_long_example = std::move(part.too_long_example);
     too_long += part.too_long;
     if (part.closest && part.closest_ratio < closest_ratio) {
       closest_ratio = part.closest_ratio;
-      res.closest_out_of_memory = std::move(part.closest);
-      res.closest_out_of_memory_problem = std::move(part.closest_problem);
+      closest = &*part.closest;
     }
-    part = PartScreen{};  // its memory back
+    part.fitting = {};  // its memory back
+    part.points = {};
+  }
+  if (closest != nullptr) {
+    res.closest_out_of_memory = closest->point;
+    res.closest_out_of_memory_problem = OutOfMemory(*closest, limit, req.memory_unit);
   }
   broken.AddTo(res.rejected);
   if (out_of_memory > 0) {
