@@ -175,21 +175,8 @@ PlanRequest ReadRequest(const Flags& flags, std::string& reference_label,
 // Megatron-LM has 1F1B, interleaved 1F1B and (for pp 1) no pipeline; zb-h1 is modelled only.
 
 std::string PlanJsonEntry(const RankedPlan& r) {
-  const ParallelConfig& p = r.plan.parallel;
-  return fmt::format(
-      "{{\"tp\": {}, \"cp\": {}, \"cp_comm\": \"{}\", \"ep\": {}, \"etp\": {}, \"pp\": {}, \"dp\": "
-      "{}, "
-      "\"micro_batch\": {}, "
-      "\"schedule\": \"{}\", "
-      "\"virtual_stages\": {}, \"sequence_parallel\": {}, \"recompute\": \"{}\", "
-      "\"distributed_optimizer\": {}, \"fsdp\": \"{}\", \"first_stage_layers\": {}, "
-      "\"last_stage_layers\": {}, \"account_for_embedding\": {}, \"account_for_loss\": {}, "
-      "\"megatron_args\": {}, \"in_megatron\": {},\n   {}}}",
-      p.tp, p.cp, Name(p.cp_comm), p.ep, p.expert_tp(), p.pp, p.dp, p.micro_batch_size,
-      Name(p.schedule), p.virtual_stages, p.sequence_parallel, Name(p.recompute),
-      p.distributed_optimizer, Name(p.fsdp), p.first_stage_layers, p.last_stage_layers,
-      p.account_for_embedding, p.account_for_loss, JsonString(MegatronArgsLine(r.plan)),
-      RunsInMegatron(p), SimulationJsonMembers(r.report, 3));
+  return fmt::format("{{{},\n   {}}}", LayoutJsonMembers(r.plan),
+                     SimulationJsonMembers(r.report, 3));
 }
 
 // With `explain`, also the best plan's communication groups ("groups").

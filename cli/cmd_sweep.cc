@@ -434,19 +434,7 @@ std::string SweepText(const SweepRequest& req, const SweepResult& res,
 std::string Json(double value) { return JsonNumber(value); }
 
 std::string PlanMembers(const RankedPlan& r) {
-  const ParallelConfig& p = r.plan.parallel;
-  return fmt::format(
-      "{{\"tp\": {}, \"cp\": {}, \"cp_comm\": \"{}\", \"ep\": {}, \"etp\": {}, \"pp\": {}, "
-      "\"dp\": {}, \"micro_batch\": {}, \"schedule\": \"{}\", \"virtual_stages\": {}, "
-      "\"sequence_parallel\": {}, \"recompute\": \"{}\", \"distributed_optimizer\": {}, "
-      "\"fsdp\": \"{}\", \"first_stage_layers\": {}, \"last_stage_layers\": {}, "
-      "\"account_for_embedding\": {}, \"account_for_loss\": {}, \"in_megatron\": {}, "
-      "\"megatron_args\": {}}}",
-      p.tp, p.cp, Name(p.cp_comm), p.ep, p.expert_tp(), p.pp, p.dp, p.micro_batch_size,
-      Name(p.schedule), p.virtual_stages, p.sequence_parallel, Name(p.recompute),
-      p.distributed_optimizer, Name(p.fsdp), p.first_stage_layers, p.last_stage_layers,
-      p.account_for_embedding, p.account_for_loss, RunsInMegatron(p),
-      JsonString(MegatronArgsLine(r.plan)));
+  return fmt::format("{{{}}}", LayoutJsonMembers(r.plan));
 }
 
 std::string PointJson(const SweepRequest& req, const SweepPoint& p) {

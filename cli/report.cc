@@ -9,6 +9,8 @@
 #include "core/json.h"
 #include "core/table.h"
 #include "core/units.h"
+#include "megatron/rules.h"
+#include "megatron/write_flags.h"
 
 namespace ptdp::cli {
 
@@ -179,6 +181,22 @@ std::string CommGroupsText(const std::vector<CommGroupRow>& rows, std::string_vi
          "bytes.\nTime per step on the average stage, DP, EDP and embedding on the slowest; TP "
          "and CP: what\nthe GPU waits for, hidden: what overlap hides behind the kernels. Bytes: "
          "per GPU and step.)\n";
+}
+
+std::string LayoutJsonMembers(const Plan& plan) {
+  const ParallelConfig& p = plan.parallel;
+  return fmt::format(
+      "\"tp\": {}, \"cp\": {}, \"cp_comm\": \"{}\", \"ep\": {}, \"etp\": {}, \"pp\": {}, "
+      "\"dp\": {}, \"micro_batch\": {}, \"schedule\": \"{}\", \"virtual_stages\": {}, "
+      "\"sequence_parallel\": {}, \"recompute\": \"{}\", \"distributed_optimizer\": {}, "
+      "\"fsdp\": \"{}\", \"first_stage_layers\": {}, \"last_stage_layers\": {}, "
+      "\"account_for_embedding\": {}, \"account_for_loss\": {}, \"megatron_args\": {}, "
+      "\"in_megatron\": {}",
+      p.tp, p.cp, Name(p.cp_comm), p.ep, p.expert_tp(), p.pp, p.dp, p.micro_batch_size,
+      Name(p.schedule), p.virtual_stages, p.sequence_parallel, Name(p.recompute),
+      p.distributed_optimizer, Name(p.fsdp), p.first_stage_layers, p.last_stage_layers,
+      p.account_for_embedding, p.account_for_loss, JsonString(MegatronArgsLine(plan)),
+      RunsInMegatron(p));
 }
 
 }  // namespace ptdp::cli

@@ -26,6 +26,12 @@ std::string ClusterOverridesJsonMember(const ClusterSpec& cluster);
 // "Note: <note>" wrapped at 100 columns between words, later lines indented under the text.
 std::string NoteText(std::string_view note);
 
+// A plan's layout as JSON members, without braces: "tp", "cp", "cp_comm", "ep", "etp", "pp",
+// "dp", "micro_batch", "schedule", "virtual_stages", "sequence_parallel", "recompute",
+// "distributed_optimizer", "fsdp", the split, "megatron_args" and "in_megatron" (plan and sweep
+// write the same).
+std::string LayoutJsonMembers(const Plan& plan);
+
 // The --ckpt-format a Megatron-LM command gives (its last valid one), or Megatron's default
 // (kDefaultCheckpointFormat), for CheckpointFormatNote.
 std::string GivenCheckpointFormat(const MegatronCommand& command);
