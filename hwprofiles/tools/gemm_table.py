@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Prints a hardware profile's derived GEMM efficiency table (YAML list items).
 
-The derivation the H100 and H200 profiles state in their comments, for GPUs without a measured
-grid (`ptdp calibrate` writes measured ones):
+The derivation the H100, H200 and Blackwell profiles state in their comments, for GPUs without a
+measured grid (`ptdp calibrate` writes measured ones):
 
     eff(m, n, k) = min(E, E * W(m, n) * K(k) / (W(m*, n*) * K(k*)))
     W(m, n) = tiles / (ceil(tiles / sms) * sms),  tiles = ceil(m / 128) * ceil(n / 128)

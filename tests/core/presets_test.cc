@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+
 #include "core/error.h"
 #include "core/spec_yaml.h"
 
@@ -21,12 +23,12 @@ TEST(Presets, TheContractsPresetsExist) {
         "deepseek-v3",     "nemotron-3-nano"}) {
     EXPECT_NO_THROW(ModelPreset(name)) << name;
   }
-  for (const char* name :
-       {"dgx-a100-80gb", "dgx-a100-40gb", "vtrain-a100", "dgx-h100", "hgx-h200", "cpu-local"}) {
+  for (const char* name : {"dgx-a100-80gb", "dgx-a100-40gb", "vtrain-a100", "dgx-h100", "hgx-h200",
+                           "dgx-b200", "dgx-b300", "gb200-nvl72", "gb300-nvl72", "cpu-local"}) {
     EXPECT_NO_THROW(ClusterPreset(name)) << name;
   }
   EXPECT_EQ(ModelPresetFiles().size(), 30u);
-  EXPECT_EQ(ClusterPresetFiles().size(), 6u);
+  EXPECT_EQ(ClusterPresetFiles().size(), 10u);
 }
 
 TEST(Presets, EveryModelPresetIsNamedAfterItsFileAndRoundTrips) {
@@ -100,6 +102,137 @@ TEST(Presets, ProfilesCarryDatasheetFigures) {
   EXPECT_EQ(a100.nic_bytes_per_s, 25e9);
   EXPECT_EQ(ClusterPreset("dgx-h100").gpu.peak_bf16_flops, 989e12);
   EXPECT_EQ(ClusterPreset("hgx-h200").gpu.hbm_bandwidth_bytes_per_s, 4800e9);
+}
+
+// The Blackwell profiles (issue 31) against the figures their files cite, written out here:
+// dense peaks per GPU, HBM as nvidia-smi reports it, NVLink and NICs per GPU and direction.
+struct Figures {
+  double bf16_tflops, fp16_tflops, fp8_tflops, fp32_tflops;
+  int64_t hbm_mib;
+  double hbm_gb_per_s;
+  double compute_capability;
+  int sm_count;
+  int gpus_per_node;
+  double nvlink_gb_per_s;
+  int nics_per_node;
+  double nic_gb_per_s;
+};
+
+void ExpectFigures(const char* profile, const Figures& f) {
+  SCOPED_TRACE(profile);
+  const ClusterSpec c = ClusterPreset(profile);
+  EXPECT_EQ(c.name, profile);
+  EXPECT_EQ(c.gpu.peak_bf16_flops, f.bf16_tflops * 1e12);
+  EXPECT_EQ(c.gpu.peak_fp16_flops, f.fp16_tflops * 1e12);
+  EXPECT_EQ(c.gpu.peak_fp8_flops, f.fp8_tflops * 1e12);
+  EXPECT_EQ(c.gpu.peak_fp32_flops, f.fp32_tflops * 1e12);
+  EXPECT_EQ(c.gpu.hbm_bytes, f.hbm_mib * 1024 * 1024);
+  EXPECT_EQ(c.gpu.hbm_bandwidth_bytes_per_s, f.hbm_gb_per_s * 1e9);
+  EXPECT_EQ(c.gpu.compute_capability, f.compute_capability);
+  EXPECT_EQ(c.gpu.sm_count, f.sm_count);
+  EXPECT_EQ(c.gpus_per_node, f.gpus_per_node);
+  EXPECT_EQ(c.nvlink_bytes_per_s, f.nvlink_gb_per_s * 1e9);
+  EXPECT_EQ(c.nics_per_node, f.nics_per_node);
+  EXPECT_EQ(c.nic_bytes_per_s, f.nic_gb_per_s * 1e9);
+  // Achieved never above the line rate; the FP8 table comes with the FP8 peak.
+  EXPECT_LE(c.nvlink_busbw_bytes_per_s, c.nvlink_bytes_per_s);
+  EXPECT_LE(c.nic_busbw_bytes_per_s, c.nic_bytes_per_s);
+  EXPECT_FALSE(c.gpu.gemm_efficiency_fp8.empty());
+}
+
+TEST(Presets, DgxB200CarriesItsDatasheetFigures) {
+  ExpectFigures("dgx-b200",
+                {// DGX B200 datasheet: 72 PFLOPS FP8; HGX B200: 36 PFLOPS FP16/BF16, both with
+                 // sparsity (halved), and 600 TFLOPS FP32; for 8 GPUs.
+                 .bf16_tflops = 2250,
+                 .fp16_tflops = 2250,
+                 .fp8_tflops = 4500,
+                 .fp32_tflops = 75,
+                 // nvidia-smi, NVIDIA/k8s-test-infra hardware/qx-b200.xml (driver 580.105.08).
+                 .hbm_mib = 183359,
+                 // DGX B200 datasheet: 64 TB/s for 8 GPUs.
+                 .hbm_gb_per_s = 8000,
+                 // developer.nvidia.com/cuda-gpus; a device query in pytorch/ao PR 4002.
+                 .compute_capability = 10.0,
+                 .sm_count = 148,
+                 .gpus_per_node = 8,
+                 // NVLink 5: 1.8 TB/s bidirectional per GPU.
+                 .nvlink_gb_per_s = 900,
+                 // 8x single-port ConnectX-7 at 400 Gb/s (DGX BasePOD reference architecture).
+                 .nics_per_node = 8,
+                 .nic_gb_per_s = 50});
+}
+
+TEST(Presets, DgxB300CarriesItsDatasheetFigures) {
+  ExpectFigures("dgx-b300",
+                {// HGX B300: 36 PFLOPS FP16/BF16 and 72 PFLOPS FP8 with sparsity (halved), 600
+                 // TFLOPS FP32; for 8 GPUs.
+                 .bf16_tflops = 2250,
+                 .fp16_tflops = 2250,
+                 .fp8_tflops = 4500,
+                 .fp32_tflops = 75,
+                 // nvidia-smi, "NVIDIA B300 SXM6 AC" (BAEYUNSEON/XE9780_Performance_Test).
+                 .hbm_mib = 275040,
+                 // DGX B300 datasheet: 8 TB/s per GPU.
+                 .hbm_gb_per_s = 8000,
+                 // developer.nvidia.com/cuda-gpus; 148 SMs (stas00/ml-engineering).
+                 .compute_capability = 10.3,
+                 .sm_count = 148,
+                 .gpus_per_node = 8,
+                 // NVLink 5: 1.8 TB/s bidirectional per GPU.
+                 .nvlink_gb_per_s = 900,
+                 // 8x ConnectX-8 at 800 Gb/s (NVIDIA's HGX B300 reference architecture).
+                 .nics_per_node = 8,
+                 .nic_gb_per_s = 100});
+}
+
+TEST(Presets, Gb200Nvl72CarriesItsDatasheetFigures) {
+  ExpectFigures("gb200-nvl72",
+                {// GB200 NVL72, for 72 GPUs: 360 PFLOPS FP16/BF16 and 720 PFLOPS FP8 with
+                 // sparsity (halved), 5,760 TFLOPS FP32.
+                 .bf16_tflops = 2500,
+                 .fp16_tflops = 2500,
+                 .fp8_tflops = 5000,
+                 .fp32_tflops = 80,
+                 // nvidia-smi, NVIDIA/k8s-test-infra hardware/qx-gb200.xml (driver 580.173.02).
+                 .hbm_mib = 189471,
+                 // GB200 NVL72: 576 TB/s for 72 GPUs.
+                 .hbm_gb_per_s = 8000,
+                 // developer.nvidia.com/cuda-gpus; no published SM count: B200's 148.
+                 .compute_capability = 10.0,
+                 .sm_count = 148,
+                 // ptdp's node is the NVLink domain: the rack, 18 compute trays of 4 GPUs.
+                 .gpus_per_node = 72,
+                 // NVLink 5: 130 TB/s for 72 GPUs, 1.8 TB/s bidirectional each.
+                 .nvlink_gb_per_s = 900,
+                 // 4x ConnectX-7 400G per tray, one per GPU (DGX GB200 user guide, hardware).
+                 .nics_per_node = 72,
+                 .nic_gb_per_s = 50});
+}
+
+TEST(Presets, Gb300Nvl72CarriesItsDatasheetFigures) {
+  ExpectFigures("gb300-nvl72",
+                {// GB300 NVL72, for 72 GPUs: 360 PFLOPS FP16/BF16 and 720 PFLOPS FP8 with
+                 // sparsity (halved); FP32 80 (stas00/ml-engineering's table).
+                 .bf16_tflops = 2500,
+                 .fp16_tflops = 2500,
+                 .fp8_tflops = 5000,
+                 .fp32_tflops = 80,
+                 // nvidia-smi, NVIDIA/k8s-test-infra hardware/qx-gb300.xml (driver 580.173.02).
+                 .hbm_mib = 284208,
+                 // GB300 NVL72: 576 TB/s for 72 GPUs.
+                 .hbm_gb_per_s = 8000,
+                 // developer.nvidia.com/cuda-gpus; no published SM count: B300's 148.
+                 .compute_capability = 10.3,
+                 .sm_count = 148,
+                 // The NVLink domain, as gb200-nvl72.
+                 .gpus_per_node = 72,
+                 // NVLink 5: 130 TB/s for 72 GPUs.
+                 .nvlink_gb_per_s = 900,
+                 // 4x ConnectX-8 per tray, one per GPU, 800 Gb/s (NVL72 AI Factory reference
+                 // architecture; ConnectX-8's line rate).
+                 .nics_per_node = 72,
+                 .nic_gb_per_s = 100});
 }
 
 TEST(Presets, ResolveNamesAPresetOrAFileAndRefusesAnythingElse) {

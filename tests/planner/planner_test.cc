@@ -491,5 +491,29 @@ TEST(Planner, SchedulesTooLongToSimulateAreCountedNotSimulated) {
             "builds schedules of at most 524288");
 }
 
+// Each Blackwell profile (issue 31) plans Llama 3 70B on 144 GPUs, two NVL72 racks: the best
+// plan uses every GPU, fits, and runs faster than on as many H100s.
+class BlackwellProfile : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(BlackwellProfile, PlansLlama3On144Gpus) {
+  const PlanSearchResult res = SearchPlans(Request("llama3-70b", GetParam(), 144, 512));
+  ASSERT_FALSE(res.plans.empty());
+  const RankedPlan& best = res.plans.front();
+  EXPECT_EQ(best.plan.parallel.world_size(), 144);
+  EXPECT_EQ(best.report.memory_problem, "");
+  EXPECT_LE(best.report.peak_memory_bytes, ClusterPreset(GetParam()).gpu.hbm_bytes);
+  const PlanSearchResult h100 = SearchPlans(Request("llama3-70b", "dgx-h100", 144, 512));
+  ASSERT_FALSE(h100.plans.empty());
+  EXPECT_LT(best.report.step_time_s, h100.plans.front().report.step_time_s);
+}
+
+INSTANTIATE_TEST_SUITE_P(Planner, BlackwellProfile,
+                         ::testing::Values("dgx-b200", "dgx-b300", "gb200-nvl72", "gb300-nvl72"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& ch : name) ch = ch == '-' ? '_' : ch;
+                           return name;
+                         });
+
 }  // namespace
 }  // namespace ptdp
