@@ -38,6 +38,9 @@ constexpr EnumName<Format> kFormats[] = {
 constexpr size_t kMaxPoints = 512;
 constexpr size_t kMaxClusters = 16;
 
+// The global batch when none is given, in tokens: 2^22, about Llama 3 405B's first 4M.
+constexpr int64_t kDefaultBatchTokens = int64_t{1} << 22;
+
 void AddSweepOptions(po::options_description& o) {
   o.add_options()("model", po::value<std::string>()->value_name("M"),
                   "model: preset name (ptdp models), model YAML or Hugging Face config.json")(
@@ -48,7 +51,8 @@ void AddSweepOptions(po::options_description& o) {
       "START:STOP:+STEP (1024:4096:+1024)")(
       "global-batch", po::value<std::string>()->value_name("B"),
       "global batch in sequences: B, the same at every point (a comma list for several), or "
-      "B@G: B at G GPUs, scaled linearly with the GPU count")(
+      "B@G: B at G GPUs, scaled linearly with the GPU count (default: about 4M tokens, 2^22, in "
+      "sequences of the training length)")(
       "batch-multiple", po::value<std::string>()->value_name("M"),
       "with B@G: round each scaled batch to a multiple of M (default 1)")(
       "seq-length", po::value<std::string>()->value_name("S"),
@@ -231,8 +235,22 @@ SweepRequest ReadRequest(const Flags& flags, std::vector<std::string>& notes,
   req.clusters = ReadClusters(flags, typed_clusters);
   CheckOutputsAreNotClusters(flags, typed_clusters);
   req.gpu_counts = ReadFlag(flags, "gpus", [](const std::string& s) { return ParseGpuCounts(s); });
-  req.batches =
-      ReadFlag(flags, "global-batch", [](const std::string& s) { return ParseSweepBatches(s); });
+  if (flags.Has("global-batch")) {
+    req.batches =
+        ReadFlag(flags, "global-batch", [](const std::string& s) { return ParseSweepBatches(s); });
+  } else {
+    // About 4M tokens per step (Llama 3 405B's first batch: 4M tokens, "The Llama 3 Herd of
+    // Models", section 3.4.1), in whole sequences of the training length.
+    const int64_t sequences =
+        std::max<int64_t>(1, std::llround(static_cast<double>(kDefaultBatchTokens) /
+                                          static_cast<double>(req.model.seq_length)));
+    req.batches = {SweepBatch{.sequences = sequences}};
+    notes.push_back(fmt::format(
+        "no --global-batch: {} sequences of {} tokens at every point ({} tokens per step, about "
+        "the 4M tokens Llama 3 405B began its pretraining with); --global-batch B or B@G sets it",
+        GroupThousands(sequences), GroupThousands(req.model.seq_length),
+        GroupThousands(sequences * req.model.seq_length)));
+  }
   if (auto m = flags.OptionalPositiveInt("batch-multiple", kMaxGlobalBatch)) {
     if (std::none_of(req.batches.begin(), req.batches.end(),
                      [](const SweepBatch& b) { return b.at_gpus > 0; })) {
@@ -613,7 +631,7 @@ const Command kSweepCommand{
         "the best plan at every point of a grid of clusters, GPU counts, batches and "
         "precisions: days, GPU-hours and cost to train",
     .usage =
-        "ptdp sweep --model M --cluster C1,C2 --gpus 512:16384:x2 --global-batch B[@G]\n"
+        "ptdp sweep --model M --cluster C1,C2 --gpus 512:16384:x2 [--global-batch B[@G]]\n"
         "                  [--precision bf16,fp8] [--tokens 15T] [--price C1=USD]\n"
         "                  [--format table|json|csv] [--svg FILE] [--html FILE]",
     .description =

@@ -97,7 +97,7 @@ struct RuleTally {
 // EnumerateConfigs' space in parts (one tensor x pipeline x context x data-parallel size and
 // micro-batch size each) that can be walked independently, on several threads at once: walking
 // every part in order visits, counts and exemplifies exactly what EnumerateConfigs does.
-// Refers to its arguments: keep them alive while it is used.
+// Keeps copies of its arguments.
 class ConfigSpace {
  public:
   ConfigSpace(const ModelSpec& model, const TrainingSpec& training, int64_t num_gpus,
@@ -114,11 +114,11 @@ class ConfigSpace {
 
  private:
   struct Part;
-  const ModelSpec& model_;
-  const TrainingSpec& training_;
+  ModelSpec model_;
+  TrainingSpec training_;
   int64_t num_gpus_;
-  const SearchConstraints& c_;
-  const CostOptions& options_;
+  SearchConstraints c_;
+  CostOptions options_;
   std::vector<Part> parts_;
 };
 

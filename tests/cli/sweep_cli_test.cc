@@ -306,7 +306,7 @@ TEST(CliSweep, BadInputIsExitTwoNamingTheFlag) {
       {{"--gpus", "eight", "--global-batch", "64"}, "--gpus: expected a positive integer"},
       {{"--gpus", "8:64", "--global-batch", "64"}, "--gpus: expected START:STOP:xFACTOR"},
       {{"--gpus", "1:1000:+1", "--global-batch", "64"}, "--gpus: more than 64 GPU counts"},
-      {{"--gpus", "8"}, "--global-batch: is required"},
+      {{"--gpus", "8", "--global-batch", "0"}, "--global-batch: "},
       {{"--gpus", "8", "--global-batch", "64@0"}, "--global-batch: the GPU count after @"},
       {{"--gpus", "8", "--global-batch-size", "64@x"}, "--global-batch-size: expected"},
       {{"--gpus", "8", "--global-batch", "64", "--tokens", "15X"}, "--tokens: expected a token"},
@@ -361,6 +361,24 @@ TEST(CliSweep, BadInputIsExitTwoNamingTheFlag) {
   std::ifstream in(profile);
   EXPECT_NE(std::string((std::istreambuf_iterator<char>(in)), {}).find("name: hgx-h200"),
             std::string::npos);
+}
+
+// Without --global-batch: about 4M tokens per step (2^22 over the sequence length), said in a
+// note.
+TEST(CliSweep, WithoutAGlobalBatchItTakesFourMillionTokensAndSaysSo) {
+  const std::vector<std::string> args = {"sweep",  "--model", "gpt3-1.3b", "--cluster", "dgx-h100",
+                                         "--gpus", "64",      "--threads", "1"};
+  const Result r = Cli(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  // gpt3-1.3b trains on 2,048-token sequences: 4,194,304 / 2,048 = 2,048 sequences.
+  EXPECT_NE(r.out.find("no --global-batch: 2,048 sequences of 2,048 tokens"), std::string::npos)
+      << r.out;
+  std::vector<std::string> json = args;
+  json.insert(json.end(), {"--format", "json"});
+  const Result j = Cli(json);
+  ASSERT_EQ(j.code, 0) << j.err;
+  EXPECT_NE(j.out.find("\"global_batch\": 2048"), std::string::npos) << j.out;
+  EXPECT_NE(j.err.find("ptdp: note: no --global-batch"), std::string::npos) << j.err;
 }
 
 }  // namespace
