@@ -99,10 +99,8 @@ void ApplyClusterSets(const Flags& flags, ClusterSpec& cluster) {
 
 void AddThreadsOption(po::options_description& o) {
   o.add_options()("threads", po::value<std::string>()->value_name("N"),
-                  fmt::format("threads the search runs on (default: the cores available, now {}); "
-                              "the result is the same with any number",
-                              DefaultThreads())
-                      .c_str());
+                  "threads the search runs on (default: every core this process may use); the "
+                  "result is the same with any number");
 }
 
 int DefaultThreads() {
