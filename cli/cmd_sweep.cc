@@ -518,26 +518,15 @@ std::string SweepCsv(const SweepRequest& req, const SweepResult& res) {
   for (const SweepPoint& p : res.points) {
     std::string note = p.batch_note;
     if (!p.problem.empty()) note += (note.empty() ? "" : "; ") + p.problem;
-    std::vector<std::string> cells = {CsvField(p.cluster),
-                                      std::string(Name(p.precision)),
-                                      std::to_string(p.gpus),
-                                      std::to_string(p.global_batch),
-                                      CsvField(req.batches[p.batch_rule].Text()),
-                                      "",
-                                      "",
-                                      "",
-                                      "",
-                                      "",
-                                      "",
-                                      "",
-                                      "",
-                                      "",
-                                      "",
-                                      "",
-                                      "",
-                                      "",
-                                      p.pareto ? "1" : "0",
-                                      CsvField(note)};
+    // The header's 20 columns; a point without a plan leaves the plan's empty.
+    std::vector<std::string> cells(20);
+    cells[0] = CsvField(p.cluster);
+    cells[1] = Name(p.precision);
+    cells[2] = std::to_string(p.gpus);
+    cells[3] = std::to_string(p.global_batch);
+    cells[4] = CsvField(req.batches[p.batch_rule].Text());
+    cells[18] = p.pareto ? "1" : "0";
+    cells[19] = CsvField(note);
     if (p.best) {
       const ParallelConfig& c = p.best->plan.parallel;
       cells[5] = CsvField(SizesText(c));

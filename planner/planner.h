@@ -43,10 +43,12 @@ struct PlanRequest {
   // distributed optimizer --overlap-param-gather (Megatron-Core's recipes do; they only hide
   // communication). Off: exactly `options`.
   bool recommend_overlap = true;
-  // Called now and then during the search (every 16,384 valid candidates, some 20 ms of work,
-  // then once per simulation of the ranking phase) with the candidates that passed the rules so
-  // far and the simulations run, for a progress line and for the caller to stop the search by
-  // throwing (cli::Interrupted); the search does not depend on it.
+  // Called now and then during the search, on the calling thread only (every 16,384 valid
+  // candidates, some 20 ms of work, and with several threads every 50 ms while the calling thread
+  // waits for the others; then once per simulation of the ranking phase) with the candidates that
+  // passed the rules so far and the simulations run, for a progress line and for the caller to
+  // stop the search by throwing (cli::Interrupted; every thread stops); the search does not
+  // depend on it.
   std::function<void(int64_t valid, int64_t simulated)> progress = {};
   // The unit the messages (out-of-memory reasons) state memory in; the search does not depend
   // on it.
